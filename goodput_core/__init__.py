@@ -1,0 +1,26 @@
+"""goodput_core: measure the goodput of ML training jobs.
+
+The engine imports no ML framework and no cloud client. Start with
+:class:`Recorder` (record events of a run) and, once available,
+:class:`goodput_core.calculator.Calculator` (turn them into goodput).
+Code written against ``ml-goodput-measurement`` imports
+``goodput_core.compat.goodput`` instead of ``ml_goodput_measurement.goodput``.
+"""
+
+from goodput_core.events import EventRecord, Kind
+from goodput_core.recorder import NULL_RECORDER, NullRecorder, Recorder, flush_all
+from goodput_core.stores import Store, StoreError, default_store_url, open_store
+
+__all__ = [
+    "EventRecord",
+    "Kind",
+    "NULL_RECORDER",
+    "NullRecorder",
+    "Recorder",
+    "Store",
+    "StoreError",
+    "default_store_url",
+    "flush_all",
+    "open_store",
+]
+__version__ = "0.1.0"

@@ -1,0 +1,316 @@
+"""The typed recording API: one method per event kind, plus context managers.
+
+Method names, parameters, positional order and defaults follow
+``ml-goodput-measurement`` 0.2.3 where the reference has the method; the rest
+follow the same style. Every method is a one-line wrapper over ``_record``
+(defined by the class that mixes this in), which validates, enqueues and
+never raises into the caller unless the recorder is strict.
+
+Context managers (each also works as a decorator)::
+
+    with rec.job(): ...                  # job start/end (end only on success;
+                                         # an exception records a disruption)
+    with rec.tpu_init(): ...             # accelerator initialisation
+    with rec.training_preparation(): ...
+    with rec.data_loading(): ...
+    with rec.step(k): ...                # step start/end (end only on success)
+    with rec.custom_badput_event("eval"): ...
+    with rec.checkpoint_save(step): ...  # blocking part of a non-Orbax save
+    with rec.checkpoint_restore(step): ...
+    with rec.program_startup("train_step"): ...   # compilation
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from typing import Any, Callable, Dict, Optional
+
+from goodput_core.events import (
+    CUSTOM_BADPUT_EVENT_TYPE,
+    ELASTIC_WAIT_EVENT_TYPE,
+    Kind,
+)
+
+__all__ = ["PhaseMixin"]
+
+
+class _Phase(contextlib.ContextDecorator):
+    """Records a start event on enter and an end event on exit.
+
+    ``end_on_error`` says whether the end is recorded when the block raises
+    (time spent initialising before a crash was still initialisation time).
+    """
+
+    __slots__ = ("_start", "_end", "_end_on_error")
+
+    def __init__(self, start: Callable[[], None], end: Callable[[], None],
+                 end_on_error: bool = True):
+        self._start, self._end, self._end_on_error = start, end, end_on_error
+
+    def __enter__(self):
+        self._start()
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is None or self._end_on_error:
+            self._end()
+        return False
+
+
+class _Job(_Phase):
+    """The job context: on an exception, record a disruption, not a job end."""
+
+    __slots__ = ("_on_error",)
+
+    def __init__(self, start, end, on_error):
+        super().__init__(start, end, end_on_error=False)
+        self._on_error = on_error
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is not None and not issubclass(exc_type, GeneratorExit):
+            self._on_error(exc_type)
+        return super().__exit__(exc_type, exc, tb)
+
+
+class PhaseMixin:
+    """Typed ``record_*`` methods and phase context managers."""
+
+    def _record(self, kind: Kind, when: Any, step: Any = None,
+                extra: Optional[dict] = None) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    # --- the reference's methods (same names, parameters and order)
+    def record_job_start_time(self, start_time=None):
+        """Records the start of the job (or of a new attempt of it)."""
+        self._record(Kind.JOB_START, start_time)
+
+    def record_job_end_time(self, end_time=None):
+        """Records a graceful end of the job."""
+        self._record(Kind.JOB_END, end_time)
+
+    def record_step_start_time(self, step, start_time=None):
+        """Records the start (dispatch) of training step ``step``."""
+        self._record(Kind.STEP_START, start_time, step)
+
+    def record_tpu_init_start_time(self, start_time=None):
+        """Records the start of accelerator initialisation."""
+        self._record(Kind.TPU_INIT_START, start_time)
+
+    def record_tpu_init_end_time(self, end_time=None):
+        """Records the end of accelerator initialisation."""
+        self._record(Kind.TPU_INIT_END, end_time)
+
+    def record_training_preparation_start_time(self, start_time=None):
+        """Records the start of training preparation."""
+        self._record(Kind.TRAINING_PREP_START, start_time)
+
+    def record_training_preparation_end_time(self, end_time=None):
+        """Records the end of training preparation."""
+        self._record(Kind.TRAINING_PREP_END, end_time)
+
+    def record_data_loading_start_time(self, start_time=None):
+        """Records the start of loading a batch."""
+        self._record(Kind.DATA_LOADING_START, start_time)
+
+    def record_data_loading_end_time(self, end_time=None):
+        """Records the end of loading a batch."""
+        self._record(Kind.DATA_LOADING_END, end_time)
+
+    def record_custom_badput_event_start_time(self, start_time=None,
+                                              custom_badput_event_type="unknown"):
+        """Records the start of a blocking custom event (evaluation, SDC check...)."""
+        self._record(Kind.CUSTOM_BADPUT_START, start_time, None,
+                     {CUSTOM_BADPUT_EVENT_TYPE: _event_type(custom_badput_event_type)})
+
+    def record_custom_badput_event_end_time(self, end_time=None,
+                                            custom_badput_event_type="unknown"):
+        """Records the end of a blocking custom event."""
+        self._record(Kind.CUSTOM_BADPUT_END, end_time, None,
+                     {CUSTOM_BADPUT_EVENT_TYPE: _event_type(custom_badput_event_type)})
+
+    def record_checkpoint_progress(self, step, checkpoint_start_time):
+        """Accepted for compatibility; the reference ignores it too."""
+        return None
+
+    # --- the reference's elastic methods
+    def record_elastic_slice_counts(self, active_slices, total_slices, available_slices,
+                                    timestamp=None):
+        """Records the slice counts of an elastic job."""
+        try:
+            extra = {"active_slices": int(active_slices), "total_slices": int(total_slices),
+                     "available_slices": int(available_slices)}
+        except (TypeError, ValueError, OverflowError) as exc:
+            self._reject_or_raise(Kind.ELASTIC_SLICE_COUNTS, exc)
+            return
+        self._record(Kind.ELASTIC_SLICE_COUNTS, timestamp, None, extra)
+
+    def record_elastic_wait_start_time(self, event_type, start_time=None):
+        """Records the start of an elastic wait (slice down or scale up)."""
+        self._record(Kind.ELASTIC_WAIT_START, start_time, None,
+                     {ELASTIC_WAIT_EVENT_TYPE: _event_type(event_type)})
+
+    def record_elastic_wait_end_time(self, event_type, end_time=None):
+        """Records the end of an elastic wait."""
+        self._record(Kind.ELASTIC_WAIT_END, end_time, None,
+                     {ELASTIC_WAIT_EVENT_TYPE: _event_type(event_type)})
+
+    def record_elastic_reinit_start_time(self, start_time=None):
+        """Records the start of an elastic re-initialisation."""
+        self._record(Kind.ELASTIC_REINIT_START, start_time)
+
+    def record_elastic_reinit_end_time(self, end_time=None):
+        """Records the end of an elastic re-initialisation."""
+        self._record(Kind.ELASTIC_REINIT_END, end_time)
+
+    # --- our additions
+    def record_step_end_time(self, step, end_time=None):
+        """Records the end of step ``step`` (makes the last step measurable)."""
+        self._record(Kind.STEP_END, end_time, step)
+
+    def record_program_startup_start_time(self, start_time=None, fun_name=None):
+        """Records the start of tracing/compilation (``fun_name`` optional)."""
+        self._record(Kind.PROGRAM_STARTUP_START, start_time, None, _fun(fun_name))
+
+    def record_program_startup_end_time(self, end_time=None, fun_name=None):
+        """Records the end of tracing/compilation."""
+        self._record(Kind.PROGRAM_STARTUP_END, end_time, None, _fun(fun_name))
+
+    def record_checkpoint_save_start_time(self, step=None, start_time=None):
+        """Records the start of the blocking part of a checkpoint save."""
+        self._record(Kind.CHECKPOINT_SAVE_START, start_time, step)
+
+    def record_checkpoint_save_end_time(self, step=None, end_time=None):
+        """Records the end of the blocking part of a checkpoint save."""
+        self._record(Kind.CHECKPOINT_SAVE_END, end_time, step)
+
+    def record_checkpoint_restore_start_time(self, step=None, start_time=None):
+        """Records the start of a checkpoint restore."""
+        self._record(Kind.CHECKPOINT_RESTORE_START, start_time, step)
+
+    def record_checkpoint_restore_end_time(self, step=None, end_time=None):
+        """Records the end of a checkpoint restore."""
+        self._record(Kind.CHECKPOINT_RESTORE_END, end_time, step)
+
+    def record_disruption(self, cause: str, time=None):
+        """Records that the job was disrupted (``preemption``, ``sigterm``, ...)."""
+        self._record(Kind.DISRUPTION, time, None, {"disruption_cause": str(cause)})
+
+    def record_checkpoint_stats(self, entry: Dict[str, Any]):
+        """Records an Orbax checkpoint-manager statistics dict (copied, not mutated).
+
+        The primary time is the start of the span that blocked the loop
+        (``checkpoint_manager_blocking_start_time`` for saves,
+        ``checkpoint_manager_start_time`` for restores); without one the
+        span ends at this call's time.
+        """
+        if not isinstance(entry, dict):
+            self._reject_or_raise(Kind.CHECKPOINT_STATS, ValueError("entry must be a dict"))
+            return
+        extra = {k: v for k, v in entry.items() if k != "job_name"}
+        start_key = ("checkpoint_manager_blocking_start_time"
+                     if extra.get("event_type") == "save" else "checkpoint_manager_start_time")
+        start = extra.get(start_key)
+        self._record_orbax(extra, start, extra.get("step"))
+
+    def record_metadata(self, **fields: Any):
+        """Records run metadata (framework, device kind, FLOPs per step, configs...)."""
+        self._record(Kind.METADATA, None, None, dict(fields) or None)
+
+    def record_metric(self, name: str, value: float, step=None, time=None):
+        """Records a model metric (loss, throughput, MFU...) next to goodput."""
+        try:
+            extra = {"metric_name": str(name), "metric_value": float(value)}
+        except (TypeError, ValueError) as exc:
+            self._reject_or_raise(Kind.METRIC, exc)
+            return
+        self._record(Kind.METRIC, time, step, extra)
+
+    # --- context managers and decorators
+    def job(self) -> _Phase:
+        """Job start on enter, job end on success (an exception records a disruption)."""
+        return _Job(self.record_job_start_time, self.record_job_end_time,
+                    lambda exc_type: self.record_disruption(f"exception:{exc_type.__name__}"))
+
+    def tpu_init(self) -> _Phase:
+        """Accelerator initialisation."""
+        return _Phase(self.record_tpu_init_start_time, self.record_tpu_init_end_time)
+
+    def training_preparation(self) -> _Phase:
+        """Training preparation (model and checkpoint manager set-up...)."""
+        return _Phase(self.record_training_preparation_start_time,
+                      self.record_training_preparation_end_time)
+
+    def data_loading(self) -> _Phase:
+        """Loading one batch."""
+        return _Phase(self.record_data_loading_start_time, self.record_data_loading_end_time)
+
+    def step(self, step: int) -> _Phase:
+        """One training step: start on enter, end on success."""
+        return _Phase(functools.partial(self.record_step_start_time, step),
+                      functools.partial(self.record_step_end_time, step), end_on_error=False)
+
+    def custom_badput_event(self, custom_badput_event_type: str = "unknown") -> _Phase:
+        """A blocking custom event (evaluation, SDC check...)."""
+        return _Phase(
+            functools.partial(self.record_custom_badput_event_start_time,
+                              None, custom_badput_event_type),
+            functools.partial(self.record_custom_badput_event_end_time,
+                              None, custom_badput_event_type))
+
+    def checkpoint_save(self, step=None) -> _Phase:
+        """The blocking part of a (non-Orbax) checkpoint save."""
+        return _Phase(functools.partial(self.record_checkpoint_save_start_time, step),
+                      functools.partial(self.record_checkpoint_save_end_time, step))
+
+    def checkpoint_restore(self, step=None) -> _Phase:
+        """A checkpoint restore."""
+        return _Phase(functools.partial(self.record_checkpoint_restore_start_time, step),
+                      functools.partial(self.record_checkpoint_restore_end_time, step))
+
+    def program_startup(self, fun_name: Optional[str] = None) -> _Phase:
+        """Tracing and compilation of ``fun_name``."""
+        return _Phase(
+            functools.partial(self.record_program_startup_start_time, None, fun_name),
+            functools.partial(self.record_program_startup_end_time, None, fun_name))
+
+    def track_steps(self, first_step: int = 0) -> Callable:
+        """A decorator for a train-step function: each call is the next step.
+
+        Example::
+
+            @rec.track_steps(first_step=start_step)
+            def train_step(state, batch): ...
+        """
+        counter = [first_step]
+
+        def decorate(fn):
+            @functools.wraps(fn)
+            def wrapper(*args, **kwargs):
+                k = counter[0]
+                counter[0] = k + 1
+                self.record_step_start_time(k)
+                result = fn(*args, **kwargs)
+                self.record_step_end_time(k)
+                return result
+
+            return wrapper
+
+        return decorate
+
+    # --- helpers shared with the recorder
+    def _reject_or_raise(self, kind: Kind, exc: Exception) -> None:
+        reject = getattr(self, "_reject", None)
+        if reject is not None:
+            reject(kind, exc)
+
+    def _record_orbax(self, extra: dict, start: Any, step: Any) -> None:
+        self._record(Kind.CHECKPOINT_STATS, start, step, extra)
+
+
+def _event_type(value: Any) -> str:
+    return value if type(value) is str else str(value)
+
+
+def _fun(fun_name: Optional[str]) -> Optional[dict]:
+    return None if fun_name is None else {"fun_name": str(fun_name)}

@@ -1,0 +1,442 @@
+"""The recorder: O(1) enqueue on the caller's thread, a background writer.
+
+Every ``record_*`` call validates its arguments, builds a small tuple and
+appends it to a bounded queue; nothing else happens on the caller's thread
+(no I/O, no lock, no exception: bad input is counted, warned about once per
+kind and dropped, unless ``strict=True``). A daemon writer thread drains the
+queue in batches into the store. :meth:`Recorder.flush` is a fence: it returns
+once everything recorded before it is stored. An ``atexit`` hook flushes every
+live recorder, so a ``record_job_end_time()`` just before the interpreter
+exits is not lost. After ``os.fork()`` the child gets a fresh queue, writer and
+attempt id; the parent's pending events stay the parent's.
+
+Example::
+
+    from goodput_core import Recorder
+    rec = Recorder("my-run")                 # default embedded sqlite store
+    rec.record_job_start_time()
+    with rec.step(0):
+        train_step()
+    rec.record_job_end_time()
+"""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import itertools
+import logging
+import math
+import os
+import socket
+import threading
+import time
+import uuid
+import weakref
+from typing import Any, Callable, Dict, Optional
+
+from goodput_core.events import EventRecord, Kind, to_timestamp
+from goodput_core.phases import PhaseMixin
+from goodput_core.stores import Store, open_store
+
+__all__ = ["Recorder", "NullRecorder", "NULL_RECORDER", "flush_all"]
+
+logger = logging.getLogger("goodput")
+
+_LIVE: "weakref.WeakSet[Recorder]" = weakref.WeakSet()
+_DEFAULT_QUEUE_SIZE = 200_000
+_EXIT_FLUSH_TIMEOUT_S = 10.0
+
+
+_STEP_REQUIRED = frozenset((Kind.STEP_START, Kind.STEP_END))
+
+
+def _noop(*args: Any, **kwargs: Any) -> None:
+    return None
+
+
+class _Fence:
+    """A marker in the queue: set once everything before it is stored."""
+
+    __slots__ = ("done", "ok")
+
+    def __init__(self):
+        self.done = threading.Event()
+        self.ok = False
+
+
+def _bad_step(step: Any) -> int:
+    """Returns ``step`` as an int, or raises ValueError (bools are not steps)."""
+    if isinstance(step, bool) or step is None:
+        raise ValueError(f"step must be an int, got {step!r}")
+    try:
+        as_int = int(step)
+    except (TypeError, ValueError, OverflowError):
+        raise ValueError(f"step must be an int, got {step!r}") from None
+    if as_int != step:
+        raise ValueError(f"step must be an int, got {step!r}")
+    return as_int
+
+
+class Recorder(PhaseMixin):
+    """Records the events of one run into a store, off the caller's thread.
+
+    Args:
+      run: the run (job) name; events of every attempt of a job share it.
+      store: a store URL, a path (sqlite), an open :class:`Store`, or None for
+        the default embedded store (see :func:`goodput_core.stores.open_store`).
+      clock: returns the current POSIX time in seconds (inject a fake in tests).
+      strict: raise ``ValueError`` on misuse instead of counting and dropping.
+      queue_size: events held at most before new ones are dropped (and counted).
+      flush_interval_s: how often the writer drains the queue when idle.
+      process_index: written as writer metadata (multi-host jobs).
+      cloud_logger: a duck-typed object with ``write_cloud_logging_entry``
+        (the reference's contract): each payload is handed to it synchronously
+        instead of being queued for the store.
+      enabled: False makes every call a no-op (no store is opened, no thread
+        started): e.g. on processes other than the one that should write.
+
+    Raises:
+      StoreError: the store URL or path is unusable.
+      ValueError: a bad argument.
+    """
+
+    def __init__(
+        self,
+        run: str,
+        store: Any = None,
+        *,
+        clock: Callable[[], float] = time.time,
+        strict: bool = False,
+        queue_size: int = _DEFAULT_QUEUE_SIZE,
+        flush_interval_s: float = 0.5,
+        process_index: int = 0,
+        cloud_logger: Any = None,
+        enabled: bool = True,
+    ):
+        if not isinstance(run, str) or not run:
+            raise ValueError(f"run name must be a non-empty string, got {run!r}")
+        if queue_size < 1:
+            raise ValueError("queue_size must be >= 1")
+        self.run = run
+        self.job_name = run  # the reference's attribute name
+        self._clock = clock
+        self._strict = strict
+        self._cap = int(queue_size)
+        self._high = max(1, self._cap // 2)
+        self._interval = float(flush_interval_s)
+        self.process_index = int(process_index)
+        self._cloud_logger = cloud_logger
+        self.enabled = bool(enabled)
+        if not enabled:
+            cloud_logger = None
+            self._record = self._emit = _noop  # type: ignore[method-assign]
+        self._store: Optional[Store] = (
+            open_store(store) if enabled and cloud_logger is None else None)
+        self._rejected: Dict[str, int] = collections.Counter()
+        self._drop_lock = threading.Lock()
+        self._dropped = 0
+        self._written = 0
+        self._write_errors = 0
+        self._closed = False
+        self._init_process_state()
+        if cloud_logger is not None:
+            self._emit = self._emit_to_cloud_logger  # type: ignore[method-assign]
+        _LIVE.add(self)
+
+    # ----------------------------------------------------------------- state
+    def _init_process_state(self) -> None:
+        """Per-process state: rebuilt in a forked child."""
+        self._queue: collections.deque = collections.deque()
+        self._wake = threading.Event()
+        self._pid = os.getpid()
+        self._host = socket.gethostname()
+        self._attempt = uuid.uuid4().hex[:16]
+        self._seq = itertools.count(1)
+        self._pending = None
+        self._writer: Optional[threading.Thread] = None
+        if self._store is not None:
+            self._writer = threading.Thread(
+                target=self._writer_loop, name=f"goodput-writer-{self.run}", daemon=True)
+            self._writer.start()
+
+    def _after_fork_in_child(self) -> None:
+        self._drop_lock = threading.Lock()
+        self._init_process_state()
+
+    @property
+    def attempt(self) -> str:
+        """This process's attempt id (writer metadata; new after a fork)."""
+        return self._attempt
+
+    def stats(self) -> Dict[str, Any]:
+        """Counters: events written, dropped (queue full), rejected per kind, errors."""
+        return {
+            "written": self._written,
+            "dropped": self._dropped,
+            "rejected": dict(self._rejected),
+            "write_errors": self._write_errors,
+            "queued": len(self._queue),
+        }
+
+    @property
+    def dropped(self) -> int:
+        """Events dropped because the queue was full."""
+        return self._dropped
+
+    # ------------------------------------------------------------- hot path
+    def _emit(self, kind: int, t: float, step: Optional[int], extra: Optional[dict],
+              write_time: float) -> None:
+        q = self._queue
+        n = len(q)
+        if n < self._high:
+            q.append((kind, t, step, extra, write_time))
+        elif n < self._cap:
+            q.append((kind, t, step, extra, write_time))
+            self._wake.set()
+        else:
+            with self._drop_lock:
+                self._dropped += 1
+
+    def _emit_to_cloud_logger(self, kind, t, step, extra, write_time) -> None:
+        from goodput_core.events import to_payload
+
+        try:
+            self._cloud_logger.write_cloud_logging_entry(
+                to_payload(EventRecord(self.run, kind, t, step, extra)))
+            self._written += 1
+        except Exception:  # the logger owns its I/O; never raise into the loop
+            self._write_errors += 1
+            if self._write_errors == 1:
+                logger.exception("goodput: cloud_logger.write_cloud_logging_entry failed")
+
+    def _reject(self, kind: Kind, error: Exception) -> None:
+        if self._strict:
+            raise ValueError(f"record {kind.name.lower()}: {error}") from error
+        name = kind.name.lower()
+        self._rejected[name] += 1
+        if self._rejected[name] == 1:
+            logger.warning("goodput: dropped a %s event with bad arguments: %s "
+                           "(further ones are counted silently)", name, error)
+
+    def _record(self, kind: Kind, when: Any, step: Any = None,
+                extra: Optional[dict] = None) -> None:
+        """Validates and enqueues one event. Never raises unless strict."""
+        try:
+            if when is None:
+                t = write_time = self._clock()
+            else:
+                t = to_timestamp(when)
+                write_time = self._clock()
+            if type(step) is not int and (step is not None or kind in _STEP_REQUIRED):
+                step = _bad_step(step)
+        except (ValueError, TypeError) as exc:
+            self._reject(kind, exc)
+            return
+        except Exception as exc:  # a broken clock must not break training
+            self._reject(kind, exc)
+            return
+        self._emit(int(kind), t, step, extra, write_time)
+
+    def _record_orbax(self, extra: dict, start: Any, step: Any) -> None:
+        if start is not None:
+            self._record(Kind.CHECKPOINT_STATS, start, step, extra)
+            return
+        # No start time: the calculator ends the span at the entry's write time.
+        try:
+            write_time = self._clock()
+            if step is not None and type(step) is not int:
+                step = _bad_step(step)
+        except Exception as exc:
+            self._reject(Kind.CHECKPOINT_STATS, exc)
+            return
+        self._emit(int(Kind.CHECKPOINT_STATS), math.nan, step, extra, write_time)
+
+    def record(self, kind: Kind, time: Any = None, step: Any = None, **extra: Any) -> None:  # noqa: A002
+        """Records an event of any kind (the typed methods wrap this).
+
+        Args:
+          kind: a :class:`goodput_core.events.Kind`.
+          time: POSIX seconds or a datetime (naive = UTC); None = now.
+          step: the step number for kinds that have one.
+          **extra: further payload keys (JSON-serialisable).
+        """
+        try:
+            kind = Kind(kind)
+        except ValueError:
+            if self._strict:
+                raise
+            self._rejected["unknown_kind"] += 1
+            return
+        self._record(kind, time, step, extra or None)
+
+    # ------------------------------------------------------------- writer
+    def _drain_batch(self, limit: int = 10_000):
+        """Pops up to ``limit`` events; returns (records, fences reached)."""
+        q = self._queue
+        run, pidx, host, pid, attempt = (
+            self.run, self.process_index, self._host, self._pid, self._attempt)
+        seq = self._seq
+        batch, fences = [], []
+        popleft = q.popleft
+        while len(batch) < limit:
+            try:
+                item = popleft()
+            except IndexError:
+                break
+            if type(item) is _Fence:
+                fences.append(item)
+                continue
+            kind, t, step, extra, wt = item
+            batch.append(EventRecord(run, kind, t, step, extra, pidx, host, pid, attempt,
+                                     next(seq), wt))
+        return batch, fences
+
+    def _write(self, batch) -> bool:
+        if not batch:
+            return True
+        try:
+            self._store.append(batch)
+        except Exception:
+            self._write_errors += 1
+            if self._write_errors == 1 or self._write_errors % 100 == 0:
+                logger.exception("goodput: writing %d events to %s failed (will retry)",
+                                 len(batch), getattr(self._store, "url", "the store"))
+            return False
+        self._written += len(batch)
+        return True
+
+    def _drain(self) -> None:
+        """Writes everything queued; keeps a failed batch and retries it."""
+        pending = getattr(self, "_pending", None)
+        backoff = 0.05
+        while True:
+            if pending is None:
+                pending, fences = self._drain_batch()
+            else:
+                fences = []
+            if not pending and not fences:
+                self._pending = None
+                return
+            if not self._write(pending):
+                self._pending = pending
+                for f in fences:  # fences stay ordered after the failed batch
+                    self._queue.appendleft(f)
+                if self._closed:
+                    return
+                self._wake.wait(backoff)
+                backoff = min(backoff * 2, 5.0)
+                pending = self._pending
+                continue
+            pending = self._pending = None
+            for f in fences:
+                f.ok = True
+                f.done.set()
+
+    def _writer_loop(self) -> None:
+        my_pid = self._pid
+        while True:
+            self._wake.wait(self._interval)
+            self._wake.clear()
+            if os.getpid() != my_pid:  # a fork copied this thread's owner: not ours
+                return
+            try:
+                self._drain()
+            except Exception:  # keep the writer alive whatever happens
+                logger.exception("goodput: writer error")
+            if self._closed and not self._queue:
+                return
+
+    def flush(self, timeout: Optional[float] = 10.0) -> bool:
+        """Blocks until every event recorded before this call is stored.
+
+        Args:
+          timeout: seconds to wait at most (None: no limit).
+
+        Returns:
+          True when everything was stored, False on timeout or store failure.
+        """
+        if self._store is None:
+            flush = getattr(self._cloud_logger, "flush", None)
+            if callable(flush):
+                try:
+                    flush()
+                except Exception:
+                    logger.exception("goodput: cloud_logger.flush failed")
+                    return False
+            return True
+        fence = _Fence()
+        self._queue.append(fence)
+        writer = self._writer
+        if writer is None or not writer.is_alive():
+            self._drain()  # no writer (interpreter exit, dead thread): write inline
+        else:
+            self._wake.set()
+            fence.done.wait(timeout)
+        return fence.ok
+
+    def close(self, timeout: Optional[float] = 10.0) -> bool:
+        """Flushes and stops the writer. Later ``record_*`` calls are dropped."""
+        ok = self.flush(timeout)
+        self._closed = True
+        self._cap = 0  # further events are counted as dropped
+        self._wake.set()
+        return ok
+
+    def __enter__(self) -> "Recorder":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class NullRecorder(PhaseMixin):
+    """A recorder that records nothing (the disabled state: not ``None``)."""
+
+    run = job_name = ""
+    process_index = 0
+    dropped = 0
+
+    def _record(self, kind, when, step=None, extra=None) -> None:
+        return None
+
+    def record(self, kind, time=None, step=None, **extra) -> None:
+        return None
+
+    def flush(self, timeout: Optional[float] = 10.0) -> bool:
+        return True
+
+    def close(self, timeout: Optional[float] = 10.0) -> bool:
+        return True
+
+    def stats(self) -> Dict[str, Any]:
+        return {"written": 0, "dropped": 0, "rejected": {}, "write_errors": 0, "queued": 0}
+
+
+NULL_RECORDER = NullRecorder()
+
+
+def flush_all(timeout: float = _EXIT_FLUSH_TIMEOUT_S) -> bool:
+    """Flushes every live recorder of this process within ``timeout`` seconds in all."""
+    deadline = time.monotonic() + timeout
+    ok = True
+    for rec in list(_LIVE):
+        remaining = max(0.0, deadline - time.monotonic())
+        try:
+            ok = rec.flush(remaining) and ok
+        except Exception:
+            ok = False
+    return ok
+
+
+def _after_fork_in_child() -> None:
+    for rec in list(_LIVE):
+        try:
+            rec._after_fork_in_child()
+        except Exception:
+            logger.exception("goodput: could not reset a recorder after fork")
+
+
+atexit.register(flush_all)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

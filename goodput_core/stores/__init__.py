@@ -1,0 +1,82 @@
+"""Event stores, chosen by URL.
+
+========================================  =====================================
+URL                                        store
+========================================  =====================================
+``sqlite:///abs/path.sqlite``              embedded SQLite file (the default)
+``sqlite://relative/path.sqlite``          same, relative to the working dir
+``/some/path.sqlite`` or ``x.sqlite``      a bare path means sqlite
+``memory://NAME``                          in-process, shared by NAME
+``cloud-logging://PROJECT/LOG``            Google Cloud Logging (multi-host)
+========================================  =====================================
+
+The default store is ``$GOODPUT_STORE`` when set, else the sqlite file
+``$XDG_DATA_HOME/goodput/goodput.sqlite`` (``~/.local/share/goodput/...``).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Union
+
+from goodput_core.stores.base import Cursor, Store, StoreError
+
+__all__ = ["Store", "StoreError", "Cursor", "open_store", "default_store_url"]
+
+STORE_ENV = "GOODPUT_STORE"
+
+
+def default_store_url() -> str:
+    """The store used when none is given: ``$GOODPUT_STORE`` or the user data dir."""
+    env = os.environ.get(STORE_ENV)
+    if env:
+        return env
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(Path.home(), ".local", "share")
+    return "sqlite:///" + os.path.join(base, "goodput", "goodput.sqlite").lstrip("/")
+
+
+def open_store(url: Union[str, os.PathLike, Store, None] = None) -> Store:
+    """Opens the store named by ``url`` (see the module docstring).
+
+    Args:
+      url: a store URL, a filesystem path (sqlite), an already open Store
+        (returned as is), or None for :func:`default_store_url`.
+
+    Raises:
+      StoreError: the URL is malformed, its scheme unknown, or the path unusable.
+    """
+    if isinstance(url, Store):
+        return url
+    if url is None:
+        url = default_store_url()
+    url = os.fspath(url)
+    if not isinstance(url, str) or not url.strip():
+        raise StoreError(f"empty store URL {url!r}")
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        scheme, rest = "sqlite", url
+    if scheme == "memory":
+        from goodput_core.stores.memory import open_named
+
+        return open_named(rest)
+    if scheme == "sqlite":
+        if not rest:
+            raise StoreError(f"store URL {url!r} names no file: use sqlite:///path/to/file.sqlite")
+        from goodput_core.stores.sqlite import SqliteStore
+
+        return SqliteStore(rest)
+    if scheme == "cloud-logging":
+        project, _, log = rest.partition("/")
+        if not project or not log or "/" in log:
+            raise StoreError(
+                f"store URL {url!r} is not cloud-logging://PROJECT/LOG_NAME")
+        try:
+            from goodput_core.stores.cloud_logging import CloudLoggingStore
+        except ImportError as exc:
+            raise StoreError(
+                f"the cloud-logging store needs the 'gcp' extra: pip install 'goodput[gcp]' ({exc})"
+            ) from exc
+        return CloudLoggingStore(project=project, log_name=log)
+    raise StoreError(
+        f"unknown store scheme {scheme!r} in {url!r}: use sqlite://, memory:// or cloud-logging://")
