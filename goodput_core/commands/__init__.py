@@ -1,0 +1,1 @@
+"""Subcommands of the ``goodput`` command line (one module each)."""

@@ -1,0 +1,17 @@
+"""``goodput runs``: list the runs in a store."""
+
+from __future__ import annotations
+
+from goodput_core.commands.common import add_store_argument
+from goodput_core.stores import open_store
+
+
+def add_arguments(parser) -> None:
+    add_store_argument(parser)
+
+
+def run(args) -> int:
+    store = open_store(args.store)
+    for name in store.runs():
+        print(name)
+    return 0

@@ -1,0 +1,1 @@
+"""Test-support code shared by the suite (fakes, generators, reference runners)."""
