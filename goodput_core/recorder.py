@@ -44,6 +44,7 @@ __all__ = ["Recorder", "NullRecorder", "NULL_RECORDER", "flush_all"]
 logger = logging.getLogger("goodput")
 
 _LIVE: "weakref.WeakSet[Recorder]" = weakref.WeakSet()
+
 _DEFAULT_QUEUE_SIZE = 200_000
 _EXIT_FLUSH_TIMEOUT_S = 10.0
 
@@ -296,6 +297,8 @@ class Recorder(PhaseMixin):
         if not batch:
             return True
         try:
+            # Fork safety of the store's own I/O is the store's job (the sqlite
+            # store holds forks back while any thread is inside SQLite).
             self._store.append(batch)
         except Exception:
             self._write_errors += 1
@@ -347,11 +350,15 @@ class Recorder(PhaseMixin):
             if self._closed and not self._queue:
                 return
 
-    def flush(self, timeout: Optional[float] = 10.0) -> bool:
+    def flush(self, timeout: Optional[float] = 10.0, wait_for_delivery: bool = True) -> bool:
         """Blocks until every event recorded before this call is stored.
 
         Args:
           timeout: seconds to wait at most (None: no limit).
+          wait_for_delivery: for stores that deliver in the background (Cloud
+            Logging), also wait until they delivered; False waits only until
+            the store has taken the events (it then owns them, spilling to
+            disk during an outage).
 
         Returns:
           True when everything was stored, False on timeout or store failure.
@@ -365,6 +372,7 @@ class Recorder(PhaseMixin):
                     logger.exception("goodput: cloud_logger.flush failed")
                     return False
             return True
+        deadline = None if timeout is None else time.monotonic() + timeout
         fence = _Fence()
         self._queue.append(fence)
         writer = self._writer
@@ -373,7 +381,18 @@ class Recorder(PhaseMixin):
         else:
             self._wake.set()
             fence.done.wait(timeout)
-        return fence.ok
+        if not fence.ok or not wait_for_delivery:
+            return fence.ok
+        # Stores that deliver in the background (Cloud Logging) have a fence too.
+        store_flush = getattr(self._store, "flush", None)
+        if callable(store_flush):
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                return bool(store_flush(left)) is not False
+            except Exception:
+                logger.exception("goodput: store flush failed")
+                return False
+        return True
 
     def close(self, timeout: Optional[float] = 10.0) -> bool:
         """Flushes and stops the writer. Later ``record_*`` calls are dropped."""

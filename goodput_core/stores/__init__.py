@@ -77,6 +77,9 @@ def open_store(url: Union[str, os.PathLike, Store, None] = None) -> Store:
             raise StoreError(
                 f"the cloud-logging store needs the 'gcp' extra: pip install 'goodput[gcp]' ({exc})"
             ) from exc
-        return CloudLoggingStore(project=project, log_name=log)
+        try:
+            return CloudLoggingStore(project=project, log_name=log)
+        except ValueError as exc:  # a malformed project id or log name
+            raise StoreError(f"store URL {url!r}: {exc}") from exc
     raise StoreError(
         f"unknown store scheme {scheme!r} in {url!r}: use sqlite://, memory:// or cloud-logging://")

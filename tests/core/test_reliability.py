@@ -84,17 +84,18 @@ def test_r6_four_processes_by_four_threads_into_one_store(tmp_path):
 def test_r7_threads_and_fork(tmp_path):
     db = str(tmp_path / "r7.sqlite")
     rec = Recorder("r7", db, strict=True, flush_interval_s=0.001)
-    stop = threading.Event()
-    counts = [0] * 4
+    per_thread = 20_000  # the forks below land while these are being recorded
+    started = threading.Barrier(5)
 
     def work(thread_id):
-        while not stop.is_set() or counts[thread_id] < 2_000:
-            rec.record_metric("t", thread_id, step=counts[thread_id])
-            counts[thread_id] += 1
+        started.wait()
+        for i in range(per_thread):
+            rec.record_metric("t", thread_id, step=i)
 
     threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
     for t in threads:
         t.start()
+    started.wait()
     children = []
     for _ in range(3):  # fork while the threads and the writer are busy
         pid = os.fork()
@@ -107,7 +108,6 @@ def test_r7_threads_and_fork(tmp_path):
             finally:
                 os._exit(code)
         children.append(pid)
-    stop.set()
     for t in threads:
         t.join()
     for pid in children:
@@ -116,7 +116,8 @@ def test_r7_threads_and_fork(tmp_path):
     assert rec.flush(60)
     events, _ = open_store(db).read("r7")
     parent = [e for e in events if e.extra["metric_name"] == "t"]
-    assert len(parent) == sum(counts)  # nothing lost in the parent
+    assert rec.dropped == 0
+    assert len(parent) == 4 * per_thread  # nothing lost in the parent
     assert len({(e.extra["metric_value"], e.step) for e in parent}) == len(parent)
     assert {e.attempt for e in parent} == {rec.attempt}
     child = [e for e in events if e.extra["metric_name"] == "child"]

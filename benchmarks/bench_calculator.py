@@ -1,0 +1,142 @@
+"""P2, P3, P7: the calculator's cold computation, incremental update and memory.
+
+The workload is quality.md's: 1,000,000 events of a job whose steps each
+overlap one data load, with a custom (evaluation) event every 100 steps and
+100 restarts (each a crash, a new job start, init, preparation, a sync load
+and the steps again from the last checkpoint). Events are EventRecords as a
+store returns them.
+
+* P2: a fresh Calculator takes all events and answers ``cumulative()``
+  (median wall time over repeats; extra peak memory by tracemalloc, which
+  sees numpy's buffers, in a separate run so that tracing does not slow the
+  timed ones).
+* P3: on top of those 1,000,000 events, 1,000 more arrive (the job goes on):
+  ``add`` + ``cumulative()``; median over 50 increments.
+* P7: bytes held by the timeline's arrays per recorded step, and
+  tracemalloc's count of what the calculator holds after the computation.
+
+    python benchmarks/bench_calculator.py [--events N] [--repeats R]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import time
+import tracemalloc
+
+from _machine import machine, median
+from goodput_core.calculator import Calculator
+from goodput_core.events import EventRecord, Kind
+
+RUN = "bench"
+CUSTOM = {"custom_badput_event_type": "eval"}
+
+
+def workload(n_events: int, restarts: int = 100, tail: int = 0):
+    """The P2 event stream, plus ``tail`` events of the job going on after it.
+
+    Returns:
+      (events, extra_events): two lists of EventRecords in write order.
+    """
+    per_step = 3 + 2 / 100
+    steps_per_attempt = int((n_events - 8 * (restarts + 1)) / per_step) // (restarts + 1)
+    out, t, step, ckpt = [], 1_700_000_000.0, 0, 0
+
+    def add(kind, when, s=None, extra=None):
+        out.append(EventRecord(RUN, int(kind), when, s, extra))
+
+    for attempt in range(restarts + 1):
+        add(Kind.JOB_START, t)
+        add(Kind.TPU_INIT_START, t)
+        add(Kind.TPU_INIT_END, t + 20.0)
+        add(Kind.TRAINING_PREP_START, t + 20.0)
+        add(Kind.TRAINING_PREP_END, t + 30.0)
+        add(Kind.DATA_LOADING_START, t + 30.0)
+        add(Kind.DATA_LOADING_END, t + 31.0)
+        t += 31.0
+        n = steps_per_attempt if attempt < restarts else 10 ** 9
+        for _ in range(n):
+            if attempt == restarts and len(out) >= n_events + tail:
+                break
+            add(Kind.STEP_START, t, step)
+            add(Kind.DATA_LOADING_START, t + 0.05)
+            add(Kind.DATA_LOADING_END, t + 0.25)
+            if step % 100 == 0:
+                add(Kind.CUSTOM_BADPUT_START, t + 0.5, None, CUSTOM)
+                add(Kind.CUSTOM_BADPUT_END, t + 2.5, None, CUSTOM)
+                ckpt = step
+                t += 2.0
+            t += 1.0
+            step += 1
+        if attempt < restarts:
+            add(Kind.DISRUPTION, t + 0.5, None, {"disruption_cause": "preemption"})
+            t += 60.0
+            step = ckpt + 1
+    return out[:n_events], out[n_events:n_events + tail]
+
+
+def cold(events):
+    calc = Calculator(RUN, clock=lambda: events[-1].time + 1.0)
+    calc.add(events)
+    return calc, calc.cumulative()
+
+
+def bench_p2(events, repeats):
+    times = []
+    for _ in range(repeats):
+        gc.collect()
+        t0 = time.perf_counter()
+        calc, result = cold(events)
+        times.append(time.perf_counter() - t0)
+        del calc
+    gc.collect()
+    tracemalloc.start()
+    calc, result = cold(events)
+    held, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    return times, peak, held, calc, result
+
+
+def bench_p3(calc, extra, batch=1000):
+    times = []
+    for i in range(0, len(extra) - batch + 1, batch):
+        chunk = extra[i:i + batch]
+        t0 = time.perf_counter()
+        calc.add(chunk)
+        calc.cumulative(now=chunk[-1].time + 1.0)
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--events", type=int, default=1_000_000)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--increments", type=int, default=50)
+    args = ap.parse_args()
+    print(machine())
+    events, extra = workload(args.events, tail=1000 * args.increments)
+    print(f"workload: {len(events):,} events (+{len(extra):,} for P3)")
+
+    times, peak, held, calc, result = bench_p2(events, args.repeats)
+    print(f"P2 cold add + cumulative: median {median(times):.3f} s over {len(times)} runs "
+          f"(min {min(times):.3f}, max {max(times):.3f}); extra peak memory "
+          f"{peak / 2 ** 20:.1f} MiB   [target <= 1 s, <= 300 MiB]")
+    print(f"   goodput {result.goodput:.3f} %, disruptions {result.disruptions}, "
+          f"skipped {result.skipped}")
+
+    inc = bench_p3(calc, extra)
+    inc_ms = [x * 1e3 for x in inc]
+    print(f"P3 add 1,000 events + cumulative: median {median(inc_ms):.2f} ms over {len(inc)} "
+          f"updates (max {max(inc_ms):.2f} ms)   [target <= 10 ms]")
+
+    tl = calc.timeline
+    steps = len(tl.tables["step_start"])
+    print(f"P7 arrays held: {tl.nbytes / steps:.1f} bytes per step ({tl.nbytes / 2 ** 20:.1f} MiB "
+          f"for {steps:,} recorded steps); tracemalloc after P2: {held / steps:.1f} bytes "
+          f"per step   [target <= 100]")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,289 @@
+"""Goodput queries over a run's events: cumulative, windows, rolling windows,
+exclusions and step-time statistics.
+
+API summary::
+
+    from goodput_core.calculator import Calculator
+
+    calc = Calculator("run-1", "sqlite:///goodput.sqlite")  # reads the store
+    calc.refresh()                      # reads only the events new since last time
+    calc = Calculator()                 # or feed events yourself:
+    calc.add(events)                    #   EventRecords (any order, duplicates ok)
+    calc.add_payloads(dicts)            #   reference-format payloads
+
+    r = calc.cumulative()               # GoodputResult over the whole lifetime
+    r = calc.cumulative(exclude=[(a, b), ...])   # minus the union of intervals
+    r = calc.window(a, b)               # any window [a, b] (also with exclude=)
+    rs = calc.rolling([60, 3600])       # windows ending now, from one timeline
+    s = calc.step_stats()               # StepStats: step times, ideal, deviations
+    calc.spans(a, b)                    # [(start, end, label), ...] for pictures
+    calc.skipped                        # {reason: count} of unusable inputs
+
+    r.goodput, r.productive_seconds, r.total_seconds, r.idle_seconds,
+    r.excluded_seconds, r.badput_seconds[BadputType.X], r.badput_percent,
+    r.custom_badput_seconds["EVAL"], r.data_loading_async_seconds,
+    r.disruptions, r.max_productive_step, r.last_step, r.skipped, r.window
+
+Times are POSIX seconds (or datetimes; naive = UTC). ``now`` defaults to the
+injected ``clock``. Queries never raise on bad data (bad events are skipped
+and counted); they raise ``ValueError`` only for impossible arguments (a
+window that ends before it starts, NaN bounds, a negative rolling size).
+Semantics: ``shared/spec/semantics.md``; the spans: :mod:`goodput_core.timeline`.
+The calculator is thread-safe (one lock around updates and queries).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+import threading
+import time
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from goodput_core.buckets import CUSTOM_BASE, IDLE, PRODUCTIVE, BadputType
+from goodput_core.events import SkipReason, from_payload, to_timestamp
+from goodput_core.results import GoodputResult, build_result, empty_result
+from goodput_core.segments import CLOSE_JOB_END, CLOSE_STEP_END, NO_RESTART
+from goodput_core.step_stats import StepStats, compute_step_stats
+from goodput_core.timeline import Timeline
+
+__all__ = ["Calculator", "GoodputResult", "StepStats"]
+
+Interval = Tuple[Any, Any]
+
+
+class Calculator:
+    """Incremental goodput calculator for one run.
+
+    Args:
+      run: the run name. Required with ``store``; with :meth:`add`, events
+        of other runs are skipped (None: accept every event).
+      store: a store URL, path or open Store to read with :meth:`refresh`.
+      clock: returns the current POSIX time (``now`` of queries).
+      ideal_step_time: a configured ideal step time in seconds (optional).
+
+    Raises:
+      ValueError: a store without a run name, or a bad ideal step time.
+      StoreError: the store cannot be opened.
+    """
+
+    def __init__(self, run: Optional[str] = None, store: Any = None, *,
+                 clock: Callable[[], float] = time.time,
+                 ideal_step_time: Optional[float] = None):
+        if store is not None and not run:
+            raise ValueError("a run name is needed to read a store")
+        if ideal_step_time is not None and not (
+                isinstance(ideal_step_time, (int, float)) and ideal_step_time > 0):
+            raise ValueError(f"ideal_step_time must be a positive number, got {ideal_step_time!r}")
+        self.run = run
+        self._store = None
+        if store is not None:
+            from goodput_core.stores import open_store
+
+            self._store = open_store(store)
+        self._cursor = None
+        self._clock = clock
+        self._ideal = None if ideal_step_time is None else float(ideal_step_time)
+        self._tl = Timeline()
+        self._lock = threading.RLock()
+
+    # --------------------------------------------------------------- input
+    def add(self, events: Iterable[Any]) -> int:
+        """Adds events (EventRecords); returns how many were stored."""
+        with self._lock:
+            return self._tl.add(events, self.run)
+
+    def add_payloads(self, payloads: Iterable[Any]) -> int:
+        """Adds reference-format payload dicts; unparsable ones are counted."""
+        records = []
+        with self._lock:
+            for payload in payloads:
+                parsed = from_payload(payload, run=self.run)
+                if isinstance(parsed, SkipReason):
+                    self._tl.tables.skipped[parsed.value] += 1
+                else:
+                    records.append(parsed)
+            return self._tl.add(records, self.run)
+
+    def refresh(self) -> int:
+        """Reads the events appended to the store since the last refresh.
+
+        Returns:
+          The number of events read (0 without a store).
+        """
+        if self._store is None:
+            return 0
+        with self._lock:
+            events, self._cursor = self._store.read(self.run, since=self._cursor)
+            if events:
+                self._tl.add(events, self.run)
+            return len(events)
+
+    # ------------------------------------------------------------- queries
+    @property
+    def timeline(self) -> Timeline:
+        """The underlying timeline, brought up to date."""
+        with self._lock:
+            self._tl.update()
+            return self._tl
+
+    @property
+    def skipped(self) -> Dict[str, int]:
+        """Unusable inputs so far, by reason."""
+        with self._lock:
+            self._tl.update()
+            return self._tl.skipped()
+
+    def lifetime(self, now: Any = None) -> Optional[Tuple[float, float]]:
+        """(first job start, last job end or now), or None before a job start."""
+        with self._lock:
+            self._tl.update()
+            att = self._tl.attempts
+            if not len(att):
+                return None
+            t = self._now(now)
+            return float(att.start[0]), max(att.lifetime_end(t), float(att.start[0]))
+
+    def cumulative(self, now: Any = None, exclude: Optional[Sequence[Interval]] = None
+                   ) -> GoodputResult:
+        """Goodput over the whole lifetime (minus the union of ``exclude``)."""
+        return self.window(-math.inf, math.inf, now=now, exclude=exclude)
+
+    def window(self, start: Any, end: Any, now: Any = None,
+               exclude: Optional[Sequence[Interval]] = None) -> GoodputResult:
+        """Goodput over ``[start, end]`` clipped to the lifetime.
+
+        Args:
+          start, end: the window (POSIX seconds or datetimes; +-inf allowed).
+          now: the query time (default: the clock).
+          exclude: intervals to remove from every span and from total time.
+
+        Raises:
+          ValueError: NaN bounds, ``end < start``, or such an exclusion.
+        """
+        a, b = _time_arg(start, "start"), _time_arg(end, "end")
+        if b < a:
+            raise ValueError(f"window ends before it starts: [{a}, {b}]")
+        excl = _intervals(exclude)
+        with self._lock:
+            t = self._now(now)
+            tl = self._tl
+            tl.update()
+            if not len(tl.attempts):
+                return empty_result(t, tl.skipped(), tl.tables.elastic_seen)
+            lo = float(tl.attempts.start[0])
+            life = (lo, max(tl.attempts.lifetime_end(t), lo))
+            wa, wb = max(a, life[0]), max(min(b, life[1]), max(a, life[0]))
+            return build_result(tl, a, b, excl, life, t, _step_summary(tl, wa, wb))
+
+    def rolling(self, seconds: Iterable[float], now: Any = None,
+                exclude: Optional[Sequence[Interval]] = None) -> List[GoodputResult]:
+        """Windows of the given lengths ending at ``now``, in the given order."""
+        sizes = [float(s) for s in seconds]
+        if any(not (s >= 0) for s in sizes):
+            raise ValueError(f"rolling window sizes must be >= 0, got {sizes}")
+        with self._lock:
+            t = self._now(now)
+            return [self.window(t - s, t, now=t, exclude=exclude) for s in sizes]
+
+    def spans(self, start: Any = -math.inf, end: Any = math.inf, now: Any = None
+              ) -> List[Tuple[float, float, str]]:
+        """The attributed spans of ``[start, end]`` clipped to the lifetime, in
+        time order (for timeline pictures).
+
+        Returns:
+          ``(start, end, label)`` tuples; labels are ``PRODUCTIVE``, ``IDLE``,
+          a BadputType name, or ``CUSTOM_BADPUT_EVENTS:<TYPE>``.
+        """
+        a, b = _time_arg(start, "start"), _time_arg(end, "end")
+        if b < a:
+            raise ValueError(f"window ends before it starts: [{a}, {b}]")
+        life = self.lifetime(now)
+        with self._lock:
+            if life is None:
+                return []
+            s, e, c = self._tl.labelled(max(a, life[0]), min(b, life[1]))
+            names = self._tl.tables.names["custom"]
+            return [(x, y, _label(code, names)) for x, y, code in zip(s.tolist(), e.tolist(),
+                                                                      c.tolist())]
+
+    def step_stats(self, ideal_step_time: Optional[float] = None) -> StepStats:
+        """Step times, ideal step time and deviations (semantics.md rule 12).
+
+        Args:
+          ideal_step_time: overrides the configured ideal step time.
+        """
+        with self._lock:
+            self._tl.update()
+            ideal = ideal_step_time if ideal_step_time is not None else self._ideal
+            return compute_step_stats(self._tl, ideal)
+
+    def _now(self, now: Any) -> float:
+        return _time_arg(self._clock() if now is None else now, "now")
+
+
+def _time_arg(value: Any, name: str) -> float:
+    """A query time as float seconds (infinities allowed, NaN not)."""
+    if isinstance(value, _dt.datetime):
+        return to_timestamp(value)
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise ValueError(f"{name} must be POSIX seconds or a datetime, got {value!r}")
+    f = float(value)
+    if math.isnan(f):
+        raise ValueError(f"{name} is NaN")
+    return f
+
+
+def _label(code: int, custom_names: List[str]) -> str:
+    if code == PRODUCTIVE:
+        return "PRODUCTIVE"
+    if code == IDLE:
+        return "IDLE"
+    if code >= CUSTOM_BASE:
+        return f"CUSTOM_BADPUT_EVENTS:{custom_names[code - CUSTOM_BASE]}"
+    return BadputType(code).name
+
+
+def _intervals(exclude: Optional[Sequence[Interval]]) -> List[Tuple[float, float]]:
+    """Validated exclusion intervals."""
+    out = []
+    for item in exclude or ():
+        try:
+            x, y = item
+        except (TypeError, ValueError):
+            raise ValueError(f"an exclusion must be a (start, end) pair, got {item!r}") from None
+        x, y = _time_arg(x, "exclusion start"), _time_arg(y, "exclusion end")
+        if y < x:
+            raise ValueError(f"exclusion ends before it starts: ({x}, {y})")
+        out.append((x, y))
+    return out
+
+
+def _step_summary(tl: Timeline, a: float, b: float) -> Dict[str, int]:
+    """Restarts in ``[a, b]``, the last step started by ``b`` and the largest
+    kept step by ``b`` (with hindsight: progress later redone is not kept)."""
+    seg = tl.segments
+    st = tl.tables["step_start"]
+    t, s = st["t"], st["step"]
+    out = {"disruptions": 0, "max_productive_step": 0, "last_step": 0}
+    if not len(seg):
+        return out
+    i0, i1 = seg["i0"], seg["i1"]
+    t0 = t[i0]
+    out["disruptions"] = int((seg["restart"] & (t0 >= a) & (t0 <= b)).sum())
+    sel = t0 <= b
+    if not sel.any():
+        return out
+    i0, i1, next_r = i0[sel], i1[sel], seg["next_r"][sel]
+    close, kind = seg["close"][sel], seg["close_kind"][sel]
+    j = np.clip(np.searchsorted(t, b, side="right") - 1, i0, i1)
+    out["last_step"] = int(s[j[-1]])
+    # a step ends (completes) with its step end or the job end, not a crash
+    done = ((kind == CLOSE_STEP_END) | (kind == CLOSE_JOB_END)) & (close <= b) & (j == i1)
+    completed = np.where(done, s[i1], np.where(j > i0, s[j] - 1, -1))
+    kept = np.where(next_r != NO_RESTART, np.minimum(completed, next_r - 1), completed)
+    kept = kept[kept >= s[i0]]
+    out["max_productive_step"] = int(kept.max()) if len(kept) else 0
+    return out

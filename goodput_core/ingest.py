@@ -1,0 +1,394 @@
+"""Event validation and the columnar event tables the timeline reads.
+
+Events are kept as compact numpy columns, one sorted table per family of
+kinds (steps, job starts, each paired start/end family, Orbax spans, ...):
+no Python object per event survives ingestion. Each table stays sorted by
+``(time, arrival order)``; exact duplicates (same kind, time, step or type)
+of steps, job starts/ends, disruptions and Orbax entries are dropped and
+counted (a duplicated start or end of a paired interval is harmless: it is
+counted as unmatched). Every unusable input is counted per reason in
+:attr:`EventTables.skipped`, never raised.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+from operator import itemgetter
+from typing import Any, Dict, Iterable, List, Optional, Tuple
+
+import numpy as np
+
+from goodput_core.events import (
+    CUSTOM_BADPUT_EVENT_TYPE,
+    ELASTIC_WAIT_EVENT_TYPE,
+    ORBAX_EVENT_TYPE,
+    Kind,
+    orbax_span_keys,
+)
+from goodput_core.intervals import Growable
+
+__all__ = ["EventTables", "PAIR_FAMILIES", "MAX_ABS_TIME", "MAX_STEP"]
+
+MAX_ABS_TIME = 1e12   # ~year 33658: beyond it a time is garbage, not a date
+MAX_STEP = 2 ** 62    # steps must fit int64 arithmetic with headroom
+_INF = math.inf
+
+# kind -> (paired family name, is_end) for the start/end families
+PAIR_FAMILIES: Dict[int, Tuple[str, int]] = {
+    Kind.TPU_INIT_START: ("tpu", 0), Kind.TPU_INIT_END: ("tpu", 1),
+    Kind.TRAINING_PREP_START: ("prep", 0), Kind.TRAINING_PREP_END: ("prep", 1),
+    Kind.DATA_LOADING_START: ("dl", 0), Kind.DATA_LOADING_END: ("dl", 1),
+    Kind.ELASTIC_REINIT_START: ("reinit", 0), Kind.ELASTIC_REINIT_END: ("reinit", 1),
+    Kind.CHECKPOINT_SAVE_START: ("save", 0), Kind.CHECKPOINT_SAVE_END: ("save", 1),
+    Kind.CHECKPOINT_RESTORE_START: ("restore", 0), Kind.CHECKPOINT_RESTORE_END: ("restore", 1),
+    Kind.PROGRAM_STARTUP_START: ("compile", 0), Kind.PROGRAM_STARTUP_END: ("compile", 1),
+    Kind.CUSTOM_BADPUT_START: ("custom", 0), Kind.CUSTOM_BADPUT_END: ("custom", 1),
+    Kind.ELASTIC_WAIT_START: ("wait", 0), Kind.ELASTIC_WAIT_END: ("wait", 1),
+}
+_KEYED = {"custom", "wait"}
+_TABLE_COLUMNS = {
+    "job_start": (), "job_end": (), "step_start": ("step",), "step_end": ("step",),
+    "disruption": ("key",), "orbax": ("end", "key"),
+}
+_SIMPLE_KINDS = {Kind.JOB_START: "job_start", Kind.JOB_END: "job_end"}
+_IGNORED = {int(Kind.METADATA), int(Kind.METRIC)}
+_KNOWN = {int(k) for k in Kind}
+# kinds handled column-wise on large batches (no extra payload needed)
+_VECTOR_KINDS = {int(k) for k, (fam, _) in PAIR_FAMILIES.items() if fam not in _KEYED}
+_VECTOR_KINDS |= {int(Kind.JOB_START), int(Kind.JOB_END), int(Kind.STEP_START), int(Kind.STEP_END)}
+_ELASTIC_KINDS = {int(Kind.ELASTIC_SLICE_COUNTS), int(Kind.ELASTIC_WAIT_START),
+                  int(Kind.ELASTIC_WAIT_END), int(Kind.ELASTIC_REINIT_START),
+                  int(Kind.ELASTIC_REINIT_END)}
+_INT_TYPES = {int, Kind}  # exact types: bools are not kinds
+_DTYPES = {"t": np.float64, "o": np.int32, "step": np.int64, "key": np.int32,
+           "end": np.float64, "e": np.int8}
+ORBAX_SAVE, ORBAX_RESTORE = 0, 1
+
+
+class Table:
+    """Columns of one family, sorted by (time ``t``, arrival order ``o``)."""
+
+    def __init__(self, extra: Tuple[str, ...], dedup: bool = True):
+        self.names = ("t", "o") + tuple(extra)
+        self.dedup = dedup
+        self.cols = {name: Growable(_DTYPES[name]) for name in self.names}
+
+    def __len__(self) -> int:
+        return self.cols["t"].n
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.cols[name].a
+
+    @property
+    def nbytes(self) -> int:
+        return sum(c.nbytes for c in self.cols.values())
+
+    def insert(self, batch: Dict[str, np.ndarray]) -> Tuple[float, int]:
+        """Inserts a batch (any order); drops exact duplicates.
+
+        Returns:
+          (earliest inserted time or +inf, number of duplicates dropped).
+        """
+        t = batch["t"]
+        if not len(t):
+            return _INF, 0
+        order = np.lexsort((batch["o"], t))
+        batch = {k: v[order] for k, v in batch.items()}
+        keep = self._novel(batch) if self.dedup else np.ones(len(t), bool)
+        dups = int(len(keep) - keep.sum())
+        if dups:
+            batch = {k: v[keep] for k, v in batch.items()}
+        t = batch["t"]
+        if not len(t):
+            return _INF, dups
+        n = len(self)
+        if not n or t[0] >= self["t"][-1]:
+            for name in self.names:
+                self.cols[name].extend(batch[name])
+        else:  # out of order: merge (rare; the timeline recomputes from scratch)
+            merged = {k: np.concatenate((self[k], batch[k])) for k in self.names}
+            order = np.lexsort((merged["o"], merged["t"]))
+            for name in self.names:
+                self.cols[name].replace(merged[name][order])
+        return float(t[0]), dups
+
+    def _novel(self, batch: Dict[str, np.ndarray]) -> np.ndarray:
+        """Mask of batch rows that are not exact copies of an earlier row."""
+        t = batch["t"]
+        aux = [k for k in self.names if k not in ("t", "o")]
+        # copies are adjacent in (time, aux..., arrival) order; keep the first
+        order = np.lexsort([batch["o"]] + [batch[k] for k in reversed(aux)] + [t])
+        same = np.zeros(len(t), bool)
+        same[1:] = t[order][1:] == t[order][:-1]
+        for k in aux:
+            col = batch[k][order]
+            same[1:] &= col[1:] == col[:-1]
+        keep = np.empty(len(t), bool)
+        keep[order] = ~same
+        n = len(self)
+        if n:
+            old_t = self["t"]
+            lo = np.searchsorted(old_t, t, side="left")
+            hi = np.searchsorted(old_t, t, side="right")
+            for i in np.flatnonzero(hi > lo).tolist():  # equal times: rare
+                for j in range(lo[i], hi[i]):
+                    if all(self[k][j] == batch[k][i] for k in aux):
+                        keep[i] = False
+                        break
+        # a later copy of a dropped row is a copy of a kept one: already False
+        return keep
+
+
+class EventTables:
+    """All events of one run, validated, as sorted columnar tables."""
+
+    def __init__(self):
+        self.tables: Dict[str, Table] = {name: Table(cols) for name, cols in _TABLE_COLUMNS.items()}
+        for fam in set(f for f, _ in PAIR_FAMILIES.values()):
+            # no dedup here: back-to-back zero-length intervals legitimately
+            # repeat (kind, time); a duplicated start or end is merely unmatched
+            self.tables[fam] = Table(("e", "key") if fam in _KEYED else ("e",), dedup=False)
+        self.skipped: collections.Counter = collections.Counter()
+        self.names: Dict[str, List[str]] = {"custom": [], "wait": [], "disruption": []}
+        self._codes: Dict[str, Dict[str, int]] = {k: {} for k in self.names}
+        self.elastic_seen = False
+        self.order = 0  # arrival counter (ties in time are broken by arrival)
+
+    def __getitem__(self, name: str) -> Table:
+        return self.tables[name]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.nbytes for t in self.tables.values())
+
+    def code(self, space: str, name: str) -> int:
+        """Interns a type name (custom type, elastic wait type, cause)."""
+        codes = self._codes[space]
+        c = codes.get(name)
+        if c is None:
+            c = codes[name] = len(self.names[space])
+            self.names[space].append(name)
+        return c
+
+    # ------------------------------------------------------------ ingestion
+    def add(self, events: Iterable[Any], run: Optional[str] = None) -> Tuple[float, int]:
+        """Validates and stores events.
+
+        Args:
+          events: EventRecords (or tuples in the same field order).
+          run: when given, events of other runs are skipped and counted.
+
+        Returns:
+          (earliest time any stored event affects, or +inf; events stored).
+        """
+        events = events if isinstance(events, list) else list(events)
+        if not events:
+            return _INF, 0
+        rows: Dict[str, Dict[str, list]] = collections.defaultdict(lambda: collections.defaultdict(list))
+        arrays: Dict[str, Dict[str, list]] = collections.defaultdict(lambda: collections.defaultdict(list))
+        base = self.order
+        self.order += len(events)
+        rest: Iterable[int] = range(len(events))
+        if len(events) >= 256:
+            rest = self._add_columns(events, run, base, arrays)
+        for i in rest:
+            self._add_one(events[i], run, base + i, rows)
+        earliest, stored = _INF, 0
+        for name in set(rows) | set(arrays):
+            table = self.tables[name]
+            batch = {}
+            for k in table.names:
+                parts = arrays[name][k] + [np.asarray(rows[name][k], dtype=_DTYPES[k])]
+                batch[k] = np.concatenate(parts).astype(_DTYPES[k], copy=False)
+            t0, dups = table.insert(batch)
+            earliest = min(earliest, t0)
+            stored += len(batch["t"]) - dups
+            if dups:
+                self.skipped["duplicate"] += dups
+        return earliest, stored
+
+    def _add_columns(self, events: List[Any], run, base: int, arrays) -> Iterable[int]:
+        """Column-wise fast path for the common kinds of a large batch.
+
+        Returns the indices left for the per-event path (other kinds, or all
+        of them when the batch has odd types)."""
+        everything = range(len(events))
+        try:
+            kinds = list(map(itemgetter(1), events))
+            times = list(map(itemgetter(2), events))
+            if not set(map(type, kinds)) <= _INT_TYPES or not set(map(type, times)) <= {float, int}:
+                return everything
+            if run is not None and set(map(itemgetter(0), events)) != {run}:
+                return everything
+            k = np.array(kinds, np.int64)
+            t = np.array(times, np.float64)
+        except (TypeError, IndexError, KeyError, OverflowError, ValueError):
+            return everything
+        fast = np.isin(k, list(_VECTOR_KINDS))
+        step_all = np.zeros(len(events), np.int64)
+        step_idx = np.flatnonzero(fast & ((k == Kind.STEP_START) | (k == Kind.STEP_END)))
+        if len(step_idx):
+            raw = [events[i][3] for i in step_idx.tolist()]
+            try:
+                if set(map(type, raw)) != {int}:
+                    raise TypeError
+                step_all[step_idx] = np.array(raw, np.int64)
+            except (TypeError, OverflowError, ValueError):
+                fast[step_idx] = False  # odd step values: the per-event path judges them
+        bad_t = fast & ~(np.isfinite(t) & (np.abs(t) <= MAX_ABS_TIME))
+        if bad_t.any():
+            nonfin = int((bad_t & ~np.isfinite(t)).sum())
+            self.skipped["non_finite"] += nonfin
+            self.skipped["out_of_range"] += int(bad_t.sum()) - nonfin
+        fast &= ~bad_t
+        present = np.unique(k[fast]).tolist()
+        if _ELASTIC_KINDS.intersection(present):
+            self.elastic_seen = True
+        for kind in present:
+            idx = np.flatnonzero(fast & (k == kind))
+            name, is_end = _route(kind)
+            cols = arrays[name]
+            if kind in (Kind.STEP_START, Kind.STEP_END):
+                st = step_all[idx]
+                ok = (st >= 0) & (st < MAX_STEP)
+                self.skipped["bad_step"] += int(len(ok) - ok.sum())
+                idx, st = idx[ok], st[ok]
+                cols["step"].append(st)
+            elif is_end is not None:
+                cols["e"].append(np.full(len(idx), is_end, np.int8))
+            cols["t"].append(t[idx])
+            cols["o"].append(base + idx)
+        return np.flatnonzero(~fast & ~bad_t).tolist()
+
+    def _add_one(self, ev: Any, run, order: int, rows) -> None:
+        """Validates one event; stores it in ``rows`` or counts why not."""
+        reason = self._check(ev, run)
+        if reason is not None:
+            if reason:
+                self.skipped[reason] += 1
+            return
+        kind = int(ev[1])
+        try:
+            t = float(ev[2])
+        except OverflowError:
+            self.skipped["out_of_range"] += 1
+            return
+        if kind == Kind.CHECKPOINT_STATS:
+            self._add_orbax(ev, order, rows)
+            return
+        if not (math.isfinite(t) and abs(t) <= MAX_ABS_TIME):
+            self.skipped["non_finite" if not math.isfinite(t) else "out_of_range"] += 1
+            return
+        name, is_end = _route(kind)
+        cols = rows[name]
+        if kind in (Kind.STEP_START, Kind.STEP_END):
+            step = _step(ev[3] if len(ev) > 3 else None)
+            if step is None:
+                self.skipped["bad_step"] += 1
+                return
+            cols["step"].append(step)
+        elif name in ("custom", "wait", "disruption"):
+            key = self._type_key(name, ev)
+            if key is None:
+                self.skipped["missing_field"] += 1
+                return
+            cols["key"].append(key)
+        if is_end is not None:
+            cols["e"].append(is_end)
+        cols["t"].append(t)
+        cols["o"].append(order)
+
+    def _check(self, ev: Any, run) -> Optional[str]:
+        """A skip reason, '' to ignore silently, or None when usable so far."""
+        if not isinstance(ev, tuple) or len(ev) < 3:
+            return "not_an_event"
+        if run is not None and ev[0] != run:
+            return "other_run"
+        kind = ev[1]
+        if type(kind) is bool or not isinstance(kind, (int, np.integer)) or int(kind) not in _KNOWN:
+            return "unknown_kind"
+        kind = int(kind)
+        if kind in _ELASTIC_KINDS:
+            self.elastic_seen = True
+        if kind in _IGNORED or kind == Kind.ELASTIC_SLICE_COUNTS:
+            return ""  # not part of the partition (slice efficiency: not yet)
+        t = ev[2]
+        if type(t) is bool or not isinstance(t, (int, float, np.integer, np.floating)):
+            return "bad_time"
+        return None
+
+    def _type_key(self, name: str, ev: Any) -> Optional[int]:
+        extra = ev[4] if len(ev) > 4 else None
+        field = {"custom": CUSTOM_BADPUT_EVENT_TYPE, "wait": ELASTIC_WAIT_EVENT_TYPE,
+                 "disruption": "disruption_cause"}[name]
+        value = extra.get(field) if isinstance(extra, dict) else None
+        if name == "custom":
+            # bucket key = upper-cased type, as the reference (which pairs by it too)
+            return self.code(name, value.upper()) if isinstance(value, str) else None
+        # elastic wait: the reference pairs by the raw type, default 'unknown'
+        return self.code(name, value if isinstance(value, str) else "unknown")
+
+    def _add_orbax(self, ev: Any, order: int, rows) -> None:
+        """An Orbax statistics entry: its blocking span becomes an interval."""
+        extra = ev[4] if len(ev) > 4 else None
+        event_type = extra.get(ORBAX_EVENT_TYPE) if isinstance(extra, dict) else None
+        if event_type not in ("save", "restore", "emergency_restore"):
+            self.skipped["missing_field"] += 1
+            return
+        duration = extra.get(orbax_span_keys(event_type)[1])
+        if type(duration) is bool or not isinstance(duration, (int, float)):
+            self.skipped["missing_orbax_duration"] += 1
+            return
+        try:
+            duration = float(duration)
+            start = float(ev[2])
+            if math.isnan(start):  # no start time: the span ends at the write time
+                wt = ev[10] if len(ev) > 10 else math.nan
+                if type(wt) is bool or not isinstance(wt, (int, float)):
+                    wt = math.nan
+                start = float(wt) - duration
+        except OverflowError:
+            self.skipped["out_of_range"] += 1
+            return
+        if math.isnan(start) and math.isfinite(duration):
+            self.skipped["no_timestamp"] += 1
+            return
+        if not (math.isfinite(duration) and 0.0 <= duration <= MAX_ABS_TIME):
+            self.skipped["non_finite" if not math.isfinite(duration) else "out_of_range"] += 1
+            return
+        if not (math.isfinite(start) and abs(start) <= MAX_ABS_TIME):
+            self.skipped["non_finite" if not math.isfinite(start) else "out_of_range"] += 1
+            return
+        cols = rows["orbax"]
+        cols["t"].append(start)
+        cols["o"].append(order)
+        cols["end"].append(start + duration)
+        cols["key"].append(ORBAX_SAVE if event_type == "save" else ORBAX_RESTORE)
+
+
+def _route(kind: int) -> Tuple[str, Optional[int]]:
+    """Table name and is_end flag of a kind."""
+    pair = PAIR_FAMILIES.get(kind)
+    if pair is not None:
+        return pair
+    if kind == Kind.STEP_START:
+        return "step_start", None
+    if kind == Kind.STEP_END:
+        return "step_end", None
+    if kind == Kind.DISRUPTION:
+        return "disruption", None
+    return _SIMPLE_KINDS[kind], None
+
+
+def _step(value: Any) -> Optional[int]:
+    """A valid step number, or None (bools, negatives and huge values are not)."""
+    if type(value) is bool:
+        return None
+    if isinstance(value, (int, np.integer)):
+        v = int(value)
+    elif isinstance(value, (float, np.floating)) and math.isfinite(value) and value == int(value):
+        v = int(value)
+    else:
+        return None
+    return v if 0 <= v < MAX_STEP else None

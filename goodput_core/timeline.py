@@ -1,0 +1,390 @@
+"""Events -> attributed spans that partition a job's lifetime (semantics.md).
+
+Every instant of the lifetime gets one category (``buckets.PRODUCTIVE``, a
+``BadputType`` or a custom event type); IDLE marks the gaps between attempts
+(not part of total time). The partition is stored as one
+:class:`~goodput_core.intervals.IntervalList` per category (sorted starts,
+ends and cumulative lengths), so the seconds of every category inside any
+window are a few binary searches. ``OTHER`` is never stored: it is whatever
+of the lifetime no other category covers (this also makes the open tail of
+a running attempt ``OTHER`` without storing anything that grows with time).
+
+Two labels depend on events that may arrive much later and are applied as
+*overlays* at query time instead of being painted:
+
+* wasted progress (rule 4): a restart at step ``r`` turns the spans of
+  steps >= r of the previous segment into ``WASTED_PROGRESS_FROM_DISRUPTION``
+  (everything inside them except recovery and idle time);
+* the program-startup heuristic (rule 6): the excess of a segment's first
+  span over the mean of its other kept spans, taken from the first span's
+  productive time, from its beginning.
+
+Incremental updates: the timeline keeps a *freeze time* ``F`` before which
+nothing can change any more (it is at most the start of the last step and
+no paired interval or pending start crosses it). New events at or after
+``F`` only re-examine the tail ``[F, ...)``: the per-category lists are cut
+at ``F`` and the tail is repainted. An event older than ``F`` (a late or
+backfilled write) makes the next update a full recomputation.
+
+Ties the rules leave open: overlapping custom events of different types go
+to the type seen first; a save outranks a restore; among the elastic
+buckets re-initialisation outranks scale-up, which outranks slice-down.
+Explicit program-startup spans switch the first-step heuristic off for every
+segment of their attempt. Loads count as overlapped (DATA_LOADING_ASYNC)
+inside step spans and inside the unfinished last step of an open or crashed
+attempt; elsewhere they block (DATA_LOADING_SYNC).
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+from typing import Dict, List, Optional, Tuple
+
+import numpy as np
+
+from goodput_core.buckets import CUSTOM_BASE, IDLE, PRODUCTIVE, BadputType
+from goodput_core.ingest import ORBAX_SAVE, EventTables
+from goodput_core.intervals import Growable, IntervalList, complement, paint, split_by_regions
+from goodput_core.segments import Attempts, SegmentTable
+
+__all__ = ["Timeline"]
+
+B = BadputType
+_E = np.empty(0)
+_INF = math.inf
+_FAMILY_CODES = (("tpu", B.TPU_INITIALIZATION), ("prep", B.TRAINING_PREP),
+                 ("reinit", B.ELASTIC_REINITIALIZATION), ("compile", B.PROGRAM_STARTUP))
+FREEZE_LAG_STEPS = 32  # how many recent steps every update re-examines
+_FAMILIES = ("tpu", "prep", "dl", "reinit", "save", "restore", "compile", "custom", "wait")
+
+
+class Timeline:
+    """The attributed spans of one run, updated incrementally.
+
+    Use :meth:`add` to feed events and :meth:`update` before reading; the
+    :class:`~goodput_core.calculator.Calculator` does both.
+    """
+
+    def __init__(self):
+        self.tables = EventTables()
+        self.segments = SegmentTable()
+        self.partition: Dict[int, IntervalList] = collections.defaultdict(IntervalList)
+        self.async_track = IntervalList()   # loads overlapped by steps (annotation)
+        self.compile_starts = Growable(np.float64)
+        self.attempts = Attempts(_E, _E)
+        self.F = -_INF
+        self.dirty_from = _INF
+        self.version = 0
+        self.full_rebuilds = 0  # diagnostics: updates that could not be incremental
+        self.frozen_skips: collections.Counter = collections.Counter()
+        self.tail_skips: collections.Counter = collections.Counter()
+        self._overlay: Optional[dict] = None
+
+    # ------------------------------------------------------------- updates
+    def add(self, events, run: Optional[str] = None) -> int:
+        """Validates and stores events; returns how many were stored."""
+        earliest, stored = self.tables.add(events, run)
+        if stored:
+            self.dirty_from = min(self.dirty_from, earliest)
+        return stored
+
+    def update(self) -> None:
+        """Brings the spans up to date with the events added so far."""
+        if self.dirty_from == _INF:
+            return
+        self._rebuild(self.F if self.dirty_from >= self.F else -_INF)
+        self.dirty_from = _INF
+
+    def _rebuild(self, F: float) -> None:
+        T = self.tables
+        att = self.attempts = Attempts(T["job_start"]["t"], T["job_end"]["t"])
+        self.version += 1
+        self._overlay = None
+        if F == -_INF:
+            self.full_rebuilds += 1
+            self.partition.clear()
+            self.async_track.clear()
+            self.compile_starts.truncate(0)
+            self.segments.clear()
+            self.frozen_skips.clear()
+        else:
+            for il in list(self.partition.values()) + [self.async_track]:
+                il.truncate_at(F)
+            self.compile_starts.truncate(np.searchsorted(self.compile_starts.a, F, side="left"))
+        first = self.segments.rebuild_tail(T, att, F)
+        rows = {c: a[first:] for c, a in self.segments.cols.items()}
+        skip_times: Dict[str, List[np.ndarray]] = collections.defaultdict(list)
+        skip_times["outside_lifetime"].append(self.segments.tail_invalid_times)
+        pairs = {fam: _pairs(T[fam], F, fam in ("custom", "wait"), skip_times) for fam in _FAMILIES}
+        if len(att):
+            lo = max(F, float(att.start[0]))
+            levels, (as_, ae) = self._levels(rows, att, pairs, F)
+            s, e, c = paint(levels, lo)
+            for code in np.unique(c).tolist():
+                sel = c == code
+                self.partition[code].extend(s[sel], e[sel])
+            self.async_track.extend(as_, ae)
+            self.compile_starts.extend(np.sort(pairs["compile"][0]))
+            F_new = max(F, self._freeze_point(pairs, att))
+        else:
+            F_new = -_INF  # no lifetime yet: everything is recomputed next time
+        self._split_skips(skip_times, F_new)
+        self.F = F_new
+
+    def _levels(self, rows, att: Attempts, pairs, F: float):
+        """The labelled intervals of the tail, highest priority first."""
+        T = self.tables
+        t = T["step_start"]["t"]
+        t0 = t[rows["i0"]]
+        crashed = rows["crashed"]
+        rec = (rows["rec_start"][crashed], att.next_start[rows["att"][crashed]])
+        idle = att.idle()
+        ob = T["orbax"]
+        k = int(np.searchsorted(ob["t"], F, side="left"))
+        o_s, o_e, o_k = ob["t"][k:], ob["end"][k:], ob["key"][k:]
+        save = _cat(pairs["save"][:2], (o_s[o_k == ORBAX_SAVE], o_e[o_k == ORBAX_SAVE]))
+        restore = _cat(pairs["restore"][:2], (o_s[o_k != ORBAX_SAVE], o_e[o_k != ORBAX_SAVE]))
+        ws, we, wk = pairs["wait"][:3]
+        names = T.names["wait"]
+        up = np.array([("scale_up" in n.lower()) for n in names], bool)[wk] if len(wk) else \
+            np.zeros(0, bool)
+        cs, ce, ck = pairs["custom"][:3]
+        # rule 7: loads inside step regions overlap training (annotation only)
+        reg_s = np.maximum(t0, F)
+        reg_e = rows["region_end"]
+        ok = reg_e > reg_s
+        ins, ine, outs, oute = split_by_regions(*pairs["dl"][:2], reg_s[ok], reg_e[ok])
+        fam = {name: pairs[name][:2] for name, _ in _FAMILY_CODES}
+        levels = [
+            (*idle, IDLE),
+            (*rec, B.INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION),
+            (*save, B.UNPRODUCTIVE_CHECKPOINT_SAVE_TIME),
+            (*restore, B.UNPRODUCTIVE_CHECKPOINT_RESTORE_TIME),
+            (cs, ce, CUSTOM_BASE + ck.astype(np.int64)),
+            (*fam["compile"], B.PROGRAM_STARTUP),
+            (*fam["reinit"], B.ELASTIC_REINITIALIZATION),
+            (ws[up], we[up], B.ELASTIC_SCALE_UP),
+            (ws[~up], we[~up], B.ELASTIC_SLICE_DOWN),
+            (*fam["tpu"], B.TPU_INITIALIZATION),
+            (*fam["prep"], B.TRAINING_PREP),
+            (outs, oute, B.DATA_LOADING_SYNC),
+            (t0, rows["prod_end"], PRODUCTIVE),
+        ]
+        return [(s, e, np.asarray(c, np.int64)) for s, e, c in levels], (ins, ine)
+
+    def _freeze_point(self, pairs, att: Attempts) -> float:
+        """The earliest time new events may change (see the module docstring)."""
+        T = self.tables
+        seg = self.segments
+        F = float(att.start[-1])
+        if len(seg):
+            # a few steps back: late writes (an Orbax entry is logged when the
+            # save ends; its span starts earlier) then stay on the fast path
+            i = max(int(seg["i1"][-1]) - FREEZE_LAG_STEPS, int(seg["i0"][-1]))
+            F = max(F, float(T["step_start"]["t"][i]))
+        ob = T["orbax"]
+        je = T["job_end"]["t"]
+        ka = np.searchsorted(att.start, je, side="right") - 1
+        # consecutive job ends of one attempt: a job start arriving between
+        # them would end the attempt at the earlier one
+        twin = (ka[1:] == ka[:-1]) & (ka[1:] >= 0)
+        changed = True
+        while changed:
+            changed = False
+            cross = twin & (je[:-1] < F) & (je[1:] >= F)
+            if cross.any():
+                F, changed = float(je[:-1][cross].min()), True
+            for fam in _FAMILIES:
+                for t, e in pairs[fam][3]:
+                    c = _trailing_start(t, e, F)
+                    if c < F:
+                        F, changed = c, True
+            cross = (ob["t"] < F) & (ob["end"] > F)
+            if cross.any():
+                F, changed = float(ob["t"][cross].min()), True
+        return F
+
+    def _split_skips(self, skip_times: Dict[str, List[np.ndarray]], F: float) -> None:
+        self.tail_skips.clear()
+        for reason, parts in skip_times.items():
+            times = np.concatenate(parts) if parts else _E
+            before = int((times < F).sum())
+            if before:
+                self.frozen_skips[reason] += before
+            if len(times) - before:
+                self.tail_skips[reason] += len(times) - before
+
+    # ------------------------------------------------------------- queries
+    def skipped(self) -> Dict[str, int]:
+        """Unusable inputs so far, by reason."""
+        total = collections.Counter(self.tables.skipped)
+        total.update(self.frozen_skips)
+        total.update(self.tail_skips)
+        if self.attempts.outside_ends:
+            total["outside_lifetime"] += self.attempts.outside_ends
+        return {k: v for k, v in total.items() if v}
+
+    def measure(self, a: np.ndarray, b: np.ndarray) -> Dict[int, float]:
+        """Seconds per category over the disjoint pieces ``[a[i], b[i])``.
+
+        Stored categories and IDLE only (OTHER is the rest); the overlays of
+        wasted progress and program startup are applied.
+        """
+        a = np.asarray(a, np.float64)
+        b = np.asarray(b, np.float64)
+        out: Dict[int, float] = collections.defaultdict(float)
+        if not len(a):
+            return out
+        for code, il in self.partition.items():
+            if len(il):
+                out[code] = float((il.cum_at(b) - il.cum_at(a)).sum())
+        ov = self.overlays()
+        prod = self.partition.get(PRODUCTIVE)
+        t0, x = ov["startup"]
+        if len(t0) and prod is not None:
+            lo = np.clip(t0[:, None], a[None, :], b[None, :])
+            hi = np.clip(x[:, None], a[None, :], b[None, :])
+            moved = float(np.maximum(prod.cum_at(hi) - prod.cum_at(lo), 0.0).sum())
+            out[PRODUCTIVE] -= moved
+            out[B.PROGRAM_STARTUP] += moved
+        w0, w1 = ov["wasted"]
+        if len(w0):
+            lo = np.maximum(w0[:, None], a[None, :])
+            hi = np.minimum(w1[:, None], b[None, :])
+            ok = hi > lo
+            lo, hi = lo[ok], hi[ok]
+            wasted = float((hi - lo).sum())
+            for code, il in self.partition.items():
+                inside = float((il.cum_at(hi) - il.cum_at(lo)).sum()) if len(il) else 0.0
+                if code in (IDLE, B.INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION):
+                    wasted -= inside  # these outrank wasted progress
+                else:
+                    out[code] -= inside
+            out[B.WASTED_PROGRESS_FROM_DISRUPTION] += max(wasted, 0.0)
+        return out
+
+    def async_seconds(self, a: np.ndarray, b: np.ndarray) -> float:
+        """Seconds of overlapped (asynchronous) data loading over the pieces."""
+        il = self.async_track
+        return float((il.cum_at(b) - il.cum_at(a)).sum()) if len(a) else 0.0
+
+    def labelled(self, a: float, b: float) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The partition of ``[a, b)`` as sorted pieces ``(starts, ends, codes)``
+        with the overlays applied and OTHER filling the gaps (for pictures)."""
+        if not b > a:
+            return _E, _E, np.empty(0, np.int64)
+        ov = self.overlays()
+        pieces = {c: il.pieces(a, b) for c, il in self.partition.items() if len(il)}
+        top = (IDLE, B.INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION)
+        none = (_E, _E)
+        levels = [(*pieces.get(c, none), c) for c in top]
+        levels.append((*ov["wasted"], B.WASTED_PROGRESS_FROM_DISRUPTION))
+        rest = [(s, e, np.full(len(s), c)) for c, (s, e) in pieces.items()
+                if c not in top and c != PRODUCTIVE]
+        if rest:  # disjoint by construction: one level
+            levels.append(tuple(np.concatenate(x) for x in zip(*rest)))
+        levels.append((*ov["startup"], B.PROGRAM_STARTUP))  # only productive time
+        levels.append((*pieces.get(PRODUCTIVE, none), PRODUCTIVE))
+        s, e, c = paint([(s, np.minimum(e, b), c) for s, e, c in levels], a)
+        gs, ge = complement(a, b, s, e)
+        s, e = np.concatenate((s, gs)), np.concatenate((e, ge))
+        c = np.concatenate((c, np.full(len(gs), int(B.OTHER))))
+        order = np.argsort(s, kind="stable")
+        return s[order], e[order], c[order]
+
+    def overlays(self) -> dict:
+        """Per-segment startup ``(t0, x)`` and wasted ``(w0, w1)`` regions (cached)."""
+        if self._overlay is None:
+            self._overlay = _overlays(self)
+        return self._overlay
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held in arrays (events, spans, segments)."""
+        return (self.tables.nbytes + self.segments.nbytes + self.async_track.nbytes
+                + self.compile_starts.nbytes + sum(il.nbytes for il in self.partition.values()))
+
+
+def _cat(*pairs) -> Tuple[np.ndarray, np.ndarray]:
+    return np.concatenate([p[0] for p in pairs]), np.concatenate([p[1] for p in pairs])
+
+
+def _pairs(table, F: float, keyed: bool, skip_times):
+    """Pairs start/end events at or after ``F`` (rule 7: per kind and type, a
+    second start replaces a pending one, an end without a start is skipped).
+
+    Returns:
+      (starts, ends, keys, groups): the intervals, and per key the
+      (times, is_end) arrays of its events for the freeze-point search.
+    """
+    lo = int(np.searchsorted(table["t"], F, side="left"))
+    t, e = table["t"][lo:], table["e"][lo:]
+    key = table["key"][lo:] if keyed else np.zeros(len(t), np.int32)
+    if keyed and len(t):
+        order = np.argsort(key, kind="stable")  # keeps (time, arrival) order per key
+        t, e, key = t[order], e[order], key[order]
+    n = len(t)
+    same = key[1:] == key[:-1]
+    start = e == 0
+    pair = start[:-1] & ~start[1:] & same
+    i = np.flatnonzero(pair)
+    replaced = start[:-1] & start[1:] & same
+    orphan = ~start.copy()
+    orphan[1:] &= ~(start[:-1] & same)
+    skip_times["unmatched_start"].append(t[:-1][replaced] if n else _E)
+    skip_times["unmatched_end"].append(t[orphan])
+    groups = []
+    if n:
+        cut = np.flatnonzero(~same) + 1
+        groups = [(gt, ge) for gt, ge in zip(np.split(t, cut), np.split(e, cut))]
+    return t[i], t[i + 1], key[i], groups
+
+
+def _trailing_start(t: np.ndarray, e: np.ndarray, F: float) -> float:
+    """Earliest start whose pairing can still change when events >= F arrive:
+    the run of starts that ends the key's events before ``F`` (if any)."""
+    L = int(np.searchsorted(t, F, side="left")) - 1
+    if L < 0 or e[L]:
+        return _INF
+    ends = np.flatnonzero(e[: L + 1])
+    return float(t[ends[-1] + 1]) if len(ends) else float(t[0])
+
+
+def _overlays(tl: Timeline) -> dict:
+    """Computes the startup and wasted overlays of every segment."""
+    seg = tl.segments
+    st = tl.tables["step_start"]
+    t = st["t"]
+    i0, i1, w = seg["i0"], seg["i1"], seg["w"]
+    m, wl = i1 - i0, w - i0
+    closed = seg["close_kind"] != 0
+    has_w = w <= i1
+    w0 = t[np.minimum(w, i1)] if len(w) else _E
+    w1 = np.where(closed, seg["close"], t[i1]) if len(w) else _E
+    ok = has_w & (w1 > w0)
+    out = {"wasted": (w0[ok], w1[ok]), "startup": (_E, _E)}
+    prod = tl.partition.get(PRODUCTIVE)
+    k = np.minimum(wl, m)
+    elig = (m >= 1) & (wl >= 1) & (k >= 2) & ~_compile_attempts(tl)[seg["att"]]
+    if prod is None or not elig.any():
+        return out
+    j0, k = i0[elig], k[elig]
+    p0, p1, pk = (prod.cum_at(t[j0]), prod.cum_at(t[j0 + 1]), prod.cum_at(t[j0 + k]))
+    excess = (p1 - p0) - (pk - p1) / (k - 1)
+    pos = excess > 0
+    x = prod.locate((p0 + excess)[pos])
+    out["startup"] = (t[j0][pos], x)
+    return out
+
+
+def _compile_attempts(tl: Timeline) -> np.ndarray:
+    """Per attempt: True when it recorded explicit program-startup spans
+    (then the first-step heuristic is off for all its segments, rule 6)."""
+    att = tl.attempts
+    flags = np.zeros(max(len(att), 1), bool)
+    cs = tl.compile_starts.a
+    if len(cs) and len(att):
+        a = np.searchsorted(att.start, cs, side="right") - 1
+        flags[a[a >= 0]] = True
+    return flags

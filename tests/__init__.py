@@ -1,0 +1,1 @@
+"""The goodput test suite (a package so that ``tests.support`` is importable)."""

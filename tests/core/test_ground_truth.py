@@ -1,0 +1,352 @@
+"""The ground-truth simulator (semantics.md, "The acceptance test").
+
+A synthetic job with known phase durations (accelerator init, preparation
+with a checkpoint restore, a sync load, compile (explicit spans or a slow
+first step), steps with overlapped loads, evaluations as custom events,
+saves (Orbax statistics or explicit spans), crashes at chosen steps with or
+without a recorded disruption, recovery gaps, restarts from the last
+checkpoint, planned stops with idle gaps) is played through the public
+:class:`~goodput_core.recorder.Recorder` with a fake clock into a memory
+store, read back by a :class:`Calculator` (refreshed at random points, so
+the incremental path is exercised), and every bucket must equal the true
+duration to 1e-9 s.
+
+The simulator books each phase's duration where it physically belongs; the
+only rule-dependent bookkeeping is for work that was later redone (wasted)
+and for the slow first step when compile time is not recorded (its excess
+over the other steps is startup when the segment has another kept step to
+compare with). Durations are multiples of 1/64 s, so sums are exact.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import os
+import random
+import uuid
+from typing import Dict, List, Optional
+
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from goodput_core.buckets import BadputType as B
+from goodput_core.calculator import Calculator
+from goodput_core.recorder import Recorder
+
+TICK = 1 / 64
+T0 = 1_700_000_000.0
+PROD, HEUR = "PRODUCTIVE", "HEURISTIC_COMPILE"
+
+
+class FakeClock:
+    def __init__(self, t: float):
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+@dataclasses.dataclass
+class AttemptPlan:
+    """One attempt of the synthetic job (durations in ticks)."""
+
+    gap: int              # OTHER between job start and init
+    tpu: int
+    prep_a: int
+    restore: int          # 0: no restore inside prep
+    prep_b: int
+    sync_load: int
+    compile_mode: str     # 'explicit', 'heuristic' or 'none'
+    compile: int
+    step: int             # compute time of every step
+    load: int             # overlapped load at the start of every step (<= step)
+    eval_every: int       # 0: never
+    eval: int
+    save_every: int       # 0: never
+    save: int
+    n_steps: int          # full steps before the ending
+    ending: str           # 'crash', 'end' or (last attempt only) 'open'
+    partial: int          # crash: compute done in the crashed step
+    disruption: bool      # crash: record_disruption at the crash
+    gap_after: int        # crash: recovery gap; end: teardown + idle gap
+    resume_from_ckpt: bool  # after 'end': restart from the last checkpoint
+    orbax: bool           # Orbax statistics (else explicit checkpoint spans)
+    orbax_no_start: bool  # Orbax save entries without a start time
+    step_ends: bool       # record_step_end_time after every step
+
+
+class Span:
+    def __init__(self, step: int):
+        self.step = step
+        self.parts: Dict[str, float] = collections.Counter()
+        self.kind = "between"  # 'between', 'last' (closed), 'open', 'crash'
+
+
+class Simulator:
+    """Plays attempts through a Recorder and books the true durations."""
+
+    def __init__(self, seed: int):
+        self.clock = FakeClock(T0)
+        self.store = f"memory://gt-{uuid.uuid4().hex}"
+        self.run = "gt"
+        self.rec = Recorder(self.run, self.store, clock=self.clock, strict=True)
+        self.calc = Calculator(self.run, self.store, clock=self.clock)
+        self.rng = random.Random(seed)
+        self.truth: Dict[str, float] = collections.Counter()
+        self.custom: Dict[str, float] = collections.Counter()
+        self.async_load = self.idle = 0.0
+        self.segments: List[dict] = []
+        self.ckpt: Optional[int] = None
+        self.disruptions = 0
+
+    def spend(self, ticks: int, label: Optional[str] = None) -> float:
+        d = ticks * TICK
+        self.clock.t += d
+        if label:
+            self.truth[label] += d
+        return d
+
+    def maybe_refresh(self) -> None:
+        if self.rng.random() < 0.3:
+            self.rec.flush()
+            self.calc.refresh()
+            self.calc.cumulative()  # forces an incremental update
+
+    # ------------------------------------------------------------ phases
+    def attempt(self, p: AttemptPlan, first_step: int) -> None:
+        rec = self.rec
+        rec.record_job_start_time()
+        self.spend(p.gap, "OTHER")
+        rec.record_tpu_init_start_time()
+        self.spend(p.tpu, "TPU_INITIALIZATION")
+        rec.record_tpu_init_end_time()
+        rec.record_training_preparation_start_time()
+        self.spend(p.prep_a, "TRAINING_PREP")
+        if p.restore:
+            self.checkpoint(p, "restore", p.restore, self.ckpt)
+        self.spend(p.prep_b, "TRAINING_PREP")
+        rec.record_training_preparation_end_time()
+        rec.record_data_loading_start_time()
+        self.spend(p.sync_load, "DATA_LOADING_SYNC")
+        rec.record_data_loading_end_time()
+        self.maybe_refresh()
+        seg = {"spans": [], "heuristic": p.compile_mode == "heuristic"}
+        self.segments.append(seg)
+        for i in range(p.n_steps):
+            seg["spans"].append(self.step(p, first_step + i, first=(i == 0)))
+            self.maybe_refresh()
+        last = first_step + p.n_steps - 1
+        if p.ending == "crash":
+            self.crash(p, seg, first_step + p.n_steps)
+        elif p.ending == "end":
+            self.end(p, seg)
+        else:
+            self.open(p, seg)
+        seg["last"] = last
+
+    def step(self, p: AttemptPlan, s: int, first: bool) -> Span:
+        rec, span = self.rec, Span(s)
+        rec.record_step_start_time(s)
+        if first and p.compile_mode == "explicit":
+            rec.record_program_startup_start_time(fun_name="train_step")
+            span.parts["PROGRAM_STARTUP"] += self.spend(p.compile)
+            rec.record_program_startup_end_time(fun_name="train_step")
+        rec.record_data_loading_start_time()
+        span.parts[PROD] += self.spend(p.load)
+        self.async_load += p.load * TICK
+        rec.record_data_loading_end_time()
+        span.parts[PROD] += self.spend(p.step - p.load)
+        if first and p.compile_mode == "heuristic":
+            span.parts[HEUR] += self.spend(p.compile)
+        if p.eval_every and s % p.eval_every == 0:
+            rec.record_custom_badput_event_start_time(custom_badput_event_type="eval")
+            span.parts["CUSTOM:EVAL"] += self.spend(p.eval)
+            rec.record_custom_badput_event_end_time(custom_badput_event_type="eval")
+        if p.save_every and s % p.save_every == 0:
+            span.parts["UNPRODUCTIVE_CHECKPOINT_SAVE_TIME"] += self.checkpoint(p, "save", p.save, s)
+            self.ckpt = s
+        if p.step_ends:
+            rec.record_step_end_time(s)
+        return span
+
+    def checkpoint(self, p: AttemptPlan, op: str, ticks: int, step: Optional[int]) -> float:
+        """A blocking save or restore; returns its duration (booked by the caller
+        for saves, here for restores)."""
+        start = self.clock.t
+        if not p.orbax:
+            (self.rec.record_checkpoint_save_start_time if op == "save"
+             else self.rec.record_checkpoint_restore_start_time)(step)
+        d = self.spend(ticks, "UNPRODUCTIVE_CHECKPOINT_RESTORE_TIME" if op == "restore" else None)
+        if not p.orbax:
+            (self.rec.record_checkpoint_save_end_time if op == "save"
+             else self.rec.record_checkpoint_restore_end_time)(step)
+        elif op == "save":
+            entry = {"event_type": "save", "step": step, "directory": "gs://b/ckpt",
+                     "synchronous": False, "checkpoint_manager_blocking_duration_secs": d}
+            if not p.orbax_no_start:
+                entry["checkpoint_manager_blocking_start_time"] = start
+            self.rec.record_checkpoint_stats(entry)
+        else:
+            self.rec.record_checkpoint_stats({
+                "event_type": "restore", "step": step, "directory": "gs://b/ckpt",
+                "checkpoint_manager_start_time": start, "checkpoint_manager_duration_secs": d})
+        return d
+
+    def crash(self, p: AttemptPlan, seg: dict, s: int) -> None:
+        self.rec.record_step_start_time(s)
+        span = Span(s)
+        span.kind = "crash"
+        seg["spans"].append(span)
+        partial = self.spend(p.partial)
+        if p.disruption:
+            self.rec.record_disruption("preemption")
+            span.parts[PROD] += partial
+            span.kind = "crash_closed"
+        else:
+            self.truth["INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION"] += partial
+        self.spend(p.gap_after, "INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION")
+
+    def end(self, p: AttemptPlan, seg: dict) -> None:
+        seg["spans"][-1].kind = "last"
+        teardown = self.spend(p.gap_after)
+        if p.step_ends:
+            self.truth["OTHER"] += teardown
+        else:  # the last step is closed by the job end: teardown is part of it
+            seg["spans"][-1].parts[PROD] += teardown
+        self.rec.record_job_end_time()
+
+    def open(self, p: AttemptPlan, seg: dict) -> None:
+        seg["spans"][-1].kind = "last" if p.step_ends else "open"
+        self.spend(p.gap_after, "OTHER")  # nothing recorded until the query
+
+    # ---------------------------------------------------- rule bookkeeping
+    def settle(self) -> int:
+        """Books step spans (wasted, startup) once every segment's fate is
+        known; returns the largest kept step."""
+        max_kept = 0
+        for k, seg in enumerate(self.segments):
+            nxt = self.segments[k + 1] if k + 1 < len(self.segments) else None
+            r = nxt["spans"][0].step if nxt and nxt.get("restart") else None
+            spans = seg["spans"]
+            between = spans[:-1] if spans[-1].kind != "between" else spans
+            kept_between = [sp for sp in between[1:] if r is None or sp.step < r]
+            for i, sp in enumerate(spans):
+                wasted = r is not None and sp.step >= r and sp.kind != "crash"
+                for label, d in sp.parts.items():
+                    if sp.kind == "open" and label in (PROD, HEUR):
+                        label = "OTHER"  # the open step's time is OTHER (rule 3)
+                    elif wasted:
+                        label = "WASTED_PROGRESS_FROM_DISRUPTION"
+                    elif label == HEUR:
+                        label = "PROGRAM_STARTUP" if kept_between else PROD
+                    if label.startswith("CUSTOM:"):
+                        self.custom[label[7:]] += d
+                        label = "CUSTOM_BADPUT_EVENTS"
+                    self.truth[label] += d
+            done = seg["last"] if spans[-1].kind == "last" else seg["last"] - 1
+            if spans[-1].kind.startswith("crash"):
+                done = spans[-1].step - 1
+            kept = min(done, r - 1) if r is not None else done
+            if kept >= spans[0].step:
+                max_kept = max(max_kept, kept)
+        return max_kept
+
+    def play(self, plans: List[AttemptPlan]) -> None:
+        """Plays the attempts; decides where each one resumes."""
+        for i, p in enumerate(plans):
+            first, restart = 0, False
+            if i:
+                prev, before = self.segments[-1], plans[i - 1]
+                prev_step = prev["spans"][-1].step
+                crashed = prev["spans"][-1].kind.startswith("crash")
+                ckpt = self.ckpt
+                if crashed:  # restart from the last checkpoint (or from scratch)
+                    first = ckpt + 1 if ckpt is not None else 0
+                else:  # planned stop: idle, then resume after the last step
+                    self.idle += self.spend(before.gap_after)
+                    first = prev_step + 1
+                    if before.resume_from_ckpt and ckpt is not None and ckpt < prev_step:
+                        first = ckpt + 1
+                restart = crashed or first <= prev_step
+                self.disruptions += restart
+            self.attempt(p, first)
+            self.segments[-1]["restart"] = restart
+
+
+def _plan(draw, last: bool) -> AttemptPlan:
+    ticks = st.integers(0, 200)
+    step = draw(st.integers(8, 120))
+    ending = draw(st.sampled_from(["end", "open"] if last else ["crash", "end"]))
+    return AttemptPlan(
+        gap=draw(ticks), tpu=draw(ticks), prep_a=draw(ticks),
+        restore=draw(st.sampled_from([0, 0, 30, 90])), prep_b=draw(ticks),
+        sync_load=draw(st.integers(1, 100)),
+        compile_mode=draw(st.sampled_from(["explicit", "heuristic", "none"])),
+        compile=draw(st.integers(1, 600)), step=step, load=draw(st.integers(0, step)),
+        eval_every=draw(st.sampled_from([0, 3, 5])), eval=draw(st.integers(1, 100)),
+        save_every=draw(st.sampled_from([0, 2, 4])), save=draw(st.integers(1, 50)),
+        n_steps=draw(st.integers(1, 12)), ending=ending, partial=draw(st.integers(0, step)),
+        disruption=draw(st.booleans()), gap_after=draw(st.integers(1, 500)),
+        resume_from_ckpt=draw(st.booleans()), orbax=draw(st.booleans()),
+        orbax_no_start=draw(st.booleans()), step_ends=draw(st.booleans()))
+
+
+@st.composite
+def jobs(draw):
+    n = draw(st.integers(1, 4))
+    return [_plan(draw, last=(i == n - 1)) for i in range(n)], draw(st.integers(0, 2 ** 31))
+
+
+def check(plans: List[AttemptPlan], seed: int) -> None:
+    sim = Simulator(seed)
+    sim.play(plans)
+    max_kept = sim.settle()
+    sim.rec.flush()
+    sim.rec.close()
+    now = sim.clock.t
+    if plans[-1].ending != "open":
+        now += 1000.0  # the lifetime ends at the last job end, not at now
+    results = []
+    sim.calc.refresh()
+    results.append(sim.calc.cumulative(now=now))
+    cold = Calculator(sim.run, sim.store, clock=lambda: now)
+    cold.refresh()
+    results.append(cold.cumulative())
+    expected_total = sum(sim.truth.values())
+    for r in results:
+        assert r.skipped == {}
+        got = {b.name: v for b, v in r.badput_seconds.items() if b is not B.DATA_LOADING_ASYNC}
+        got[PROD] = r.productive_seconds
+        want = {name: sim.truth.get(name, 0.0) for name in got}
+        for name in got:
+            assert got[name] == pytest.approx(want[name], abs=1e-9), (name, got, dict(sim.truth))
+        assert set(sim.truth) <= set(got)
+        assert r.total_seconds == pytest.approx(expected_total, abs=1e-9)
+        assert r.idle_seconds == pytest.approx(sim.idle, abs=1e-9)
+        assert r.data_loading_async_seconds == pytest.approx(sim.async_load, abs=1e-9)
+        custom = {k: v for k, v in r.custom_badput_seconds.items() if v}
+        assert custom == pytest.approx({k: v for k, v in sim.custom.items() if v}, abs=1e-9)
+        assert r.disruptions == sim.disruptions
+        assert r.max_productive_step == max_kept
+
+
+# GOODPUT_HYPOTHESIS_EXAMPLES raises the example count for stress runs
+@settings(max_examples=int(os.environ.get("GOODPUT_HYPOTHESIS_EXAMPLES", 80)), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(jobs())
+def test_every_bucket_equals_the_true_duration(job):
+    plans, seed = job
+    check(plans, seed)
+
+
+def test_a_fixed_job_with_crash_restart_and_planned_stop():
+    base = dict(gap=8, tpu=320, prep_a=64, restore=0, prep_b=64, sync_load=32,
+                compile_mode="heuristic", compile=256, step=64, load=16, eval_every=5, eval=128,
+                save_every=4, save=32, n_steps=10, ending="crash", partial=20,
+                disruption=True, gap_after=1280, resume_from_ckpt=False, orbax=True,
+                orbax_no_start=False, step_ends=False)
+    plans = [AttemptPlan(**base),
+             AttemptPlan(**{**base, "restore": 96, "compile_mode": "explicit", "ending": "end",
+                            "orbax": False, "step_ends": True, "resume_from_ckpt": True}),
+             AttemptPlan(**{**base, "ending": "end", "disruption": False})]
+    check(plans, 7)
