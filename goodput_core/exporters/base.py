@@ -1,0 +1,58 @@
+"""The interface between the monitor loop and the exporters.
+
+Every monitor cycle builds one :class:`MonitorSnapshot` and hands it to each
+exporter's :meth:`Exporter.export`. Exporters run on the monitor's thread,
+never on the training thread; a failing or hanging exporter is logged and
+skipped by the monitor without stopping the others.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Tuple
+
+from goodput_core.results import GoodputResult
+from goodput_core.step_stats import StepStats
+
+__all__ = ["Exporter", "MonitorSnapshot"]
+
+
+@dataclass(frozen=True)
+class MonitorSnapshot:
+    """What one monitor cycle computed for a run.
+
+    Attributes:
+      run: the run (job) name.
+      query_time: the POSIX time the results are for.
+      cumulative: the cumulative result (None when goodput export is off).
+      rolling: results of the rolling windows, keyed by window size in seconds.
+      step_stats: step-time statistics (None when step deviation is off).
+      new_step_deviations: ``(step, deviation seconds)`` for steps not
+        exported before (exporters write only these, never the whole history).
+      recorder_dropped: events the local recorder dropped (queue full), if known.
+      final: True for the last cycle, run by ``stop()``.
+    """
+
+    run: str
+    query_time: float
+    cumulative: Optional[GoodputResult] = None
+    rolling: Dict[int, GoodputResult] = field(default_factory=dict)
+    step_stats: Optional[StepStats] = None
+    new_step_deviations: List[Tuple[int, float]] = field(default_factory=list)
+    recorder_dropped: Optional[int] = None
+    final: bool = False
+
+
+class Exporter(abc.ABC):
+    """Publishes monitor snapshots somewhere."""
+
+    #: A short name for logs ("tensorboard", "gcm", "prometheus", "console").
+    name: str = "exporter"
+
+    @abc.abstractmethod
+    def export(self, snapshot: MonitorSnapshot) -> None:
+        """Publishes one snapshot. May raise: the monitor logs and skips."""
+
+    def close(self) -> None:
+        """Flushes and releases resources (called once, at monitor stop)."""
