@@ -12,6 +12,7 @@ from goodput_core.recorder import NULL_RECORDER, NullRecorder, Recorder, flush_a
 from goodput_core.stores import Store, StoreError, default_store_url, open_store
 
 __all__ = [
+    "Calculator",
     "EventRecord",
     "Kind",
     "NULL_RECORDER",
@@ -24,3 +25,13 @@ __all__ = [
     "open_store",
 ]
 __version__ = "0.1.0"
+
+
+def __getattr__(name):
+    # The calculator needs numpy: import it on first use so that
+    # `import goodput_core` (done by every training job) stays cheap.
+    if name == "Calculator":
+        from goodput_core.calculator import Calculator
+
+        return Calculator
+    raise AttributeError(f"module 'goodput_core' has no attribute {name!r}")

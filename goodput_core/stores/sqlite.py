@@ -45,7 +45,6 @@ Concurrency guarantees:
 from __future__ import annotations
 
 import contextlib
-import functools
 import gc
 import json
 import math
@@ -60,6 +59,9 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from goodput_core.events import EventRecord
 from goodput_core.stores.base import Cursor, Store, StoreError
+from goodput_core.stores.sqlite_fork import gated as _gated
+from goodput_core.stores.sqlite_fork import register_store
+from goodput_core.stores.sqlite_json import dumps as _dumps
 
 __all__ = ["SqliteStore", "SCHEMA_VERSION"]
 
@@ -86,41 +88,6 @@ _HINT = "set GOODPUT_STORE=sqlite:///path/to/goodput.sqlite to a writable locati
 _writer_key = itemgetter(5, 6, 7, 8)  # (process_index, host, pid, attempt)
 _NAN = math.nan
 _new = tuple.__new__
-
-
-def _finite_only(obj: Any) -> Any:
-    """Copy of ``obj`` with non-finite floats replaced by their proto3 JSON strings."""
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return "NaN" if obj != obj else ("Infinity" if obj > 0 else "-Infinity")
-    if isinstance(obj, dict):
-        return {k: _finite_only(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_finite_only(v) for v in obj]
-    return obj
-
-
-def _default(obj: Any) -> Any:
-    """JSON fallback: numpy scalars via .item(), sets as lists, anything else as str."""
-    item = getattr(obj, "item", None)
-    if callable(item):
-        try:
-            return _finite_only(item())
-        except (TypeError, ValueError):
-            pass
-    return list(obj) if isinstance(obj, (set, frozenset)) else str(obj)
-
-
-_encode = json.JSONEncoder(allow_nan=False, separators=(",", ":"), default=_default).encode
-
-
-def _dumps(extra: Any) -> str:
-    """Encodes an extra dict as strict JSON (see the module docstring)."""
-    try:
-        return _encode(extra)
-    except ValueError as exc:  # a NaN or infinity somewhere: rare, so pay for a copy
-        if "ircular" in str(exc):
-            raise
-        return _encode(_finite_only(extra))
 
 
 @contextlib.contextmanager
@@ -177,76 +144,6 @@ class _Handle:
         self.writers = _WriterMap(conn)
 
 
-class _ForkGate:
-    """Counts store operations in flight so that ``os.fork()`` can wait for none.
-
-    No SQLite connection may cross a fork: the child would inherit half-done
-    locks and the parent's per-file lock bookkeeping, which even a connection
-    it opens afresh would share. So a fork holds new operations back, waits for
-    running ones and closes every connection (threads reopen theirs lazily).
-    """
-
-    def __init__(self):
-        self.cond = threading.Condition(threading.Lock())
-        self.active = 0  # operations running
-        self.forks = 0  # forks waiting or under way: new operations wait (no starving)
-        self.depth = threading.local()  # a nested operation must not wait for a fork
-
-    def __enter__(self):
-        depth = getattr(self.depth, "n", 0)
-        with self.cond:
-            while self.forks and not depth:
-                self.cond.wait()
-            self.active += 1
-        self.depth.n = depth + 1
-
-    def __exit__(self, *exc):
-        self.depth.n -= 1
-        with self.cond:
-            self.active -= 1
-            self.cond.notify_all()
-
-    def before_fork(self) -> None:
-        own = getattr(self.depth, "n", 0)  # fork() called from inside an operation
-        with self.cond:
-            self.forks += 1
-            while self.active > own:
-                self.cond.wait()
-        if not own:  # else a connection is in use here: leave them all, do not deadlock
-            for store in list(_STORES):
-                store._close_all()
-
-    def after_fork_in_parent(self) -> None:
-        with self.cond:
-            self.forks -= 1
-            self.cond.notify_all()
-
-
-_GATE = _ForkGate()
-_STORES: "weakref.WeakSet[SqliteStore]" = weakref.WeakSet()
-
-
-def _gated(method):
-    """Runs a public store method inside the fork gate."""
-
-    @functools.wraps(method)
-    def gated(self, *args, **kwargs):
-        with _GATE:
-            return method(self, *args, **kwargs)
-
-    return gated
-
-
-def _after_fork_in_child() -> None:
-    global _GATE
-    _GATE = _ForkGate()  # no operation runs in the child yet; forget the parent's count
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(before=lambda: _GATE.before_fork(), after_in_child=_after_fork_in_child,
-                        after_in_parent=lambda: _GATE.after_fork_in_parent())
-
-
 class SqliteStore(Store):
     """Events in one SQLite file, shared by threads and processes.
 
@@ -269,16 +166,20 @@ class SqliteStore(Store):
         self._local = threading.local()
         self._lock = threading.Lock()
         self._handles: Dict[int, _Handle] = {}  # id(handle) -> handle, this process only
-        _STORES.add(self)
+        register_store(self)
         self._check_path()
-        with _GATE:
-            try:
-                self._retry(self._ensure_schema, self._handle().conn)
-            except (sqlite3.Error, StoreError) as exc:
-                self._close_all()
-                if isinstance(exc, StoreError):
-                    raise
-                raise self._error(exc) from exc
+        self._open()
+
+    @_gated
+    def _open(self) -> None:
+        """Creates or checks the schema (several processes may race on a fresh file)."""
+        try:
+            self._retry(self._ensure_schema, self._handle().conn)
+        except (sqlite3.Error, StoreError) as exc:
+            self._close_all()
+            if isinstance(exc, StoreError):
+                raise
+            raise self._error(exc) from exc
 
     def _error(self, exc: BaseException) -> StoreError:
         return StoreError(f"cannot use {self.path!r} as a goodput store ({exc}); {_HINT}")

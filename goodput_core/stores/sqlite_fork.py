@@ -1,0 +1,91 @@
+"""Fork safety of the sqlite store: no SQLite connection crosses ``os.fork()``.
+
+Every public store operation runs inside :data:`_GATE`; a fork waits for the
+operations in flight, holds new ones back, and closes every connection of
+every live store (threads reopen theirs lazily, in parent and child alike).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import threading
+import weakref
+
+__all__ = ["gated", "register_store"]
+
+class _ForkGate:
+    """Counts store operations in flight so that ``os.fork()`` can wait for none.
+
+    No SQLite connection may cross a fork: the child would inherit half-done
+    locks and the parent's per-file lock bookkeeping, which even a connection
+    it opens afresh would share. So a fork holds new operations back, waits for
+    running ones and closes every connection (threads reopen theirs lazily).
+    """
+
+    def __init__(self):
+        self.cond = threading.Condition(threading.Lock())
+        self.active = 0  # operations running
+        self.forks = 0  # forks waiting or under way: new operations wait (no starving)
+        self.depth = threading.local()  # a nested operation must not wait for a fork
+
+    def __enter__(self):
+        depth = getattr(self.depth, "n", 0)
+        with self.cond:
+            while self.forks and not depth:
+                self.cond.wait()
+            self.active += 1
+        self.depth.n = depth + 1
+
+    def __exit__(self, *exc):
+        self.depth.n -= 1
+        with self.cond:
+            self.active -= 1
+            self.cond.notify_all()
+
+    def before_fork(self) -> None:
+        own = getattr(self.depth, "n", 0)  # fork() called from inside an operation
+        with self.cond:
+            self.forks += 1
+            while self.active > own:
+                self.cond.wait()
+        if not own:  # else a connection is in use here: leave them all, do not deadlock
+            for store in list(_STORES):
+                store._close_all()
+
+    def after_fork_in_parent(self) -> None:
+        with self.cond:
+            self.forks -= 1
+            self.cond.notify_all()
+
+
+_GATE = _ForkGate()
+_STORES: "weakref.WeakSet" = weakref.WeakSet()
+
+
+def gated(method):
+    """Runs a public store method inside the fork gate."""
+
+    @functools.wraps(method)
+    def gated(self, *args, **kwargs):
+        with _GATE:
+            return method(self, *args, **kwargs)
+
+    return gated
+
+
+def _after_fork_in_child() -> None:
+    global _GATE
+    _GATE = _ForkGate()  # no operation runs in the child yet; forget the parent's count
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=lambda: _GATE.before_fork(), after_in_child=_after_fork_in_child,
+                        after_in_parent=lambda: _GATE.after_fork_in_parent())
+
+
+
+
+def register_store(store) -> None:
+    """Makes ``store`` close its connections before every fork (``store._close_all()``)."""
+    _STORES.add(store)
