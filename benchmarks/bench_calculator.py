@@ -15,7 +15,12 @@ store returns them.
 * P7: bytes held by the timeline's arrays per recorded step, and
   tracemalloc's count of what the calculator holds after the computation.
 
-    python benchmarks/bench_calculator.py [--events N] [--repeats R]
+    python benchmarks/bench_calculator.py [--events N] [--repeats R] [--no-reference]
+
+With ml-goodput-measurement installed, the same workload (as payloads) is also
+run through the reference's GoodputCalculator, in the same process run, over
+an in-memory fake of its Cloud Logging reader (tests/support/reference_harness),
+and the ratios are printed.
 """
 
 from __future__ import annotations
@@ -109,11 +114,64 @@ def bench_p3(calc, extra, batch=1000):
     return times
 
 
+def reference_side(events, extra, increments=3, batch=1000):
+    """Times the reference on the same workload: cold, memory, and updates.
+
+    Returns:
+      (cold seconds, peak MiB, held bytes, [update seconds], reference goodput %)
+    """
+    import os
+    import sys
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    from goodput_core.events import to_payload
+    from tests.support import reference_harness as h
+
+    payloads = [to_payload(e) for e in events]
+    now = [events[-1].time + 1.0]
+    fake = h.FakeCloudLogger(RUN, clock=lambda: now[0], retention=None)
+    for p in payloads:
+        fake.append(p)
+
+    def fresh(cache_dir):
+        return h._ref_goodput.GoodputCalculator(RUN, "bench", cloud_logger=fake,
+                                                cache_dir=cache_dir)
+
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d1, tempfile.TemporaryDirectory() as d2:
+        with h.frozen_reference_clock(now[0]):
+            gc.collect()
+            t0 = time.perf_counter()
+            calc = fresh(d1)
+            goodput, _, _ = calc.get_job_goodput(include_badput_breakdown=True)
+            cold_s = time.perf_counter() - t0
+            gc.collect()
+            tracemalloc.start()
+            calc2 = fresh(d2)
+            calc2.get_job_goodput(include_badput_breakdown=True)
+            held, peak = tracemalloc.get_traced_memory()
+            tracemalloc.stop()
+            del calc2
+        updates = []
+        for i in range(increments):
+            chunk = extra[i * batch:(i + 1) * batch]
+            for e in chunk:
+                fake.append(to_payload(e))
+            now[0] = chunk[-1].time + 1.0
+            with h.frozen_reference_clock(now[0]):
+                t0 = time.perf_counter()
+                calc.get_job_goodput(include_badput_breakdown=True)
+                updates.append(time.perf_counter() - t0)
+    return cold_s, peak / 2 ** 20, held, updates, goodput
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--events", type=int, default=1_000_000)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--increments", type=int, default=50)
+    ap.add_argument("--no-reference", action="store_true", help="skip the reference side")
     args = ap.parse_args()
     print(machine())
     events, extra = workload(args.events, tail=1000 * args.increments)
@@ -136,6 +194,24 @@ def main():
     print(f"P7 arrays held: {tl.nbytes / steps:.1f} bytes per step ({tl.nbytes / 2 ** 20:.1f} MiB "
           f"for {steps:,} recorded steps); tracemalloc after P2: {held / steps:.1f} bytes "
           f"per step   [target <= 100]")
+
+
+
+    if args.no_reference:
+        return
+    try:
+        import ml_goodput_measurement  # noqa: F401
+    except ImportError:
+        print("reference not installed: no side-by-side figures")
+        return
+    ref_cold, ref_peak, ref_held, ref_updates, ref_goodput = reference_side(events, extra)
+    print(f"reference cold get_job_goodput: {ref_cold:.2f} s ({ref_cold / median(times):.0f}x ours); "
+          f"extra peak memory {ref_peak:.0f} MiB ({ref_peak * 2 ** 20 / peak:.1f}x ours); "
+          f"goodput {ref_goodput:.3f} % (ours {result.goodput:.3f} %)")
+    print(f"reference update after 1,000 events: median {median(ref_updates):.2f} s over "
+          f"{len(ref_updates)} ({median(ref_updates) / median(inc):.0f}x ours)")
+    print(f"reference memory held after the computation: {ref_held / steps:.0f} bytes per step "
+          f"({ref_held / held:.1f}x ours)")
 
 
 if __name__ == "__main__":

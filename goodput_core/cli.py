@@ -20,6 +20,9 @@ COMMANDS = {
     "demo": ("demo", "record a small run to the embedded store and show what was recorded"),
     "runs": ("runs", "list the runs in a store"),
     "events": ("events", "print the recorded events of a run as JSON lines"),
+    "monitor": ("monitor", "export a run's goodput periodically (TensorBoard, Prometheus, GCM)"),
+    "report": ("report", "goodput, every badput bucket, steps and step times of a run"),
+    "timeline": ("timeline", "draw a run's attributed spans over time (PNG or HTML)"),
 }
 
 

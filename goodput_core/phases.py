@@ -70,6 +70,10 @@ class _Job(_Phase):
     def __exit__(self, exc_type, exc, tb):
         if exc_type is not None and not issubclass(exc_type, GeneratorExit):
             self._on_error(exc_type)
+            try:  # tells an excepthook (JAX adapter) that this crash is recorded
+                exc._goodput_disruption_recorded = True
+            except Exception:
+                pass
         return super().__exit__(exc_type, exc, tb)
 
 

@@ -166,6 +166,11 @@ class Recorder(PhaseMixin):
         self._init_process_state()
 
     @property
+    def clock(self) -> Callable[[], float]:
+        """The time source of this recorder (POSIX seconds); adapters share it."""
+        return self._clock
+
+    @property
     def attempt(self) -> str:
         """This process's attempt id (writer metadata; new after a fork)."""
         return self._attempt
@@ -227,7 +232,9 @@ class Recorder(PhaseMixin):
             if when is None:
                 t = write_time = self._clock()
             else:
-                t = to_timestamp(when)
+                # Fast path for the common backfill (a float from time.time()):
+                # t - t is 0.0 exactly for finite floats, NaN for NaN and inf.
+                t = when if type(when) is float and when - when == 0.0 else to_timestamp(when)
                 write_time = self._clock()
             if type(step) is not int and (step is not None or kind in _STEP_REQUIRED):
                 step = _bad_step(step)

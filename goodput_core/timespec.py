@@ -191,7 +191,7 @@ def format_duration(seconds: float) -> str:
     s = abs(float(seconds))
     if s < 1:
         return f"{sign}{s:.2f}s"
-    if s < 60:
+    if round(s, 1) < 60:  # compare as printed: 59.96 s is "1m 00s", not "60.0s"
         return f"{sign}{s:.1f}s"
     whole = int(round(s))  # round first, so 59.6 s does not print as "0m 60s"
     d, rem = divmod(whole, 86400)

@@ -1,0 +1,114 @@
+"""``goodput monitor RUN``: the monitor as a process of its own.
+
+Reads the run from a store (e.g. on another machine, against Cloud Logging)
+and exports every ``--interval`` seconds to the console and, when asked, to
+TensorBoard, Prometheus and Google Cloud Monitoring, until interrupted
+(Ctrl-C runs a final cycle). ``--once`` runs one cycle and exits.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+
+from goodput_core.commands.common import add_store_argument
+from goodput_core.monitor import Monitor, parse_windows
+
+_FINAL_TIMEOUT_S = 30.0
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("run", metavar="RUN", help="the run (job) name")
+    add_store_argument(parser)
+    parser.add_argument("--tensorboard", metavar="DIR",
+                        help="write TensorBoard scalars into DIR/goodput")
+    parser.add_argument("--prometheus", metavar="PORT", type=int,
+                        help="serve Prometheus metrics on 127.0.0.1:PORT (0: a free port)")
+    parser.add_argument("--prometheus-addr", metavar="ADDR", default="127.0.0.1",
+                        help="address the Prometheus endpoint binds (default 127.0.0.1)")
+    parser.add_argument("--interval", metavar="S", type=float, default=30.0,
+                        help="seconds between cycles (default 30)")
+    parser.add_argument("--rolling", metavar="S[,S...]", default="",
+                        help="rolling windows in seconds, e.g. 60,3600")
+    parser.add_argument("--ideal-step-time", metavar="S", type=float, default=None,
+                        help="the ideal step time in seconds (default: computed)")
+    parser.add_argument("--once", action="store_true", help="run one cycle and exit")
+    parser.add_argument("--quiet", action="store_true", help="no console line per cycle")
+    gcm = parser.add_argument_group("Google Cloud Monitoring")
+    gcm.add_argument("--gcm", action="store_true", help="also write to Cloud Monitoring")
+    gcm.add_argument("--project", help="project id (default: from the metadata server)")
+    gcm.add_argument("--location", help="zone or region (default: from the metadata server)")
+    gcm.add_argument("--accelerator-type", help="accelerator type label (default: detected)")
+
+
+def _exporters(args) -> list:
+    from goodput_core.cli import CliError
+
+    out = []
+    if not args.quiet:
+        from goodput_core.exporters.console import ConsoleExporter
+
+        out.append(ConsoleExporter(sys.stdout))
+    if args.tensorboard:
+        try:
+            from goodput_core.exporters.tensorboard import TensorBoardExporter
+        except ImportError as exc:
+            raise CliError(f"--tensorboard needs tensorboardX: pip install tensorboardX ({exc})")
+        out.append(TensorBoardExporter(args.tensorboard))
+    if args.prometheus is not None:
+        try:
+            from goodput_core.exporters.prometheus import PrometheusExporter
+        except ImportError as exc:
+            raise CliError(f"--prometheus needs prometheus-client: "
+                           f"pip install prometheus-client ({exc})")
+        try:
+            exporter = PrometheusExporter(args.prometheus, args.prometheus_addr)
+        except OSError as exc:
+            raise CliError(f"cannot serve Prometheus metrics on port {args.prometheus}: {exc}")
+        print(f"Serving Prometheus metrics on {exporter.url}", flush=True)
+        out.append(exporter)
+    if args.gcm:
+        try:
+            from goodput_core.compat.goodput_utils import GCPOptions
+            from goodput_core.exporters.cloud_monitoring import CloudMonitoringExporter
+        except ImportError as exc:
+            raise CliError(f"--gcm needs the 'gcp' extra: pip install 'goodput[gcp]' ({exc})")
+        options = GCPOptions(project_id=args.project, location=args.location,
+                             acc_type=args.accelerator_type)
+        out.append(CloudMonitoringExporter(args.run, options))
+    elif args.project or args.location or args.accelerator_type:
+        raise CliError("--project, --location and --accelerator-type go with --gcm")
+    return out
+
+
+def run(args) -> int:
+    from goodput_core.cli import CliError
+
+    windows = parse_windows(args.rolling) if args.rolling else ()
+    exporters = _exporters(args)
+    try:
+        monitor = Monitor(args.run, args.store, exporters, interval_s=args.interval,
+                          rolling_windows=windows,
+                          configured_ideal_step_time=args.ideal_step_time,
+                          final_flush_timeout_s=_FINAL_TIMEOUT_S)
+    except BaseException:
+        for e in exporters:  # e.g. free the Prometheus port
+            e.close()
+        raise
+    if args.once:
+        snapshot = monitor.run_once(final=True)
+        monitor.stop(skip_final_flush=True)
+        if snapshot is None:
+            raise CliError(f"could not read run {args.run!r}; see the messages above")
+        if monitor.calculator.lifetime(snapshot.query_time) is None:
+            raise CliError(f"run {args.run!r} has no job start in the store "
+                           "(list the runs with: goodput runs)")
+        return 0
+    monitor.start()
+    try:
+        threading.Event().wait()  # until Ctrl-C / SIGINT
+    except KeyboardInterrupt:
+        pass
+    finally:
+        monitor.stop()
+    return 0

@@ -1,0 +1,266 @@
+"""``goodput report RUN``: goodput, every badput bucket, steps and step times.
+
+Usage::
+
+    goodput report RUN [--store URL] [--window SPEC] [--exclude A/B ...] [--json]
+
+``--window`` is a duration (``30s``, ``15m``, ``1h``, ``2d``: the last N,
+ending at the run's end, or now while its last attempt is open) or an
+interval ``START/END`` (ISO-8601 datetimes, naive = UTC, or POSIX seconds);
+``--exclude START/END`` (repeatable) removes intervals from every bucket and
+from total time. The syntax is :mod:`goodput_core.timespec`'s.
+
+Without ``--json`` a table is printed for people. With ``--json`` one JSON
+object is printed; its keys are stable (scripts rely on them) and it never
+holds NaN or infinity (``null`` instead):
+
+=============================  ==============================================
+key                            value
+=============================  ==============================================
+``run``                        the run name
+``store``                      the store URL
+``query_time``                 the POSIX time the report was computed at
+``lifetime``                   ``{start, end, start_iso, end_iso, seconds}``
+                               (first job start to last job end or now;
+                               nulls before any job start)
+``window``                     ``{spec, start, end, start_iso, end_iso}``: the
+                               effective window, clipped to the lifetime
+                               (``spec`` null without ``--window``)
+``exclude``                    ``[[start, end], ...]`` as given
+``goodput_percent``            productive / total × 100
+``productive_seconds``         time spent on progress that was kept
+``total_seconds``              lifetime in the window minus idle and excluded
+``idle_seconds``               between an attempt's job end and the next start
+``excluded_seconds``           removed by ``--exclude`` (inside the window)
+``badput_seconds``             ``{BUCKET: seconds}``, BadputType names: the
+                               eleven base buckets always, elastic ones when
+                               the run has elastic events
+``badput_percent``             ``{BUCKET: percent of total}``, same keys
+``custom_badput_seconds``      ``{TYPE: seconds}`` (upper-cased event types)
+``custom_badput_percent``      ``{TYPE: percent of total}``
+``data_loading_async_seconds`` loads overlapped by steps (annotation only,
+                               not part of total)
+``disruptions``                restarts whose segment began in the window
+``max_productive_step``        the largest step whose progress was kept
+``last_step``                  the last step recorded in the window
+``step_time``                  ``{steps_measured, ideal_seconds,
+                               median_seconds, p90_seconds,
+                               deviation_aggregate_seconds}`` over the whole
+                               run (not windowed)
+``skipped``                    ``{reason: count}`` of unusable inputs
+=============================  ==============================================
+
+Numbers mean what ``shared/spec/semantics.md`` says; seconds satisfy
+``productive + Σ badput (DATA_LOADING_ASYNC excepted) = total``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from typing import Any, Dict, List, Optional, Tuple
+
+from goodput_core.buckets import BadputType
+from goodput_core.cli import CliError
+from goodput_core.commands.common import add_store_argument
+from goodput_core.step_stats import percentile
+from goodput_core.timespec import (
+    TimeSpecError,
+    format_duration,
+    format_time,
+    parse_interval,
+    parse_window,
+)
+
+__all__ = ["add_arguments", "run", "build_report", "open_run", "resolve_window"]
+
+_ASYNC = BadputType.DATA_LOADING_ASYNC
+_CUSTOM = BadputType.CUSTOM_BADPUT_EVENTS
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("run", help="run (job) name")
+    add_store_argument(parser)
+    parser.add_argument(
+        "--window", default=None, metavar="SPEC",
+        help="the last N (30s, 15m, 1h, 2d) ending at the run's end or now, or START/END "
+             "(ISO-8601, naive = UTC, or POSIX seconds)")
+    parser.add_argument(
+        "--exclude", action="append", default=[], metavar="A/B",
+        help="remove the interval A/B from every bucket and from total time (repeatable)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object for scripts")
+
+
+def open_run(run_name: str, store_url: Any):
+    """``(calculator, store)`` for ``run_name``, refreshed; CliError for an
+    unknown run, StoreError for an unusable store. Also used by ``goodput timeline``.
+    """
+    from goodput_core.calculator import Calculator
+    from goodput_core.stores import open_store
+
+    store = open_store(store_url)
+    calc = Calculator(run_name, store)
+    if not calc.refresh() and run_name not in store.runs():
+        raise CliError(f"no run named {run_name!r} in {store.url} (see: goodput runs)")
+    return calc, store
+
+
+def resolve_window(calc, spec: Optional[str], now: float) -> Tuple[float, float]:
+    """``(start, end)`` of ``--window`` (whole lifetime: ``(-inf, inf)``).
+
+    A relative window ends at the run's end (or ``now`` while it is open),
+    so ``--window 1h`` on a finished run means its last hour, not the hour
+    before the report was asked for (which might hold nothing).
+    """
+    if spec is None:
+        return -math.inf, math.inf
+    try:
+        window = parse_window(spec)
+    except TimeSpecError as exc:
+        raise CliError(f"bad --window: {exc}") from None
+    life = calc.lifetime(now)
+    return window.resolve(life[1] if life else now)
+
+
+def _finite(x: Any) -> Any:
+    """Replaces NaN and infinities by None, recursively (JSON has no NaN)."""
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_finite(v) for v in x]
+    return x
+
+
+def _span(a: Optional[float], b: Optional[float]) -> Dict[str, Any]:
+    return {"start": a, "end": b, "start_iso": format_time(a), "end_iso": format_time(b)}
+
+
+def build_report(calc, result, stats, *, store_url: str, window_spec: Optional[str],
+                 exclude: List[Tuple[float, float]]) -> Dict[str, Any]:
+    """The report as a JSON-ready dict (keys in the module docstring)."""
+    times = stats.step_times
+    measured = len(times) > 0
+    life = result.lifetime
+    has_life = all(math.isfinite(x) for x in life)
+    lifetime = _span(*life) if has_life else _span(None, None)
+    lifetime["seconds"] = life[1] - life[0] if has_life else None
+    window = _span(*result.window) if has_life else _span(None, None)
+    window["spec"] = window_spec
+    report = {
+        "run": calc.run,
+        "store": store_url,
+        "query_time": result.query_time,
+        "lifetime": lifetime,
+        "window": window,
+        "exclude": [[a, b] for a, b in exclude],
+        "goodput_percent": result.goodput,
+        "productive_seconds": result.productive_seconds,
+        "total_seconds": result.total_seconds,
+        "idle_seconds": result.idle_seconds,
+        "excluded_seconds": result.excluded_seconds,
+        # enum order, so the JSON (and the table) list buckets the same way every time
+        "badput_seconds": {k.name: v for k, v in sorted(result.badput_seconds.items())},
+        "badput_percent": {k.name: v for k, v in sorted(result.badput_percent.items())},
+        "custom_badput_seconds": dict(sorted(result.custom_badput_seconds.items())),
+        "custom_badput_percent": dict(sorted(result.custom_badput_percent.items())),
+        "data_loading_async_seconds": result.data_loading_async_seconds,
+        "disruptions": result.disruptions,
+        "max_productive_step": result.max_productive_step,
+        "last_step": result.last_step,
+        "step_time": {
+            "steps_measured": int(len(times)),
+            "ideal_seconds": stats.ideal_step_time,
+            "median_seconds": percentile(times, 50) if measured else None,
+            "p90_seconds": percentile(times, 90) if measured else None,
+            "deviation_aggregate_seconds": float(stats.deviation_aggregate) if measured else None,
+        },
+        "skipped": dict(sorted(result.skipped.items())),
+    }
+    return _finite(report)
+
+
+# ------------------------------------------------------------------ table
+def _secs(v: Optional[float]) -> str:
+    if v is None:
+        return "-"
+    # the friendly form only where it adds something (42.0 s needs no "42.0s")
+    return f"{v:.3f} s ({format_duration(v)})" if abs(v) >= 60 else f"{v:.3f} s"
+
+
+def _row(name: str, seconds: float, percent: Optional[float], note: str = "") -> str:
+    pct = "" if percent is None else f"{percent:7.2f} %"
+    return f"  {name:<40} {seconds:>12.3f} s {pct:>9}  {format_duration(seconds):>12}{note}"
+
+
+def format_table(rep: Dict[str, Any]) -> str:
+    """The report as a table for people."""
+    out: List[str] = []
+    life, win = rep["lifetime"], rep["window"]
+    out.append(f"Run:            {rep['run']}   (store {rep['store']})")
+    if life["start"] is None:
+        out.append("Lifetime:       no job start recorded yet: nothing to measure")
+    else:
+        out.append(f"Lifetime:       {life['start_iso']} -> {life['end_iso']}"
+                   f"   ({format_duration(life['seconds'])})")
+        if win["spec"] is not None:
+            out.append(f"Window:         {win['start_iso']} -> {win['end_iso']}"
+                       f"   (--window {win['spec']})")
+    for a, b in rep["exclude"]:
+        out.append(f"Excluding:      {format_time(a)} -> {format_time(b)}")
+    out.append(f"Total time:     {_secs(rep['total_seconds'])}")
+    out.append(f"Idle time:      {_secs(rep['idle_seconds'])}   (between attempts; not in total)")
+    out.append(f"Excluded time:  {_secs(rep['excluded_seconds'])}")
+    out.append(f"Goodput:        {rep['goodput_percent']:.2f} %")
+    out.append("")
+    out.append(f"  {'category':<40} {'seconds':>14} {'% total':>9}  {'duration':>12}")
+    out.append(_row("PRODUCTIVE", rep["productive_seconds"], rep["goodput_percent"]))
+    pct = rep["badput_percent"]
+    for name, secs in rep["badput_seconds"].items():
+        if name == _ASYNC.name:
+            continue  # not part of the partition: listed below the total
+        out.append(_row(name, secs, pct[name]))
+        if name == _CUSTOM.name:
+            for kind, v in rep["custom_badput_seconds"].items():
+                out.append(_row(f"  {kind}", v, rep["custom_badput_percent"][kind]))
+    out.append(_row("TOTAL", rep["total_seconds"], 100.0 if rep["total_seconds"] > 0 else 0.0))
+    out.append(_row(_ASYNC.name, rep["data_loading_async_seconds"],
+                    pct.get(_ASYNC.name), "   (overlapped by steps; not in total)"))
+    out.append("")
+    st = rep["step_time"]
+    out.append("Steps")
+    out.append(f"  disruptions (restarts)   {rep['disruptions']}")
+    out.append(f"  max productive step      {rep['max_productive_step']}")
+    out.append(f"  last step                {rep['last_step']}")
+    out.append("Step time (whole run)")
+    out.append(f"  steps measured           {st['steps_measured']}")
+    out.append(f"  ideal step time          {_secs(st['ideal_seconds'])}")
+    out.append(f"  median step time         {_secs(st['median_seconds'])}")
+    out.append(f"  p90 step time            {_secs(st['p90_seconds'])}")
+    out.append(f"  deviation (aggregate)    {_secs(st['deviation_aggregate_seconds'])}")
+    skipped = rep["skipped"]
+    out.append("Skipped inputs" + ("" if skipped else ": none"))
+    for reason, n in skipped.items():
+        out.append(f"  {reason:<24} {n}")
+    return "\n".join(out)
+
+
+def run(args) -> int:
+    now = time.time()
+    calc, store = open_run(args.run, args.store)
+    a, b = resolve_window(calc, args.window, now)
+    try:
+        exclude = [parse_interval(x) for x in args.exclude]
+    except TimeSpecError as exc:
+        raise CliError(f"bad --exclude: {exc}") from None
+    result = calc.window(a, b, now=now, exclude=exclude)
+    rep = build_report(calc, result, calc.step_stats(), store_url=store.url,
+                       window_spec=args.window, exclude=exclude)
+    if args.json:
+        sys.stdout.write(json.dumps(rep, allow_nan=False) + "\n")
+    else:
+        sys.stdout.write(format_table(rep) + "\n")
+    return 0

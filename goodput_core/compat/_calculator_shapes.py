@@ -1,0 +1,271 @@
+"""Helpers of the compat calculators: event feeds and the reference's return shapes.
+
+The compat ``GoodputCalculator`` computes every number with the engine's
+:class:`~goodput_core.calculator.Calculator`; this module turns a
+:class:`~goodput_core.results.GoodputResult` into the tuples and dicts that
+``ml_goodput_measurement`` 0.2.3 returns (keys, key types, units), and reads
+events incrementally from either source the reference's API allows: one of
+our stores, or a duck-typed ``cloud_logger``.
+
+Shapes (docs/reference-notes.md, "Return shapes"):
+
+* breakdowns are ``{BadputType: percent}``, ``CUSTOM_BADPUT_EVENTS`` being
+  ``{UPPER_CASED_TYPE: percent}``;
+* ``badput_time`` of the details is the same in seconds;
+* details and interval details are keyed by the *values* of ``MetricType`` /
+  ``IntervalMetricType`` (plain strings), productive time by
+  ``GoodputType.TOTAL``.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+
+from goodput_core.buckets import BASE_BADPUT, ELASTIC_BADPUT, BadputType
+from goodput_core.compat.goodput_utils import GoodputType, IntervalMetricType, MetricType
+from goodput_core.events import EventRecord, Kind, from_payload, to_timestamp
+from goodput_core.results import GoodputResult
+from goodput_core.stores import open_store
+
+__all__ = [
+    "Breakdown",
+    "CloudLoggerFeed",
+    "StoreFeed",
+    "breakdown",
+    "empty_details",
+    "interval_details",
+    "job_details",
+    "slice_efficiency",
+    "SliceRecord",
+]
+
+Breakdown = Dict[BadputType, Union[float, Dict[str, float]]]
+#: (time, active/stepping slices, available slices, total slices)
+SliceRecord = Tuple[float, float, float, float]
+
+_CUSTOM = BadputType.CUSTOM_BADPUT_EVENTS
+_SLICE_KEY = "elastic_slice_counts_timestamp"
+_UTC = _dt.timezone.utc
+
+
+# --------------------------------------------------------------- shapes
+def bucket_keys(result: GoodputResult, elastic: bool) -> Tuple[BadputType, ...]:
+    """The breakdown keys: the eleven base buckets, plus the elastic three
+    for an elastic calculator or a run that recorded elastic events (our
+    partition has them; leaving them out would break the 100 % sum)."""
+    if elastic or any(k in result.badput_seconds for k in ELASTIC_BADPUT):
+        return BASE_BADPUT + ELASTIC_BADPUT
+    return BASE_BADPUT
+
+
+def breakdown(result: GoodputResult, seconds: bool = False, elastic: bool = False) -> Breakdown:
+    """The reference-shaped badput breakdown of ``result``.
+
+    Args:
+      result: a query result of the engine.
+      seconds: seconds (``badput_time`` of the details) instead of percent.
+      elastic: always include the three elastic buckets.
+
+    Returns:
+      ``{BadputType: value}`` with ``CUSTOM_BADPUT_EVENTS`` a dict by type.
+      Unlike the reference, a bucket equal to the total is 100 %, not 0 %
+      (semantics.md rule 9), and every key is present in seconds too.
+    """
+    flat = result.badput_seconds if seconds else result.badput_percent
+    custom = result.custom_badput_seconds if seconds else result.custom_badput_percent
+    out: Breakdown = {}
+    for key in bucket_keys(result, elastic):
+        out[key] = {k: float(v) for k, v in custom.items()} if key is _CUSTOM \
+            else float(flat.get(key, 0.0))
+    return out
+
+
+def empty_details() -> Dict[str, Any]:
+    """``get_job_goodput_details()`` before any computation (the reference's)."""
+    return {
+        MetricType.GOODPUT_TIME.value: {},
+        MetricType.BADPUT_TIME.value: {},
+        MetricType.MAX_PRODUCTIVE_STEP.value: 0,
+        MetricType.TOTAL_ELAPSED_TIME.value: 0.0,
+        MetricType.DISRUPTION_COUNT.value: 0,
+        MetricType.STEP_TIME_DEVIATION.value: {},
+        MetricType.IDEAL_STEP_TIME.value: 0.0,
+        MetricType.TOTAL_EXCLUDED_TIME.value: 0.0,
+    }
+
+
+def job_details(result: GoodputResult, deviations: Dict[int, float],
+                ideal_step_time: Optional[float], elastic: bool = False) -> Dict[str, Any]:
+    """``get_job_goodput_details()`` of the last cumulative computation.
+
+    Args:
+      result: the result of the last ``get_job_goodput*`` call.
+      deviations: ``{step: seconds}`` of that call (may be empty).
+      ideal_step_time: of that call, or None.
+      elastic: always include the elastic buckets.
+
+    Returns:
+      The reference's dict; ``total_excluded_time`` is the excluded time of
+      that call (the reference always reports 0.0, semantics.md rule 10).
+    """
+    return {
+        MetricType.GOODPUT_TIME.value: {GoodputType.TOTAL: float(result.productive_seconds)},
+        MetricType.BADPUT_TIME.value: breakdown(result, seconds=True, elastic=elastic),
+        MetricType.MAX_PRODUCTIVE_STEP.value: int(result.max_productive_step),
+        MetricType.TOTAL_ELAPSED_TIME.value: float(result.total_seconds),
+        MetricType.DISRUPTION_COUNT.value: int(result.disruptions),
+        MetricType.STEP_TIME_DEVIATION.value: dict(deviations),
+        MetricType.IDEAL_STEP_TIME.value: float(ideal_step_time or 0.0),
+        MetricType.TOTAL_EXCLUDED_TIME.value: float(result.excluded_seconds),
+    }
+
+
+def interval_details(goodput: Optional[float], badput: Optional[Breakdown],
+                     size_seconds: float) -> Dict[str, Any]:
+    """``get_interval_metric_details()``; ``goodput=None`` gives the empty dicts
+    the reference returns when the interval query failed."""
+    return {
+        IntervalMetricType.INTERVAL_GOODPUT.value:
+            {} if goodput is None else {GoodputType.TOTAL: float(goodput)},
+        IntervalMetricType.INTERVAL_BADPUT.value: {} if badput is None else badput,
+        IntervalMetricType.INTERVAL_SIZE.value: int(size_seconds),
+    }
+
+
+def as_seconds(value: Any, name: str) -> float:
+    """A query bound (aware/naive datetime or POSIX seconds) as POSIX seconds.
+
+    Raises:
+      ValueError: None, or anything else that is not a time.
+    """
+    if value is None:
+        raise ValueError(f"{name} is required")
+    return to_timestamp(value)
+
+
+# ------------------------------------------------------- slice efficiency
+def slice_record(event: EventRecord) -> Optional[SliceRecord]:
+    """The slice counts of an ``ELASTIC_SLICE_COUNTS`` event, else None."""
+    if event.kind != Kind.ELASTIC_SLICE_COUNTS or not event.extra:
+        return None
+    x = event.extra
+    try:
+        return (float(event.time), float(x["active_slices"]), float(x["available_slices"]),
+                max(float(x["total_slices"]), 1.0))
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def slice_efficiency(records: Sequence[SliceRecord], a: float, b: float
+                     ) -> Optional[Tuple[float, float]]:
+    """Time-weighted (stepping, available) slice efficiency over ``[a, b]``.
+
+    Each record's fractions hold from its time to the next record's. Unlike
+    the reference's interval query, the record in force when the window opens
+    counts even if it was written before the window (we keep the history);
+    time before the first record counts as 0, as in the reference.
+
+    Args:
+      records: slice records sorted by time.
+      a, b: the window.
+
+    Returns:
+      (stepping, available) in [0, 1], or None without records or an empty window.
+    """
+    if not records or not (b > a):
+        return None
+    stepping = available = 0.0
+    for i, (t, act, avail, total) in enumerate(records):
+        nxt = records[i + 1][0] if i + 1 < len(records) else math.inf
+        lo, hi = max(t, a), min(nxt, b)
+        if hi > lo:
+            stepping += act / total * (hi - lo)
+            available += avail / total * (hi - lo)
+    return stepping / (b - a), available / (b - a)
+
+
+# ----------------------------------------------------------------- feeds
+class StoreFeed:
+    """Reads one run of a store incrementally (the store's own cursor).
+
+    Args:
+      run: the run (job) name.
+      store: a store URL, path, open Store, or None for the default store.
+    """
+
+    def __init__(self, run: str, store: Any):
+        self.run = run
+        self.store = open_store(store)
+        self._cursor = None
+
+    def pull(self, calc, query_time: float) -> List[EventRecord]:  # noqa: ARG002
+        """Adds the events new since the last pull to ``calc``; returns them
+        (callers look for the slice counts, which the engine's timeline ignores).
+
+        ``query_time`` is unused: a store holds no events from the future
+        that a reader must hide (those are clipped by the query's ``now``).
+        """
+        events, self._cursor = self.store.read(self.run, since=self._cursor)
+        if events:
+            calc.add(events)
+        return events
+
+
+class CloudLoggerFeed:
+    """Reads a duck-typed ``cloud_logger`` incrementally, like the reference.
+
+    The contract is ``read_cloud_logging_entries(start_time=None,
+    end_time=None, last_entry_info=None) -> (payloads, (last_timestamp,
+    last_insert_id))``. Every read passes ``end_time`` (the query time) and,
+    after the first, ``start_time``/``last_entry_info`` from the previous
+    answer; a query at or before the cursor reads nothing. Nothing is cached
+    on disk (the reference's file cache can go stale across processes).
+
+    Args:
+      run: the job name (payloads of other jobs are skipped and counted).
+      cloud_logger: the reader.
+    """
+
+    def __init__(self, run: str, cloud_logger: Any):
+        self.run = run
+        self.cloud_logger = cloud_logger
+        self._last: Optional[Tuple[Any, Any]] = None
+
+    def pull(self, calc, query_time: float) -> List[EventRecord]:
+        """Adds the entries new since the last pull to ``calc``; returns the
+        slice-count events among them (the engine's timeline ignores those)."""
+        end = _dt.datetime.fromtimestamp(query_time, _UTC)
+        if self._last is None:
+            payloads, info = self.cloud_logger.read_cloud_logging_entries(end_time=end)
+        else:
+            last_ts = self._last[0]
+            if _not_after(end, last_ts):
+                return []
+            payloads, info = self.cloud_logger.read_cloud_logging_entries(
+                start_time=last_ts, end_time=end, last_entry_info=self._last)
+        if info and info[0] is not None:
+            self._last = (info[0], info[1])
+        payloads = list(payloads or ())
+        calc.add_payloads(payloads)
+        slices = []
+        for p in payloads:
+            if isinstance(p, dict) and _SLICE_KEY in p:
+                rec = from_payload(p, run=self.run)
+                if isinstance(rec, EventRecord):
+                    slices.append(rec)
+        return slices
+
+
+def _not_after(end: _dt.datetime, last_ts: Any) -> bool:
+    """``end <= last_ts`` for a datetime or POSIX cursor; False if incomparable."""
+    try:
+        return end.timestamp() <= to_timestamp(last_ts)
+    except (TypeError, ValueError):
+        return False
+
+
+def sorted_slices(records: Iterable[SliceRecord]) -> List[SliceRecord]:
+    """Slice records by time (stable: arrival order breaks ties)."""
+    return sorted(records, key=lambda r: r[0])

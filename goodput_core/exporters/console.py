@@ -1,0 +1,83 @@
+"""Console exporter: one human-readable line per monitor cycle.
+
+Example::
+
+    goodput run=demo goodput=35.84% productive=30.0s total=83.7s disruptions=1
+    max_step=29 badput=INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION:23.9%,...
+    rolling=60s:25.45%,3600s:35.84% ideal_step=1.000s new_deviations=29
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, List, Optional, TextIO
+
+from goodput_core.buckets import BadputType
+from goodput_core.exporters.base import Exporter, MonitorSnapshot
+
+__all__ = ["ConsoleExporter", "format_snapshot"]
+
+logger = logging.getLogger(__name__)
+_TOP = 3  # badput buckets shown
+
+
+def _window(size: Any) -> str:
+    f = float(size)
+    return f"{int(f) if f.is_integer() else f}s"
+
+
+def format_snapshot(snap: MonitorSnapshot) -> str:
+    """The one-line summary of a snapshot.
+
+    Args:
+      snap: the snapshot.
+
+    Returns:
+      ``goodput run=... goodput=...%`` and whatever parts the snapshot has.
+    """
+    parts: List[str] = [f"goodput run={snap.run}"]
+    r = snap.cumulative
+    if r is not None:
+        parts += [f"goodput={r.goodput:.2f}%", f"productive={r.productive_seconds:.1f}s",
+                  f"total={r.total_seconds:.1f}s", f"disruptions={r.disruptions}",
+                  f"max_step={r.max_productive_step}"]
+        top = sorted(((v, k.name) for k, v in r.badput_percent.items()
+                      if v > 0 and k is not BadputType.DATA_LOADING_ASYNC), reverse=True)[:_TOP]
+        if top:
+            parts.append("badput=" + ",".join(f"{name}:{v:.1f}%" for v, name in top))
+    if snap.rolling:
+        parts.append("rolling=" + ",".join(f"{_window(k)}:{w.goodput:.2f}%"
+                                           for k, w in sorted(snap.rolling.items())))
+    s = snap.step_stats
+    if s is not None:
+        if s.ideal_step_time is not None:
+            parts.append(f"ideal_step={s.ideal_step_time:.3f}s")
+        parts.append(f"new_deviations={len(snap.new_step_deviations)}")
+    if snap.recorder_dropped:
+        parts.append(f"dropped_events={snap.recorder_dropped}")
+    if snap.final:
+        parts.append("(final)")
+    return " ".join(parts)
+
+
+class ConsoleExporter(Exporter):
+    """Prints one summary line per cycle.
+
+    Args:
+      stream: where to write (e.g. ``sys.stdout``); None logs the line at
+        INFO on this module's logger instead.
+    """
+
+    name = "console"
+
+    def __init__(self, stream: Optional[TextIO] = None):
+        self._stream = stream
+
+    def export(self, snapshot: MonitorSnapshot) -> None:
+        """Writes (or logs) the snapshot's summary line."""
+        line = format_snapshot(snapshot)
+        if self._stream is None:
+            logger.info("%s", line)
+        else:
+            self._stream.write(line + "\n")
+            self._stream.flush()

@@ -1,0 +1,186 @@
+"""Prometheus exporter: an opt-in HTTP endpoint (the reference has none).
+
+Metrics (all labelled by ``run``), from the latest snapshot of each run:
+
+=========================================  ==========================================
+``goodput_ratio``                          cumulative goodput, 0-1
+``goodput_productive_seconds``             productive time
+``goodput_badput_seconds{bucket}``         every partition bucket by name, custom
+                                           types as ``CUSTOM_BADPUT_EVENTS.<TYPE>``
+                                           (so the sum is total - productive;
+                                           ``DATA_LOADING_ASYNC`` overlaps productive
+                                           time and is left out, as in Cloud Monitoring)
+``goodput_total_seconds``                  total (measured) time
+``goodput_disruptions``                    restarts
+``goodput_max_productive_step``            the largest step whose progress was kept
+``goodput_step_time_seconds{quantile}``    step-time quantiles (0.5, 0.9, 0.99)
+``goodput_ideal_step_time_seconds``        the ideal step time
+``goodput_window_ratio{window}``           rolling-window goodput, 0-1, window "<N>s"
+``goodput_recorder_dropped_events_total``  events the local recorder dropped (counter)
+=========================================  ==========================================
+
+The metrics live on a private ``CollectorRegistry`` (never the global one,
+so several monitors and the user's own metrics do not collide), served by
+prometheus_client's HTTP server bound to 127.0.0.1 unless told otherwise.
+Port 9431 is refused: Orbax serves its own metrics there.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Dict, Iterator, Optional, Sequence
+
+import numpy as np
+
+from goodput_core.buckets import BadputType
+from goodput_core.exporters.base import Exporter, MonitorSnapshot
+
+__all__ = ["PrometheusExporter", "RESERVED_PORT"]
+
+#: Orbax's metrics port: never ours.
+RESERVED_PORT = 9431
+_SKIPPED = (BadputType.DATA_LOADING_ASYNC, BadputType.CUSTOM_BADPUT_EVENTS)
+
+
+def _window_label(size: Any) -> str:
+    f = float(size)
+    return f"{int(f) if f.is_integer() else f}s"
+
+
+class _RunState:
+    """The latest figures of one run (each part keeps its last value)."""
+
+    def __init__(self) -> None:
+        self.cumulative: Any = None
+        self.rolling: Dict[Any, Any] = {}
+        self.quantiles: Dict[float, float] = {}
+        self.ideal: Optional[float] = None
+        self.dropped: Optional[int] = None
+
+
+class _SnapshotCollector:
+    """A prometheus_client collector over the latest snapshot of each run."""
+
+    def __init__(self, quantiles: Sequence[float]):
+        self._quantiles = tuple(quantiles)
+        self._lock = threading.Lock()
+        self._runs: Dict[str, _RunState] = {}
+
+    def update(self, snap: MonitorSnapshot) -> None:
+        quantiles: Dict[float, float] = {}
+        stats = snap.step_stats
+        if stats is not None and len(stats.step_times):
+            values = np.quantile(np.asarray(stats.step_times, np.float64), self._quantiles)
+            quantiles = dict(zip(self._quantiles, values.tolist()))
+        with self._lock:
+            state = self._runs.setdefault(snap.run, _RunState())
+            if snap.cumulative is not None:
+                state.cumulative = snap.cumulative
+            if snap.rolling:
+                state.rolling = dict(snap.rolling)
+            if stats is not None:
+                state.quantiles, state.ideal = quantiles, stats.ideal_step_time
+            if snap.recorder_dropped is not None:
+                state.dropped = snap.recorder_dropped
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        def gauge(name, doc, extra=()):
+            return GaugeMetricFamily(name, doc, labels=("run",) + tuple(extra))
+
+        fams = {
+            "ratio": gauge("goodput_ratio", "Cumulative goodput (0-1)."),
+            "prod": gauge("goodput_productive_seconds", "Productive time in seconds."),
+            "bad": gauge("goodput_badput_seconds", "Badput in seconds by bucket.", ("bucket",)),
+            "total": gauge("goodput_total_seconds", "Total measured time in seconds."),
+            "disr": gauge("goodput_disruptions", "Restarts of the run."),
+            "step": gauge("goodput_max_productive_step", "Largest step whose progress was kept."),
+            "q": gauge("goodput_step_time_seconds", "Step-time quantiles in seconds.",
+                       ("quantile",)),
+            "ideal": gauge("goodput_ideal_step_time_seconds", "Ideal step time in seconds."),
+            "win": gauge("goodput_window_ratio", "Rolling-window goodput (0-1).", ("window",)),
+            "drop": CounterMetricFamily("goodput_recorder_dropped_events",
+                                        "Events the local recorder dropped (queue full).",
+                                        labels=("run",)),
+        }
+        with self._lock:
+            runs = list(self._runs.items())
+        for run, s in runs:
+            r = s.cumulative
+            if r is not None:
+                fams["ratio"].add_metric([run], r.goodput / 100.0)
+                fams["prod"].add_metric([run], r.productive_seconds)
+                for bucket, secs in r.badput_seconds.items():
+                    if bucket not in _SKIPPED:
+                        fams["bad"].add_metric([run, bucket.name], secs)
+                for kind, secs in r.custom_badput_seconds.items():
+                    fams["bad"].add_metric([run, f"CUSTOM_BADPUT_EVENTS.{kind}"], secs)
+                fams["total"].add_metric([run], r.total_seconds)
+                fams["disr"].add_metric([run], r.disruptions)
+                fams["step"].add_metric([run], r.max_productive_step)
+            for q, value in s.quantiles.items():
+                fams["q"].add_metric([run, repr(float(q))], value)
+            if s.ideal is not None:
+                fams["ideal"].add_metric([run], s.ideal)
+            for size, window in sorted(s.rolling.items()):
+                fams["win"].add_metric([run, _window_label(size)], window.goodput / 100.0)
+            if s.dropped is not None:
+                fams["drop"].add_metric([run], s.dropped)
+        yield from fams.values()
+
+
+class PrometheusExporter(Exporter):
+    """Serves the latest snapshot of each run on ``http://<addr>:<port>/metrics``.
+
+    Args:
+      port: the TCP port; 0 picks a free one (read it back from ``.port``).
+      addr: the address to bind (default loopback only).
+      quantiles: the step-time quantiles to publish.
+
+    Raises:
+      ValueError: port 9431 (Orbax's) or a port out of range.
+      ImportError: prometheus_client is not installed.
+      OSError: the port is in use.
+    """
+
+    name = "prometheus"
+
+    def __init__(self, port: int = 0, addr: str = "127.0.0.1", *,
+                 quantiles: Sequence[float] = (0.5, 0.9, 0.99)):
+        if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+            raise ValueError(f"port must be an integer in 0..65535, got {port!r}")
+        if port == RESERVED_PORT:
+            raise ValueError(f"port {RESERVED_PORT} is Orbax's metrics port; choose another")
+        if not all(0.0 <= float(q) <= 1.0 for q in quantiles):
+            raise ValueError(f"quantiles must be within [0, 1], got {list(quantiles)}")
+        import prometheus_client  # only this module imports it
+        from prometheus_client.registry import CollectorRegistry
+
+        self.registry = CollectorRegistry(auto_describe=False)
+        self._collector = _SnapshotCollector([float(q) for q in quantiles])
+        self.registry.register(self._collector)
+        self._server, self._thread = prometheus_client.start_http_server(
+            port, addr=addr, registry=self.registry)
+        self.addr = addr
+        self.port: int = int(self._server.server_port)
+        self._closed = False
+
+    @property
+    def url(self) -> str:
+        """The metrics URL."""
+        host = f"[{self.addr}]" if ":" in self.addr else self.addr
+        return f"http://{host}:{self.port}/metrics"
+
+    def export(self, snapshot: MonitorSnapshot) -> None:
+        """Makes the snapshot's figures the ones served."""
+        self._collector.update(snapshot)
+
+    def close(self) -> None:
+        """Shuts the HTTP server down and frees the port (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5.0)

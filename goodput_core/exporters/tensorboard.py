@@ -1,0 +1,143 @@
+"""TensorBoard exporter (tensorboardX), with the reference's tags.
+
+Scalars written per snapshot (values in percent, as the reference):
+
+=============================================  ==================================
+tag                                            step
+=============================================  ==================================
+``goodput/goodput``                            the largest productive step
+``badput/<bucket lower-case>`` (every bucket,  same
+including ``data_loading_async``)
+``badput/custom_badput_events/<type lower>``   same
+``goodput/rolling_<N>s`` (ours)                the window's largest productive step
+``step_deviation`` (seconds)                   the step number
+=============================================  ==================================
+
+Differences from the reference: ``step_deviation`` is written once per step
+(only the steps new since the last cycle; the reference rewrites every step
+each time, so its event file grows quadratically); event wall times are the
+snapshot's query time; nothing is written before the run has any measured
+time (the reference skips such a cycle with an error). Events are written
+synchronously and flushed at the end of every export, so a cycle's points
+are on disk when it ends (``SummaryWriter.flush()`` does not guarantee that).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import time
+from typing import Any, Optional
+
+from goodput_core.buckets import BadputType
+from goodput_core.exporters.base import Exporter, MonitorSnapshot
+
+__all__ = ["TensorBoardExporter", "SUBDIR"]
+
+#: The reference writes into ``<tensorboard_dir>/goodput``.
+SUBDIR = "goodput"
+
+
+def window_tag(size: Any) -> str:
+    """``goodput/rolling_<N>s`` for a window of ``size`` seconds."""
+    f = float(size)
+    return f"goodput/rolling_{int(f) if f.is_integer() else f}s"
+
+
+class _EventFile:
+    """A synchronous stand-in for tensorboardX's ``SummaryWriter`` (scalars only).
+
+    ``SummaryWriter`` hands events to a background thread through a queue,
+    and its ``flush()`` does not wait for that queue: a file flushed at the
+    end of a cycle can still miss that cycle's last points. This writes the
+    same ``Event`` records (tensorboardX's ``EventsWriter`` and ``scalar()``
+    summary, so local, ``gs://`` and ``s3://`` paths work as before) on the
+    exporter's own thread, and ``flush()`` is a real fence.
+    """
+
+    _count = itertools.count()
+
+    def __init__(self, log_dir: str):
+        from tensorboardX.event_file_writer import EventsWriter  # only this module imports it
+        from tensorboardX.record_writer import directory_check
+
+        directory_check(log_dir)
+        # tensorboardX names files by the second and host only: two writers
+        # started within a second in one directory would share a file
+        suffix = f".goodput.{os.getpid()}.{next(self._count)}"
+        self._events = EventsWriter(os.path.join(log_dir, "events"), suffix)
+
+    def add_scalar(self, tag: str, value: float, step: int, walltime: Optional[float] = None,
+                   display_name: str = "") -> None:
+        from tensorboardX.proto.event_pb2 import Event
+        from tensorboardX.summary import scalar
+
+        summary = scalar(tag, float(value), display_name=display_name)
+        self._events.write_event(Event(summary=summary, step=int(step),
+                                       wall_time=time.time() if walltime is None else walltime))
+
+    def flush(self) -> None:
+        self._events.flush()
+
+    def close(self) -> None:
+        self._events.close()
+
+
+class TensorBoardExporter(Exporter):
+    """Writes snapshots as TensorBoard scalars.
+
+    Args:
+      tensorboard_dir: the base directory (a local path, or any URL
+        tensorboardX can write to).
+      subdir: written into ``<tensorboard_dir>/<subdir>`` ("" or None:
+        directly into ``tensorboard_dir``); the reference's is "goodput".
+      include_badput_breakdown: also write the ``badput/...`` scalars.
+      writer: an existing ``SummaryWriter`` to use instead (flushed, not
+        closed, by us). Default: a synchronous writer of tensorboardX event
+        files (see ``_EventFile``).
+
+    Raises:
+      ImportError: tensorboardX is not installed.
+    """
+
+    name = "tensorboard"
+
+    def __init__(self, tensorboard_dir: str, *, subdir: Optional[str] = SUBDIR,
+                 include_badput_breakdown: bool = True, writer: Any = None):
+        self.log_dir = os.path.join(tensorboard_dir, subdir) if subdir else tensorboard_dir
+        self.include_badput_breakdown = bool(include_badput_breakdown)
+        self._owns_writer = writer is None
+        self._writer = writer if writer is not None else _EventFile(self.log_dir)
+
+    def _scalar(self, tag: str, value: float, step: int, wall: float,
+                display: bool = True) -> None:
+        # the reference names each plot after the tag's last component
+        name = tag.rsplit("/", 1)[-1] if display else ""
+        self._writer.add_scalar(tag, float(value), int(step), walltime=wall, display_name=name)
+
+    def export(self, snapshot: MonitorSnapshot) -> None:
+        """Writes the snapshot's scalars, then flushes the event file."""
+        wall = snapshot.query_time
+        result = snapshot.cumulative
+        if result is not None and result.total_seconds > 0:
+            step = result.max_productive_step
+            self._scalar("goodput/goodput", result.goodput, step, wall)
+            if self.include_badput_breakdown:
+                for bucket, pct in result.badput_percent.items():
+                    if bucket is not BadputType.CUSTOM_BADPUT_EVENTS:  # written per type below
+                        self._scalar(f"badput/{bucket.name.lower()}", pct, step, wall)
+                for kind, pct in result.custom_badput_percent.items():
+                    self._scalar(f"badput/custom_badput_events/{kind.lower()}", pct, step, wall)
+        for size, window in sorted(snapshot.rolling.items()):
+            if window.total_seconds > 0:
+                self._scalar(window_tag(size), window.goodput, window.max_productive_step, wall)
+        for step, deviation in snapshot.new_step_deviations:
+            self._scalar("step_deviation", deviation, step, wall, display=False)
+        self._writer.flush()
+
+    def close(self) -> None:
+        """Flushes and closes the writer (when this exporter created it)."""
+        if self._owns_writer:
+            self._writer.close()
+        else:
+            self._writer.flush()

@@ -1,0 +1,573 @@
+"""The monitor: one background loop from the store to the exporters.
+
+API summary::
+
+    from goodput_core.monitor import Monitor
+    from goodput_core.exporters.tensorboard import TensorBoardExporter
+
+    m = Monitor("run-1", "sqlite:///goodput.sqlite",
+                [TensorBoardExporter("/tmp/tb")], interval_s=30, rolling_windows=(3600,))
+    m.start()            # one daemon thread
+    ...
+    m.stop(timeout=10)   # a final, deadline-bounded cycle; then closes the exporters
+
+    m.run_once()         # or drive it yourself (tests, ``goodput monitor --once``)
+
+Each cycle reads only the events new since the last one (the calculator is
+incremental), computes the enabled *parts* (``"goodput"``: cumulative
+result; ``"step_deviation"``: step statistics and the deviations of steps
+not exported before; ``"rolling"``: rolling windows), builds one
+:class:`~goodput_core.exporters.base.MonitorSnapshot` and hands it to every
+exporter.
+
+Reliability (quality.md R5): every exporter runs on its own worker thread
+and each cycle waits for them only up to ``export_timeout_s``. An exporter
+that raises is logged once per error kind and then only counted; one that
+hangs is skipped by later cycles until it returns (the step deviations it
+missed are handed to it then), and never delays the others or the loop.
+``stop()`` returns within its deadline whatever the exporters or the store do.
+
+Time: ``clock`` gives the query time and drives the schedule; ``wait(s)``
+blocks for ``s`` seconds (it returns True to ask the loop to stop). Tests
+inject both and step the loop without sleeping.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import threading
+import time
+from typing import Any, Callable, Collection, Dict, Iterable, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from goodput_core.exporters.base import Exporter, MonitorSnapshot
+
+__all__ = ["Monitor", "PARTS"]
+
+logger = logging.getLogger(__name__)
+
+#: What a cycle can compute (see the module docstring).
+PARTS = ("goodput", "step_deviation", "rolling")
+
+
+class _Default:
+    """The 'use the constructor's value' marker (None means 'no deadline')."""
+
+    def __repr__(self) -> str:
+        return "<final_flush_timeout_s>"
+
+
+_DEFAULT: Any = _Default()
+_MAX_CARRY = 100_000  # step deviations kept for an exporter that is stuck
+_CLOSE_RESERVE_S = 1.0  # at most this much of stop()'s time is kept for close()
+_EPS = 1e-6  # schedule slack: clock + (due - clock) may miss `due` by an ulp
+
+
+def _remaining(deadline: float) -> Optional[float]:
+    """Seconds left until ``deadline`` (time.monotonic), None when unbounded."""
+    return None if deadline == math.inf else max(0.0, deadline - time.monotonic())
+
+
+def _deadline(timeout: Optional[float]) -> float:
+    return math.inf if timeout is None else time.monotonic() + max(0.0, float(timeout))
+
+
+class _Runner:
+    """A worker thread that runs one exporter's calls, one at a time.
+
+    ``submit`` refuses new work while the previous call is still running:
+    that is how a hung exporter is skipped without piling up work.
+    """
+
+    def __init__(self, exporter: Any, on_error: Callable[[str, BaseException], None]):
+        self.exporter = exporter
+        self.name = str(getattr(exporter, "name", None) or type(exporter).__name__)
+        self.carry: List[Tuple[int, float]] = []  # deviations it has not received yet
+        self._on_error = on_error
+        self._cv = threading.Condition()
+        self._job: Optional[Tuple[Callable[[], Any], threading.Event]] = None
+        self._busy = False
+        self._retired = False
+        self._thread: Optional[threading.Thread] = None
+
+    @property
+    def busy(self) -> bool:
+        with self._cv:
+            return self._busy
+
+    def submit(self, fn: Callable[[], Any]) -> Optional[threading.Event]:
+        """Queues ``fn``; returns an event set when it has run, or None if busy/retired."""
+        with self._cv:
+            if self._busy or self._retired:
+                return None
+            done = threading.Event()
+            self._job, self._busy = (fn, done), True
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._loop, name=f"goodput-export-{self.name}", daemon=True)
+                self._thread.start()
+            self._cv.notify_all()
+            return done
+
+    def wait_idle(self, timeout: Optional[float]) -> bool:
+        """Waits until no call is running; False on timeout."""
+        with self._cv:
+            return self._cv.wait_for(lambda: not self._busy, timeout)
+
+    def retire(self) -> None:
+        """Lets the thread exit once its current call (if any) has returned."""
+        with self._cv:
+            self._retired = True
+            self._cv.notify_all()
+
+    def _loop(self) -> None:
+        while True:
+            with self._cv:
+                while self._job is None and not self._retired:
+                    self._cv.wait()
+                if self._job is None:
+                    return
+                fn, done = self._job
+                self._job = None
+            try:
+                fn()
+            except BaseException as exc:  # noqa: BLE001 - an exporter must not kill its worker
+                self._on_error(f"exporter {self.name}", exc)
+            finally:
+                with self._cv:
+                    self._busy = False
+                    self._cv.notify_all()
+                done.set()
+
+
+class Monitor:
+    """Periodically computes a run's goodput and hands it to exporters.
+
+    Args:
+      run: the run (job) name.
+      store: a store URL, path or open Store (None: the default store).
+        Ignored when ``calculator`` is given.
+      exporters: objects with ``export(snapshot)`` and ``close()``
+        (:class:`~goodput_core.exporters.base.Exporter`).
+      interval_s: seconds between cycles of the goodput and rolling parts.
+      rolling_windows: rolling window sizes in seconds (the "rolling" part).
+      include_goodput: compute the cumulative result (the "goodput" part).
+      include_step_deviation: compute step statistics (the "step_deviation" part).
+      step_deviation_interval_s: seconds between step-deviation cycles
+        (default ``interval_s``).
+      configured_ideal_step_time: the ideal step time in seconds (default:
+        computed from the step times).
+      clock: returns the current POSIX time (query time and schedule).
+      wait: ``wait(seconds)`` blocks the loop between cycles; a truthy return
+        stops the loop. Default: an event wait that ``stop()`` interrupts.
+      export_timeout_s: how long a cycle waits for its exporters.
+      final_flush_timeout_s: ``stop()``'s default deadline (None: unbounded).
+      skip_final_flush: ``stop()`` skips the final cycle by default.
+      recorder: a local Recorder whose dropped-event count is reported.
+      calculator: an existing Calculator to read through (shared, warm).
+
+    Raises:
+      ValueError: a bad interval, timeout, window size or ideal step time.
+      StoreError: the store cannot be opened.
+    """
+
+    def __init__(self, run: str, store: Any = None, exporters: Iterable[Exporter] = (), *,
+                 interval_s: float = 30.0, rolling_windows: Iterable[float] = (),
+                 include_goodput: bool = True, include_step_deviation: bool = True,
+                 step_deviation_interval_s: Optional[float] = None,
+                 configured_ideal_step_time: Optional[float] = None,
+                 clock: Callable[[], float] = time.time,
+                 wait: Optional[Callable[[float], Any]] = None,
+                 export_timeout_s: float = 10.0,
+                 final_flush_timeout_s: Optional[float] = 10.0,
+                 skip_final_flush: bool = False,
+                 recorder: Any = None, calculator: Any = None):
+        self._interval = {"goodput": _positive(interval_s, "interval_s"),
+                          "rolling": float(interval_s)}
+        self._interval["step_deviation"] = _positive(
+            interval_s if step_deviation_interval_s is None else step_deviation_interval_s,
+            "step_deviation_interval_s")
+        self._export_timeout = _positive(export_timeout_s, "export_timeout_s")
+        if final_flush_timeout_s is not None:
+            final_flush_timeout_s = max(0.0, float(final_flush_timeout_s))
+        self._final_timeout = final_flush_timeout_s
+        self._ideal = (None if configured_ideal_step_time is None
+                       else _positive(configured_ideal_step_time, "configured_ideal_step_time"))
+        self.run = run
+        if calculator is None:
+            from goodput_core.calculator import Calculator
+            from goodput_core.stores import open_store
+
+            calculator = Calculator(run, open_store(store), clock=clock)
+        self.calculator = calculator
+        self._clock = clock
+        self._skip_final = bool(skip_final_flush)
+        self._recorder = recorder
+        self._runners = [_Runner(e, self._report) for e in exporters]
+        self._exported = np.empty(0, np.int64)  # steps whose deviation was handed out
+        self._cycle_lock = threading.Lock()
+        self._state_lock = threading.Lock()
+        self._stats_lock = threading.Lock()
+        self._parts_lock = threading.Lock()
+        self._stop_evt = threading.Event()
+        self._wake = threading.Event()
+        self._wait = wait if wait is not None else self._default_wait
+        self._thread: Optional[threading.Thread] = None
+        self._stopped = False
+        self._errors: Dict[str, int] = {}
+        self._cycles = 0
+        self._windows: Tuple[Any, ...] = ()
+        self._enabled: set = set()
+        self._next: Dict[str, float] = {}
+        self.configure(goodput=include_goodput, step_deviation=include_step_deviation,
+                       rolling_windows=rolling_windows)
+
+    # ------------------------------------------------------------ settings
+    @property
+    def exporters(self) -> List[Any]:
+        """The exporters, in call order."""
+        return [r.exporter for r in self._runners]
+
+    @property
+    def parts(self) -> frozenset:
+        """The parts a cycle computes now."""
+        with self._parts_lock:
+            return frozenset(self._enabled)
+
+    @property
+    def rolling_windows(self) -> Tuple[Any, ...]:
+        """The rolling window sizes in seconds."""
+        with self._parts_lock:
+            return self._windows
+
+    @property
+    def stop_requested(self) -> threading.Event:
+        """Set by ``stop()``; a custom ``wait`` may block on it."""
+        return self._stop_evt
+
+    def configure(self, *, goodput: Optional[bool] = None, step_deviation: Optional[bool] = None,
+                  rolling_windows: Optional[Iterable[float]] = None) -> None:
+        """Switches parts on or off at run time (None: unchanged).
+
+        A part switched on is first computed one interval later. Rolling
+        windows are on when the list is not empty.
+
+        Raises:
+          ValueError: a window size that is not a positive number.
+        """
+        windows = None if rolling_windows is None else _windows(rolling_windows)
+        now = self._clock()
+        with self._parts_lock:
+            if windows is not None:
+                self._windows = windows
+            wanted = {"goodput": goodput, "step_deviation": step_deviation,
+                      "rolling": None if windows is None else bool(windows)}
+            for part, on in wanted.items():
+                if on and part not in self._enabled:
+                    self._enabled.add(part)
+                    self._next[part] = now + self._interval[part]
+                elif on is False:
+                    self._enabled.discard(part)
+        self._wake.set()  # the loop re-plans its wait
+
+    def wait_idle(self, timeout: Optional[float] = None) -> bool:
+        """Waits until no exporter call is running (e.g. a slow one has returned).
+
+        Returns:
+          False when ``timeout`` seconds passed first.
+        """
+        deadline = _deadline(timeout)
+        return all(r.wait_idle(_remaining(deadline)) for r in self._runners)
+
+    def stats(self) -> Dict[str, Any]:
+        """Counters: cycles run and errors by ``"<source>: <kind>"``."""
+        with self._stats_lock:
+            return {"cycles": self._cycles, "errors": dict(self._errors)}
+
+    # ------------------------------------------------------------- cycles
+    def run_once(self, final: bool = False) -> Optional[MonitorSnapshot]:
+        """Runs one cycle of every enabled part now, on the caller's thread.
+
+        Returns:
+          The snapshot handed to the exporters, or None when the store or the
+          calculator failed (logged) or the monitor was stopped.
+        """
+        if self._stopped:
+            return None
+        with self._cycle_lock:
+            return self._cycle(self.parts, final, math.inf)[0]
+
+    def flush(self, timeout: Any = _DEFAULT, parts: Optional[Collection[str]] = None) -> bool:
+        """Runs one cycle within ``timeout`` seconds, whatever the exporters do.
+
+        Args:
+          timeout: the deadline (default ``final_flush_timeout_s``; None: none).
+          parts: the parts to compute (default the enabled ones); a part that
+            is not enabled is computed once (e.g. the compat one-off flush).
+
+        Returns:
+          True when the cycle and every exporter finished in time.
+        """
+        chosen = self.parts if parts is None else frozenset(parts)
+        if not chosen <= set(PARTS):
+            raise ValueError(f"unknown parts {sorted(chosen - set(PARTS))}; choose from {PARTS}")
+        timeout = self._final_timeout if timeout is _DEFAULT else timeout
+        return self._bounded_cycle(chosen, True, _deadline(timeout))
+
+    def _bounded_cycle(self, parts: frozenset, final: bool, deadline: float) -> bool:
+        if not parts:
+            return True
+        outcome: Dict[str, bool] = {}
+
+        def body() -> None:
+            left = _remaining(deadline)
+            # a loop cycle stuck in a store read holds the lock: give up at the deadline
+            if not self._cycle_lock.acquire(timeout=-1 if left is None else left):
+                return
+            try:
+                if _remaining(deadline) != 0.0:  # else abandoned: too late to export
+                    snap, complete = self._cycle(parts, final, deadline)
+                    outcome["ok"] = snap is not None and complete
+            finally:
+                self._cycle_lock.release()
+
+        worker = threading.Thread(target=body, name=f"goodput-flush-{self.run}", daemon=True)
+        worker.start()
+        worker.join(_remaining(deadline))
+        if worker.is_alive():
+            logger.warning("goodput monitor %s: the final cycle did not finish in time; "
+                           "abandoned so that shutdown is not blocked", self.run)
+        return outcome.get("ok", False)
+
+    def _cycle(self, parts: Collection[str], final: bool, deadline: float
+               ) -> Tuple[Optional[MonitorSnapshot], bool]:
+        """One cycle (the caller holds ``_cycle_lock``).
+
+        Returns:
+          (the snapshot or None, whether every exporter finished in time).
+        """
+        snapshot = self._compute(parts, final)
+        if snapshot is None:
+            return None, False
+        complete = self._dispatch(snapshot, min(deadline, time.monotonic() + self._export_timeout))
+        with self._stats_lock:
+            self._cycles += 1
+        return snapshot, complete
+
+    def _compute(self, parts: Collection[str], final: bool) -> Optional[MonitorSnapshot]:
+        calc = self.calculator
+        try:
+            calc.refresh()
+        except Exception as exc:  # noqa: BLE001 - a store outage must not end monitoring
+            self._report("store", exc)
+            return None
+        now = self._clock()
+        try:
+            cumulative = calc.cumulative(now) if "goodput" in parts else None
+            rolling: Dict[Any, Any] = {}
+            windows = self.rolling_windows
+            if "rolling" in parts and windows:
+                rolling = dict(zip(windows, calc.rolling(windows, now)))
+            stats, new = None, []
+            if "step_deviation" in parts:
+                stats = calc.step_stats(self._ideal)
+                new = self._new_deviations(stats)
+        except Exception as exc:  # noqa: BLE001 - queries should not raise; never end the loop
+            self._report("calculator", exc)
+            return None
+        return MonitorSnapshot(self.run, float(now), cumulative, rolling, stats, new,
+                               self._dropped(), final)
+
+    def _new_deviations(self, stats: Any) -> List[Tuple[int, float]]:
+        """Deviations of steps not handed out before (marks them handed out)."""
+        steps = np.asarray(stats.steps, np.int64)
+        dev = np.asarray(stats.deviations, np.float64)
+        if not len(dev):  # no ideal step time yet: nothing to write
+            return []
+        done = self._exported
+        if len(done):
+            idx = np.minimum(np.searchsorted(done, steps), len(done) - 1)
+            mask = done[idx] != steps
+        else:
+            mask = np.ones(len(steps), bool)
+        fresh = steps[mask]
+        if len(fresh):
+            # steps usually only grow: append instead of re-sorting the whole history
+            self._exported = (np.concatenate((done, fresh)) if not len(done) or fresh[0] > done[-1]
+                              else np.union1d(done, fresh))
+        return list(zip(fresh.tolist(), dev[mask].tolist()))
+
+    def _dropped(self) -> Optional[int]:
+        if self._recorder is None:
+            return None
+        try:
+            return int(self._recorder.stats()["dropped"])
+        except Exception:  # noqa: BLE001 - a diagnostic figure is not worth a failed cycle
+            return None
+
+    def _dispatch(self, snapshot: MonitorSnapshot, deadline: float) -> bool:
+        """Hands ``snapshot`` to every free exporter; waits for them until ``deadline``."""
+        pending = []
+        for runner in self._runners:
+            snap = snapshot
+            if runner.carry and snapshot.step_stats is not None:
+                snap = dataclasses.replace(
+                    snapshot, new_step_deviations=runner.carry + snapshot.new_step_deviations)
+            done = runner.submit(lambda e=runner.exporter, s=snap: e.export(s))
+            if done is None:
+                self._report(f"exporter {runner.name}", "busy")
+                # keep what it missed: deviations are written only once per step
+                runner.carry = (runner.carry + snapshot.new_step_deviations)[-_MAX_CARRY:]
+            else:
+                if snapshot.step_stats is not None:  # the carry went out with it
+                    runner.carry = []
+                pending.append((runner, done))
+        complete = len(pending) == len(self._runners)
+        for runner, done in pending:
+            if not done.wait(_remaining(deadline)):
+                complete = False
+                self._report(f"exporter {runner.name}", "timeout")
+        return complete
+
+    # --------------------------------------------------------- the thread
+    def start(self) -> "Monitor":
+        """Starts the background loop (idempotent; a stopped monitor stays stopped)."""
+        with self._state_lock:
+            if self._stopped:
+                logger.warning("goodput monitor %s was stopped; build a new one to restart",
+                               self.run)
+            elif self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._loop, name=f"goodput-monitor-{self.run}", daemon=True)
+                self._thread.start()
+        return self
+
+    def _default_wait(self, seconds: float) -> bool:
+        self._wake.wait(seconds)
+        self._wake.clear()
+        return self._stop_evt.is_set()
+
+    def _loop(self) -> None:
+        while not self._stop_evt.is_set():
+            with self._parts_lock:
+                due_times = [self._next[p] for p in self._enabled]
+            idle = min(self._interval.values())
+            delay = max(0.0, min(due_times) - self._clock()) if due_times else idle
+            try:
+                if self._wait(delay) or self._stop_evt.is_set():
+                    break
+                now = self._clock()
+                with self._parts_lock:
+                    due = {p for p in self._enabled if self._next[p] <= now + _EPS}
+                    for p in due:  # no catch-up bursts after a slow cycle
+                        self._next[p] = now + self._interval[p]
+                if due:
+                    with self._cycle_lock:
+                        if not self._stop_evt.is_set():
+                            self._cycle(due, False, math.inf)
+            except Exception as exc:  # noqa: BLE001 - the loop must survive anything
+                self._report("monitor loop", exc)
+
+    def stop(self, timeout: Any = _DEFAULT, *, skip_final_flush: Optional[bool] = None) -> bool:
+        """Stops the loop, runs a final cycle and closes the exporters, all
+        within ``timeout`` seconds (idempotent).
+
+        Args:
+          timeout: the deadline (default ``final_flush_timeout_s``; None: none).
+          skip_final_flush: overrides the constructor's choice.
+
+        Returns:
+          True when everything finished in time (False: something was abandoned).
+        """
+        with self._state_lock:
+            if self._stopped:
+                return True
+            self._stopped = True
+        timeout = self._final_timeout if timeout is _DEFAULT else timeout
+        deadline = _deadline(timeout)
+        # keep a share of the time for close(): flushing files matters even
+        # when the final cycle is abandoned
+        reserve = 0.0 if timeout is None else min(_CLOSE_RESERVE_S, 0.2 * max(0.0, timeout))
+        skip = self._skip_final if skip_final_flush is None else skip_final_flush
+        self._stop_evt.set()
+        self._wake.set()
+        ok = True
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(_remaining(deadline))
+            if thread.is_alive():
+                ok = False
+                logger.warning("goodput monitor %s: the loop did not stop in time", self.run)
+        if not skip:
+            ok = self._bounded_cycle(self.parts, True, deadline - reserve) and ok
+        return self._close_exporters(deadline) and ok
+
+    def _close_exporters(self, deadline: float) -> bool:
+        ok, pending = True, []
+        for runner in self._runners:
+            done = runner.submit(runner.exporter.close)
+            runner.retire()
+            if done is None:
+                ok = False
+                logger.warning("goodput monitor %s: exporter %s is still busy; not closed",
+                               self.run, runner.name)
+            else:
+                pending.append((runner, done))
+        for runner, done in pending:
+            if not done.wait(_remaining(deadline)):
+                ok = False
+                logger.warning("goodput monitor %s: exporter %s did not close in time",
+                               self.run, runner.name)
+        return ok
+
+    def __enter__(self) -> "Monitor":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    # ------------------------------------------------------------- errors
+    def _report(self, source: str, error: Any) -> None:
+        """Logs the first error of each kind per source; counts the rest."""
+        if isinstance(error, str):
+            kind, text = error, {"busy": "still busy with an earlier cycle; skipped",
+                                 "timeout": "did not finish in time; skipped until it returns"
+                                 }.get(error, error)
+        else:
+            kind, text = type(error).__name__, f"{type(error).__name__}: {error}"
+        key = f"{source}: {kind}"
+        with self._stats_lock:
+            self._errors[key] = n = self._errors.get(key, 0) + 1
+        if n == 1:
+            logger.warning("goodput monitor %s: %s: %s (further %r errors are only counted; "
+                           "see Monitor.stats())", self.run, source, text, kind)
+
+
+def _positive(value: Any, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+            0 < float(value) < math.inf):
+        raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
+    return float(value)
+
+
+def _windows(sizes: Iterable[Any]) -> Tuple[Any, ...]:
+    """Validated window sizes; integral ones as int (snapshot keys, tag names)."""
+    out: List[Any] = []
+    for s in sizes:
+        f = _positive(s, "a rolling window size")
+        key = int(f) if f.is_integer() else f
+        if key not in out:
+            out.append(key)
+    return tuple(out)
+
+
+def parse_windows(text: str) -> Sequence[Any]:
+    """Parses ``"60,3600"`` (seconds) for the command line.
+
+    Raises:
+      ValueError: an empty or non-positive size.
+    """
+    return _windows(float(x) for x in text.split(",") if x.strip())

@@ -1,0 +1,146 @@
+"""TensorBoard exporter: event files read back, tag by tag and value by value."""
+
+import os
+import uuid
+
+import pytest
+
+pytest.importorskip("tensorboardX")
+
+from goodput_core.buckets import BadputType  # noqa: E402
+from goodput_core.calculator import Calculator  # noqa: E402
+from goodput_core.exporters.base import MonitorSnapshot  # noqa: E402
+from goodput_core.exporters.tensorboard import TensorBoardExporter, window_tag  # noqa: E402
+from goodput_core.monitor import Monitor  # noqa: E402
+from goodput_core.recorder import Recorder  # noqa: E402
+from goodput_core.stores.memory import MemoryStore  # noqa: E402
+from goodput_core.synthetic import record_synthetic_job  # noqa: E402
+from tests.support.tfevents import display_names, read_scalars  # noqa: E402
+
+T0 = 1_700_000_000.0
+F32 = dict(rel=1e-6, abs=1e-6)  # simple_value is a float32
+
+
+def _synthetic_store():
+    store = MemoryStore(uuid.uuid4().hex)
+    rec = Recorder("syn", store, clock=lambda: T0)
+    played = record_synthetic_job(rec, T0)
+    assert rec.close(30)
+    return store, played
+
+
+def _values(scalars, tag):
+    return [(step, value) for step, value, _ in scalars[tag]]
+
+
+def test_every_tag_and_value_matches_the_calculator(tmp_path):
+    store, played = _synthetic_store()
+    now = played["end"] + 5.0
+    tb = TensorBoardExporter(str(tmp_path))
+    m = Monitor("syn", store, [tb], rolling_windows=(60, 3600), clock=lambda: now)
+    m.run_once()
+    log_dir = tmp_path / "goodput"
+    scalars = read_scalars(str(log_dir))  # readable before close: flushed per cycle
+    calc = Calculator("syn", store)
+    calc.refresh()
+    r = calc.cumulative(now)
+    assert r.goodput > 0 and r.disruptions == 1 and r.custom_badput_seconds
+    step = r.max_productive_step
+    expected = {"goodput/goodput": r.goodput}
+    for bucket in BadputType:
+        if bucket in r.badput_percent and bucket is not BadputType.CUSTOM_BADPUT_EVENTS:
+            expected[f"badput/{bucket.name.lower()}"] = r.badput_percent[bucket]
+    expected["badput/custom_badput_events/eval"] = r.custom_badput_percent["EVAL"]
+    for tag, value in expected.items():
+        assert _values(scalars, tag) == [(step, pytest.approx(value, **F32))], tag
+    for size, w in zip((60, 3600), calc.rolling([60, 3600], now)):
+        tag = f"goodput/rolling_{size}s"
+        assert _values(scalars, tag) == [(w.max_productive_step, pytest.approx(w.goodput, **F32))]
+    deviations = calc.step_stats().as_dict()
+    assert len(deviations) > 20
+    assert dict(_values(scalars, "step_deviation")) == pytest.approx(deviations, **F32)
+    assert set(scalars) == set(expected) | {"goodput/rolling_60s", "goodput/rolling_3600s",
+                                            "step_deviation"}
+    # the badput tags are exactly the reference's eleven buckets minus the custom total
+    assert len([t for t in scalars if t.startswith("badput/") and t.count("/") == 1]) == 10
+    assert all(w == pytest.approx(now) for tag in scalars for _, _, w in scalars[tag])
+    names = display_names(str(log_dir))
+    assert names["goodput/goodput"] == "goodput"
+    assert names["badput/custom_badput_events/eval"] == "eval"
+    assert names["badput/tpu_initialization"] == "tpu_initialization"
+    assert names["step_deviation"] == ""
+    m.stop(10)
+
+
+def test_step_deviation_is_written_incrementally(tmp_path):
+    store = MemoryStore(uuid.uuid4().hex)
+    clock = [T0]
+    rec = Recorder("inc", store, clock=lambda: clock[0])
+    rec.record_job_start_time(T0)
+    t = T0
+    for k in range(10):
+        rec.record_step_start_time(k, t)
+        t += 2.0 if k != 3 else 5.0
+    assert rec.flush(30)
+    clock[0] = t
+    m = Monitor("inc", store, [TensorBoardExporter(str(tmp_path), subdir="")],
+                clock=lambda: clock[0], configured_ideal_step_time=2.0)
+    m.run_once()
+    m.run_once()  # nothing new: nothing written again
+    first = read_scalars(str(tmp_path))["step_deviation"]
+    assert [(s, v) for s, v, _ in first] == [(k, 3.0 if k == 3 else 0.0) for k in range(9)]
+    for k in range(10, 15):
+        rec.record_step_start_time(k, t)
+        t += 2.5
+    rec.record_step_end_time(14, t)
+    assert rec.flush(30)
+    clock[0] = t
+    m.run_once()
+    second = read_scalars(str(tmp_path))["step_deviation"]
+    assert second[:len(first)] == first
+    assert [(s, v) for s, v, _ in second[len(first):]] == [(9, 0.0)] + [
+        (k, 0.5) for k in range(10, 15)]
+    assert [w for _, _, w in second[len(first):]] == [pytest.approx(t)] * 6
+    m.stop(10)
+
+
+def test_without_breakdown_and_before_any_job_start(tmp_path):
+    store, played = _synthetic_store()
+    tb = TensorBoardExporter(str(tmp_path), include_badput_breakdown=False)
+    m = Monitor("syn", store, [tb], include_step_deviation=False, clock=lambda: played["end"])
+    m.run_once()
+    assert set(read_scalars(str(tmp_path / "goodput"))) == {"goodput/goodput"}
+    m.stop(10)
+    # a run with no events: the file exists, but no goodput point is invented
+    other = TensorBoardExporter(str(tmp_path / "empty"))
+    empty = Monitor("nothing", MemoryStore(uuid.uuid4().hex), [other])
+    snap = empty.run_once()
+    assert snap.cumulative.total_seconds == 0
+    empty.stop(10)
+    assert read_scalars(str(tmp_path / "empty" / "goodput")) == {}
+    assert os.listdir(tmp_path / "empty" / "goodput")
+
+
+def test_a_supplied_writer_is_flushed_not_closed():
+    calls = []
+
+    class Writer:
+        def add_scalar(self, tag, value, step, walltime=None, display_name=""):
+            calls.append((tag, value, step))
+
+        def flush(self):
+            calls.append("flush")
+
+        def close(self):
+            calls.append("close")
+
+    tb = TensorBoardExporter("unused", writer=Writer())
+    tb.export(MonitorSnapshot("r", T0, new_step_deviations=[(3, 0.25)]))
+    tb.close()
+    assert calls == [("step_deviation", 0.25, 3), "flush", "flush"]
+
+
+def test_window_tag():
+    assert window_tag(60) == "goodput/rolling_60s"
+    assert window_tag(3600.0) == "goodput/rolling_3600s"
+    assert window_tag(1.5) == "goodput/rolling_1.5s"
