@@ -245,7 +245,11 @@ class Timeline:
         if len(t0) and prod is not None:
             lo = np.clip(t0[:, None], a[None, :], b[None, :])
             hi = np.clip(x[:, None], a[None, :], b[None, :])
-            moved = float(np.maximum(prod.cum_at(hi) - prod.cum_at(lo), 0.0).sum())
+            part = np.maximum(prod.cum_at(hi) - prod.cum_at(lo), 0.0)
+            # A piece holding the whole startup gets the exact excess: x is
+            # only known to the float spacing of absolute times (~2e-7 s).
+            whole = (t0[:, None] >= a[None, :]) & (x[:, None] <= b[None, :])
+            moved = float(np.where(whole, ov["startup_seconds"][:, None], part).sum())
             out[PRODUCTIVE] -= moved
             out[B.PROGRAM_STARTUP] += moved
         w0, w1 = ov["wasted"]
@@ -363,7 +367,7 @@ def _overlays(tl: Timeline) -> dict:
     w0 = t[np.minimum(w, i1)] if len(w) else _E
     w1 = np.where(closed, seg["close"], t[i1]) if len(w) else _E
     ok = has_w & (w1 > w0)
-    out = {"wasted": (w0[ok], w1[ok]), "startup": (_E, _E)}
+    out = {"wasted": (w0[ok], w1[ok]), "startup": (_E, _E), "startup_seconds": _E}
     prod = tl.partition.get(PRODUCTIVE)
     k = np.minimum(wl, m)
     elig = (m >= 1) & (wl >= 1) & (k >= 2) & ~_compile_attempts(tl)[seg["att"]]
@@ -375,6 +379,7 @@ def _overlays(tl: Timeline) -> dict:
     pos = excess > 0
     x = prod.locate((p0 + excess)[pos])
     out["startup"] = (t[j0][pos], x)
+    out["startup_seconds"] = excess[pos]
     return out
 
 

@@ -327,3 +327,20 @@ def test_reference_families_agree_with_the_reference_and_the_truth():
                     (name, seed, b)
             assert r.max_productive_step == truth["max_productive_step"]
             assert r.disruptions == truth["disruptions"]
+
+
+@pytest.mark.parametrize("t0", [0.0, 1_700_000_000.0])
+def test_startup_excess_is_exact_at_absolute_timestamps(t0):
+    """Steps at +0, 5, 6, 7, 9 and a job end at +10: the first step takes 5 s, the
+    others 1, 1, 2 (mean 4/3), so program startup is 5 - 4/3 = 11/3 s exactly,
+    even where absolute times are only known to ~2e-7 s."""
+    from goodput_core.events import EventRecord, Kind
+
+    events = [EventRecord("r", Kind.JOB_START, t0)]
+    events += [EventRecord("r", Kind.STEP_START, t0 + d, i) for i, d in enumerate([0, 5, 6, 7, 9])]
+    events += [EventRecord("r", Kind.JOB_END, t0 + 10)]
+    calc = Calculator("r")
+    calc.add(events)
+    result = calc.cumulative(now=t0 + 10)
+    assert result.badput_seconds[BadputType.PROGRAM_STARTUP] == pytest.approx(11 / 3, abs=1e-12)
+    assert result.productive_seconds == pytest.approx(10 - 11 / 3, abs=1e-12)

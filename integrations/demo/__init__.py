@@ -1,0 +1,42 @@
+"""The main job of ``goodput demo`` (``goodput_integrations.demo``).
+
+A small Flax model trained on CPU with Orbax checkpoints, every adapter on,
+recording to the embedded store; one run of it is one *attempt*:
+
+* :mod:`goodput_integrations.demo.train` is the attempt, a child-process
+  entry point (``python -m goodput_integrations.demo.train ...``). It resumes
+  from the latest checkpoint when there is one and can kill itself with
+  SIGKILL at a chosen step (a real crash: no job end, no ``atexit``).
+* :mod:`goodput_integrations.demo.driver` starts attempts from a parent
+  process and reads what they report (:class:`Attempt`), and
+  :func:`~goodput_integrations.demo.driver.run_crash_and_restart` plays the
+  demo: a crash, then a restart from the last checkpoint to the end.
+
+The child reports on stdout, one JSON object per line after
+:data:`PROTOCOL_PREFIX` (other output of the child is ignored), so a parent
+can draw a progress bar or kill it at a known point without sleeping.
+Messages (the ``event`` key):
+
+==============  ==============================================================
+``attempt``     ``attempt`` (the recorder's attempt id), ``pid``, ``start_step``
+                (the step it resumes at), ``steps`` (the last step + 1)
+``restored``    ``step``: resumed from this checkpoint
+``step``        ``step``: dispatched; ``loss`` at the steps that synced
+``saved``       ``step``: a checkpoint save was started (async commit)
+``flushed``     ``written``: events of this attempt stored so far (after a
+                successful ``recorder.flush()``; with ``--flush-every``)
+``crash``       ``step``: about to SIGKILL itself
+``done``        ``step`` (steps trained in all), ``loss``, ``written``
+==============  ==============================================================
+
+Importing this package imports neither jax nor the training module.
+"""
+
+from __future__ import annotations
+
+__all__ = ["PROTOCOL_PREFIX", "TRAIN_MODULE"]
+
+#: Every protocol line of the child starts with this.
+PROTOCOL_PREFIX = "@goodput-demo "
+#: ``python -m`` target of one attempt.
+TRAIN_MODULE = "goodput_integrations.demo.train"

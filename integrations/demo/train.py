@@ -1,0 +1,197 @@
+"""One attempt of the demo job: a small Flax MLP trained on CPU with Orbax.
+
+Usage (normally started by ``goodput demo`` or
+:mod:`goodput_integrations.demo.driver`)::
+
+    python -m goodput_integrations.demo.train --store S --run R --workdir D \\
+        [--steps 300] [--save-every 25] [--crash-at K] [--flush-every N] ...
+
+What it records (every adapter on): job start at process start; training
+preparation (framework imports, model and optimizer, checkpoint manager,
+restore); accelerator init (the JAX adapter times the first ``jax.devices()``);
+compiles (``jax.monitoring``); every ``next()`` of the data iterator; every
+step (start at dispatch, end every ``--sync-every`` steps); Orbax save and
+restore statistics through our ``CheckpointManager`` logger and the async
+commit durations; an ``eval`` custom badput event every ``--eval-every``
+steps; FLOPs per step and run metadata; the loss as a metric; job end.
+
+A checkpoint saved after step ``k`` has Orbax step ``k + 1`` (the number of
+steps done), so a restart resumes at exactly that step number and the
+calculator sees the steps after it redone (wasted progress). Batches depend
+only on the step number: a restart replays the same data.
+
+``--crash-at K`` kills the process with SIGKILL right after step ``K`` was
+dispatched (a real crash: no job end, no ``atexit``, nothing else runs),
+unless the attempt resumed past K. It flushes the recorder first so the demo
+shows the same picture every time; the R1 test kills attempts from outside,
+unannounced. Progress goes to stdout (see :mod:`goodput_integrations.demo`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+from typing import Any, List, Optional
+
+from goodput_integrations.demo import PROTOCOL_PREFIX
+
+__all__ = ["main", "parse_args"]
+
+
+def say(event: str, **fields: Any) -> None:
+    """Writes one protocol line and flushes stdout (the parent reads it live)."""
+    sys.stdout.write(PROTOCOL_PREFIX + json.dumps({"event": event, **fields}) + "\n")
+    sys.stdout.flush()
+
+
+def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m goodput_integrations.demo.train",
+                                description="one attempt of the goodput demo job")
+    p.add_argument("--store", required=True, help="store URL or sqlite path")
+    p.add_argument("--run", required=True, help="run (job) name")
+    p.add_argument("--workdir", required=True, help="checkpoint directory")
+    p.add_argument("--steps", type=int, default=300, help="train steps 0..N-1")
+    p.add_argument("--save-every", type=int, default=25, help="checkpoint every N steps")
+    p.add_argument("--crash-at", type=int, default=None, help="SIGKILL itself after this step")
+    p.add_argument("--eval-every", type=int, default=100, help="eval every N steps (0: never)")
+    p.add_argument("--sync-every", type=int, default=10,
+                   help="wait for the step result (and record a step end) every N steps")
+    p.add_argument("--flush-every", type=int, default=0,
+                   help="flush the recorder every N steps and report it (0: never)")
+    p.add_argument("--batch-size", type=int, default=512)
+    p.add_argument("--features", type=int, default=64)
+    p.add_argument("--hidden", type=int, default=512)
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    for name in ("steps", "save_every", "sync_every", "batch_size", "features", "hidden"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be >= 1")
+    return args
+
+
+def batch_for(step: int, batch_size: int, features: int, seed: int):
+    """The batch of ``step``: a function of the step only (restarts replay it).
+
+    A noisy non-linear regression target, so the loss keeps falling for a while.
+    """
+    import numpy as np
+
+    rng = np.random.default_rng((seed, step))
+    x = rng.standard_normal((batch_size, features), dtype=np.float32)
+    y = np.sin(x[:, : features // 2].sum(axis=1, keepdims=True)) + 0.1 * np.cos(
+        x[:, features // 2:]).sum(axis=1, keepdims=True)
+    return x, y.astype(np.float32)
+
+
+def batches(first: int, last: int, args: argparse.Namespace):
+    for k in range(first, last):
+        yield batch_for(k, args.batch_size, args.features, args.seed)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = parse_args(argv)
+    from goodput_core import Recorder
+
+    rec = Recorder(args.run, args.store)
+    # Job start first: imports and backend start-up are the job's time too.
+    rec.record_job_start_time()
+    say("attempt", attempt=rec.attempt, pid=os.getpid(), steps=args.steps)
+    with rec.training_preparation():
+        import jax
+        import jax.numpy as jnp
+        import optax
+        import orbax.checkpoint as ocp
+        from flax import linen as nn
+
+        import goodput_integrations.jax as gjax
+        import goodput_integrations.orbax as gorbax
+
+        adapter = gjax.instrument(rec, sync_every=args.sync_every)
+        gorbax.instrument(rec)  # async commit durations as metrics
+        jax.devices()  # the backend starts here: the adapter times it (tpu_init)
+
+        class MLP(nn.Module):
+            hidden: int
+
+            @nn.compact
+            def __call__(self, x):
+                x = nn.gelu(nn.Dense(self.hidden)(x))
+                x = nn.gelu(nn.Dense(self.hidden)(x))
+                return nn.Dense(1)(x)
+
+        model = MLP(args.hidden)
+        tx = optax.adam(1e-3)
+        params = model.init(jax.random.PRNGKey(args.seed), jnp.zeros((1, args.features)))
+        state = {"params": params, "opt_state": tx.init(params)}
+
+        def loss_fn(p, x, y):
+            return jnp.mean((model.apply(p, x) - y) ** 2)
+
+        def step_fn(s, batch):
+            x, y = batch
+            loss, grads = jax.value_and_grad(loss_fn)(s["params"], x, y)
+            updates, opt_state = tx.update(grads, s["opt_state"], s["params"])
+            return {"params": optax.apply_updates(s["params"], updates),
+                    "opt_state": opt_state}, loss
+
+        options = ocp.CheckpointManagerOptions(max_to_keep=2, cleanup_tmp_directories=True)
+        manager = gorbax.goodput_checkpoint_manager(
+            os.path.abspath(args.workdir), options, recorder=rec)
+        start = 0
+        latest = manager.latest_step()
+        if latest is not None:
+            abstract = jax.tree_util.tree_map(ocp.utils.to_shape_dtype_struct, state)
+            state = manager.restore(latest, args=ocp.args.StandardRestore(abstract))
+            start = int(latest)
+            say("restored", step=start)
+
+    jitted = jax.jit(step_fn, donate_argnums=0)
+    train_step = gjax.train_step(jitted, first_step=start)
+    eval_batch = batch_for(-1, args.batch_size, args.features, args.seed)
+    eval_loss = jax.jit(loss_fn)
+    data = gjax.instrument_iterator(batches(start, args.steps, args))
+    flopped = False
+    loss = None
+    for k in range(start, args.steps):
+        batch = next(data)
+        state, loss = train_step(state, batch)
+        synced = (k + 1 - start) % args.sync_every == 0
+        if synced:  # the adapter already waited for this step: reading it is free
+            rec.record_metric("loss", float(loss), step=k)
+        say("step", step=k, **({"loss": float(loss)} if synced else {}))
+        if not flopped:  # once the step exists: XLA's cost analysis (metadata)
+            flopped = True
+            adapter.record_flops(jitted, state, batch)
+        if args.eval_every and (k + 1) % args.eval_every == 0:
+            with rec.custom_badput_event("eval"):
+                value = float(eval_loss(state["params"], *eval_batch))
+            rec.record_metric("eval_loss", value, step=k)
+        if (k + 1) % args.save_every == 0 and k + 1 < args.steps:
+            manager.save(k + 1, args=ocp.args.StandardSave(state))
+            say("saved", step=k + 1)
+        if args.flush_every and (k + 1 - start) % args.flush_every == 0 and rec.flush(30):
+            say("flushed", written=rec.stats()["written"])
+        if args.crash_at is not None and k == args.crash_at:
+            rec.flush(30)
+            say("crash", step=k)
+            os.kill(os.getpid(), signal.SIGKILL)
+    # The final state is saved too: a later attempt finds nothing left to do.
+    manager.save(args.steps, args=ocp.args.StandardSave(state), force=True)
+    manager.wait_until_finished()
+    manager.close()
+    final_loss = float(loss) if loss is not None else None
+    if args.steps > start:
+        rec.record_step_end_time(args.steps - 1)
+    gjax.uninstrument()
+    gorbax.uninstrument()
+    rec.record_job_end_time()
+    ok = rec.close(30)
+    say("done", step=args.steps, loss=final_loss, written=rec.stats()["written"])
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
