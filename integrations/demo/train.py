@@ -148,13 +148,15 @@ def main(argv: Optional[List[str]] = None) -> int:
             start = int(latest)
             say("restored", step=start)
 
-    jitted = jax.jit(step_fn, donate_argnums=0)
+    # No buffer donation: an async save may still be reading the last state.
+    jitted = jax.jit(step_fn)
     train_step = gjax.train_step(jitted, first_step=start)
     eval_batch = batch_for(-1, args.batch_size, args.features, args.seed)
     eval_loss = jax.jit(loss_fn)
     data = gjax.instrument_iterator(batches(start, args.steps, args))
     flopped = False
     loss = None
+    synced = True
     for k in range(start, args.steps):
         batch = next(data)
         state, loss = train_step(state, batch)
@@ -178,13 +180,14 @@ def main(argv: Optional[List[str]] = None) -> int:
             rec.flush(30)
             say("crash", step=k)
             os.kill(os.getpid(), signal.SIGKILL)
-    # The final state is saved too: a later attempt finds nothing left to do.
-    manager.save(args.steps, args=ocp.args.StandardSave(state), force=True)
+    if not synced:  # the last step's true end (the adapter records ends only at syncs)
+        jax.block_until_ready(state)
+        adapter.step_ended(args.steps - 1)
+    if args.steps > start:  # the final state too: a later attempt finds nothing to do
+        manager.save(args.steps, args=ocp.args.StandardSave(state), force=True)
     manager.wait_until_finished()
     manager.close()
     final_loss = float(loss) if loss is not None else None
-    if args.steps > start:
-        rec.record_step_end_time(args.steps - 1)
     gjax.uninstrument()
     gorbax.uninstrument()
     rec.record_job_end_time()

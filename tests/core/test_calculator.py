@@ -342,5 +342,5 @@ def test_startup_excess_is_exact_at_absolute_timestamps(t0):
     calc = Calculator("r")
     calc.add(events)
     result = calc.cumulative(now=t0 + 10)
-    assert result.badput_seconds[BadputType.PROGRAM_STARTUP] == pytest.approx(11 / 3, abs=1e-12)
+    assert result.badput_seconds[B.PROGRAM_STARTUP] == pytest.approx(11 / 3, abs=1e-12)
     assert result.productive_seconds == pytest.approx(10 - 11 / 3, abs=1e-12)
