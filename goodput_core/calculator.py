@@ -18,6 +18,11 @@ API summary::
     s = calc.step_stats()               # StepStats: step times, ideal, deviations
     calc.spans(a, b)                    # [(start, end, label), ...] for pictures
     calc.skipped                        # {reason: count} of unusable inputs
+    calc.slice_efficiency(a, b)         # SliceEfficiency(stepping, available, ...)
+    calc.slice_counts()                 # SliceCounts(times, active, available, total)
+    calc.metrics("loss")                # MetricSeries(steps, times, values)
+    calc.metadata()                     # run metadata, latest value per key
+    calc.program_goodput()              # ProgramGoodput(mfu, ...) or None
 
     r.goodput, r.productive_seconds, r.total_seconds, r.idle_seconds,
     r.excluded_seconds, r.badput_seconds[BadputType.X], r.badput_percent,
@@ -43,13 +48,17 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 import numpy as np
 
 from goodput_core.buckets import CUSTOM_BASE, IDLE, PRODUCTIVE, BadputType
+from goodput_core.diagnostics import MetricSeries, merged_metadata, metric_series
+from goodput_core.elastic import SliceCounts, SliceEfficiency, slice_counts, slice_efficiency
 from goodput_core.events import SkipReason, from_payload, to_timestamp
+from goodput_core.program_goodput import ProgramGoodput, program_goodput_of_run
 from goodput_core.results import GoodputResult, build_result, empty_result
 from goodput_core.segments import CLOSE_JOB_END, CLOSE_STEP_END, NO_RESTART
 from goodput_core.step_stats import StepStats, compute_step_stats
 from goodput_core.timeline import Timeline
 
-__all__ = ["Calculator", "GoodputResult", "StepStats"]
+__all__ = ["Calculator", "GoodputResult", "MetricSeries", "ProgramGoodput", "SliceCounts",
+           "SliceEfficiency", "StepStats"]
 
 Interval = Tuple[Any, Any]
 
@@ -219,6 +228,79 @@ class Calculator:
             self._tl.update()
             ideal = ideal_step_time if ideal_step_time is not None else self._ideal
             return compute_step_stats(self._tl, ideal)
+
+    # ------------------------------------------- elastic and diagnostics
+    def slice_counts(self) -> SliceCounts:
+        """The recorded elastic slice counts, in time order (arrays)."""
+        with self._lock:
+            return slice_counts(self._tl.tables)
+
+    def slice_efficiency(self, start: Any = None, end: Any = None, now: Any = None
+                         ) -> Optional[SliceEfficiency]:
+        """Time-weighted stepping and available slice efficiency over a window
+        clipped to the lifetime, idle time excepted (:mod:`goodput_core.elastic`).
+
+        Args:
+          start, end: the window (None: the whole lifetime on that side).
+          now: the query time (default: the clock).
+
+        Returns:
+          A SliceEfficiency, or None without a job start or slice counts.
+
+        Raises:
+          ValueError: NaN bounds or ``end < start``.
+        """
+        a = -math.inf if start is None else _time_arg(start, "start")
+        b = math.inf if end is None else _time_arg(end, "end")
+        if b < a:
+            raise ValueError(f"window ends before it starts: [{a}, {b}]")
+        with self._lock:
+            t = self._now(now)
+            tl = self._tl
+            tl.update()
+            if not len(tl.attempts):
+                return None
+            lo = float(tl.attempts.start[0])
+            wa = max(a, lo)
+            wb = max(min(b, max(tl.attempts.lifetime_end(t), lo)), wa)
+            return slice_efficiency(slice_counts(tl.tables), (wa, wb), tl.attempts.idle())
+
+    def metadata(self) -> Dict[str, Any]:
+        """Run metadata: the latest recorded value of each key."""
+        with self._lock:
+            return merged_metadata(self._tl.tables)
+
+    def metrics(self, name: str) -> MetricSeries:
+        """The time series of one model metric (``recorder.record_metric``).
+
+        Returns:
+          ``MetricSeries(steps, times, values)`` numpy arrays in time order;
+          steps are -1 where none was recorded; empty for an unknown name.
+        """
+        with self._lock:
+            return metric_series(self._tl.tables, name)
+
+    def program_goodput(self, now: Any = None, *, flops_per_step: Optional[float] = None,
+                        peak_flops: Optional[float] = None,
+                        num_devices: Optional[int] = None) -> Optional[ProgramGoodput]:
+        """Program goodput (MFU) and ML productivity goodput, cumulative
+        (:mod:`goodput_core.program_goodput`).
+
+        Args:
+          now: the query time (default: the clock).
+          flops_per_step, peak_flops, num_devices: override the run metadata
+            (``flops_per_step``, ``peak_flops_per_device`` or the peak table
+            entry of ``device_kind``, ``num_devices``).
+
+        Returns:
+          A ProgramGoodput, or None when a figure is missing or no step has
+          been productive yet.
+        """
+        with self._lock:
+            result = self.cumulative(now=now)
+            return program_goodput_of_run(
+                self._tl, result, merged_metadata(self._tl.tables, deep_copy=False),
+                flops_per_step=flops_per_step, peak_flops=peak_flops, num_devices=num_devices)
 
     def _now(self, now: Any) -> float:
         return _time_arg(self._clock() if now is None else now, "now")

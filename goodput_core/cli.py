@@ -23,6 +23,8 @@ COMMANDS = {
     "monitor": ("monitor", "export a run's goodput periodically (TensorBoard, Prometheus, GCM)"),
     "report": ("report", "goodput, every badput bucket, steps and step times of a run"),
     "timeline": ("timeline", "draw a run's attributed spans over time (PNG or HTML)"),
+    "export": ("export", "write a run's events to a JSONL file, one reference payload per line"),
+    "import": ("import_", "copy a run between stores and JSONL files, skipping what is there"),
 }
 
 
@@ -64,4 +66,8 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    # Run the package's copy of main: as __main__ this module's CliError would
+    # be a different class from the one the subcommands raise.
+    from goodput_core.cli import main as _package_main
+
+    sys.exit(_package_main())

@@ -8,6 +8,12 @@ of steps, job starts/ends, disruptions and Orbax entries are dropped and
 counted (a duplicated start or end of a paired interval is harmless: it is
 counted as unmatched). Every unusable input is counted per reason in
 :attr:`EventTables.skipped`, never raised.
+
+Kinds outside the partition are kept on the side, compactly, for the
+diagnostics queries: elastic slice counts (table ``slices``), model metrics
+(table ``metric``, names interned) and run metadata (only the latest value
+of each key, :attr:`EventTables.metadata`). They never move the timeline's
+dirty mark: adding them does not trigger a recomputation of the spans.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ from goodput_core.events import (
 )
 from goodput_core.intervals import Growable
 
-__all__ = ["EventTables", "PAIR_FAMILIES", "MAX_ABS_TIME", "MAX_STEP"]
+__all__ = ["EventTables", "PAIR_FAMILIES", "MAX_ABS_TIME", "MAX_STEP", "NO_STEP", "SIDE_TABLES"]
 
 MAX_ABS_TIME = 1e12   # ~year 33658: beyond it a time is garbage, not a date
 MAX_STEP = 2 ** 62    # steps must fit int64 arithmetic with headroom
@@ -50,9 +56,13 @@ _KEYED = {"custom", "wait"}
 _TABLE_COLUMNS = {
     "job_start": (), "job_end": (), "step_start": ("step",), "step_end": ("step",),
     "disruption": ("key",), "orbax": ("end", "key"),
+    # side tables: not part of the partition (see SIDE_TABLES)
+    "slices": ("active", "avail", "total"), "metric": ("step", "key", "val"),
 }
+SIDE_TABLES = frozenset({"slices", "metric"})
+_SLICE_KEYS = ("active_slices", "available_slices", "total_slices")
 _SIMPLE_KINDS = {Kind.JOB_START: "job_start", Kind.JOB_END: "job_end"}
-_IGNORED = {int(Kind.METADATA), int(Kind.METRIC)}
+_SIDE_KINDS = {int(Kind.METADATA), int(Kind.METRIC), int(Kind.ELASTIC_SLICE_COUNTS)}
 _KNOWN = {int(k) for k in Kind}
 # kinds handled column-wise on large batches (no extra payload needed)
 _VECTOR_KINDS = {int(k) for k, (fam, _) in PAIR_FAMILIES.items() if fam not in _KEYED}
@@ -62,7 +72,9 @@ _ELASTIC_KINDS = {int(Kind.ELASTIC_SLICE_COUNTS), int(Kind.ELASTIC_WAIT_START),
                   int(Kind.ELASTIC_REINIT_END)}
 _INT_TYPES = {int, Kind}  # exact types: bools are not kinds
 _DTYPES = {"t": np.float64, "o": np.int32, "step": np.int64, "key": np.int32,
-           "end": np.float64, "e": np.int8}
+           "end": np.float64, "e": np.int8, "active": np.float64, "avail": np.float64,
+           "total": np.float64, "val": np.float64}
+NO_STEP = -1  # metric recorded without a step number
 ORBAX_SAVE, ORBAX_RESTORE = 0, 1
 
 
@@ -150,7 +162,11 @@ class EventTables:
             # repeat (kind, time); a duplicated start or end is merely unmatched
             self.tables[fam] = Table(("e", "key") if fam in _KEYED else ("e",), dedup=False)
         self.skipped: collections.Counter = collections.Counter()
-        self.names: Dict[str, List[str]] = {"custom": [], "wait": [], "disruption": []}
+        self.names: Dict[str, List[str]] = {"custom": [], "wait": [], "disruption": [],
+                                            "metric": []}
+        # run metadata: key -> (time, arrival order, value), the latest wins
+        self.metadata: Dict[str, Tuple[float, int, Any]] = {}
+        self._side_stored = 0
         self._codes: Dict[str, Dict[str, int]] = {k: {} for k in self.names}
         self.elastic_seen = False
         self.order = 0  # arrival counter (ties in time are broken by arrival)
@@ -192,9 +208,10 @@ class EventTables:
         rest: Iterable[int] = range(len(events))
         if len(events) >= 256:
             rest = self._add_columns(events, run, base, arrays)
+        side0 = self._side_stored
         for i in rest:
             self._add_one(events[i], run, base + i, rows)
-        earliest, stored = _INF, 0
+        earliest, stored = _INF, self._side_stored - side0
         for name in set(rows) | set(arrays):
             table = self.tables[name]
             batch = {}
@@ -202,7 +219,8 @@ class EventTables:
                 parts = arrays[name][k] + [np.asarray(rows[name][k], dtype=_DTYPES[k])]
                 batch[k] = np.concatenate(parts).astype(_DTYPES[k], copy=False)
             t0, dups = table.insert(batch)
-            earliest = min(earliest, t0)
+            if name not in SIDE_TABLES:  # side kinds do not change any span
+                earliest = min(earliest, t0)
             stored += len(batch["t"]) - dups
             if dups:
                 self.skipped["duplicate"] += dups
@@ -280,6 +298,11 @@ class EventTables:
         if not (math.isfinite(t) and abs(t) <= MAX_ABS_TIME):
             self.skipped["non_finite" if not math.isfinite(t) else "out_of_range"] += 1
             return
+        if kind in _SIDE_KINDS:
+            reason = self._add_side(kind, ev, t, order, rows)
+            if reason:
+                self.skipped[reason] += 1
+            return
         name, is_end = _route(kind)
         cols = rows[name]
         if kind in (Kind.STEP_START, Kind.STEP_END):
@@ -311,11 +334,52 @@ class EventTables:
         kind = int(kind)
         if kind in _ELASTIC_KINDS:
             self.elastic_seen = True
-        if kind in _IGNORED or kind == Kind.ELASTIC_SLICE_COUNTS:
-            return ""  # not part of the partition (slice efficiency: not yet)
         t = ev[2]
         if type(t) is bool or not isinstance(t, (int, float, np.integer, np.floating)):
             return "bad_time"
+        return None
+
+    def _add_side(self, kind: int, ev: Any, t: float, order: int, rows) -> Optional[str]:
+        """Stores a slice-count, metric or metadata event; returns a skip reason or None."""
+        extra = ev[4] if len(ev) > 4 else None
+        if not isinstance(extra, dict) or not extra:
+            return "missing_field"
+        if kind == Kind.METADATA:
+            for key, value in extra.items():  # the latest (time, arrival) wins
+                if key not in self.metadata or (t, order) >= self.metadata[key][:2]:
+                    self.metadata[key] = (t, order, value)
+            self._side_stored += 1
+            return None
+        if kind == Kind.ELASTIC_SLICE_COUNTS:
+            name, raw, step = "slices", [extra.get(k) for k in _SLICE_KEYS], None
+        else:  # METRIC
+            name, raw = "metric", [extra.get("metric_value")]
+            step = NO_STEP if len(ev) < 4 or ev[3] is None else _step(ev[3])
+            if not isinstance(extra.get("metric_name"), str):
+                return "missing_field"
+            if step is None:
+                return "bad_step"
+        values = []
+        for v in raw:
+            if type(v) is bool or not isinstance(v, (int, float, np.integer, np.floating)):
+                return "missing_field"
+            try:
+                v = float(v)
+            except OverflowError:  # an int beyond float64
+                return "out_of_range"
+            if not math.isfinite(v):
+                return "non_finite"
+            values.append(v)
+        cols = rows[name]
+        if step is None:
+            for col, v in zip(("active", "avail", "total"), values):
+                cols[col].append(v)
+        else:
+            cols["step"].append(step)
+            cols["key"].append(self.code("metric", extra["metric_name"]))
+            cols["val"].append(values[0])
+        cols["t"].append(t)
+        cols["o"].append(order)
         return None
 
     def _type_key(self, name: str, ev: Any) -> Optional[int]:

@@ -1,43 +1,276 @@
 """``goodput demo``: the README's main job.
 
-Records a small synthetic run (see :mod:`goodput_core.synthetic`) to the
-embedded store and shows what was recorded, then a goodput report when the
-calculator is available.
+Trains a small Flax model on CPU with Orbax checkpoints and every adapter on
+(:mod:`goodput_integrations.demo`), in a child process that kills itself with
+SIGKILL mid-run; a second child restarts from the last checkpoint and trains
+to the end. Both record to the embedded store. Then it prints the goodput
+report, writes TensorBoard event files and the timeline picture, and says
+where everything is::
+
+    goodput demo [--outdir goodput_demo_output] [--store URL] [--run NAME]
+                 [--steps 240] [--save-every 20] [--crash-at 155]
+    goodput demo --synthetic      # no jax needed: a backfilled synthetic job
+
+Without jax, flax, optax or orbax-checkpoint it says so in one line and plays
+the synthetic job (:mod:`goodput_core.synthetic`) instead. This module never
+imports jax: the training runs in child processes.
 """
 
 from __future__ import annotations
 
 import collections
 import os
+import shutil
+import sys
 import time
+from typing import Any, Dict, Optional, TextIO
 
-from goodput_core.commands.common import add_store_argument
+from goodput_core.cli import CliError
 from goodput_core.events import Kind
-from goodput_core.recorder import Recorder
-from goodput_core.synthetic import SyntheticJob, record_synthetic_job
+
+__all__ = ["add_arguments", "run"]
+
+DEFAULT_OUTDIR = "goodput_demo_output"
+_BAR_WIDTH = 30
 
 
 def add_arguments(parser) -> None:
-    add_store_argument(parser)
+    parser.add_argument("--outdir", default=DEFAULT_OUTDIR, metavar="DIR",
+                        help=f"where the store, checkpoints, logs, TensorBoard files and the "
+                             f"timeline go (default: ./{DEFAULT_OUTDIR})")
+    parser.add_argument("--store", default=None, metavar="URL",
+                        help="store URL or sqlite path (default: DIR/goodput.sqlite)")
     parser.add_argument("--run", default=None, help="run name (default: demo-<time>)")
+    parser.add_argument("--synthetic", action="store_true",
+                        help="play a synthetic, backfilled job instead (instant; no jax needed)")
+    parser.add_argument("--steps", type=int, default=240, help="training steps (default 240)")
+    parser.add_argument("--save-every", type=int, default=20,
+                        help="checkpoint every N steps (default 20)")
+    parser.add_argument("--crash-at", type=int, default=155,
+                        help="the first attempt kills itself after this step (default 155)")
+    parser.add_argument("--keep-checkpoints", action="store_true",
+                        help="keep the checkpoints (default: removed at the end)")
 
 
 def run(args) -> int:
-    run_name = args.run or time.strftime("demo-%Y%m%d-%H%M%S")
-    rec = Recorder(run_name, args.store)
+    outdir = os.path.abspath(args.outdir)
+    os.makedirs(outdir, exist_ok=True)
+    store = args.store or os.path.join(outdir, "goodput.sqlite")
+    run_name = args.run or _fresh_run_name(store)
+    synthetic = args.synthetic
+    if not synthetic:
+        from goodput_integrations.demo.driver import frameworks_missing
+
+        missing = frameworks_missing()
+        if missing:
+            print(f"goodput demo: {', '.join(missing)} not installed (pip install "
+                  f"'goodput[jax]'): playing the synthetic job instead", flush=True)
+            synthetic = True
+    if synthetic:
+        _play_synthetic(run_name, store)
+    else:
+        if not 0 < args.steps or not 0 < args.save_every:
+            raise CliError("--steps and --save-every must be positive")
+        if not 0 <= args.crash_at < args.steps:
+            raise CliError(f"--crash-at must lie in [0, {args.steps - 1}] (the steps trained)")
+        _play_real(args, run_name, store, outdir)
+    _finish(run_name, store, outdir, synthetic)
+    return 0
+
+
+def _fresh_run_name(store: str) -> str:
+    from goodput_core.stores import open_store
+
+    base = time.strftime("demo-%Y%m%d-%H%M%S")
+    taken = set(open_store(store).runs())
+    name, n = base, 1
+    while name in taken:  # two demos within a second
+        n += 1
+        name = f"{base}-{n}"
+    return name
+
+
+# ------------------------------------------------------------------ jobs
+def _play_synthetic(run_name: str, store: str) -> None:
+    from goodput_core.recorder import Recorder
+    from goodput_core.synthetic import SyntheticJob, record_synthetic_job
+
+    rec = Recorder(run_name, store)
     job = SyntheticJob()
     played = record_synthetic_job(rec, time.time() - 120.0, job)
     if not rec.flush(30):
-        print("goodput demo: error: could not write to the store", flush=True)
-        return 1
+        raise CliError(f"could not write to the store {store}")
     events, _ = rec._store.read(run_name)
-    counts = collections.Counter(Kind(e.kind).name.lower() for e in events)
-    print(f"Recorded run {run_name!r}: {len(events)} events in {rec._store.url}")
-    for name, n in sorted(counts.items()):
-        print(f"  {name:<26} {n:>5}")
-    print(f"Played: a crash at step {job.crash_at_step}, restart from step "
-          f"{played['restart_step']}, {played['end'] - played['start']:.1f} s of job time.")
-    print(f"See the events: goodput events {run_name}"
-          + (f" --store {args.store}" if args.store else ""))
     rec.close()
-    return 0
+    counts = collections.Counter(Kind(e.kind).name.lower() for e in events)
+    print(f"Recorded the synthetic run {run_name!r}: {len(events)} events "
+          f"({', '.join(f'{n} {k}' for k, n in sorted(counts.items()))}).")
+    print(f"Played: a crash at step {job.crash_at_step}, restart from step "
+          f"{played['restart_step']}, {played['end'] - played['start']:.1f} s of job time.\n")
+
+
+def _play_real(args, run_name: str, store: str, outdir: str) -> None:
+    from goodput_integrations.demo.driver import DemoConfig, DemoError, run_crash_and_restart
+
+    workdir = os.path.join(outdir, "checkpoints", run_name)
+    shutil.rmtree(workdir, ignore_errors=True)  # a fresh job: nothing to resume from
+    cfg = DemoConfig(store=store, run=run_name, workdir=workdir, steps=args.steps,
+                     save_every=args.save_every, crash_at=args.crash_at,
+                     log_dir=os.path.join(outdir, "logs", run_name))
+    print(f"Training a small Flax MLP on CPU ({cfg.steps} steps, an Orbax checkpoint every "
+          f"{cfg.save_every}); the first attempt will crash (SIGKILL) after step "
+          f"{cfg.crash_at}, the second restarts from the last checkpoint.", flush=True)
+    bar = _Progress(cfg.steps, sys.stdout)
+    started = time.monotonic()
+    try:
+        summary = run_crash_and_restart(cfg, on_message=bar)
+    except DemoError as exc:
+        bar.close()
+        raise CliError(str(exc)) from None
+    finally:
+        if not args.keep_checkpoints:
+            shutil.rmtree(workdir, ignore_errors=True)
+            try:
+                os.rmdir(os.path.dirname(workdir))  # only when no other run keeps some
+            except OSError:
+                pass
+    bar.close()
+    loss = summary.get("final_loss")
+    print(f"Trained in {time.monotonic() - started:.1f} s over {len(summary['attempts'])} "
+          f"attempts" + (f"; final loss {loss:.4f}" if isinstance(loss, float) else "") + ".\n",
+          flush=True)
+
+
+class _Progress:
+    """Turns the children's messages into a progress bar and a few lines.
+
+    On a terminal the bar is redrawn in place (at most 20 times a second);
+    otherwise it is printed at every tenth of the steps, so logs stay short.
+    """
+
+    def __init__(self, steps: int, stream: TextIO):
+        self.steps = max(1, steps)
+        self.out = stream
+        self.tty = bool(getattr(stream, "isatty", lambda: False)())
+        self.step = 0
+        self.loss: Optional[float] = None
+        self.attempt = 1
+        self._drawn = 0.0
+        self._tenth = -1
+        self._printed = -1  # the step of the last bar printed (not on a terminal)
+        self._bar_shown = False
+
+    def __call__(self, number: int, msg: Dict[str, Any]) -> None:
+        event = msg.get("event")
+        self.attempt = number
+        if event == "attempt":
+            self._line(f"attempt {number}: started (pid {msg.get('pid')})")
+        elif event == "restored":
+            self.step = int(msg["step"])
+            self._line(f"attempt {number}: restored the checkpoint of step {self.step}; "
+                       f"steps after it are redone")
+        elif event == "step":
+            self.step = int(msg["step"]) + 1
+            if msg.get("loss") is not None:
+                self.loss = float(msg["loss"])
+            self._draw()
+        elif event == "crash":
+            self._draw(force=True)
+            self._line(f"attempt {number}: CRASH after step {msg['step']}: the process "
+                       f"killed itself with SIGKILL (no job end recorded)")
+        elif event == "done":
+            self._draw(force=True)
+            self._line(f"attempt {number}: finished all {msg['step']} steps")
+
+    def _bar(self) -> str:
+        filled = int(_BAR_WIDTH * self.step / self.steps)
+        loss = "" if self.loss is None else f"  loss {self.loss:.4f}"
+        return (f"  [{'#' * filled}{'-' * (_BAR_WIDTH - filled)}] {self.step:>5}/{self.steps}"
+                f" steps  attempt {self.attempt}{loss}")
+
+    def _draw(self, force: bool = False) -> None:
+        if self.tty:
+            now = time.monotonic()
+            if force or now - self._drawn >= 0.05:
+                self._drawn = now
+                self.out.write("\r" + self._bar() + "\x1b[K")
+                self.out.flush()
+                self._bar_shown = True
+            return
+        tenth = 10 * self.step // self.steps
+        if (force and self.step != self._printed) or tenth != self._tenth:
+            self._tenth, self._printed = tenth, self.step
+            self.out.write(self._bar() + "\n")
+            self.out.flush()
+
+    def _line(self, text: str) -> None:
+        if self.tty and self._bar_shown:
+            self.out.write("\r\x1b[K")
+            self._bar_shown = False
+        self.out.write(text + "\n")
+        self.out.flush()
+        self._tenth = self._printed = -1  # redraw the bar after a message
+
+    def close(self) -> None:
+        if self.tty and self._bar_shown:
+            self.out.write("\n")
+            self._bar_shown = False
+        self.out.flush()
+
+
+# ----------------------------------------------------------------- output
+def _finish(run_name: str, store: str, outdir: str, synthetic: bool) -> None:
+    """Prints the report, writes TensorBoard files and the timeline, says where."""
+    from goodput_core.commands.report import build_report, format_table, open_run
+
+    now = time.time()
+    calc, opened = open_run(run_name, store)
+    result = calc.cumulative(now=now)
+    rep = build_report(calc, result, calc.step_stats(), store_url=opened.url,
+                       window_spec=None, exclude=[])
+    print(format_table(rep))
+    print()
+    where = [("store", f"{opened.url}   (run {run_name})")]
+    where.append(("report", f"goodput report {run_name} --store {store}"))
+    where.append(_write_tensorboard(calc, run_name, outdir))
+    where.append(_write_timeline(calc, now, outdir))
+    if not synthetic:
+        where.append(("child logs", os.path.join(outdir, "logs", run_name)))
+    print("Where everything is:")
+    for key, value in where:
+        print(f"  {key:<12} {value}")
+    sys.stdout.flush()
+
+
+def _write_tensorboard(calc, run_name: str, outdir: str):
+    base = os.path.join(outdir, "tensorboard")
+    try:
+        from goodput_core.exporters.tensorboard import TensorBoardExporter
+        from goodput_core.monitor import Monitor
+
+        exporter = TensorBoardExporter(os.path.join(base, run_name))
+    except ImportError as exc:
+        return ("tensorboard", f"not written: pip install 'goodput[tensorboard]' ({exc})")
+    # One monitor cycle with the TensorBoard exporter, through the warm calculator.
+    monitor = Monitor(run_name, exporters=[exporter], calculator=calc)
+    snapshot = monitor.run_once(final=True)
+    monitor.stop(skip_final_flush=True)
+    if snapshot is None:
+        return ("tensorboard", "not written: the monitor cycle failed (see the log)")
+    return ("tensorboard", f"{exporter.log_dir}   (tensorboard --logdir {base})")
+
+
+def _write_timeline(calc, now: float, outdir: str):
+    from goodput_core import plot_timeline as pt
+
+    data = pt.collect(calc, now=now)
+    png = os.path.join(outdir, "timeline.png")
+    try:
+        pt.render_image(data, png)
+        return ("timeline", png)
+    except pt.PlotUnavailable:
+        from goodput_core.commands.timeline import render_html
+
+        page = os.path.join(outdir, "timeline.html")
+        render_html(data, page)
+        return ("timeline", f"{page}   (no matplotlib for a PNG: pip install 'goodput[plot]')")

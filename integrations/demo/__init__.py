@@ -18,9 +18,9 @@ can draw a progress bar or kill it at a known point without sleeping.
 Messages (the ``event`` key):
 
 ==============  ==============================================================
-``attempt``     ``attempt`` (the recorder's attempt id), ``pid``, ``start_step``
-                (the step it resumes at), ``steps`` (the last step + 1)
-``restored``    ``step``: resumed from this checkpoint
+``attempt``     ``attempt`` (the recorder's attempt id), ``pid``, ``steps``
+                (the last step + 1); sent right after the job start
+``restored``    ``step``: resumed from this checkpoint (none: from step 0)
 ``step``        ``step``: dispatched; ``loss`` at the steps that synced
 ``saved``       ``step``: a checkpoint save was started (async commit)
 ``flushed``     ``written``: events of this attempt stored so far (after a

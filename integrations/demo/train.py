@@ -4,7 +4,7 @@ Usage (normally started by ``goodput demo`` or
 :mod:`goodput_integrations.demo.driver`)::
 
     python -m goodput_integrations.demo.train --store S --run R --workdir D \\
-        [--steps 300] [--save-every 25] [--crash-at K] [--flush-every N] ...
+        [--steps 240] [--save-every 20] [--crash-at K] [--flush-every N] ...
 
 What it records (every adapter on): job start at process start; training
 preparation (framework imports, model and optimizer, checkpoint manager,
@@ -53,17 +53,20 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p.add_argument("--store", required=True, help="store URL or sqlite path")
     p.add_argument("--run", required=True, help="run (job) name")
     p.add_argument("--workdir", required=True, help="checkpoint directory")
-    p.add_argument("--steps", type=int, default=300, help="train steps 0..N-1")
-    p.add_argument("--save-every", type=int, default=25, help="checkpoint every N steps")
+    p.add_argument("--steps", type=int, default=240, help="train steps 0..N-1")
+    p.add_argument("--save-every", type=int, default=20, help="checkpoint every N steps")
     p.add_argument("--crash-at", type=int, default=None, help="SIGKILL itself after this step")
-    p.add_argument("--eval-every", type=int, default=100, help="eval every N steps (0: never)")
-    p.add_argument("--sync-every", type=int, default=10,
-                   help="wait for the step result (and record a step end) every N steps")
+    p.add_argument("--eval-every", type=int, default=80, help="eval every N steps (0: never)")
+    p.add_argument("--sync-every", type=int, default=1,
+                   help="wait for the step result (and record a step end) every N steps; "
+                        "on CPU, dispatch runs ahead and step times are honest only at 1")
     p.add_argument("--flush-every", type=int, default=0,
                    help="flush the recorder every N steps and report it (0: never)")
-    p.add_argument("--batch-size", type=int, default=512)
-    p.add_argument("--features", type=int, default=64)
-    p.add_argument("--hidden", type=int, default=512)
+    p.add_argument("--sync-checkpoints", action="store_true",
+                   help="save synchronously: a step reported saved is on disk")
+    p.add_argument("--batch-size", type=int, default=1024)
+    p.add_argument("--features", type=int, default=256)
+    p.add_argument("--hidden", type=int, default=1024)
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
     for name in ("steps", "save_every", "sync_every", "batch_size", "features", "hidden"):
@@ -79,7 +82,7 @@ def batch_for(step: int, batch_size: int, features: int, seed: int):
     """
     import numpy as np
 
-    rng = np.random.default_rng((seed, step))
+    rng = np.random.default_rng((seed, step))  # held-out eval batch: a step never trained
     x = rng.standard_normal((batch_size, features), dtype=np.float32)
     y = np.sin(x[:, : features // 2].sum(axis=1, keepdims=True)) + 0.1 * np.cos(
         x[:, features // 2:]).sum(axis=1, keepdims=True)
@@ -137,7 +140,11 @@ def main(argv: Optional[List[str]] = None) -> int:
             return {"params": optax.apply_updates(s["params"], updates),
                     "opt_state": opt_state}, loss
 
-        options = ocp.CheckpointManagerOptions(max_to_keep=2, cleanup_tmp_directories=True)
+        # cleanup_tmp_directories: a crash mid-save leaves a temporary directory
+        # (never a half checkpoint: Orbax renames it into place when complete).
+        options = ocp.CheckpointManagerOptions(
+            max_to_keep=2, cleanup_tmp_directories=True,
+            enable_async_checkpointing=not args.sync_checkpoints)
         manager = gorbax.goodput_checkpoint_manager(
             os.path.abspath(args.workdir), options, recorder=rec)
         start = 0
@@ -151,7 +158,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     # No buffer donation: an async save may still be reading the last state.
     jitted = jax.jit(step_fn)
     train_step = gjax.train_step(jitted, first_step=start)
-    eval_batch = batch_for(-1, args.batch_size, args.features, args.seed)
+    eval_batch = batch_for(10**9, args.batch_size, args.features, args.seed)
     eval_loss = jax.jit(loss_fn)
     data = gjax.instrument_iterator(batches(start, args.steps, args))
     flopped = False

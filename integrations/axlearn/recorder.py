@@ -1,0 +1,413 @@
+"""Our AXLearn recorder: ``--recorder_type=goodput_integrations.axlearn:goodput_suite``.
+
+AXLearn imports the module named before the colon, looks the name up in its
+recorder registry and calls ``from_flags(fv=FLAGS)``. Our class registers
+itself there when AXLearn is importable (it subclasses AXLearn's
+``Recorder``) and is a plain class otherwise. It maps every AXLearn event
+onto our engine (:class:`goodput_core.compat.goodput.GoodputRecorder`):
+
+==============================  =========================================
+AXLearn                         recorded
+==============================  =========================================
+START_JOB / END_JOB             job start / job end (see below)
+START_STEP (step positional)    step start
+*_ACCELERATOR_INIT              tpu_init start / end
+*_TRAINING_PREPARATION          training_prep start / end
+*_DATA_LOADING                  data_loading start / end
+*_CUSTOM_BADPUT_EVENT           custom badput start / end (``custom_badput_event_type=``)
+record_event(EventType.X)       X's start, and X's end when the block did not raise;
+                                STEP also records the step end (ours)
+==============================  =========================================
+
+AXLearn sends END_JOB from a ``finally``, even after a crash. Recording a
+job end then would make the crash look like a clean end (the restart gap
+would count as idle time, not recovery), so while an exception propagates
+(other than ``SystemExit(0)``) END_JOB records a ``disruption`` with cause
+``exception:<Type>`` instead; ``end_job_on_crash=true`` restores AXLearn's
+behaviour. A ``record_event(EventType.JOB)`` block that raises does the same.
+
+Rules kept from AXLearn's contract: ``record`` never raises (misuse is
+logged once); ``from_flags`` makes no JAX call (the process index is read
+lazily; events before it is known are buffered with their own time, then
+written or dropped); background work starts only on process 0, inside
+``maybe_monitor_all`` (or ``start_monitoring()`` with ``eager_monitoring``).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import importlib.util
+import logging
+import sys
+import threading
+import time
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+
+from goodput_integrations.axlearn import _base
+from goodput_integrations.axlearn.spec import RecorderSpec, parse_spec, spec_items
+from goodput_integrations.jax.gate import ProcessGate
+
+__all__ = ["GoodputSuiteRecorder", "NAME"]
+
+logger = logging.getLogger("goodput")
+
+#: The registry name (AXLearn's own recorder is ``goodput``: names must differ).
+NAME = "goodput_suite"
+
+_Entry = Tuple[str, str, int]  # (engine method, time keyword, time's positional index)
+_LEGACY: Dict[str, _Entry] = {
+    "START_JOB": ("record_job_start_time", "start_time", 0),
+    "END_JOB": ("record_job_end_time", "end_time", 0),
+    "START_STEP": ("record_step_start_time", "start_time", 1),
+    "END_STEP": ("record_step_end_time", "end_time", 1),
+    "START_ACCELERATOR_INIT": ("record_tpu_init_start_time", "start_time", 0),
+    "END_ACCELERATOR_INIT": ("record_tpu_init_end_time", "end_time", 0),
+    "START_TRAINING_PREPARATION": ("record_training_preparation_start_time", "start_time", 0),
+    "END_TRAINING_PREPARATION": ("record_training_preparation_end_time", "end_time", 0),
+    "START_DATA_LOADING": ("record_data_loading_start_time", "start_time", 0),
+    "END_DATA_LOADING": ("record_data_loading_end_time", "end_time", 0),
+    "START_CUSTOM_BADPUT_EVENT": ("record_custom_badput_event_start_time", "start_time", 0),
+    "END_CUSTOM_BADPUT_EVENT": ("record_custom_badput_event_end_time", "end_time", 0),
+}
+_DISRUPTION: _Entry = ("record_disruption", "time", 1)
+# EventType names (and values) -> the legacy suffix of its start/end events
+_PHASES = {"JOB": "JOB", "STEP": "STEP", "ACCELERATOR_INIT": "ACCELERATOR_INIT",
+           "TRAINING_PREPARATION": "TRAINING_PREPARATION", "DATA_LOADING": "DATA_LOADING",
+           "CUSTOM_BADPUT_EVENT": "CUSTOM_BADPUT_EVENT", "TPU_INIT": "ACCELERATOR_INIT"}
+_DISRUPTION_RECORDED_ATTR = "_goodput_disruption_recorded"
+_FLUSH_BEFORE_FINAL_UPLOAD_S = 5.0
+_HAS_JAX: Optional[bool] = None
+
+
+def _name(event: Any) -> str:
+    name = getattr(event, "name", None)
+    return str(name if isinstance(name, str) else event).upper()
+
+
+def _graceful(exc: BaseException) -> bool:
+    return isinstance(exc, SystemExit) and exc.code in (None, 0)
+
+
+def _probe_index() -> Optional[int]:
+    """Process index without touching a backend (None while unknown); 0 without JAX."""
+    global _HAS_JAX
+    if _HAS_JAX is None:
+        _HAS_JAX = importlib.util.find_spec("jax") is not None
+    if not _HAS_JAX:
+        return 0
+    from goodput_integrations.jax import _probe
+
+    return _probe.current_process_index()
+
+
+class GoodputSuiteRecorder(_base.RecorderBase):
+    """AXLearn recorder on our engine (see the module docstring).
+
+    Build it with :meth:`from_flags` (what AXLearn calls) or :meth:`from_spec`.
+
+    Args:
+      cfg: AXLearn's config (only when AXLearn is present; built by from_spec).
+      spec: the parsed recorder spec.
+      clock: the time source (tests inject a fake; default ``time.time``).
+      process_index: returns this process's index, or an int (tests).
+    """
+
+    # Test hooks used when from_flags gets none (AXLearn passes only fv=).
+    _hook_clock: Optional[Callable[[], float]] = None
+    _hook_process_index: Any = None
+
+    def __init__(self, cfg: Any = None, *, spec: RecorderSpec,
+                 clock: Optional[Callable[[], float]] = None, process_index: Any = None):
+        if _base.AXLEARN_AVAILABLE:
+            super().__init__(cfg)
+        self.spec = spec
+        self._clock = clock or type(self)._hook_clock or time.time
+        hook = process_index if process_index is not None else type(self)._hook_process_index
+        self._index_hook = hook
+        self._forcing = False
+        self._lock = threading.RLock()
+        self._engine: Any = None
+        self._process_index: Optional[int] = None
+        self._gate = ProcessGate(self, per_host=spec.per_host, process_index=self._index)
+        self._monitors: Dict[str, Any] = {}
+        self._warned: set = set()
+
+    # ------------------------------------------------------------ building
+    @classmethod
+    def from_flags(cls, fv: Any, **hooks: Any) -> "GoodputSuiteRecorder":
+        """Builds the recorder from ``fv.recorder_spec`` (``key=value`` strings).
+
+        No JAX call, no I/O: the store is opened at the first recorded event.
+
+        Args:
+          fv: AXLearn's FlagValues, or anything with ``recorder_spec``, or a
+            list of ``key=value`` strings, or a dict.
+          **hooks: ``clock`` / ``process_index`` (tests).
+
+        Raises:
+          ValueError: a bad or missing spec value (unknown keys only warn).
+        """
+        return cls.from_spec(parse_spec(spec_items(fv)), **hooks)
+
+    @classmethod
+    def from_spec(cls, spec: RecorderSpec, **hooks: Any) -> "GoodputSuiteRecorder":
+        """Builds the recorder from a parsed spec (see :meth:`from_flags`)."""
+        cfg = None
+        if _base.AXLEARN_AVAILABLE:
+            cfg = cls.default_config()
+            cfg.name = spec.name
+        return cls(cfg, spec=spec, **hooks)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.spec.name!r}, store={self.spec.store!r})"
+
+    # --------------------------------------------------------- process gate
+    @property
+    def process_index(self) -> Optional[int]:
+        """This process's index once known (None before)."""
+        return self._process_index
+
+    @process_index.setter
+    def process_index(self, value: int) -> None:  # the gate sets it in per-host mode
+        self._process_index = value
+        if self._engine is not None:
+            self._engine.process_index = value
+
+    def _index(self) -> Optional[int]:
+        hook = self._index_hook
+        if hook is not None:
+            return int(hook() if callable(hook) else hook)
+        index = _probe_index()
+        if index is None and self._forcing:
+            # the job needs an answer now (monitoring, job end): ask as AXLearn does
+            jax = sys.modules.get("jax")
+            index = 0 if jax is None else int(jax.process_index())
+        if index is not None and not self.spec.per_host:
+            self._process_index = index
+        return index
+
+    def _decide(self) -> bool:
+        """Decides now whether this process writes (True: it does)."""
+        if self._gate.decision is None:
+            self._forcing = True
+            try:
+                self._gate.decide()
+            finally:
+                self._forcing = False
+        return bool(self._gate.decision)
+
+    def _is_lead(self) -> bool:
+        return self._decide() and self._gate.process_index == 0
+
+    # ------------------------------------------------------------ engine
+    def _get_engine(self) -> Any:
+        engine = self._engine
+        if engine is not None:
+            return engine
+        with self._lock:
+            if self._engine is None:
+                from goodput_core import NULL_RECORDER
+                from goodput_core.compat.goodput import GoodputRecorder
+
+                kwargs: Dict[str, Any] = {"clock": self._clock}
+                if self.spec.store:
+                    kwargs["store"] = self.spec.store
+                try:
+                    engine = GoodputRecorder(self.spec.name, self.spec.logger_name, True,
+                                             **kwargs)
+                    if self._process_index is not None and self.spec.per_host:
+                        engine.process_index = self._process_index
+                except Exception:
+                    self._warn("engine", "goodput: cannot open the store %r; recording "
+                               "nothing", self.spec.store)
+                    engine = NULL_RECORDER
+                self._engine = engine
+            return self._engine
+
+    def _call(self, method: str, args: tuple, kwargs: dict) -> None:
+        getattr(self._get_engine(), method)(*args, **kwargs)
+
+    def _submit(self, entry: _Entry, args: tuple, kwargs: dict) -> None:
+        """Stamps the time now (the call may be buffered) and records; never raises."""
+        method, time_kw, pos = entry
+        try:
+            if len(args) <= pos and time_kw not in kwargs:
+                kwargs = dict(kwargs)
+                kwargs[time_kw] = self._clock()
+            self._gate.submit(self._call, method, args, kwargs)
+        except Exception:
+            self._warn(method, "goodput: %s%r failed (further failures are silent)",
+                       method, args)
+
+    def _warn(self, key: str, msg: str, *args: Any) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            logger.warning(msg, *args, exc_info=sys.exc_info()[0] is not None)
+
+    # ------------------------------------------------------ AXLearn's API
+    def record(self, event: Any, *args: Any, **kwargs: Any) -> None:
+        """Records one AXLearn ``Event`` (see the module docstring); never raises."""
+        name = _name(event)
+        if name == "END_JOB":
+            self._end_job(args, kwargs, sys.exc_info()[1])
+            return
+        entry = _LEGACY.get(name)
+        if entry is None:
+            self._warn(f"event-{name}", "goodput: ignoring unknown event %s", event)
+            return
+        self._submit(entry, args, kwargs)
+
+    def _end_job(self, args: tuple, kwargs: dict, exc: Optional[BaseException]) -> None:
+        if exc is not None and not _graceful(exc) and not self.spec.end_job_on_crash:
+            self._record_crash(exc)
+        else:
+            self._submit(_LEGACY["END_JOB"], args, kwargs)
+        try:
+            self._decide()  # the job is ending: write or drop what is buffered
+        except Exception:
+            self._warn("decide", "goodput: could not read the process index at job end")
+
+    def _record_crash(self, exc: BaseException) -> None:
+        if getattr(exc, _DISRUPTION_RECORDED_ATTR, False):
+            return
+        self._submit(_DISRUPTION, (f"exception:{type(exc).__name__}",), {})
+        try:
+            setattr(exc, _DISRUPTION_RECORDED_ATTR, True)
+        except Exception:
+            pass
+
+    @contextlib.contextmanager
+    def record_event(self, event: Any, *args: Any, **kwargs: Any) -> Iterator[None]:
+        """Records an ``EventType``'s start, runs the block, records its end
+        when the block did not raise (a JOB that raises: a disruption)."""
+        value = getattr(event, "value", None)
+        phase = _PHASES.get(_name(event)) or (
+            _PHASES.get(value.upper()) if isinstance(value, str) else None)
+        if phase is None:
+            self._warn(f"event-{event}", "goodput: ignoring unknown event type %s", event)
+            yield
+            return
+        self._submit(_LEGACY[f"START_{phase}"], args, kwargs)
+        try:
+            yield
+        except BaseException as exc:
+            if phase == "JOB" and not isinstance(exc, GeneratorExit):
+                self._end_job(args, kwargs, exc)
+            raise
+        if phase == "JOB":
+            self._end_job(args, kwargs, None)
+        else:
+            self._submit(_LEGACY[f"END_{phase}"], args, kwargs)
+
+    def start_monitoring(self, **kwargs: Any) -> None:
+        """AXLearn calls this at start-up. Monitoring starts in
+        :meth:`maybe_monitor_all`, unless ``eager_monitoring=true`` (for
+        AXLearn versions without it): then here, stopped at exit."""
+        if not self.spec.eager_monitoring:
+            logger.info("goodput: monitoring starts inside maybe_monitor_all()")
+            return
+        if self._start_monitors():
+            atexit.register(self._stop_monitors)
+
+    @contextlib.contextmanager
+    def maybe_monitor_all(self) -> Iterator[None]:
+        """Monitors the run in the background inside the block (process 0 only):
+        cumulative goodput to ``upload_dir`` every ``upload_interval`` s,
+        rolling windows to ``{upload_dir}/rolling_window_{name}``; on exit a
+        final upload that includes this process's pending events."""
+        started = self._start_monitors()
+        try:
+            yield
+        finally:
+            if started:
+                self._stop_monitors()
+
+    def flush(self, timeout: Optional[float] = 10.0) -> bool:
+        """Writes what was recorded so far (a fence); True when stored."""
+        try:
+            self._decide()
+        except Exception:
+            self._warn("decide", "goodput: could not read the process index")
+        engine = self._engine
+        return True if engine is None else bool(engine.flush(timeout))
+
+    def close(self, timeout: Optional[float] = 10.0) -> bool:
+        """Stops monitoring, flushes and closes the store writer."""
+        self._stop_monitors()
+        ok = self.flush(timeout)
+        engine = self._engine
+        return (engine.close(timeout) if engine is not None else True) and ok
+
+    # ---------------------------------------------------------- monitoring
+    def _monitor(self, tensorboard_dir: str, prometheus: bool) -> Any:
+        from goodput_core.compat.goodput_utils import GCPOptions
+        from goodput_core.compat.monitoring import GoodputMonitor
+
+        spec = self.spec
+        extra: Dict[str, Any] = {"clock": self._clock}
+        if spec.store:
+            extra["store"] = spec.store
+        if prometheus and spec.prometheus_port is not None:
+            extra["prometheus_port"] = spec.prometheus_port
+        return GoodputMonitor(
+            job_name=spec.name, logger_name=spec.logger_name, tensorboard_dir=tensorboard_dir,
+            upload_interval=spec.upload_interval, monitoring_enabled=True,
+            pathway_enabled=spec.pathways, include_badput_breakdown=True,
+            include_step_deviation=spec.include_step_deviation,
+            configured_ideal_step_time=spec.ideal_step_time,
+            step_deviation_interval_seconds=spec.step_deviation_interval,
+            gcp_options=GCPOptions(
+                enable_gcp_goodput_metrics=spec.enable_gcp_goodput_metrics,
+                enable_gcp_step_deviation_metrics=spec.enable_gcp_step_deviation_metrics),
+            **extra)
+
+    def _start_monitors(self) -> bool:
+        """Starts the monitors on process 0; False when not started here.
+
+        Raises:
+          ValueError, StoreError, OSError: a monitor cannot be built.
+        """
+        spec = self.spec
+        with self._lock:
+            if self._monitors or not spec.enable_monitoring or not self._is_lead():
+                return False
+            started: List[Tuple[str, Any]] = []
+            main = self._monitor(spec.upload_dir, prometheus=True)
+            main.start_goodput_uploader()
+            started.append(("goodput", main))
+            if spec.include_step_deviation:
+                main.start_step_deviation_uploader()
+                started.append(("step_deviation", main))
+            if spec.rolling_window_size:
+                rolling = self._monitor(spec.rolling_window_dir, prometheus=False)
+                rolling.start_rolling_window_goodput_uploader(list(spec.rolling_window_size))
+                started.append(("rolling", rolling))
+            self._monitors = dict(started)
+            logger.info("goodput: monitoring %s to %s", spec.name, spec.upload_dir)
+            return True
+
+    def _stop_monitors(self) -> None:
+        with self._lock:
+            monitors, self._monitors = self._monitors, {}
+        if not monitors:
+            return
+        engine = self._engine
+        if engine is not None:
+            try:
+                engine.flush(_FLUSH_BEFORE_FINAL_UPLOAD_S)
+            except Exception:
+                self._warn("flush", "goodput: flushing before the final upload failed")
+        for part, method in (("rolling", "stop_rolling_window_goodput_uploader"),
+                             ("step_deviation", "stop_step_deviation_uploader"),
+                             ("goodput", "stop_goodput_uploader")):
+            monitor = monitors.get(part)
+            if monitor is not None:
+                try:
+                    getattr(monitor, method)()
+                except Exception:
+                    self._warn(f"stop-{part}", "goodput: stopping the %s uploader failed",
+                               part)
+
+
+_base.register(NAME, GoodputSuiteRecorder)

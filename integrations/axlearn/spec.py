@@ -1,0 +1,236 @@
+"""``--recorder_spec=key=value`` for our AXLearn recorder: keys, types, checks.
+
+AXLearn's own goodput recorder reads ``name``, ``upload_dir``,
+``upload_interval``, ``rolling_window_size``, ``jax_backend`` and
+``enable_monitoring``, and silently drops any other key. We accept the
+same keys with the same meaning, add ours, **warn about unknown keys**
+(listing the known ones), and raise one clear ``ValueError`` for a bad value,
+when the recorder is built (``from_flags``), before training starts.
+
+=================================  ========  ==========================================
+key                                default   meaning
+=================================  ========  ==========================================
+name                               required  run name (``goodput_logger_{name}`` stream)
+upload_dir                         --        TensorBoard dir; needed when monitoring
+upload_interval                    30        seconds between uploads
+rolling_window_size                --        rolling windows, seconds: ``3600,86400``
+jax_backend                        --        ``proxy`` means Pathways
+enable_monitoring                  true      monitor inside ``maybe_monitor_all``
+store                              default   store URL (``sqlite:///...``, ``memory://``,
+                                             ``cloud-logging://PROJECT/LOG``)
+prometheus_port                    off       serve Prometheus on 127.0.0.1:<port>
+include_step_deviation             false     also upload step deviation
+step_deviation_interval            30        seconds between step-deviation uploads
+ideal_step_time                    computed  configured ideal step time, seconds
+enable_gcp_goodput_metrics         true      goodput to Cloud Monitoring
+enable_gcp_step_deviation_metrics  true      step deviation to Cloud Monitoring
+end_job_on_crash                   false     record END_JOB even when sent while an
+                                             exception propagates (AXLearn's ``finally``)
+per_host                           false     every process records (process 0 monitors)
+eager_monitoring                   false     ``start_monitoring()`` starts the monitors
+                                             (AXLearn versions without maybe_monitor_all)
+=================================  ========  ==========================================
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import os
+from typing import Any, Dict, Iterable, Optional, Sequence, Tuple
+
+__all__ = ["AXLEARN_KEYS", "OUR_KEYS", "RecorderSpec", "parse_spec", "spec_items"]
+
+logger = logging.getLogger("goodput")
+
+#: The keys of AXLearn's own goodput recorder.
+AXLEARN_KEYS = ("name", "upload_dir", "upload_interval", "rolling_window_size",
+                "jax_backend", "enable_monitoring")
+#: Our keys.
+OUR_KEYS = ("store", "prometheus_port", "include_step_deviation", "step_deviation_interval",
+            "ideal_step_time", "enable_gcp_goodput_metrics",
+            "enable_gcp_step_deviation_metrics", "end_job_on_crash", "per_host",
+            "eager_monitoring")
+
+_TRUE = {"true", "1", "yes", "y", "on"}
+_FALSE = {"false", "0", "no", "n", "off"}
+_STORE_SCHEMES = ("sqlite", "memory", "cloud-logging")
+_ORBAX_PORT = 9431
+
+
+@dataclasses.dataclass(frozen=True)
+class RecorderSpec:
+    """The parsed ``--recorder_spec`` of one run (see the module docstring)."""
+
+    name: str
+    upload_dir: Optional[str] = None
+    upload_interval: int = 30
+    rolling_window_size: Tuple[int, ...] = ()
+    jax_backend: Optional[str] = None
+    enable_monitoring: bool = True
+    store: Optional[str] = None
+    prometheus_port: Optional[int] = None
+    include_step_deviation: bool = False
+    step_deviation_interval: int = 30
+    ideal_step_time: Optional[float] = None
+    enable_gcp_goodput_metrics: bool = True
+    enable_gcp_step_deviation_metrics: bool = True
+    end_job_on_crash: bool = False
+    per_host: bool = False
+    eager_monitoring: bool = False
+    unknown: Tuple[Tuple[str, str], ...] = ()
+
+    @property
+    def logger_name(self) -> str:
+        """AXLearn's stream name for the run."""
+        return f"goodput_logger_{self.name}"
+
+    @property
+    def pathways(self) -> bool:
+        """``jax_backend=proxy`` is Pathways."""
+        return self.jax_backend == "proxy"
+
+    @property
+    def rolling_window_dir(self) -> Optional[str]:
+        """Where AXLearn writes rolling windows: ``{upload_dir}/rolling_window_{name}``."""
+        if not self.upload_dir:
+            return None
+        return os.path.join(self.upload_dir, f"rolling_window_{self.name}")
+
+
+def _bad(key: str, value: Any, expected: str) -> ValueError:
+    return ValueError(f"--recorder_spec={key}={value}: expected {expected}")
+
+
+def _bool(key: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in _TRUE | _FALSE:
+        return text in _TRUE
+    raise _bad(key, value, "true or false")
+
+
+def _int(key: str, value: Any, *, minimum: int = 1) -> int:
+    try:
+        if isinstance(value, bool):
+            raise ValueError
+        number = int(str(value).strip()) if not isinstance(value, int) else value
+    except (TypeError, ValueError):
+        raise _bad(key, value, f"an integer >= {minimum}") from None
+    if number < minimum:
+        raise _bad(key, value, f"an integer >= {minimum}")
+    return number
+
+
+def _windows(key: str, value: Any) -> Tuple[int, ...]:
+    items = str(value).split(",") if isinstance(value, str) else list(value)
+    out = []
+    for item in items:
+        if isinstance(item, str) and not item.strip():
+            continue
+        size = _int(key, item)
+        if size not in out:
+            out.append(size)
+    return tuple(out)
+
+
+def _port(key: str, value: Any) -> Optional[int]:
+    if str(value).strip().lower() in ("", "none", "off"):
+        return None
+    port = _int(key, value, minimum=0)
+    if port > 65535 or port == _ORBAX_PORT:
+        raise _bad(key, value, "a port in 0..65535 other than 9431 (Orbax's)")
+    return port
+
+
+def _seconds(key: str, value: Any) -> Optional[float]:
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        raise _bad(key, value, "seconds") from None
+    if not (seconds > 0 and math.isfinite(seconds)):
+        raise _bad(key, value, "positive seconds")
+    return seconds
+
+
+def _store(key: str, value: Any) -> str:
+    url = str(value).strip()
+    scheme, sep, rest = url.partition("://")
+    if not url or (sep and (scheme not in _STORE_SCHEMES or not rest)):
+        raise _bad(key, value, "a store URL: sqlite:///PATH, memory://NAME or "
+                   "cloud-logging://PROJECT/LOG (or a file path)")
+    return url
+
+
+def _text(key: str, value: Any) -> str:
+    text = str(value).strip()
+    if not text:
+        raise _bad(key, value, "a non-empty value")
+    return text
+
+
+_PARSERS = {
+    "name": _text,
+    "upload_dir": _text,
+    "upload_interval": _int,
+    "rolling_window_size": _windows,
+    "jax_backend": _text,
+    "enable_monitoring": _bool,
+    "store": _store,
+    "prometheus_port": _port,
+    "include_step_deviation": _bool,
+    "step_deviation_interval": _int,
+    "ideal_step_time": _seconds,
+    "enable_gcp_goodput_metrics": _bool,
+    "enable_gcp_step_deviation_metrics": _bool,
+    "end_job_on_crash": _bool,
+    "per_host": _bool,
+    "eager_monitoring": _bool,
+}
+
+
+def spec_items(fv: Any) -> Sequence[str]:
+    """The ``key=value`` strings of ``fv``: AXLearn's FlagValues (its
+    ``recorder_spec``), a command line (``--recorder_spec=...`` flags), a
+    list of ``key=value`` strings, or a dict (turned into items)."""
+    if isinstance(fv, dict):
+        return [f"{k}={v}" for k, v in fv.items()]
+    if isinstance(fv, (list, tuple)):
+        if any(str(item).startswith("-") for item in fv):
+            from goodput_integrations.axlearn._base import parse_flags
+
+            return parse_flags(fv).recorder_spec
+        return list(fv)
+    items = getattr(fv, "recorder_spec", None)
+    return list(items or ())
+
+
+def parse_spec(items: Iterable[str]) -> RecorderSpec:
+    """Parses ``key=value`` strings (a later key overrides an earlier one, as AXLearn).
+
+    Unknown keys are kept in ``RecorderSpec.unknown`` and logged as a warning.
+
+    Raises:
+      ValueError: an item without ``=``, a bad value, no ``name``, or
+        monitoring enabled without ``upload_dir``.
+    """
+    raw: Dict[str, str] = {}
+    for item in items:
+        key, sep, value = str(item).partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--recorder_spec={item}: expected key=value")
+        raw[key.strip()] = value
+    unknown = tuple((k, v) for k, v in raw.items() if k not in _PARSERS)
+    if unknown:
+        logger.warning("goodput: ignoring unknown --recorder_spec keys %s (known: %s)",
+                       ", ".join(k for k, _ in unknown), ", ".join(AXLEARN_KEYS + OUR_KEYS))
+    values = {k: _PARSERS[k](k, v) for k, v in raw.items() if k in _PARSERS}
+    if "name" not in values:
+        raise ValueError("--recorder_spec=name=<run name> is required")
+    spec = RecorderSpec(unknown=unknown, **values)
+    if spec.enable_monitoring and not spec.upload_dir:
+        raise ValueError("--recorder_spec=upload_dir=<dir> is required while monitoring is "
+                         "enabled (or set --recorder_spec=enable_monitoring=false)")
+    return spec

@@ -1,0 +1,274 @@
+"""Reads MaxText's goodput flags (and ours) from a MaxText config object.
+
+MaxText's config (``pyconfig.HyperParameters``) exposes flags as attributes;
+tests and scripts often pass a plain object or a dict. :func:`read_settings`
+accepts any of them, applies MaxText's defaults (``configs/base.yml``) to
+missing flags, parses values given as strings (command-line overrides), and
+raises one clear ``ValueError`` per bad value, so a misconfigured job fails
+at start-up instead of silently measuring nothing.
+
+MaxText's flags (defaults as in ``base.yml``)::
+
+    enable_goodput_recording          false
+    monitor_goodput                   false
+    goodput_upload_interval_seconds   30
+    enable_pathways_goodput           false
+    monitor_step_time_deviation       true
+    step_deviation_interval_seconds   30
+    enable_gcp_goodput_metrics        true
+    enable_gcp_step_deviation_metrics true
+    enable_checkpoint_cloud_logger    false
+    elastic_enabled                   false
+    report_performance_metric_for_gcp_monitoring  false
+    run_name, base_output_directory, tensorboard_dir
+
+Ours (absent from MaxText's ``base.yml``: add them to your config file)::
+
+    goodput_store            store URL (default: $GOODPUT_STORE or the
+                             embedded sqlite file)
+    goodput_rolling_windows  rolling window sizes in seconds, "3600,86400"
+    goodput_prometheus_port  serve Prometheus metrics on 127.0.0.1:<port>
+                             (unset or negative: off; 0: a free port)
+    goodput_ideal_step_time  configured ideal step time in seconds
+
+Test hooks (attributes, not flags): ``_goodput_clock`` (a ``() -> float``
+time source) and ``_goodput_process_index`` (an int, or a callable).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import numbers
+import os
+from typing import Any, Callable, Mapping, Optional, Tuple
+
+__all__ = ["MaxTextGoodputSettings", "read_settings", "parse_bool", "parse_windows"]
+
+_MISSING = object()
+
+#: MaxText's goodput flags and their defaults (configs/base.yml).
+MAXTEXT_DEFAULTS = {
+    "enable_goodput_recording": False,
+    "monitor_goodput": False,
+    "goodput_upload_interval_seconds": 30,
+    "enable_pathways_goodput": False,
+    "monitor_step_time_deviation": True,
+    "step_deviation_interval_seconds": 30,
+    "enable_gcp_goodput_metrics": True,
+    "enable_gcp_step_deviation_metrics": True,
+    "enable_checkpoint_cloud_logger": False,
+    "elastic_enabled": False,
+    "report_performance_metric_for_gcp_monitoring": False,
+}
+
+_TRUE = {"true", "1", "yes", "y", "on"}
+_FALSE = {"false", "0", "no", "n", "off", ""}
+_ORBAX_PORT = 9431  # Orbax's Prometheus port: never ours
+
+
+def parse_bool(value: Any, name: str) -> bool:
+    """A flag value as a bool (``true``/``false``/``1``/``0``/``yes``/``no``...).
+
+    Raises:
+      ValueError: anything else, naming the flag.
+    """
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
+        return value.strip().lower() in _TRUE
+    raise ValueError(f"goodput flag {name}={value!r}: expected true or false")
+
+
+def _positive_int(value: Any, name: str) -> int:
+    number = None
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        number = int(value)
+    elif isinstance(value, float) and value.is_integer():
+        number = int(value)
+    elif isinstance(value, str):
+        try:
+            number = int(value.strip())
+        except ValueError:
+            number = None
+    if number is None or number <= 0:
+        raise ValueError(f"goodput flag {name}={value!r}: expected a positive integer "
+                         "(seconds)")
+    return number
+
+
+def parse_windows(value: Any, name: str) -> Tuple[int, ...]:
+    """Rolling window sizes: ``"3600,86400"``, a list of ints, or empty/None.
+
+    Raises:
+      ValueError: a size that is not a positive integer number of seconds.
+    """
+    if value is None:
+        return ()
+    items = value.split(",") if isinstance(value, str) else list(value)
+    out = []
+    for item in items:
+        if isinstance(item, str):
+            item = item.strip()
+            if not item:
+                continue
+        size = _positive_int(item, name)
+        if size not in out:
+            out.append(size)
+    return tuple(out)
+
+
+def parse_port(value: Any, name: str) -> Optional[int]:
+    """A Prometheus port: None/''/negative = off, 0 = a free port, 1..65535.
+
+    Raises:
+      ValueError: not an integer, above 65535, or Orbax's port 9431.
+    """
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    try:
+        if isinstance(value, bool):
+            raise ValueError
+        port = int(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"goodput flag {name}={value!r}: expected a port number") from None
+    if port < 0:
+        return None
+    if port > 65535:
+        raise ValueError(f"goodput flag {name}={value!r}: a port is at most 65535")
+    if port == _ORBAX_PORT:
+        raise ValueError(f"goodput flag {name}={value!r}: 9431 is Orbax's Prometheus port; "
+                         "choose another")
+    return port
+
+
+def parse_seconds(value: Any, name: str) -> Optional[float]:
+    """An optional positive number of seconds (None/''/0 = unset, as the reference)."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    try:
+        if isinstance(value, bool):
+            raise ValueError
+        seconds = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"goodput flag {name}={value!r}: expected seconds") from None
+    if seconds == 0:
+        return None
+    if not (seconds > 0 and math.isfinite(seconds)):
+        raise ValueError(f"goodput flag {name}={value!r}: expected positive seconds")
+    return seconds
+
+
+def _get(config: Any, name: str, default: Any = _MISSING) -> Any:
+    """A flag from a mapping or an object; ``default`` when it is absent."""
+    if isinstance(config, Mapping):
+        value = config.get(name, _MISSING)
+    else:
+        try:
+            value = getattr(config, name)
+        except (AttributeError, KeyError):  # HyperParameters raise either
+            value = _MISSING
+    return default if value is _MISSING else value
+
+
+@dataclasses.dataclass(frozen=True)
+class MaxTextGoodputSettings:
+    """The goodput settings of one MaxText job, validated.
+
+    Attributes are the flags (MaxText's names, parsed), plus ``store``,
+    ``rolling_windows``, ``prometheus_port`` and ``ideal_step_time`` (ours)
+    and the two test hooks ``clock`` and ``process_index``.
+    """
+
+    run_name: str
+    base_output_directory: str
+    tensorboard_dir: str
+    enable_goodput_recording: bool
+    monitor_goodput: bool
+    goodput_upload_interval_seconds: int
+    enable_pathways_goodput: bool
+    monitor_step_time_deviation: bool
+    step_deviation_interval_seconds: int
+    enable_gcp_goodput_metrics: bool
+    enable_gcp_step_deviation_metrics: bool
+    enable_checkpoint_cloud_logger: bool
+    elastic_enabled: bool
+    report_performance_metric_for_gcp_monitoring: bool
+    store: Optional[str] = None
+    rolling_windows: Tuple[int, ...] = ()
+    prometheus_port: Optional[int] = None
+    ideal_step_time: Optional[float] = None
+    clock: Optional[Callable[[], float]] = None
+    process_index: Any = None
+
+    @property
+    def logger_name(self) -> str:
+        """MaxText's log name for the run: ``goodput_{run_name}``."""
+        return f"goodput_{self.run_name}"
+
+    @property
+    def gcp_step_deviation_metrics(self) -> bool:
+        """Step deviation to Cloud Monitoring: MaxText turns it off when its
+        workload monitor publishes the same ``performance`` metric."""
+        return (self.enable_gcp_step_deviation_metrics
+                and not self.report_performance_metric_for_gcp_monitoring)
+
+
+def read_settings(config: Any) -> MaxTextGoodputSettings:
+    """Reads and validates the goodput flags of a MaxText config.
+
+    Args:
+      config: MaxText's config, any object with the flags as attributes, or a
+        mapping. Missing flags take MaxText's defaults.
+
+    Returns:
+      The parsed settings.
+
+    Raises:
+      ValueError: a flag with a bad value, or recording/monitoring switched
+        on without a ``run_name`` (or, to monitor, without an output directory).
+    """
+    flags = {}
+    for name, default in MAXTEXT_DEFAULTS.items():
+        value = _get(config, name, default)
+        flags[name] = (parse_bool(value, name) if isinstance(default, bool)
+                       else _positive_int(value, name))
+    run_name = _get(config, "run_name", "") or ""
+    if not isinstance(run_name, str):
+        raise ValueError(f"goodput flag run_name={run_name!r}: expected a string")
+    base = _get(config, "base_output_directory", "") or ""
+    base = os.fspath(base)
+    tensorboard_dir = _get(config, "tensorboard_dir", "") or ""
+    if not tensorboard_dir and base and run_name:
+        # MaxText's own derivation (pyconfig): {base}/{run_name}/tensorboard/
+        tensorboard_dir = os.path.join(base, run_name, "tensorboard", "")
+    tensorboard_dir = os.fspath(tensorboard_dir)
+    if (flags["enable_goodput_recording"] or flags["monitor_goodput"]) and not run_name:
+        raise ValueError("goodput recording and monitoring need run_name (the job name)")
+    if flags["monitor_goodput"] and not tensorboard_dir:
+        raise ValueError("monitor_goodput needs base_output_directory (or tensorboard_dir): "
+                         "goodput is written to {base_output_directory}/{run_name}/"
+                         "tensorboard/goodput")
+    store = _get(config, "goodput_store", None) or None
+    if store is not None and not isinstance(store, (str, os.PathLike)):
+        raise ValueError(f"goodput flag goodput_store={store!r}: expected a store URL")
+    clock = _get(config, "_goodput_clock", None)
+    if clock is not None and not callable(clock):
+        raise ValueError("_goodput_clock must be a callable returning POSIX seconds")
+    return MaxTextGoodputSettings(
+        run_name=run_name,
+        base_output_directory=base,
+        tensorboard_dir=tensorboard_dir,
+        store=None if store is None else os.fspath(store),
+        rolling_windows=parse_windows(_get(config, "goodput_rolling_windows", None),
+                                      "goodput_rolling_windows"),
+        prometheus_port=parse_port(_get(config, "goodput_prometheus_port", None),
+                                   "goodput_prometheus_port"),
+        ideal_step_time=parse_seconds(_get(config, "goodput_ideal_step_time", None),
+                                      "goodput_ideal_step_time"),
+        clock=clock,
+        process_index=_get(config, "_goodput_process_index", None),
+        **flags,
+    )

@@ -1,0 +1,303 @@
+"""MaxText's goodput helper API on our engine.
+
+MaxText drives goodput through a handful of helpers (``maxtext.common.goodput``,
+formerly ``MaxText/utils/goodput_utils.py``). This module offers the same
+names and call shapes, driven by the same config flags::
+
+    from goodput_integrations.maxtext import (
+        GoodputEvent, create_goodput_recorder, maybe_monitor_goodput,
+        maybe_record_goodput, record_goodput)
+
+    recorder = create_goodput_recorder(config)       # None unless enabled
+    with maybe_monitor_goodput(config):              # process 0 only
+        with maybe_record_goodput(recorder, GoodputEvent.JOB):
+            with maybe_record_goodput(recorder, GoodputEvent.TPU_INIT):
+                ...
+            for step in range(start_step, config.steps):
+                with maybe_record_goodput(recorder, GoodputEvent.STEP, step):
+                    state, metrics = p_train_step(state, batch)
+
+Differences from MaxText's helpers (all deliberate):
+
+* Events go to our store (``goodput_store``; default the embedded sqlite file),
+  not to Cloud Logging, unless the store is ``cloud-logging://...``.
+* ``monitor_step_time_deviation`` starts the step-deviation uploader (MaxText
+  passes the flag to the monitor but never starts that uploader), and
+  ``goodput_rolling_windows`` starts the rolling-window uploader.
+* A ``GoodputEvent.JOB`` block that raises records a ``disruption`` (its
+  cause is ``exception:<Type>``), so the report knows when the crash happened;
+  like MaxText, no job end is recorded then.
+* Before the monitor's final upload, pending events of this process are
+  flushed, so the last numbers include the job end.
+* ``elastic_enabled`` picks the elastic recorder and monitor, but MaxText's
+  own ``elastic_utils.record_slice_state`` is not called (it is MaxText code).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import logging
+from typing import Any, Iterator, Optional
+
+from goodput_integrations.maxtext.config import MaxTextGoodputSettings, read_settings
+
+__all__ = [
+    "GoodputEvent",
+    "RECORD_JOB_END_TIME",
+    "RECORD_JOB_START_TIME",
+    "create_goodput_recorder",
+    "maybe_monitor_goodput",
+    "maybe_record_goodput",
+    "process_index",
+    "record_goodput",
+]
+
+logger = logging.getLogger("goodput")
+
+_FLUSH_BEFORE_FINAL_UPLOAD_S = 5.0
+_warned: set = set()
+
+
+class GoodputEvent(enum.Enum):
+    """MaxText's goodput events; each value is spliced into
+    ``record_{value}_start_time`` / ``record_{value}_end_time``."""
+
+    JOB = "job"
+    TPU_INIT = "tpu_init"
+    TRAINING_PREPARATION = "training_preparation"
+    DATA_LOADING = "data_loading"
+    STEP = "step"
+
+
+RECORD_JOB_START_TIME = f"record_{GoodputEvent.JOB.value}_start_time"
+RECORD_JOB_END_TIME = f"record_{GoodputEvent.JOB.value}_end_time"
+
+# Set on an exception once its disruption is recorded (the JAX adapter's
+# excepthook and outer blocks then skip it); same name as the JAX adapter's.
+_DISRUPTION_RECORDED_ATTR = "_goodput_disruption_recorded"
+
+
+def _warn_once(key: str, msg: str, *args: Any) -> None:
+    if key not in _warned:
+        _warned.add(key)
+        logger.warning(msg, *args, exc_info=True)
+
+
+def process_index(settings: Optional[MaxTextGoodputSettings] = None) -> int:
+    """This process's JAX index, as MaxText asks for it (0 without JAX).
+
+    The test hook ``_goodput_process_index`` (an int or a callable) wins.
+    Otherwise the index is read without touching a backend when
+    ``jax.distributed`` already knows it; else ``jax.process_index()`` is
+    called, as MaxText's own helpers do at this point of start-up.
+    """
+    hook = None if settings is None else settings.process_index
+    if hook is not None:
+        return int(hook() if callable(hook) else hook)
+    try:
+        import jax
+    except ImportError:
+        return 0
+    from goodput_integrations.jax import _probe
+
+    try:
+        index = _probe.current_process_index()
+        return int(jax.process_index() if index is None else index)
+    except Exception:
+        _warn_once("maxtext-index", "goodput: could not read the JAX process index; "
+                   "assuming process 0")
+        return 0
+
+
+def _clock_kwargs(settings: MaxTextGoodputSettings) -> dict:
+    out: dict = {}
+    if settings.store is not None:
+        out["store"] = settings.store
+    if settings.clock is not None:
+        out["clock"] = settings.clock
+    return out
+
+
+def create_goodput_recorder(config: Any) -> Any:
+    """The run's recorder if ``enable_goodput_recording``, else None (as MaxText).
+
+    Every process gets a recorder; only process 0's writes (the others are
+    disabled null recorders), as in MaxText. ``elastic_enabled`` gives the
+    elastic recorder.
+
+    Args:
+      config: MaxText's config (or any object/mapping with the flags).
+
+    Returns:
+      A :class:`goodput_core.compat.goodput.GoodputRecorder` (or its elastic
+      subclass), or None when recording is off.
+
+    Raises:
+      ValueError: a bad flag value.
+      StoreError: ``goodput_store`` cannot be opened.
+    """
+    settings = read_settings(config)
+    if not settings.enable_goodput_recording:
+        return None
+    if settings.elastic_enabled:
+        from goodput_core.compat.goodput_elastic import ElasticGoodputRecorder as cls
+    else:
+        from goodput_core.compat.goodput import GoodputRecorder as cls
+    writes = process_index(settings) == 0
+    return cls(settings.run_name, settings.logger_name, writes, **_clock_kwargs(settings))
+
+
+def record_goodput(recorder: Any, event_name: str, *args: Any) -> None:
+    """Calls ``recorder.<event_name>(*args)`` if both exist (as MaxText).
+
+    Never raises: a failing call is logged once per method name.
+    """
+    if not recorder:
+        return
+    record_func = getattr(recorder, event_name, None)
+    if record_func is None:
+        return
+    try:
+        record_func(*args)
+    except Exception:
+        if getattr(recorder, "_strict", False):
+            raise
+        _warn_once(f"maxtext-{event_name}", "goodput: %s failed (further failures are "
+                   "silent)", event_name)
+
+
+def _event_value(event: Any) -> str:
+    return str(getattr(event, "value", event))
+
+
+@contextlib.contextmanager
+def maybe_record_goodput(recorder: Any, event_name: Any, *args: Any) -> Iterator[None]:
+    """Records ``event_name``'s start, runs the block, records its end only
+    if the block did not raise (as MaxText).
+
+    Args:
+      recorder: a recorder, or None (then nothing is recorded).
+      event_name: a :class:`GoodputEvent` (or anything with that ``value``).
+      *args: passed to both record calls (the step number for ``STEP``).
+    """
+    value = _event_value(event_name)
+    record_goodput(recorder, f"record_{value}_start_time", *args)
+    completed = False
+    try:
+        yield
+        completed = True
+    except BaseException as exc:
+        if value == GoodputEvent.JOB.value and recorder and not isinstance(exc, GeneratorExit):
+            _record_crash(recorder, exc)
+        raise
+    finally:
+        if completed:
+            record_goodput(recorder, f"record_{value}_end_time", *args)
+
+
+def _record_crash(recorder: Any, exc: BaseException) -> None:
+    if getattr(exc, _DISRUPTION_RECORDED_ATTR, False):
+        return
+    record_goodput(recorder, "record_disruption", f"exception:{type(exc).__name__}")
+    try:
+        setattr(exc, _DISRUPTION_RECORDED_ATTR, True)
+    except Exception:  # some exception types refuse attributes
+        pass
+
+
+def _gcp_options(settings: MaxTextGoodputSettings) -> Any:
+    from goodput_core.compat.goodput_utils import GCPOptions
+
+    return GCPOptions(enable_gcp_goodput_metrics=settings.enable_gcp_goodput_metrics,
+                      enable_gcp_step_deviation_metrics=settings.gcp_step_deviation_metrics)
+
+
+def build_monitor(settings: MaxTextGoodputSettings) -> Any:
+    """The GoodputMonitor MaxText would build, on our engine (not started).
+
+    Raises:
+      ValueError: a bad setting (interval, port).
+      StoreError: the store cannot be opened.
+    """
+    kwargs = dict(
+        job_name=settings.run_name,
+        logger_name=settings.logger_name,
+        tensorboard_dir=settings.tensorboard_dir,
+        upload_interval=settings.goodput_upload_interval_seconds,
+        monitoring_enabled=True,
+        include_badput_breakdown=True,
+        include_step_deviation=settings.monitor_step_time_deviation,
+        configured_ideal_step_time=settings.ideal_step_time,
+        step_deviation_interval_seconds=settings.step_deviation_interval_seconds,
+        gcp_options=_gcp_options(settings),
+        prometheus_port=settings.prometheus_port,
+        **_clock_kwargs(settings),
+    )
+    if settings.elastic_enabled:
+        from goodput_core.compat.monitoring_elastic import ElasticGoodputMonitor
+
+        return ElasticGoodputMonitor(**kwargs)
+    from goodput_core.compat.monitoring import GoodputMonitor
+
+    return GoodputMonitor(pathway_enabled=settings.enable_pathways_goodput, **kwargs)
+
+
+@contextlib.contextmanager
+def maybe_monitor_goodput(config: Any) -> Iterator[Optional[Any]]:
+    """Monitors goodput in the background if ``monitor_goodput``, on process 0.
+
+    Cumulative goodput (and badput breakdown) every
+    ``goodput_upload_interval_seconds`` to TensorBoard under
+    ``{tensorboard_dir}/goodput`` and, unless switched off, to Cloud
+    Monitoring; step deviation when ``monitor_step_time_deviation``; rolling
+    windows when ``goodput_rolling_windows``; Prometheus when
+    ``goodput_prometheus_port``. On exit: pending events are flushed, then a
+    final upload (bounded), then the monitor stops.
+
+    Yields:
+      The monitor (None when not monitoring).
+
+    Raises:
+      ValueError: a bad flag value (before the block runs).
+    """
+    settings = read_settings(config)
+    if not settings.monitor_goodput or process_index(settings) != 0:
+        yield None
+        return
+    monitor = build_monitor(settings)
+    started = []
+    try:
+        monitor.start_goodput_uploader()
+        started.append("goodput")
+        if settings.monitor_step_time_deviation:
+            monitor.start_step_deviation_uploader()
+            started.append("step_deviation")
+        if settings.rolling_windows:
+            monitor.start_rolling_window_goodput_uploader(list(settings.rolling_windows))
+            started.append("rolling")
+        logger.info("goodput: monitoring %s to %s", settings.run_name, settings.tensorboard_dir)
+        yield monitor
+    finally:
+        stop_monitor(monitor, started)
+
+
+def stop_monitor(monitor: Any, started: Any) -> None:
+    """Flushes this process's recorders, then stops the started uploaders
+    (each with its final upload); never raises."""
+    from goodput_core.recorder import flush_all
+
+    try:
+        flush_all(_FLUSH_BEFORE_FINAL_UPLOAD_S)
+    except Exception:
+        _warn_once("maxtext-flush", "goodput: flushing before the final upload failed")
+    stops = {"rolling": "stop_rolling_window_goodput_uploader",
+             "step_deviation": "stop_step_deviation_uploader",
+             "goodput": "stop_goodput_uploader"}
+    for part in ("rolling", "step_deviation", "goodput"):
+        if part in started:
+            try:
+                getattr(monitor, stops[part])()
+            except Exception:
+                _warn_once(f"maxtext-stop-{part}", "goodput: stopping the %s uploader failed",
+                           part)

@@ -1,0 +1,164 @@
+"""Run unmodified MaxText with goodput on our engine.
+
+Usage::
+
+    python -m goodput_integrations.maxtext.launch [OPTIONS] [--] COMMAND...
+
+    COMMAND is MaxText's own train command, with or without the leading
+    ``python3``:  -m MaxText.train CONFIG.yml key=value ...
+              or  MaxText/train.py CONFIG.yml key=value ...
+
+    OPTIONS (ours; MaxText's config rejects keys it does not know):
+      --goodput-store URL              where events go (default: $GOODPUT_STORE
+                                       or the embedded sqlite file)
+      --goodput-prometheus-port N      also serve Prometheus on 127.0.0.1:N
+      --goodput-rolling-windows S,...  also upload rolling windows (seconds)
+      --goodput-no-checkpoint-stats    do not record Orbax checkpoint statistics
+
+Goodput is still switched on by MaxText's flags: ``enable_goodput_recording=true``
+and ``monitor_goodput=true`` (and the others MaxText reads). The launcher
+enables :func:`~goodput_integrations.maxtext.alias.enable_reference_alias` in
+this process, then runs the command as ``python`` would (``runpy``), so
+``from ml_goodput_measurement import goodput, monitoring`` inside MaxText
+gets our classes. Orbax checkpoint managers built meanwhile record their
+save/restore statistics (when orbax-checkpoint is installed).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import runpy
+import sys
+from typing import Any, Callable, List, Optional, Sequence, Tuple
+
+from goodput_integrations.errors import AdapterUnavailable
+from goodput_integrations.maxtext import alias
+from goodput_integrations.maxtext.config import parse_port, parse_windows
+
+__all__ = ["main", "parse_args"]
+
+logger = logging.getLogger("goodput")
+
+_USAGE = __doc__.split("Goodput is still", 1)[0].strip()
+_PYTHONS = ("python", "python3")
+
+
+class UsageError(ValueError):
+    """Bad launcher arguments (printed with the usage, exit code 2)."""
+
+
+def parse_args(argv: Sequence[str]) -> Tuple[dict, List[str]]:
+    """Splits our options from the command; parses and validates ours.
+
+    Returns:
+      ``(alias settings as keyword arguments, command)``.
+
+    Raises:
+      UsageError: an unknown option, a bad value, or no command.
+    """
+    argv = list(argv)
+    options: dict = {"checkpoint_stats": True}
+    takes_value = {"--goodput-store": "store", "--goodput-prometheus-port": "prometheus_port",
+                   "--goodput-rolling-windows": "rolling_windows"}
+    i = 0
+    while i < len(argv) and argv[i].startswith("--goodput-"):
+        flag, eq, value = argv[i].partition("=")
+        if flag == "--goodput-no-checkpoint-stats" and not eq:
+            options["checkpoint_stats"] = False
+            i += 1
+            continue
+        if flag not in takes_value:
+            raise UsageError(f"unknown option {flag}")
+        if not eq:
+            if i + 1 >= len(argv):
+                raise UsageError(f"{flag} needs a value")
+            i += 1
+            value = argv[i]
+        options[takes_value[flag]] = value
+        i += 1
+    if i < len(argv) and argv[i] == "--":
+        i += 1
+    command = argv[i:]
+    if command and os.path.basename(command[0]) in _PYTHONS:
+        command = command[1:]  # a pasted "python3 -m MaxText.train ..."
+    if not command or command == ["-m"]:
+        raise UsageError("no command to run")
+    try:
+        if "prometheus_port" in options:
+            options["prometheus_port"] = parse_port(options["prometheus_port"],
+                                                    "--goodput-prometheus-port")
+        if "rolling_windows" in options:
+            options["rolling_windows"] = parse_windows(options["rolling_windows"],
+                                                       "--goodput-rolling-windows")
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    return options, command
+
+
+def _hint(command: Sequence[str]) -> None:
+    flags = {a.partition("=")[0].lower(): a.partition("=")[2].lower() for a in command if "=" in a}
+    if flags.get("enable_goodput_recording") not in ("true", "1"):
+        # it may be set in the YAML file: a hint, not a warning
+        logger.info("goodput: MaxText records goodput only with enable_goodput_recording=true "
+                    "(and monitors it with monitor_goodput=true)")
+
+
+def _enable(options: dict, clock: Optional[Callable[[], float]]) -> None:
+    try:
+        alias.enable_reference_alias(clock=clock, **options)
+    except AdapterUnavailable as exc:
+        # checkpoint statistics were asked for by default: go on without them
+        logger.info("goodput: no Orbax checkpoint statistics (%s)", exc)
+        alias.enable_reference_alias(clock=clock, **dict(options, checkpoint_stats=False))
+
+
+def run(command: Sequence[str]) -> Any:
+    """Runs ``command`` (``-m MODULE args...`` or ``SCRIPT args...``) as ``__main__``."""
+    saved_argv, saved_path = sys.argv[:], sys.path[:]
+    try:
+        if command[0] == "-m":
+            sys.argv = [command[1], *command[2:]]
+            return runpy.run_module(command[1], run_name="__main__", alter_sys=True)
+        script = command[0]
+        sys.argv = [script, *command[1:]]
+        # as `python script.py` does: the script's folder comes first on the path
+        sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+        return runpy.run_path(script, run_name="__main__")
+    finally:
+        sys.argv[:] = saved_argv
+        sys.path[:] = saved_path
+
+
+def main(argv: Optional[Sequence[str]] = None, *,
+         clock: Optional[Callable[[], float]] = None) -> int:
+    """The launcher's entry point.
+
+    Args:
+      argv: the arguments after the module name (default ``sys.argv[1:]``).
+      clock: test hook: the time source of every aliased class.
+
+    Returns:
+      0 when the command returned normally (a ``SystemExit`` it raises
+      propagates, as under ``python``); 2 on a usage error.
+    """
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] in (["-h"], ["--help"]):
+        print(_USAGE)
+        return 0
+    try:
+        options, command = parse_args(argv)
+    except UsageError as exc:
+        print(f"goodput launch: {exc}\n\n{_USAGE}", file=sys.stderr)
+        return 2
+    _hint(command)
+    _enable(options, clock)
+    try:
+        run(command)
+    finally:
+        alias.disable_reference_alias()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

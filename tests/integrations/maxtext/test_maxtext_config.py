@@ -1,0 +1,101 @@
+"""MaxText's goodput flags: defaults, naming conventions, our flags, errors."""
+
+from __future__ import annotations
+
+import os
+import types
+
+import pytest
+
+from goodput_integrations.maxtext.config import MAXTEXT_DEFAULTS, read_settings
+
+
+def test_defaults_are_maxtexts_base_yml():
+    s = read_settings({"run_name": "r", "base_output_directory": "/out"})
+    assert s.enable_goodput_recording is False
+    assert s.monitor_goodput is False
+    assert s.goodput_upload_interval_seconds == 30
+    assert s.enable_pathways_goodput is False
+    assert s.monitor_step_time_deviation is True
+    assert s.step_deviation_interval_seconds == 30
+    assert s.enable_gcp_goodput_metrics is True
+    assert s.enable_gcp_step_deviation_metrics is True
+    assert s.enable_checkpoint_cloud_logger is False
+    assert s.elastic_enabled is False
+    assert (s.store, s.rolling_windows, s.prometheus_port, s.ideal_step_time) == (
+        None, (), None, None)
+    assert set(MAXTEXT_DEFAULTS) >= {
+        "enable_goodput_recording", "monitor_goodput", "goodput_upload_interval_seconds",
+        "enable_pathways_goodput", "monitor_step_time_deviation",
+        "step_deviation_interval_seconds", "enable_gcp_goodput_metrics",
+        "enable_gcp_step_deviation_metrics", "enable_checkpoint_cloud_logger",
+        "elastic_enabled"}
+
+
+def test_naming_conventions():
+    s = read_settings(types.SimpleNamespace(run_name="llama", base_output_directory="/out"))
+    assert s.logger_name == "goodput_llama"
+    assert s.tensorboard_dir == os.path.join("/out", "llama", "tensorboard", "")
+    # MaxText's own tensorboard_dir wins when the config has one
+    s = read_settings({"run_name": "llama", "base_output_directory": "/out",
+                       "tensorboard_dir": "/elsewhere/tb/"})
+    assert s.tensorboard_dir == "/elsewhere/tb/"
+
+
+def test_string_values_from_the_command_line_are_parsed():
+    s = read_settings({
+        "run_name": "r", "base_output_directory": "/o", "enable_goodput_recording": "True",
+        "monitor_goodput": "true", "goodput_upload_interval_seconds": "15",
+        "monitor_step_time_deviation": "false", "step_deviation_interval_seconds": 45.0,
+        "goodput_store": "sqlite:///tmp/x.sqlite", "goodput_rolling_windows": "3600, 86400,3600",
+        "goodput_prometheus_port": "9100", "goodput_ideal_step_time": "1.5"})
+    assert s.enable_goodput_recording and s.monitor_goodput
+    assert s.goodput_upload_interval_seconds == 15
+    assert s.monitor_step_time_deviation is False
+    assert s.step_deviation_interval_seconds == 45
+    assert s.store == "sqlite:///tmp/x.sqlite"
+    assert s.rolling_windows == (3600, 86400)
+    assert s.prometheus_port == 9100
+    assert s.ideal_step_time == 1.5
+    # lists are accepted too, and an unset/negative port is off
+    s = read_settings({"goodput_rolling_windows": [60, 120], "goodput_prometheus_port": -1})
+    assert s.rolling_windows == (60, 120) and s.prometheus_port is None
+
+
+def test_report_performance_metric_turns_step_deviation_gcm_off():
+    s = read_settings({"report_performance_metric_for_gcp_monitoring": True})
+    assert s.enable_gcp_step_deviation_metrics is True  # the flag is not rewritten
+    assert s.gcp_step_deviation_metrics is False
+
+
+@pytest.mark.parametrize("flags, message", [
+    ({"monitor_goodput": "maybe"}, "monitor_goodput"),
+    ({"goodput_upload_interval_seconds": 0}, "goodput_upload_interval_seconds"),
+    ({"goodput_upload_interval_seconds": "soon"}, "goodput_upload_interval_seconds"),
+    ({"step_deviation_interval_seconds": 1.5}, "step_deviation_interval_seconds"),
+    ({"goodput_rolling_windows": "3600,-1"}, "goodput_rolling_windows"),
+    ({"goodput_prometheus_port": 9431}, "9431"),
+    ({"goodput_prometheus_port": 70000}, "goodput_prometheus_port"),
+    ({"goodput_ideal_step_time": "fast"}, "goodput_ideal_step_time"),
+    ({"enable_goodput_recording": True, "run_name": ""}, "run_name"),
+    ({"monitor_goodput": True, "run_name": "r"}, "base_output_directory"),
+    ({"goodput_store": 42}, "goodput_store"),
+])
+def test_bad_values_are_a_clear_error(flags, message):
+    with pytest.raises(ValueError, match=message):
+        read_settings(flags)
+
+
+def test_config_objects_that_raise_on_unknown_keys_are_fine():
+    class HyperParameters:  # like MaxText's: __getattr__ raises for unknown keys
+        def __init__(self, keys):
+            self._keys = keys
+
+        def __getattr__(self, name):
+            try:
+                return self.__dict__["_keys"][name]
+            except KeyError:
+                raise AttributeError(name) from None
+
+    s = read_settings(HyperParameters({"run_name": "r", "enable_goodput_recording": True}))
+    assert s.enable_goodput_recording and s.run_name == "r"
