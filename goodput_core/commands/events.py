@@ -30,7 +30,7 @@ def _writer(e) -> dict:
 
 
 def run(args) -> int:
-    store = open_store(args.store)
+    store = open_store(args.store, create=False)
     events, _ = store.read(args.run)
     if not events and args.run not in store.runs():
         raise CliError(f"no run named {args.run!r} in {store.url} (see: goodput runs)")

@@ -34,7 +34,7 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     page = page_size(args)
-    store = open_store(args.store)
+    store = open_store(args.store, create=False)
     try:
         batches = read_store(store, args.run, page)
         first = next(batches, None)

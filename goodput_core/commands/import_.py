@@ -233,7 +233,7 @@ def run(args) -> int:
         if is_jsonl(src):
             source = read_jsonl(src, name, skips, page, position)
         else:
-            source_store = open_store(src)
+            source_store = open_store(src, create=False)
             source = read_store(source_store, name, page)
         if dst is not None and is_jsonl(dst):
             sink = JsonlSink(dst, name, page)

@@ -11,7 +11,7 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    store = open_store(args.store)
+    store = open_store(args.store, create=False)
     for name in store.runs():
         print(name)
     return 0

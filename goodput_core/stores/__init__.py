@@ -36,12 +36,15 @@ def default_store_url() -> str:
     return "sqlite:///" + os.path.join(base, "goodput", "goodput.sqlite").lstrip("/")
 
 
-def open_store(url: Union[str, os.PathLike, Store, None] = None) -> Store:
+def open_store(url: Union[str, os.PathLike, Store, None] = None, *, create: bool = True) -> Store:
     """Opens the store named by ``url`` (see the module docstring).
 
     Args:
       url: a store URL, a filesystem path (sqlite), an already open Store
         (returned as is), or None for :func:`default_store_url`.
+      create: False for readers: a sqlite file that does not exist is an
+        error instead of a new empty store (a mistyped path must not look
+        like a store without runs).
 
     Raises:
       StoreError: the URL is malformed, its scheme unknown, or the path unusable.
@@ -65,6 +68,9 @@ def open_store(url: Union[str, os.PathLike, Store, None] = None) -> Store:
             raise StoreError(f"store URL {url!r} names no file: use sqlite:///path/to/file.sqlite")
         from goodput_core.stores.sqlite import SqliteStore
 
+        if not create and not os.path.exists(os.path.expanduser(rest)):
+            raise StoreError(f"no goodput store at {rest!r}: record a run first or pass "
+                             "--store with the path of an existing store")
         return SqliteStore(rest)
     if scheme == "cloud-logging":
         project, _, log = rest.partition("/")

@@ -42,9 +42,10 @@ import logging
 import sys
 import threading
 import time
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, Optional, Tuple
 
 from goodput_integrations.axlearn import _base
+from goodput_integrations.axlearn.monitoring import RunMonitors
 from goodput_integrations.axlearn.spec import RecorderSpec, parse_spec, spec_items
 from goodput_integrations.jax.gate import ProcessGate
 
@@ -76,7 +77,6 @@ _PHASES = {"JOB": "JOB", "STEP": "STEP", "ACCELERATOR_INIT": "ACCELERATOR_INIT",
            "TRAINING_PREPARATION": "TRAINING_PREPARATION", "DATA_LOADING": "DATA_LOADING",
            "CUSTOM_BADPUT_EVENT": "CUSTOM_BADPUT_EVENT", "TPU_INIT": "ACCELERATOR_INIT"}
 _DISRUPTION_RECORDED_ATTR = "_goodput_disruption_recorded"
-_FLUSH_BEFORE_FINAL_UPLOAD_S = 5.0
 _HAS_JAX: Optional[bool] = None
 
 
@@ -130,7 +130,7 @@ class GoodputSuiteRecorder(_base.RecorderBase):
         self._engine: Any = None
         self._process_index: Optional[int] = None
         self._gate = ProcessGate(self, per_host=spec.per_host, process_index=self._index)
-        self._monitors: Dict[str, Any] = {}
+        self._monitors = RunMonitors(spec, self._clock)
         self._warned: set = set()
 
     # ------------------------------------------------------------ building
@@ -340,74 +340,21 @@ class GoodputSuiteRecorder(_base.RecorderBase):
         return (engine.close(timeout) if engine is not None else True) and ok
 
     # ---------------------------------------------------------- monitoring
-    def _monitor(self, tensorboard_dir: str, prometheus: bool) -> Any:
-        from goodput_core.compat.goodput_utils import GCPOptions
-        from goodput_core.compat.monitoring import GoodputMonitor
-
-        spec = self.spec
-        extra: Dict[str, Any] = {"clock": self._clock}
-        if spec.store:
-            extra["store"] = spec.store
-        if prometheus and spec.prometheus_port is not None:
-            extra["prometheus_port"] = spec.prometheus_port
-        return GoodputMonitor(
-            job_name=spec.name, logger_name=spec.logger_name, tensorboard_dir=tensorboard_dir,
-            upload_interval=spec.upload_interval, monitoring_enabled=True,
-            pathway_enabled=spec.pathways, include_badput_breakdown=True,
-            include_step_deviation=spec.include_step_deviation,
-            configured_ideal_step_time=spec.ideal_step_time,
-            step_deviation_interval_seconds=spec.step_deviation_interval,
-            gcp_options=GCPOptions(
-                enable_gcp_goodput_metrics=spec.enable_gcp_goodput_metrics,
-                enable_gcp_step_deviation_metrics=spec.enable_gcp_step_deviation_metrics),
-            **extra)
-
     def _start_monitors(self) -> bool:
         """Starts the monitors on process 0; False when not started here.
 
         Raises:
           ValueError, StoreError, OSError: a monitor cannot be built.
         """
-        spec = self.spec
         with self._lock:
-            if self._monitors or not spec.enable_monitoring or not self._is_lead():
+            if (self._monitors.running or not self.spec.enable_monitoring
+                    or not self._is_lead()):
                 return False
-            started: List[Tuple[str, Any]] = []
-            main = self._monitor(spec.upload_dir, prometheus=True)
-            main.start_goodput_uploader()
-            started.append(("goodput", main))
-            if spec.include_step_deviation:
-                main.start_step_deviation_uploader()
-                started.append(("step_deviation", main))
-            if spec.rolling_window_size:
-                rolling = self._monitor(spec.rolling_window_dir, prometheus=False)
-                rolling.start_rolling_window_goodput_uploader(list(spec.rolling_window_size))
-                started.append(("rolling", rolling))
-            self._monitors = dict(started)
-            logger.info("goodput: monitoring %s to %s", spec.name, spec.upload_dir)
+            self._monitors.start()
             return True
 
     def _stop_monitors(self) -> None:
-        with self._lock:
-            monitors, self._monitors = self._monitors, {}
-        if not monitors:
-            return
         engine = self._engine
-        if engine is not None:
-            try:
-                engine.flush(_FLUSH_BEFORE_FINAL_UPLOAD_S)
-            except Exception:
-                self._warn("flush", "goodput: flushing before the final upload failed")
-        for part, method in (("rolling", "stop_rolling_window_goodput_uploader"),
-                             ("step_deviation", "stop_step_deviation_uploader"),
-                             ("goodput", "stop_goodput_uploader")):
-            monitor = monitors.get(part)
-            if monitor is not None:
-                try:
-                    getattr(monitor, method)()
-                except Exception:
-                    self._warn(f"stop-{part}", "goodput: stopping the %s uploader failed",
-                               part)
-
+        self._monitors.stop(engine.flush if engine is not None else None)
 
 _base.register(NAME, GoodputSuiteRecorder)

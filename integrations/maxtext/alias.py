@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import importlib
+import logging
 import importlib.abc
 import importlib.machinery
 import importlib.util
@@ -38,6 +39,8 @@ import types
 import weakref
 from typing import Any, Callable, Dict, Iterator, Optional, Tuple
 
+from goodput_integrations.errors import AdapterUnavailable
+
 __all__ = [
     "AliasConflict",
     "AliasSettings",
@@ -46,6 +49,8 @@ __all__ = [
     "enable_reference_alias",
     "reference_alias",
 ]
+
+logger = logging.getLogger("goodput")
 
 ROOT = "ml_goodput_measurement"
 SRC = f"{ROOT}.src"
@@ -86,7 +91,9 @@ class AliasSettings:
       rolling_windows: a monitor's goodput uploader also uploads these
         rolling windows (seconds).
       checkpoint_stats: Orbax ``CheckpointManager`` objects created while the
-        alias is on record their save/restore statistics (needs orbax).
+        alias is on record their save/restore statistics, to the recorder
+        the alias last built (needs orbax; the patch is installed when the
+        first recorder is built, or at once if Orbax is already imported).
     """
 
     store: Optional[str] = None
@@ -111,6 +118,21 @@ class _Session:
     def note_recorder(self, recorder: Any) -> None:
         if getattr(recorder, "enabled", True):
             self._recorder = weakref.ref(recorder)
+            self.patch_orbax()
+
+    def patch_orbax(self) -> None:
+        """Installs the Orbax patch once Orbax is in use. Deferred until then
+        (MaxText imports Orbax before it builds its recorder, and its
+        checkpoint manager after), so the alias never changes import order."""
+        patch = self.orbax_patch
+        if patch is None or patch.installed or not self.active:
+            return
+        try:
+            patch.install()
+        except Exception:  # noqa: BLE001 - statistics are optional: go on without
+            logger.warning("goodput: Orbax checkpoint statistics unavailable", exc_info=True)
+        if not patch.installed:  # unavailable or unsupported: do not try again
+            self.orbax_patch = None
 
     @property
     def recorder(self) -> Optional[Any]:
@@ -306,10 +328,14 @@ def enable_reference_alias(*, store: Optional[str] = None,
                 "`python -m goodput_integrations.maxtext.launch ...`")
         session = _Session(settings)
         if checkpoint_stats:
+            if importlib.util.find_spec("orbax") is None:
+                raise AdapterUnavailable("checkpoint statistics need orbax-checkpoint: pip "
+                                         "install 'goodput[jax]', or turn them off")
             from goodput_integrations.maxtext.orbax_patch import OrbaxPatch
 
             session.orbax_patch = OrbaxPatch(lambda: session.recorder if session.active else None)
-            session.orbax_patch.install()
+            if "orbax.checkpoint" in sys.modules:
+                session.patch_orbax()
         sys.meta_path.insert(0, session.finder)
         _session = session
         return settings

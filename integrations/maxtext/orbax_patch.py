@@ -62,6 +62,11 @@ class OrbaxPatch:
         self._patched: Any = None
         self.managers_patched = 0
 
+    @property
+    def installed(self) -> bool:
+        """True while our constructor wrapper is in force."""
+        return self.active and self._patched is not None
+
     def install(self) -> "OrbaxPatch":
         """Wraps ``CheckpointManager.__init__`` (idempotent).
 

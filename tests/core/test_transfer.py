@@ -149,7 +149,7 @@ def test_sqlite_to_cloud_logging_to_sqlite(tmp_path, capsys, monkeypatch, fake, 
     real_open = import_cmd.open_store
     # The command opens stores by URL; the Cloud Logging one must reach the fake.
     monkeypatch.setattr(import_cmd, "open_store",
-                        lambda u: cloud() if u == url else real_open(u))
+                        lambda u, **kw: cloud() if u == url else real_open(u, **kw))
     code, out, _ = cli(capsys, "import", RUN, "--from", src, "--to", url)
     n = len(snapshot(open_store(src)))
     assert code == 0 and f"imported {n} events" in out

@@ -220,7 +220,7 @@ def test_eager_monitoring_starts_in_start_monitoring(flags, clock, run_name, tmp
     clock.advance(4)
     with rec.maybe_monitor_all():  # already monitoring: nothing more is started
         pass
-    assert rec._monitors
+    assert rec._monitors.running
     rec.record(Event.END_JOB)
     assert rec.close(10)
     assert read_scalars(str(tmp_path / "summaries" / "goodput"))["goodput/goodput"]
@@ -229,4 +229,4 @@ def test_eager_monitoring_starts_in_start_monitoring(flags, clock, run_name, tmp
 def test_lazy_monitoring_does_nothing_in_start_monitoring(flags, tmp_path):
     rec = gax.initialize(flags())
     rec.start_monitoring()
-    assert not rec._monitors and not os.path.exists(tmp_path / "summaries")
+    assert not rec._monitors.running and not os.path.exists(tmp_path / "summaries")

@@ -11,6 +11,8 @@ number of flush reports (a seeded RNG) plus a random number of further
 messages; the child keeps running meanwhile, so the kill lands wherever it
 happens to be: in a step, a SQLite transaction, a checkpoint write, an eval,
 a compile. No wall-clock sleeps: the parent only waits on the child's output.
+The attempts share a persistent JAX compilation cache (entries of every
+size and compile time): compiling is most of an attempt's start-up.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from goodput_core.buckets import BadputType
 from goodput_core.calculator import Calculator
 from goodput_core.events import Kind
 from goodput_core.stores.sqlite import SqliteStore
-from goodput_integrations.demo.driver import Attempt, DemoConfig, frameworks_missing
+from goodput_integrations.demo.driver import Attempt, DemoConfig, child_env, frameworks_missing
 
 pytestmark = [
     pytest.mark.reliability,
@@ -46,9 +48,21 @@ def _config(tmp_path):
         log_dir=str(tmp_path / "logs"))
 
 
-def _run_and_kill(cfg, number, rng):
-    """Starts an attempt, kills it at a random point after it flushed >= 1 step."""
-    att = Attempt(cfg.options(crash=False), f"{cfg.log_dir}/attempt-{number}.log")
+def _env(tmp_path):
+    env = child_env()
+    env.update(JAX_COMPILATION_CACHE_DIR=str(tmp_path / "jax-cache"),
+               JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+               JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="-1")
+    return env
+
+
+def _run_and_kill(cfg, env, number, rng):
+    """Starts an attempt, kills it at a random point after it flushed >= 1 step.
+
+    Every killed attempt has a step stored, so its crash is a restart the
+    calculator must count (an attempt dying before any step is not one).
+    """
+    att = Attempt(cfg.options(crash=False), f"{cfg.log_dir}/attempt-{number}.log", env=env)
     flushes_before_kill = rng.randint(1, 12)
     further_messages = rng.randint(0, 3)
     flushed, countdown = 0, None
@@ -79,9 +93,9 @@ def _restored(att):
 
 def test_sigkill_at_random_points_loses_nothing_flushed(tmp_path):
     rng = random.Random(SEED)
-    cfg = _config(tmp_path)
-    killed = [_run_and_kill(cfg, n, rng) for n in range(1, KILLS + 1)]
-    final = Attempt(cfg.options(crash=False), f"{cfg.log_dir}/attempt-final.log")
+    cfg, env = _config(tmp_path), _env(tmp_path)
+    killed = [_run_and_kill(cfg, env, n, rng) for n in range(1, KILLS + 1)]
+    final = Attempt(cfg.options(crash=False), f"{cfg.log_dir}/attempt-final.log", env=env)
     rc = final.wait(120)
     assert rc == 0 and final.last("done") is not None, final.log_tail()
     attempts = killed + [final]

@@ -211,3 +211,55 @@ def test_launcher_argument_split():
          "python", "-m", "MaxText.train", "base.yml", "--goodput-store=not-ours"])
     assert options == {"store": "sqlite:///x.sqlite", "checkpoint_stats": False}
     assert command == ["-m", "MaxText.train", "base.yml", "--goodput-store=not-ours"]
+
+
+def test_orbax_patch_adds_our_logger_in_front_and_is_undone(tmp_path, store_url, clock):
+    ocp = pytest.importorskip("orbax.checkpoint")
+    from orbax.checkpoint.logging import StandardLogger
+
+    from goodput_integrations.orbax.logger import GoodputLogger
+
+    original_init = ocp.CheckpointManager.__init__
+    alias.enable_reference_alias(store=store_url, clock=clock, checkpoint_stats=True)
+    from ml_goodput_measurement import goodput
+
+    rec = goodput.GoodputRecorder("run-o", "goodput_run-o", True)  # installs the patch
+    theirs = StandardLogger()
+    managers = [
+        ocp.CheckpointManager(tmp_path / "a"),                      # no logger given
+        ocp.CheckpointManager(tmp_path / "b", logger=theirs),       # MaxText's CloudLogger
+        ocp.CheckpointManager(tmp_path / "c", None, None, None, None, None, theirs),
+    ]
+    loggers = [m._logger for m in managers]
+    assert all(isinstance(lg, GoodputLogger) for lg in loggers)
+    assert isinstance(loggers[0].forward_to[0], StandardLogger)
+    assert loggers[1].forward_to == (theirs,) and loggers[2].forward_to == (theirs,)
+    loggers[1].log_entry({"event_type": "restore", "step": 2, "directory": "d",
+                          "checkpoint_manager_start_time": clock.t,
+                          "checkpoint_manager_duration_secs": 1.0})
+    assert rec.flush(10)
+    (event,) = open_store(store_url).read("run-o")[0]
+    assert to_payload(event)["event_type"] == "restore"
+    for m in managers:
+        m.close()
+    alias.disable_reference_alias()
+    assert ocp.CheckpointManager.__init__ is original_init
+    plain = ocp.CheckpointManager(tmp_path / "d")
+    assert not isinstance(plain._logger, GoodputLogger)
+    plain.close()
+
+
+def test_launcher_runs_a_module_with_dash_m(tmp_path, monkeypatch, store_url):
+    (tmp_path / "fake_maxtext_train.py").write_text(textwrap.dedent('''
+        import sys
+        from ml_goodput_measurement import goodput
+        RESULT = (sys.argv[1:], goodput.GoodputRecorder.__mro__[1].__module__)
+        sys.modules["fake_maxtext_result"] = RESULT
+    '''))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "fake_maxtext_result", raising=False)
+    assert launch.main([f"--goodput-store={store_url}", "--goodput-no-checkpoint-stats",
+                        "-m", "fake_maxtext_train", "base.yml", "run_name=x"]) == 0
+    args, module = sys.modules.pop("fake_maxtext_result")
+    assert args == ["base.yml", "run_name=x"]
+    assert module == "goodput_core.compat.goodput"

@@ -1,0 +1,122 @@
+"""The monitors of one AXLearn run, laid out as AXLearn's goodput recorder does.
+
+Cumulative goodput (with the badput breakdown, and step deviation when
+asked) goes to TensorBoard under ``{upload_dir}/goodput``; rolling windows
+go to a second monitor under ``{upload_dir}/rolling_window_{name}/goodput``;
+both through :class:`goodput_core.compat.monitoring.GoodputMonitor`, reading
+the run's store. Prometheus, when asked, is served by the first one only.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any, Callable, Dict, Optional
+
+from goodput_integrations.axlearn.spec import RecorderSpec
+
+__all__ = ["RunMonitors"]
+
+logger = logging.getLogger("goodput")
+
+_FLUSH_BEFORE_FINAL_UPLOAD_S = 5.0
+_STOPS = (("rolling", "stop_rolling_window_goodput_uploader"),
+          ("step_deviation", "stop_step_deviation_uploader"),
+          ("goodput", "stop_goodput_uploader"))
+
+
+class RunMonitors:
+    """Starts and stops a run's monitors (the caller decides on which process).
+
+    Args:
+      spec: the run's recorder spec.
+      clock: the time source of the monitors.
+    """
+
+    def __init__(self, spec: RecorderSpec, clock: Callable[[], float]):
+        self._spec = spec
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._started: Dict[str, Any] = {}
+
+    @property
+    def running(self) -> bool:
+        """True between :meth:`start` and :meth:`stop`."""
+        return bool(self._started)
+
+    def _monitor(self, tensorboard_dir: str, prometheus: bool) -> Any:
+        from goodput_core.compat.goodput_utils import GCPOptions
+        from goodput_core.compat.monitoring import GoodputMonitor
+
+        spec = self._spec
+        extra: Dict[str, Any] = {"clock": self._clock}
+        if spec.store:
+            extra["store"] = spec.store
+        if prometheus and spec.prometheus_port is not None:
+            extra["prometheus_port"] = spec.prometheus_port
+        return GoodputMonitor(
+            job_name=spec.name, logger_name=spec.logger_name, tensorboard_dir=tensorboard_dir,
+            upload_interval=spec.upload_interval, monitoring_enabled=True,
+            pathway_enabled=spec.pathways, include_badput_breakdown=True,
+            include_step_deviation=spec.include_step_deviation,
+            configured_ideal_step_time=spec.ideal_step_time,
+            step_deviation_interval_seconds=spec.step_deviation_interval,
+            gcp_options=GCPOptions(
+                enable_gcp_goodput_metrics=spec.enable_gcp_goodput_metrics,
+                enable_gcp_step_deviation_metrics=spec.enable_gcp_step_deviation_metrics),
+            **extra)
+
+    def start(self) -> None:
+        """Builds and starts the monitors (no-op while running).
+
+        Raises:
+          ValueError, StoreError, OSError: a monitor cannot be built; what
+            was already started is stopped again.
+        """
+        spec = self._spec
+        with self._lock:
+            if self._started:
+                return
+            started: Dict[str, Any] = {}
+            try:
+                main = self._monitor(spec.upload_dir, prometheus=True)
+                main.start_goodput_uploader()
+                started["goodput"] = main
+                if spec.include_step_deviation:
+                    main.start_step_deviation_uploader()
+                    started["step_deviation"] = main
+                if spec.rolling_window_size:
+                    rolling = self._monitor(spec.rolling_window_dir, prometheus=False)
+                    rolling.start_rolling_window_goodput_uploader(list(spec.rolling_window_size))
+                    started["rolling"] = rolling
+            except BaseException:
+                self._stop(started, skip_final_flush=True)
+                raise
+            self._started = started
+        logger.info("goodput: monitoring %s to %s", spec.name, spec.upload_dir)
+
+    def stop(self, flush: Optional[Callable[[float], Any]] = None) -> None:
+        """Flushes pending events (``flush(timeout)``), then stops every
+        uploader after its final upload; never raises."""
+        with self._lock:
+            started, self._started = self._started, {}
+        if not started:
+            return
+        if flush is not None:
+            try:
+                flush(_FLUSH_BEFORE_FINAL_UPLOAD_S)
+            except Exception:
+                logger.warning("goodput: flushing before the final upload failed",
+                               exc_info=True)
+        self._stop(started)
+
+    @staticmethod
+    def _stop(started: Dict[str, Any], skip_final_flush: Optional[bool] = None) -> None:
+        for part, method in _STOPS:
+            monitor = started.get(part)
+            if monitor is not None:
+                try:
+                    getattr(monitor, method)(skip_final_flush)
+                except Exception:
+                    logger.warning("goodput: stopping the %s uploader failed", part,
+                                   exc_info=True)
