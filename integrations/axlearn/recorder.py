@@ -107,8 +107,9 @@ class GoodputSuiteRecorder(_base.RecorderBase):
     Build it with :meth:`from_flags` (what AXLearn calls) or :meth:`from_spec`.
 
     Args:
-      cfg: AXLearn's config (only when AXLearn is present; built by from_spec).
-      spec: the parsed recorder spec.
+      cfg: AXLearn's config (built from ``spec`` when not given; ignored
+        without AXLearn).
+      spec: the parsed recorder spec (None: from ``cfg.name``, monitoring off).
       clock: the time source (tests inject a fake; default ``time.time``).
       process_index: returns this process's index, or an int (tests).
     """
@@ -117,9 +118,19 @@ class GoodputSuiteRecorder(_base.RecorderBase):
     _hook_clock: Optional[Callable[[], float]] = None
     _hook_process_index: Any = None
 
-    def __init__(self, cfg: Any = None, *, spec: RecorderSpec,
+    def __init__(self, cfg: Any = None, *, spec: Optional[RecorderSpec] = None,
                  clock: Optional[Callable[[], float]] = None, process_index: Any = None):
+        if spec is None:
+            # built through AXLearn's config (cfg.instantiate()): only the name is
+            # known; no monitoring without an upload_dir
+            name = getattr(cfg, "name", None)
+            if not name:
+                raise ValueError("GoodputSuiteRecorder needs a spec (use from_flags)")
+            spec = RecorderSpec(name=str(name), enable_monitoring=False)
         if _base.AXLEARN_AVAILABLE:
+            if cfg is None:
+                cfg = type(self).default_config()
+                cfg.name = spec.name
             super().__init__(cfg)
         self.spec = spec
         self._clock = clock or type(self)._hook_clock or time.time
@@ -153,11 +164,7 @@ class GoodputSuiteRecorder(_base.RecorderBase):
     @classmethod
     def from_spec(cls, spec: RecorderSpec, **hooks: Any) -> "GoodputSuiteRecorder":
         """Builds the recorder from a parsed spec (see :meth:`from_flags`)."""
-        cfg = None
-        if _base.AXLEARN_AVAILABLE:
-            cfg = cls.default_config()
-            cfg.name = spec.name
-        return cls(cfg, spec=spec, **hooks)
+        return cls(spec=spec, **hooks)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.spec.name!r}, store={self.spec.store!r})"
@@ -177,7 +184,8 @@ class GoodputSuiteRecorder(_base.RecorderBase):
     def _index(self) -> Optional[int]:
         hook = self._index_hook
         if hook is not None:
-            return int(hook() if callable(hook) else hook)
+            value = hook() if callable(hook) else hook
+            return None if value is None else int(value)
         index = _probe_index()
         if index is None and self._forcing:
             # the job needs an answer now (monitoring, job end): ask as AXLearn does

@@ -204,3 +204,11 @@ def test_without_axlearn_it_is_a_plain_class():
         pytest.skip("AXLearn is installed")
     assert gax.GoodputSuiteRecorder.__mro__[1].__name__ == "_PlainRecorder"
     assert [e.value for e in gax.EventType][2] == "tpu_init"
+
+
+def test_built_through_axlearns_config_system(fake_axlearn):
+    gax = importlib.import_module(OURS)
+    cfg = gax.GoodputSuiteRecorder.default_config().set(name="cfg-run")
+    rec = cfg.instantiate()
+    assert rec.spec.name == "cfg-run" and rec.spec.enable_monitoring is False
+    assert rec.config.name == "cfg-run"
