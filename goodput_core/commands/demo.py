@@ -73,6 +73,9 @@ def run(args) -> int:
             raise CliError("--steps and --save-every must be positive")
         if not 0 <= args.crash_at < args.steps:
             raise CliError(f"--crash-at must lie in [0, {args.steps - 1}] (the steps trained)")
+        if str(store).startswith("memory:"):
+            raise CliError("the demo trains in child processes: a memory:// store would "
+                           "not outlive them; use a sqlite path")
         _play_real(args, run_name, store, outdir)
     _finish(run_name, store, outdir, synthetic)
     return 0

@@ -365,4 +365,5 @@ class GoodputSuiteRecorder(_base.RecorderBase):
         engine = self._engine
         self._monitors.stop(engine.flush if engine is not None else None)
 
+
 _base.register(NAME, GoodputSuiteRecorder)

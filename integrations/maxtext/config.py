@@ -38,12 +38,15 @@ time source) and ``_goodput_process_index`` (an int, or a callable).
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 import numbers
 import os
 from typing import Any, Callable, Mapping, Optional, Tuple
 
 __all__ = ["MaxTextGoodputSettings", "read_settings", "parse_bool", "parse_windows"]
+
+logger = logging.getLogger("goodput")
 
 _MISSING = object()
 
@@ -161,6 +164,30 @@ def parse_seconds(value: Any, name: str) -> Optional[float]:
     return seconds
 
 
+_OURS = ("goodput_store", "goodput_rolling_windows", "goodput_prometheus_port",
+         "goodput_ideal_step_time")
+_warned_keys: set = set()
+
+
+def _warn_unknown(config: Any) -> None:
+    """Warns (once per name) about ``goodput_*`` keys we do not know: a typo
+    in one of our flags would otherwise silently change nothing."""
+    if isinstance(config, Mapping):
+        names = list(config)
+    else:
+        try:
+            names = list(vars(config))
+        except TypeError:
+            return
+    known = set(MAXTEXT_DEFAULTS) | set(_OURS)
+    for name in names:
+        if (isinstance(name, str) and name.startswith("goodput_") and name not in known
+                and name not in _warned_keys):
+            _warned_keys.add(name)
+            logger.warning("goodput: unknown config key %s ignored (known goodput keys: %s)",
+                           name, ", ".join(sorted(k for k in known if "goodput" in k)))
+
+
 def _get(config: Any, name: str, default: Any = _MISSING) -> Any:
     """A flag from a mapping or an object; ``default`` when it is absent."""
     if isinstance(config, Mapping):
@@ -230,6 +257,7 @@ def read_settings(config: Any) -> MaxTextGoodputSettings:
       ValueError: a flag with a bad value, or recording/monitoring switched
         on without a ``run_name`` (or, to monitor, without an output directory).
     """
+    _warn_unknown(config)
     flags = {}
     for name, default in MAXTEXT_DEFAULTS.items():
         value = _get(config, name, default)

@@ -117,7 +117,11 @@ def test_without_jax_the_demo_says_so_and_plays_the_synthetic_job(tmp_path, monk
 
 
 @needs_frameworks
-def test_bad_crash_step_is_a_one_line_error(tmp_path, capsys):
-    assert cli.main(["demo", "--outdir", str(tmp_path), "--crash-at", "500"]) == 2
+@pytest.mark.parametrize("argv, message", [
+    (["--crash-at", "500"], "--crash-at must lie in [0, 239]"),
+    (["--store", "memory://demo"], "the demo trains in child processes"),
+])
+def test_bad_arguments_are_a_one_line_error(tmp_path, capsys, argv, message):
+    assert cli.main(["demo", "--outdir", str(tmp_path), *argv]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("goodput demo: error: --crash-at must lie in [0, 239]")
+    assert err.startswith(f"goodput demo: error: {message}") and err.count("\n") == 1

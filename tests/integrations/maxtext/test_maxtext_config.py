@@ -99,3 +99,14 @@ def test_config_objects_that_raise_on_unknown_keys_are_fine():
 
     s = read_settings(HyperParameters({"run_name": "r", "enable_goodput_recording": True}))
     assert s.enable_goodput_recording and s.run_name == "r"
+
+
+def test_unknown_goodput_keys_are_warned_about(caplog):
+    import logging
+
+    with caplog.at_level(logging.WARNING, logger="goodput"):
+        read_settings({"run_name": "r", "goodput_stor": "memory://typo",
+                       "goodput_store": "memory://ok", "other_key": 1})
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("goodput_stor " in m and "goodput_store" in m for m in messages)
+    assert not any("other_key" in m for m in messages)
