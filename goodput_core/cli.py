@@ -17,7 +17,8 @@ __all__ = ["main", "CliError"]
 
 # name -> (module under goodput_core.commands, one-line help)
 COMMANDS = {
-    "demo": ("demo", "record a small run to the embedded store and show what was recorded"),
+    "demo": ("demo", "train a small Flax model with a crash and a restart, then report "
+                      "(--synthetic: no jax needed)"),
     "runs": ("runs", "list the runs in a store"),
     "events": ("events", "print the recorded events of a run as JSON lines"),
     "monitor": ("monitor", "export a run's goodput periodically (TensorBoard, Prometheus, GCM)"),
