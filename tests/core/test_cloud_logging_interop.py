@@ -29,20 +29,18 @@ from __future__ import annotations
 import datetime as _dt
 import math
 import time
-from typing import Any, Dict, Iterable, List, Mapping
+from typing import Any, Dict, Iterable, Mapping
 
 import pytest
 
 pytest.importorskip("ml_goodput_measurement")
-from google.auth.credentials import AnonymousCredentials  # noqa: E402
 from ml_goodput_measurement.src import goodput as ref  # noqa: E402
 from ml_goodput_measurement.src import goodput_utils as ref_utils  # noqa: E402
 
 from goodput_core.buckets import BASE_BADPUT, BadputType  # noqa: E402
 from goodput_core.calculator import Calculator  # noqa: E402
 from goodput_core.recorder import Recorder  # noqa: E402
-from goodput_core.stores.cloud_logging import CloudLoggingStore  # noqa: E402
-from tests.support.fake_cloud_logging import FakeCloudLogging, reference_client  # noqa: E402
+from tests.support.fake_cloud_logging import FakeCloudLogging, cloud_store_factory, reference_client  # noqa: E402
 from tests.support.reference_families import FAMILIES  # noqa: E402
 from tests.support.reference_harness import entry_timestamp, frozen_reference_clock  # noqa: E402
 
@@ -65,20 +63,8 @@ def fake():
 
 @pytest.fixture
 def our_store(fake, tmp_path):
-    stores: List[CloudLoggingStore] = []
-
-    def make(**kwargs) -> CloudLoggingStore:
-        kwargs.setdefault("spill_dir", str(tmp_path / "spill"))
-        kwargs.setdefault("flush_interval_s", 0.01)
-        kwargs.setdefault("sleep", lambda s: None)
-        store = CloudLoggingStore(PROJECT, LOG, credentials=AnonymousCredentials(),
-                                  client_options={"api_endpoint": fake.endpoint}, **kwargs)
-        stores.append(store)
-        return store
-
-    yield make
-    for store in stores:
-        store.close(timeout=5)
+    with cloud_store_factory(fake, tmp_path / "spill", PROJECT, LOG) as make:
+        yield make
 
 
 def shifted_family(name: str, seed: int = 0):

@@ -27,7 +27,7 @@ from goodput_core.events import EventRecord, Kind, to_payload
 from goodput_core.recorder import Recorder
 from goodput_core.stores import cloud_logging_wire as wire
 from goodput_core.stores.cloud_logging import CloudLoggingStore
-from tests.support.fake_cloud_logging import FakeCloudLogging, parse_filter, reference_client
+from tests.support.fake_cloud_logging import FakeCloudLogging, cloud_store_factory, parse_filter, reference_client
 
 PROJECT, LOG = "proj-1", "goodput-test"
 T0 = float(int(time.time()) - 3600)  # recent: first reads look back 7 days
@@ -62,22 +62,8 @@ def fake():
 
 @pytest.fixture
 def make_store(fake, tmp_path):
-    stores = []
-
-    def make(server=None, **kwargs):
-        server = server or fake
-        kwargs.setdefault("spill_dir", str(tmp_path / "spill"))
-        kwargs.setdefault("flush_interval_s", 0.01)
-        kwargs.setdefault("sleep", lambda s: None)
-        store = CloudLoggingStore(
-            PROJECT, kwargs.pop("log_name", LOG), credentials=AnonymousCredentials(),
-            client_options={"api_endpoint": server.endpoint}, **kwargs)
-        stores.append(store)
-        return store
-
-    yield make
-    for store in stores:
-        store.close(timeout=5)
+    with cloud_store_factory(fake, tmp_path / "spill", PROJECT, LOG) as make:
+        yield make
 
 
 def event(run, kind, i, step=None, extra=None, attempt="a1", wt=None):

@@ -18,7 +18,6 @@ import time
 from typing import Any, List
 
 import pytest
-from google.auth.credentials import AnonymousCredentials
 
 from goodput_core.calculator import Calculator
 from goodput_core.cli import main
@@ -29,10 +28,9 @@ from goodput_core.commands.transfer import (
 from goodput_core.events import EventRecord, Kind, from_payload, to_payload
 from goodput_core.recorder import Recorder
 from goodput_core.stores import open_store
-from goodput_core.stores.cloud_logging import CloudLoggingStore
 from goodput_core.stores.memory import MemoryStore
 from goodput_core.synthetic import record_synthetic_job
-from tests.support.fake_cloud_logging import FakeCloudLogging
+from tests.support.fake_cloud_logging import FakeCloudLogging, cloud_store_factory
 from tests.support.reference_families import FAMILIES
 
 PROJECT, LOG = "transfer-proj", "goodput-transfer"
@@ -93,20 +91,8 @@ def fake():
 
 @pytest.fixture
 def cloud(fake, tmp_path):
-    stores: List[CloudLoggingStore] = []
-
-    def make(**kwargs) -> CloudLoggingStore:
-        kwargs.setdefault("spill_dir", str(tmp_path / "spill"))
-        kwargs.setdefault("flush_interval_s", 0.01)
-        kwargs.setdefault("sleep", lambda s: None)
-        store = CloudLoggingStore(PROJECT, LOG, credentials=AnonymousCredentials(),
-                                  client_options={"api_endpoint": fake.endpoint}, **kwargs)
-        stores.append(store)
-        return store
-
-    yield make
-    for store in stores:
-        store.close(timeout=5)
+    with cloud_store_factory(fake, tmp_path / "spill", PROJECT, LOG) as make:
+        yield make
 
 
 # ----------------------------------------------------------------- round trips

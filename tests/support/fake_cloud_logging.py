@@ -300,3 +300,34 @@ def reference_client(fake: FakeCloudLogging, project: str):
             "google.cloud.logging_v2.handlers._monitored_resources.retrieve_metadata_server",
             return_value=None):
         yield
+
+
+@contextlib.contextmanager
+def cloud_store_factory(default_server: FakeCloudLogging, spill_dir, project: str, log: str):
+    """Yields ``make(server=None, **kwargs)`` building CloudLoggingStores on a fake.
+
+    Stores reach the fake through the public TLS route, with no real sleeping
+    in their backoff; every store made is closed on exit.
+    """
+    from google.auth.credentials import AnonymousCredentials
+
+    from goodput_core.stores.cloud_logging import CloudLoggingStore
+
+    stores: List[CloudLoggingStore] = []
+
+    def make(server: Optional[FakeCloudLogging] = None, **kwargs) -> CloudLoggingStore:
+        server = server or default_server
+        kwargs.setdefault("spill_dir", str(spill_dir))
+        kwargs.setdefault("flush_interval_s", 0.01)
+        kwargs.setdefault("sleep", lambda s: None)
+        store = CloudLoggingStore(
+            project, kwargs.pop("log_name", log), credentials=AnonymousCredentials(),
+            client_options={"api_endpoint": server.endpoint}, **kwargs)
+        stores.append(store)
+        return store
+
+    try:
+        yield make
+    finally:
+        for store in stores:
+            store.close(timeout=5)

@@ -78,13 +78,11 @@ def test_monitor_defaults_add_rolling_windows_and_prometheus(tmp_path, store_url
 
     def spy(self, windows):
         seen["windows"] = windows
-        seen["prometheus_port"] = self._prometheus_port
         return real_start(self, windows)
 
     monkeypatch.setattr(compat_monitoring.GoodputMonitor,
                         "start_rolling_window_goodput_uploader", spy)
-    with alias.reference_alias(store=store_url, clock=clock, rolling_windows=(60,),
-                               prometheus_port=None):
+    with alias.reference_alias(store=store_url, clock=clock, rolling_windows=(60,)):
         from ml_goodput_measurement import monitoring
 
         mon = monitoring.GoodputMonitor("run-m", "goodput_run-m", str(tmp_path), 30,
@@ -94,7 +92,7 @@ def test_monitor_defaults_add_rolling_windows_and_prometheus(tmp_path, store_url
                                             enable_gcp_step_deviation_metrics=False))
         mon.start_goodput_uploader()
         mon.stop_goodput_uploader()
-    assert seen == {"windows": [60], "prometheus_port": None}
+    assert seen == {"windows": [60]}
     with alias.reference_alias(store=store_url, prometheus_port=9100):
         assert alias._session.defaults("monitor") == {"store": store_url,
                                                       "prometheus_port": 9100}
