@@ -3,11 +3,12 @@
 Reads the run from a store (e.g. on another machine, against Cloud Logging)
 and exports every ``--interval`` seconds to the console and, when asked, to
 TensorBoard, Prometheus and Google Cloud Monitoring, until interrupted
-(Ctrl-C runs a final cycle). ``--once`` runs one cycle and exits.
+(Ctrl-C or SIGTERM runs a final cycle). ``--once`` runs one cycle and exits.
 """
 
 from __future__ import annotations
 
+import signal
 import sys
 import threading
 
@@ -104,11 +105,27 @@ def run(args) -> int:
             raise CliError(f"run {args.run!r} has no job start in the store "
                            "(list the runs with: goodput runs)")
         return 0
+    done = threading.Event()
+    previous = _on_sigterm(done.set)
     monitor.start()
     try:
-        threading.Event().wait()  # until Ctrl-C / SIGINT
+        while not done.wait(3600):  # until Ctrl-C (KeyboardInterrupt) or SIGTERM
+            pass
     except KeyboardInterrupt:
         pass
     finally:
-        monitor.stop()
+        monitor.stop()  # the final cycle, bounded
+        _restore_sigterm(previous)
     return 0
+
+
+def _on_sigterm(callback):
+    """Makes SIGTERM (e.g. from a process manager) stop the monitor cleanly."""
+    if threading.current_thread() is not threading.main_thread():
+        return None  # signal handlers can only be set from the main thread
+    return signal.signal(signal.SIGTERM, lambda signum, frame: callback())
+
+
+def _restore_sigterm(previous) -> None:
+    if previous is not None:
+        signal.signal(signal.SIGTERM, previous)

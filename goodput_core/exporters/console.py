@@ -10,6 +10,7 @@ Example::
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any, List, Optional, TextIO
 
 from goodput_core.buckets import BadputType
@@ -37,7 +38,9 @@ def format_snapshot(snap: MonitorSnapshot) -> str:
     """
     parts: List[str] = [f"goodput run={snap.run}"]
     r = snap.cumulative
-    if r is not None:
+    if r is not None and math.isnan(r.lifetime[0]):
+        parts.append("(no job start recorded yet)")
+    elif r is not None:
         parts += [f"goodput={r.goodput:.2f}%", f"productive={r.productive_seconds:.1f}s",
                   f"total={r.total_seconds:.1f}s", f"disruptions={r.disruptions}",
                   f"max_step={r.max_productive_step}"]

@@ -206,7 +206,7 @@ def _add_rolling_windows(klass: type, session: _Session) -> None:
     def start_goodput_uploader(self, *args: Any, **kwargs: Any):
         super(klass, self).start_goodput_uploader(*args, **kwargs)
         windows = session.settings.rolling_windows
-        if windows and getattr(self, "_initialized", False):
+        if windows:  # a no-op on a monitor built with monitoring_enabled=False
             self.start_rolling_window_goodput_uploader(list(windows))
             self._goodput_alias_rolling = True
 

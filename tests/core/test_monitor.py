@@ -402,3 +402,32 @@ def test_goodput_monitor_errors_are_one_line(tmp_path, capsys):
     assert "--gcm" in capsys.readouterr().err
     assert cli_main(["monitor", "x", "--store", url, "--once", "--prometheus", "9431"]) == 2
     assert "9431" in capsys.readouterr().err
+
+
+def test_goodput_monitor_gcm_flag_builds_the_cloud_monitoring_exporter(tmp_path, monkeypatch):
+    import sys
+    import types
+
+    made = []
+
+    class FakeGCM(Exporter):
+        name = "gcm"
+
+        def __init__(self, run, options, **kwargs):
+            self.run, self.options, self.snapshots = run, options, []
+            made.append(self)
+
+        def export(self, snapshot):
+            self.snapshots.append(snapshot)
+
+    monkeypatch.setitem(sys.modules, "goodput_core.exporters.cloud_monitoring",
+                        types.SimpleNamespace(CloudMonitoringExporter=FakeGCM))
+    url = f"sqlite:///{tmp_path / 'g.sqlite'}"
+    rec = Recorder("gcm-run", url)
+    record_synthetic_job(rec, time.time() - 200)
+    assert rec.close(GUARD_S)
+    assert cli_main(["monitor", "gcm-run", "--store", url, "--once", "--quiet", "--gcm",
+                     "--project", "proj", "--location", "us-east5-a"]) == 0
+    (gcm,) = made
+    assert gcm.run == "gcm-run" and gcm.options.project_id == "proj"
+    assert gcm.options.location == "us-east5-a" and len(gcm.snapshots) == 1
