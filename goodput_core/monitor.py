@@ -43,6 +43,7 @@ from typing import Any, Callable, Collection, Dict, Iterable, List, Optional, Se
 
 import numpy as np
 
+from goodput_core.export_runner import Runner, deadline_after, remaining
 from goodput_core.exporters.base import Exporter, MonitorSnapshot
 
 __all__ = ["Monitor", "PARTS"]
@@ -64,83 +65,6 @@ _DEFAULT: Any = _Default()
 _MAX_CARRY = 100_000  # step deviations kept for an exporter that is stuck
 _CLOSE_RESERVE_S = 1.0  # at most this much of stop()'s time is kept for close()
 _EPS = 1e-6  # schedule slack: clock + (due - clock) may miss `due` by an ulp
-
-
-def _remaining(deadline: float) -> Optional[float]:
-    """Seconds left until ``deadline`` (time.monotonic), None when unbounded."""
-    return None if deadline == math.inf else max(0.0, deadline - time.monotonic())
-
-
-def _deadline(timeout: Optional[float]) -> float:
-    return math.inf if timeout is None else time.monotonic() + max(0.0, float(timeout))
-
-
-class _Runner:
-    """A worker thread that runs one exporter's calls, one at a time.
-
-    ``submit`` refuses new work while the previous call is still running:
-    that is how a hung exporter is skipped without piling up work.
-    """
-
-    def __init__(self, exporter: Any, on_error: Callable[[str, BaseException], None]):
-        self.exporter = exporter
-        self.name = str(getattr(exporter, "name", None) or type(exporter).__name__)
-        self.carry: List[Tuple[int, float]] = []  # deviations it has not received yet
-        self._on_error = on_error
-        self._cv = threading.Condition()
-        self._job: Optional[Tuple[Callable[[], Any], threading.Event]] = None
-        self._busy = False
-        self._retired = False
-        self._thread: Optional[threading.Thread] = None
-
-    @property
-    def busy(self) -> bool:
-        with self._cv:
-            return self._busy
-
-    def submit(self, fn: Callable[[], Any]) -> Optional[threading.Event]:
-        """Queues ``fn``; returns an event set when it has run, or None if busy/retired."""
-        with self._cv:
-            if self._busy or self._retired:
-                return None
-            done = threading.Event()
-            self._job, self._busy = (fn, done), True
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._loop, name=f"goodput-export-{self.name}", daemon=True)
-                self._thread.start()
-            self._cv.notify_all()
-            return done
-
-    def wait_idle(self, timeout: Optional[float]) -> bool:
-        """Waits until no call is running; False on timeout."""
-        with self._cv:
-            return self._cv.wait_for(lambda: not self._busy, timeout)
-
-    def retire(self) -> None:
-        """Lets the thread exit once its current call (if any) has returned."""
-        with self._cv:
-            self._retired = True
-            self._cv.notify_all()
-
-    def _loop(self) -> None:
-        while True:
-            with self._cv:
-                while self._job is None and not self._retired:
-                    self._cv.wait()
-                if self._job is None:
-                    return
-                fn, done = self._job
-                self._job = None
-            try:
-                fn()
-            except BaseException as exc:  # noqa: BLE001 - an exporter must not kill its worker
-                self._on_error(f"exporter {self.name}", exc)
-            finally:
-                with self._cv:
-                    self._busy = False
-                    self._cv.notify_all()
-                done.set()
 
 
 class Monitor:
@@ -206,7 +130,7 @@ class Monitor:
         self._clock = clock
         self._skip_final = bool(skip_final_flush)
         self._recorder = recorder
-        self._runners = [_Runner(e, self._report) for e in exporters]
+        self._runners = [Runner(e, self._report) for e in exporters]
         self._exported = np.empty(0, np.int64)  # steps whose deviation was handed out
         self._cycle_lock = threading.Lock()
         self._state_lock = threading.Lock()
@@ -279,8 +203,8 @@ class Monitor:
         Returns:
           False when ``timeout`` seconds passed first.
         """
-        deadline = _deadline(timeout)
-        return all(r.wait_idle(_remaining(deadline)) for r in self._runners)
+        deadline = deadline_after(timeout)
+        return all(r.wait_idle(remaining(deadline)) for r in self._runners)
 
     def stats(self) -> Dict[str, Any]:
         """Counters: cycles run and errors by ``"<source>: <kind>"``."""
@@ -315,7 +239,7 @@ class Monitor:
         if not chosen <= set(PARTS):
             raise ValueError(f"unknown parts {sorted(chosen - set(PARTS))}; choose from {PARTS}")
         timeout = self._final_timeout if timeout is _DEFAULT else timeout
-        return self._bounded_cycle(chosen, True, _deadline(timeout))
+        return self._bounded_cycle(chosen, True, deadline_after(timeout))
 
     def _bounded_cycle(self, parts: frozenset, final: bool, deadline: float) -> bool:
         if not parts:
@@ -323,12 +247,12 @@ class Monitor:
         outcome: Dict[str, bool] = {}
 
         def body() -> None:
-            left = _remaining(deadline)
+            left = remaining(deadline)
             # a loop cycle stuck in a store read holds the lock: give up at the deadline
             if not self._cycle_lock.acquire(timeout=-1 if left is None else left):
                 return
             try:
-                if _remaining(deadline) != 0.0:  # else abandoned: too late to export
+                if remaining(deadline) != 0.0:  # else abandoned: too late to export
                     snap, complete = self._cycle(parts, final, deadline)
                     outcome["ok"] = snap is not None and complete
             finally:
@@ -336,7 +260,7 @@ class Monitor:
 
         worker = threading.Thread(target=body, name=f"goodput-flush-{self.run}", daemon=True)
         worker.start()
-        worker.join(_remaining(deadline))
+        worker.join(remaining(deadline))
         if worker.is_alive():
             logger.warning("goodput monitor %s: the final cycle did not finish in time; "
                            "abandoned so that shutdown is not blocked", self.run)
@@ -427,7 +351,7 @@ class Monitor:
                 pending.append((runner, done))
         complete = len(pending) == len(self._runners)
         for runner, done in pending:
-            if not done.wait(_remaining(deadline)):
+            if not done.wait(remaining(deadline)):
                 complete = False
                 self._report(f"exporter {runner.name}", "timeout")
         return complete
@@ -487,7 +411,7 @@ class Monitor:
                 return True
             self._stopped = True
         timeout = self._final_timeout if timeout is _DEFAULT else timeout
-        deadline = _deadline(timeout)
+        deadline = deadline_after(timeout)
         # keep a share of the time for close(): flushing files matters even
         # when the final cycle is abandoned
         reserve = 0.0 if timeout is None else min(_CLOSE_RESERVE_S, 0.2 * max(0.0, timeout))
@@ -497,7 +421,7 @@ class Monitor:
         ok = True
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
-            thread.join(_remaining(deadline))
+            thread.join(remaining(deadline))
             if thread.is_alive():
                 ok = False
                 logger.warning("goodput monitor %s: the loop did not stop in time", self.run)
@@ -517,7 +441,7 @@ class Monitor:
             else:
                 pending.append((runner, done))
         for runner, done in pending:
-            if not done.wait(_remaining(deadline)):
+            if not done.wait(remaining(deadline)):
                 ok = False
                 logger.warning("goodput monitor %s: exporter %s did not close in time",
                                self.run, runner.name)

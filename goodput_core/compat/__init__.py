@@ -1,8 +1,7 @@
 """Modules mirroring ``ml_goodput_measurement``'s public names.
 
 ``from goodput_core.compat import goodput`` replaces
-``from ml_goodput_measurement import goodput`` (likewise ``goodput_utils``,
-``goodput_elastic``, and, once available, ``monitoring`` and
-``monitoring_elastic``). Submodules are imported on use so that importing
-this package stays cheap.
+``from ml_goodput_measurement import goodput``; likewise ``goodput_utils``,
+``goodput_elastic``, ``monitoring`` and ``monitoring_elastic``. Submodules
+are imported on use so that importing this package stays cheap.
 """
