@@ -32,7 +32,8 @@ from goodput_core.events import (
     Kind,
     orbax_span_keys,
 )
-from goodput_core.intervals import Growable
+from goodput_core.table import DTYPES as _DTYPES
+from goodput_core.table import Table
 
 __all__ = ["EventTables", "PAIR_FAMILIES", "MAX_ABS_TIME", "MAX_STEP", "NO_STEP", "SIDE_TABLES"]
 
@@ -71,85 +72,8 @@ _ELASTIC_KINDS = {int(Kind.ELASTIC_SLICE_COUNTS), int(Kind.ELASTIC_WAIT_START),
                   int(Kind.ELASTIC_WAIT_END), int(Kind.ELASTIC_REINIT_START),
                   int(Kind.ELASTIC_REINIT_END)}
 _INT_TYPES = {int, Kind}  # exact types: bools are not kinds
-_DTYPES = {"t": np.float64, "o": np.int32, "step": np.int64, "key": np.int32,
-           "end": np.float64, "e": np.int8, "active": np.float64, "avail": np.float64,
-           "total": np.float64, "val": np.float64}
 NO_STEP = -1  # metric recorded without a step number
 ORBAX_SAVE, ORBAX_RESTORE = 0, 1
-
-
-class Table:
-    """Columns of one family, sorted by (time ``t``, arrival order ``o``)."""
-
-    def __init__(self, extra: Tuple[str, ...], dedup: bool = True):
-        self.names = ("t", "o") + tuple(extra)
-        self.dedup = dedup
-        self.cols = {name: Growable(_DTYPES[name]) for name in self.names}
-
-    def __len__(self) -> int:
-        return self.cols["t"].n
-
-    def __getitem__(self, name: str) -> np.ndarray:
-        return self.cols[name].a
-
-    @property
-    def nbytes(self) -> int:
-        return sum(c.nbytes for c in self.cols.values())
-
-    def insert(self, batch: Dict[str, np.ndarray]) -> Tuple[float, int]:
-        """Inserts a batch (any order); drops exact duplicates.
-
-        Returns:
-          (earliest inserted time or +inf, number of duplicates dropped).
-        """
-        t = batch["t"]
-        if not len(t):
-            return _INF, 0
-        order = np.lexsort((batch["o"], t))
-        batch = {k: v[order] for k, v in batch.items()}
-        keep = self._novel(batch) if self.dedup else np.ones(len(t), bool)
-        dups = int(len(keep) - keep.sum())
-        if dups:
-            batch = {k: v[keep] for k, v in batch.items()}
-        t = batch["t"]
-        if not len(t):
-            return _INF, dups
-        n = len(self)
-        if not n or t[0] >= self["t"][-1]:
-            for name in self.names:
-                self.cols[name].extend(batch[name])
-        else:  # out of order: merge (rare; the timeline recomputes from scratch)
-            merged = {k: np.concatenate((self[k], batch[k])) for k in self.names}
-            order = np.lexsort((merged["o"], merged["t"]))
-            for name in self.names:
-                self.cols[name].replace(merged[name][order])
-        return float(t[0]), dups
-
-    def _novel(self, batch: Dict[str, np.ndarray]) -> np.ndarray:
-        """Mask of batch rows that are not exact copies of an earlier row."""
-        t = batch["t"]
-        aux = [k for k in self.names if k not in ("t", "o")]
-        # copies are adjacent in (time, aux..., arrival) order; keep the first
-        order = np.lexsort([batch["o"]] + [batch[k] for k in reversed(aux)] + [t])
-        same = np.zeros(len(t), bool)
-        same[1:] = t[order][1:] == t[order][:-1]
-        for k in aux:
-            col = batch[k][order]
-            same[1:] &= col[1:] == col[:-1]
-        keep = np.empty(len(t), bool)
-        keep[order] = ~same
-        n = len(self)
-        if n:
-            old_t = self["t"]
-            lo = np.searchsorted(old_t, t, side="left")
-            hi = np.searchsorted(old_t, t, side="right")
-            for i in np.flatnonzero(hi > lo).tolist():  # equal times: rare
-                for j in range(lo[i], hi[i]):
-                    if all(self[k][j] == batch[k][i] for k in aux):
-                        keep[i] = False
-                        break
-        # a later copy of a dropped row is a copy of a kept one: already False
-        return keep
 
 
 class EventTables:
