@@ -21,6 +21,7 @@ API summary::
     calc.slice_efficiency(a, b)         # SliceEfficiency(stepping, available, ...)
     calc.slice_counts()                 # SliceCounts(times, active, available, total)
     calc.metrics("loss")                # MetricSeries(steps, times, values)
+    new, cursor = calc.metrics_since(cursor)     # points new since the last call, by name
     calc.metadata()                     # run metadata, latest value per key
     calc.program_goodput()              # ProgramGoodput(mfu, ...) or None
 
@@ -48,7 +49,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 import numpy as np
 
 from goodput_core.buckets import CUSTOM_BASE, IDLE, PRODUCTIVE, BadputType
-from goodput_core.diagnostics import MetricSeries, merged_metadata, metric_series
+from goodput_core.diagnostics import MetricSeries, merged_metadata, metric_series, metrics_since
 from goodput_core.elastic import SliceCounts, SliceEfficiency, slice_counts, slice_efficiency
 from goodput_core.events import SkipReason, from_payload, to_timestamp
 from goodput_core.program_goodput import ProgramGoodput, program_goodput_of_run
@@ -280,9 +281,22 @@ class Calculator:
         with self._lock:
             return metric_series(self._tl.tables, name)
 
+    def metrics_since(self, cursor: int = -1) -> Tuple[Dict[str, MetricSeries], int]:
+        """The metric points added since the previous call (the monitor's feed).
+
+        Args:
+          cursor: what the previous call returned (-1: every point so far).
+
+        Returns:
+          ``({name: MetricSeries}, cursor)``: each series in time order; pass
+          the cursor to the next call.
+        """
+        with self._lock:
+            return metrics_since(self._tl.tables, cursor)
+
     def program_goodput(self, now: Any = None, *, flops_per_step: Optional[float] = None,
-                        peak_flops: Optional[float] = None,
-                        num_devices: Optional[int] = None) -> Optional[ProgramGoodput]:
+                        peak_flops: Optional[float] = None, num_devices: Optional[int] = None,
+                        result: Optional[GoodputResult] = None) -> Optional[ProgramGoodput]:
         """Program goodput (MFU) and ML productivity goodput, cumulative
         (:mod:`goodput_core.program_goodput`).
 
@@ -291,13 +305,17 @@ class Calculator:
           flops_per_step, peak_flops, num_devices: override the run metadata
             (``flops_per_step``, ``peak_flops_per_device`` or the peak table
             entry of ``device_kind``, ``num_devices``).
+          result: this calculator's cumulative result at ``now``, when the
+            caller has it already (the monitor): saves computing it again.
 
         Returns:
           A ProgramGoodput, or None when a figure is missing or no step has
           been productive yet.
         """
         with self._lock:
-            result = self.cumulative(now=now)
+            if result is None:
+                result = self.cumulative(now=now)
+            self._tl.update()  # a given result may predate the last refresh
             return program_goodput_of_run(
                 self._tl, result, merged_metadata(self._tl.tables, deep_copy=False),
                 flops_per_step=flops_per_step, peak_flops=peak_flops, num_devices=num_devices)

@@ -30,17 +30,19 @@ import logging
 import math
 import os
 import threading
-from typing import Any, Callable, Dict, Iterable, Mapping, NamedTuple
+from typing import Any, Callable, Dict, Iterable, Mapping, NamedTuple, Tuple
 
 import numpy as np
 
 __all__ = [
+    "MetricPoint",
     "MetricSeries",
     "RunContext",
     "jsonable",
     "load_config",
     "merged_metadata",
     "metric_series",
+    "metrics_since",
     "record_config",
     "record_run_metadata",
 ]
@@ -279,6 +281,52 @@ def metric_series(tables, name: str) -> MetricSeries:
         return MetricSeries(np.empty(0, np.int64), np.empty(0), np.empty(0))
     sel = tab["key"] == code
     return MetricSeries(tab["step"][sel], tab["t"][sel], tab["val"][sel])
+
+
+class MetricPoint(NamedTuple):
+    """One recorded value of a metric.
+
+    Attributes:
+      step: the step number (-1 where none was recorded).
+      time: POSIX seconds.
+      value: the value.
+    """
+
+    step: int
+    time: float
+    value: float
+
+
+def metrics_since(tables, cursor: int = -1) -> Tuple[Dict[str, MetricSeries], int]:
+    """The metric points that arrived after ``cursor``, by metric name.
+
+    Arrival order (not time order) decides what is new, so a point recorded
+    late by another host (earlier in time than points already seen) is still
+    handed out once, and an exact duplicate (dropped at ingestion) never is.
+
+    Args:
+      tables: the event tables (their ``metric`` side table).
+      cursor: the cursor returned by the previous call (-1: from the start).
+
+    Returns:
+      ``({name: MetricSeries in time order}, new cursor)``; the cursor is
+      unchanged when nothing arrived.
+    """
+    tab = tables["metric"]
+    order = tab["o"]
+    if not len(order):
+        return {}, cursor
+    sel = np.flatnonzero(order > cursor)
+    if not len(sel):
+        return {}, cursor
+    keys = tab["key"][sel]
+    steps, times, values = tab["step"][sel], tab["t"][sel], tab["val"][sel]
+    names = tables.names["metric"]
+    out: Dict[str, MetricSeries] = {}
+    for code in np.unique(keys).tolist():
+        m = keys == code
+        out[names[code]] = MetricSeries(steps[m], times[m], values[m])
+    return out, max(cursor, int(order[sel].max()))
 
 
 def merged_metadata(tables, deep_copy: bool = True) -> Dict[str, Any]:

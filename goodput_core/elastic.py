@@ -43,7 +43,7 @@ import numpy as np
 
 from goodput_core.intervals import complement
 
-__all__ = ["SliceCounts", "SliceEfficiency", "slice_counts", "slice_efficiency",
+__all__ = ["SliceCounts", "SliceEfficiency", "reportable", "slice_counts", "slice_efficiency",
            "time_weighted_mean"]
 
 
@@ -154,3 +154,25 @@ def slice_efficiency(counts: SliceCounts, window: Tuple[float, float],
     stepping, seconds = time_weighted_mean(counts.times, counts.active / total, ps, pe)
     available, _ = time_weighted_mean(counts.times, counts.available / total, ps, pe)
     return SliceEfficiency(stepping, available, seconds, (a, b))
+
+
+def reportable(eff: Optional[SliceEfficiency], counts: SliceCounts) -> bool:
+    """Whether an efficiency is worth publishing: it covers some time, and a
+    slice count was in force during it.
+
+    Time before the first record counts as 0 in the mean (the reference's
+    rule), so a window that ends before the first record would read as 0 %
+    efficiency for a job that merely had not recorded its counts yet. The
+    reference leaves such windows out (its details carry the keys only when
+    the window's entries hold a record); the exporters and the compat
+    calculator do the same through this test.
+
+    Args:
+      eff: an efficiency of the run (None: nothing to publish).
+      counts: the run's slice counts.
+
+    Returns:
+      True when ``eff`` measured time and the first record precedes its end.
+    """
+    return (eff is not None and eff.seconds > 0 and len(counts.times) > 0
+            and float(counts.times[0]) < eff.window[1])

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 __all__ = ["Runner", "deadline_after", "remaining"]
 
@@ -34,6 +34,7 @@ class Runner:
         self.exporter = exporter
         self.name = str(getattr(exporter, "name", None) or type(exporter).__name__)
         self.carry: List[Tuple[int, float]] = []  # deviations it has not received yet
+        self.carry_metrics: Dict[str, list] = {}  # metric points it has not received yet
         self._on_error = on_error
         self._cv = threading.Condition()
         self._job: Optional[Tuple[Callable[[], Any], threading.Event]] = None

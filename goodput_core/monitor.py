@@ -18,7 +18,9 @@ incremental), computes the enabled *parts* (``"goodput"``: cumulative
 result; ``"step_deviation"``: step statistics and the deviations of steps
 not exported before; ``"rolling"``: rolling windows), builds one
 :class:`~goodput_core.exporters.base.MonitorSnapshot` and hands it to every
-exporter.
+exporter. With the goodput part come slice efficiency, program goodput
+and new model-metric points; with the rolling part, per-window slice
+efficiency (:mod:`goodput_core.monitor_extras`; each can be switched off).
 
 Reliability (quality.md R5): every exporter runs on its own worker thread
 and each cycle waits for them only up to ``export_timeout_s``. An exporter
@@ -34,7 +36,6 @@ inject both and step the loop without sleeping.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
 import threading
@@ -45,6 +46,13 @@ import numpy as np
 
 from goodput_core.export_runner import Runner, deadline_after, remaining
 from goodput_core.exporters.base import Exporter, MonitorSnapshot
+from goodput_core.monitor_extras import (
+    Extras,
+    clear_carry,
+    fresh_deviations,
+    keep_carry,
+    with_carry,
+)
 
 __all__ = ["Monitor", "PARTS"]
 
@@ -62,7 +70,6 @@ class _Default:
 
 
 _DEFAULT: Any = _Default()
-_MAX_CARRY = 100_000  # step deviations kept for an exporter that is stuck
 _CLOSE_RESERVE_S = 1.0  # at most this much of stop()'s time is kept for close()
 _EPS = 1e-6  # schedule slack: clock + (due - clock) may miss `due` by an ulp
 
@@ -92,6 +99,11 @@ class Monitor:
       skip_final_flush: ``stop()`` skips the final cycle by default.
       recorder: a local Recorder whose dropped-event count is reported.
       calculator: an existing Calculator to read through (shared, warm).
+      include_slice_efficiency: add stepping/available slice efficiency
+        (cumulative and per rolling window) for runs with slice counts.
+      include_program_goodput: add program goodput (MFU) when the run
+        metadata allows it.
+      include_metrics: add the model-metric points new since the last cycle.
 
     Raises:
       ValueError: a bad interval, timeout, window size or ideal step time.
@@ -108,7 +120,9 @@ class Monitor:
                  export_timeout_s: float = 10.0,
                  final_flush_timeout_s: Optional[float] = 10.0,
                  skip_final_flush: bool = False,
-                 recorder: Any = None, calculator: Any = None):
+                 recorder: Any = None, calculator: Any = None,
+                 include_slice_efficiency: bool = True, include_program_goodput: bool = True,
+                 include_metrics: bool = True):
         self._interval = {"goodput": _positive(interval_s, "interval_s"),
                           "rolling": float(interval_s)}
         self._interval["step_deviation"] = _positive(
@@ -132,6 +146,9 @@ class Monitor:
         self._recorder = recorder
         self._runners = [Runner(e, self._report) for e in exporters]
         self._exported = np.empty(0, np.int64)  # steps whose deviation was handed out
+        self._extras = Extras(slice_efficiency=include_slice_efficiency,
+                              program_goodput=include_program_goodput, metrics=include_metrics,
+                              on_error=self._report)
         self._cycle_lock = threading.Lock()
         self._state_lock = threading.Lock()
         self._stats_lock = threading.Lock()
@@ -295,34 +312,17 @@ class Monitor:
             windows = self.rolling_windows
             if "rolling" in parts and windows:
                 rolling = dict(zip(windows, calc.rolling(windows, now)))
+            extras = self._extras.compute(calc, parts, now, cumulative,
+                                          windows if "rolling" in parts else ())
             stats, new = None, []
             if "step_deviation" in parts:
                 stats = calc.step_stats(self._ideal)
-                new = self._new_deviations(stats)
+                new, self._exported = fresh_deviations(stats, self._exported)
         except Exception as exc:  # noqa: BLE001 - queries should not raise; never end the loop
             self._report("calculator", exc)
             return None
         return MonitorSnapshot(self.run, float(now), cumulative, rolling, stats, new,
-                               self._dropped(), final)
-
-    def _new_deviations(self, stats: Any) -> List[Tuple[int, float]]:
-        """Deviations of steps not handed out before (marks them handed out)."""
-        steps = np.asarray(stats.steps, np.int64)
-        dev = np.asarray(stats.deviations, np.float64)
-        if not len(dev):  # no ideal step time yet: nothing to write
-            return []
-        done = self._exported
-        if len(done):
-            idx = np.minimum(np.searchsorted(done, steps), len(done) - 1)
-            mask = done[idx] != steps
-        else:
-            mask = np.ones(len(steps), bool)
-        fresh = steps[mask]
-        if len(fresh):
-            # steps usually only grow: append instead of re-sorting the whole history
-            self._exported = (np.concatenate((done, fresh)) if not len(done) or fresh[0] > done[-1]
-                              else np.union1d(done, fresh))
-        return list(zip(fresh.tolist(), dev[mask].tolist()))
+                               self._dropped(), final, **extras)
 
     def _dropped(self) -> Optional[int]:
         if self._recorder is None:
@@ -336,18 +336,14 @@ class Monitor:
         """Hands ``snapshot`` to every free exporter; waits for them until ``deadline``."""
         pending = []
         for runner in self._runners:
-            snap = snapshot
-            if runner.carry and snapshot.step_stats is not None:
-                snap = dataclasses.replace(
-                    snapshot, new_step_deviations=runner.carry + snapshot.new_step_deviations)
+            snap = with_carry(runner, snapshot)
             done = runner.submit(lambda e=runner.exporter, s=snap: e.export(s))
             if done is None:
                 self._report(f"exporter {runner.name}", "busy")
-                # keep what it missed: deviations are written only once per step
-                runner.carry = (runner.carry + snapshot.new_step_deviations)[-_MAX_CARRY:]
+                # keep what it missed: deviations and metric points are written once
+                keep_carry(runner, snapshot)
             else:
-                if snapshot.step_stats is not None:  # the carry went out with it
-                    runner.carry = []
+                clear_carry(runner, snap)
                 pending.append((runner, done))
         complete = len(pending) == len(self._runners)
         for runner, done in pending:

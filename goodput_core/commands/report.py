@@ -1,4 +1,5 @@
-"""``goodput report RUN``: goodput, every badput bucket, steps and step times.
+"""``goodput report RUN``: goodput, every badput bucket, steps and step times,
+program goodput (MFU), slice efficiency and the latest model metrics.
 
 Usage::
 
@@ -48,6 +49,24 @@ key                            value
                                deviation_aggregate_seconds}`` over the whole
                                run (not windowed)
 ``skipped``                    ``{reason: count}`` of unusable inputs
+``program_goodput``            null unless the run metadata gives flops per
+                               step, a peak FLOP/s (``peak_flops_per_device``
+                               or a known ``device_kind``) and ``num_devices``
+                               and a step was productive; else ``{mfu,
+                               runtime_goodput, ml_productivity_goodput,
+                               steps_per_second, productive_steps,
+                               productive_seconds, flops_per_step,
+                               peak_flops_per_device, num_devices}``, the
+                               three goodputs as fractions (0-1), over the
+                               whole run (not windowed, no exclusions)
+``slice_efficiency``           null unless the run recorded elastic slice
+                               counts in force during the window; else
+                               ``{stepping, available, seconds}``, time-weighted
+                               fractions over the window (``--exclude`` is
+                               not applied)
+``metrics``                    ``{name: {step, time, time_iso, value}}``: the
+                               latest point of each recorded model metric
+                               (``step`` null when recorded without one)
 =============================  ==============================================
 
 Numbers mean what ``shared/spec/semantics.md`` says; seconds satisfy
@@ -65,6 +84,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from goodput_core.buckets import BadputType
 from goodput_core.cli import CliError
 from goodput_core.commands.common import add_store_argument
+from goodput_core.elastic import reportable
 from goodput_core.step_stats import percentile
 from goodput_core.timespec import (
     TimeSpecError,
@@ -180,7 +200,38 @@ def build_report(calc, result, stats, *, store_url: str, window_spec: Optional[s
         },
         "skipped": dict(sorted(result.skipped.items())),
     }
+    report.update(_diagnostics(calc, result, has_life))
     return _finite(report)
+
+
+def _diagnostics(calc, result, has_life: bool) -> Dict[str, Any]:
+    """The program goodput, slice efficiency and metrics keys of the report."""
+    now = result.query_time
+    prog = calc.program_goodput(now) if has_life else None
+    eff = calc.slice_efficiency(*result.window, now=now) if has_life else None
+    metrics: Dict[str, Any] = {}
+    for name, series in sorted(calc.metrics_since(-1)[0].items()):
+        step, t, value = (series.steps[-1].item(), series.times[-1].item(),
+                          series.values[-1].item())  # time order: the last is the latest
+        metrics[name] = {"step": step if step >= 0 else None, "time": t,
+                         "time_iso": format_time(t), "value": value}
+    return {
+        "program_goodput": None if prog is None else {
+            "mfu": prog.mfu,
+            "runtime_goodput": prog.runtime_goodput,
+            "ml_productivity_goodput": prog.ml_productivity_goodput,
+            "steps_per_second": prog.steps_per_second,
+            "productive_steps": prog.productive_steps,
+            "productive_seconds": prog.productive_seconds,
+            "flops_per_step": prog.flops_per_step,
+            "peak_flops_per_device": prog.peak_flops_per_device,
+            "num_devices": prog.num_devices,
+        },
+        "slice_efficiency": {"stepping": eff.stepping, "available": eff.available,
+                             "seconds": eff.seconds}
+        if reportable(eff, calc.slice_counts()) else None,
+        "metrics": metrics,
+    }
 
 
 # ------------------------------------------------------------------ table
@@ -241,11 +292,45 @@ def format_table(rep: Dict[str, Any]) -> str:
     out.append(f"  median step time         {_secs(st['median_seconds'])}")
     out.append(f"  p90 step time            {_secs(st['p90_seconds'])}")
     out.append(f"  deviation (aggregate)    {_secs(st['deviation_aggregate_seconds'])}")
+    out.extend(_diagnostics_table(rep))
     skipped = rep["skipped"]
     out.append("Skipped inputs" + ("" if skipped else ": none"))
     for reason, n in skipped.items():
         out.append(f"  {reason:<24} {n}")
     return "\n".join(out)
+
+
+def _pct(fraction: float) -> str:
+    return f"{100 * fraction:.2f} %"
+
+
+def _diagnostics_table(rep: Dict[str, Any]) -> List[str]:
+    """Table lines for program goodput, slice efficiency and metrics (when present)."""
+    out: List[str] = []
+    prog = rep.get("program_goodput")
+    if prog is not None:
+        out.append("Program goodput (whole run)")
+        out.append(f"  runtime goodput          {_pct(prog['runtime_goodput'])}")
+        out.append(f"  program goodput (MFU)    {_pct(prog['mfu'])}")
+        out.append(f"  ML productivity goodput  {_pct(prog['ml_productivity_goodput'])}"
+                   "   (runtime x program)")
+        out.append(f"  productive steps         {prog['productive_steps']} in "
+                   f"{_secs(prog['productive_seconds'])} ({prog['steps_per_second']:.4g} steps/s)")
+        out.append(f"  FLOPs per step           {prog['flops_per_step']:.4g} on "
+                   f"{prog['num_devices']} devices of {prog['peak_flops_per_device']:.4g} "
+                   "FLOP/s peak")
+    eff = rep.get("slice_efficiency")
+    if eff is not None:
+        out.append("Slice efficiency (time-weighted, over the window)")
+        out.append(f"  stepping                 {_pct(eff['stepping'])}")
+        out.append(f"  available                {_pct(eff['available'])}")
+    metrics = rep.get("metrics") or {}
+    if metrics:
+        out.append("Metrics (latest)")
+        for name, m in metrics.items():
+            where = f"step {m['step']}" if m["step"] is not None else m["time_iso"]
+            out.append(f"  {name:<24} {m['value']:.6g}   ({where})")
+    return out
 
 
 def run(args) -> int:

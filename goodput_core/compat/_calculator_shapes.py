@@ -20,12 +20,11 @@ Shapes (docs/reference-notes.md, "Return shapes"):
 from __future__ import annotations
 
 import datetime as _dt
-import math
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Optional, Tuple, Union
 
 from goodput_core.buckets import BASE_BADPUT, ELASTIC_BADPUT, BadputType
 from goodput_core.compat.goodput_utils import GoodputType, IntervalMetricType, MetricType
-from goodput_core.events import EventRecord, Kind, from_payload, to_timestamp
+from goodput_core.events import to_timestamp
 from goodput_core.results import GoodputResult
 from goodput_core.stores import open_store
 
@@ -37,16 +36,11 @@ __all__ = [
     "empty_details",
     "interval_details",
     "job_details",
-    "slice_efficiency",
-    "SliceRecord",
 ]
 
 Breakdown = Dict[BadputType, Union[float, Dict[str, float]]]
-#: (time, active/stepping slices, available slices, total slices)
-SliceRecord = Tuple[float, float, float, float]
 
 _CUSTOM = BadputType.CUSTOM_BADPUT_EVENTS
-_SLICE_KEY = "elastic_slice_counts_timestamp"
 _UTC = _dt.timezone.utc
 
 
@@ -145,47 +139,6 @@ def as_seconds(value: Any, name: str) -> float:
     return to_timestamp(value)
 
 
-# ------------------------------------------------------- slice efficiency
-def slice_record(event: EventRecord) -> Optional[SliceRecord]:
-    """The slice counts of an ``ELASTIC_SLICE_COUNTS`` event, else None."""
-    if event.kind != Kind.ELASTIC_SLICE_COUNTS or not event.extra:
-        return None
-    x = event.extra
-    try:
-        return (float(event.time), float(x["active_slices"]), float(x["available_slices"]),
-                max(float(x["total_slices"]), 1.0))
-    except (KeyError, TypeError, ValueError):
-        return None
-
-
-def slice_efficiency(records: Sequence[SliceRecord], a: float, b: float
-                     ) -> Optional[Tuple[float, float]]:
-    """Time-weighted (stepping, available) slice efficiency over ``[a, b]``.
-
-    Each record's fractions hold from its time to the next record's. Unlike
-    the reference's interval query, the record in force when the window opens
-    counts even if it was written before the window (we keep the history);
-    time before the first record counts as 0, as in the reference.
-
-    Args:
-      records: slice records sorted by time.
-      a, b: the window.
-
-    Returns:
-      (stepping, available) in [0, 1], or None without records or an empty window.
-    """
-    if not records or not (b > a):
-        return None
-    stepping = available = 0.0
-    for i, (t, act, avail, total) in enumerate(records):
-        nxt = records[i + 1][0] if i + 1 < len(records) else math.inf
-        lo, hi = max(t, a), min(nxt, b)
-        if hi > lo:
-            stepping += act / total * (hi - lo)
-            available += avail / total * (hi - lo)
-    return stepping / (b - a), available / (b - a)
-
-
 # ----------------------------------------------------------------- feeds
 class StoreFeed:
     """Reads one run of a store incrementally (the store's own cursor).
@@ -200,9 +153,8 @@ class StoreFeed:
         self.store = open_store(store)
         self._cursor = None
 
-    def pull(self, calc, query_time: float) -> List[EventRecord]:  # noqa: ARG002
-        """Adds the events new since the last pull to ``calc``; returns them
-        (callers look for the slice counts, which the engine's timeline ignores).
+    def pull(self, calc, query_time: float) -> int:  # noqa: ARG002
+        """Adds the events new since the last pull to ``calc``; returns how many.
 
         ``query_time`` is unused: a store holds no events from the future
         that a reader must hide (those are clipped by the query's ``now``).
@@ -210,7 +162,7 @@ class StoreFeed:
         events, self._cursor = self.store.read(self.run, since=self._cursor)
         if events:
             calc.add(events)
-        return events
+        return len(events)
 
 
 class CloudLoggerFeed:
@@ -233,29 +185,24 @@ class CloudLoggerFeed:
         self.cloud_logger = cloud_logger
         self._last: Optional[Tuple[Any, Any]] = None
 
-    def pull(self, calc, query_time: float) -> List[EventRecord]:
-        """Adds the entries new since the last pull to ``calc``; returns the
-        slice-count events among them (the engine's timeline ignores those)."""
+    def pull(self, calc, query_time: float) -> int:
+        """Adds the entries new since the last pull to ``calc``; returns how
+        many were read (slice counts among them feed the calculator's
+        slice efficiency like every other event)."""
         end = _dt.datetime.fromtimestamp(query_time, _UTC)
         if self._last is None:
             payloads, info = self.cloud_logger.read_cloud_logging_entries(end_time=end)
         else:
             last_ts = self._last[0]
             if _not_after(end, last_ts):
-                return []
+                return 0
             payloads, info = self.cloud_logger.read_cloud_logging_entries(
                 start_time=last_ts, end_time=end, last_entry_info=self._last)
         if info and info[0] is not None:
             self._last = (info[0], info[1])
         payloads = list(payloads or ())
         calc.add_payloads(payloads)
-        slices = []
-        for p in payloads:
-            if isinstance(p, dict) and _SLICE_KEY in p:
-                rec = from_payload(p, run=self.run)
-                if isinstance(rec, EventRecord):
-                    slices.append(rec)
-        return slices
+        return len(payloads)
 
 
 def _not_after(end: _dt.datetime, last_ts: Any) -> bool:
@@ -264,8 +211,3 @@ def _not_after(end: _dt.datetime, last_ts: Any) -> bool:
         return end.timestamp() <= to_timestamp(last_ts)
     except (TypeError, ValueError):
         return False
-
-
-def sorted_slices(records: Iterable[SliceRecord]) -> List[SliceRecord]:
-    """Slice records by time (stable: arrival order breaks ties)."""
-    return sorted(records, key=lambda r: r[0])

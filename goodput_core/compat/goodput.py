@@ -19,7 +19,7 @@ import logging
 import math
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 from goodput_core import events as _events
 from goodput_core.calculator import Calculator
@@ -155,7 +155,6 @@ class GoodputCalculator:
         self._feed = (_shapes.CloudLoggerFeed(job_name, cloud_logger) if cloud_logger is not None
                       else _shapes.StoreFeed(job_name, store))
         self._lock = threading.RLock()
-        self._slices: List[_shapes.SliceRecord] = []
         # What get_job_goodput_details reports: the last cumulative result and
         # the last step statistics, each cached by the call that made it, as
         # the reference's GoodputCache does.
@@ -167,10 +166,7 @@ class GoodputCalculator:
     def _pull(self) -> float:
         """Reads what is new; returns the query time (the clock, read once)."""
         now = float(self._clock())
-        for event in self._feed.pull(self._calc, now):
-            rec = _shapes.slice_record(event)
-            if rec is not None:
-                self._slices.append(rec)
+        self._feed.pull(self._calc, now)
         return now
 
     def sync_to_gcs(self) -> None:

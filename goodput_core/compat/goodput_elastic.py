@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any, Dict
 
-from goodput_core.compat import _calculator_shapes as _shapes
 from goodput_core.compat.goodput import GoodputCalculator, GoodputRecorder
+from goodput_core.elastic import reportable
 from goodput_core.results import GoodputResult
 
 __all__ = ["ElasticGoodputCalculator", "ElasticGoodputRecorder", "GoodputCalculator",
@@ -47,11 +47,14 @@ class ElasticGoodputCalculator(GoodputCalculator):
 
     The details add ``stepping_slice_efficiency`` and
     ``available_slice_efficiency`` (time-weighted fractions of the total
-    slices, from the recorded slice counts) when slice counts were recorded:
-    over the job's lifetime for :meth:`get_job_goodput_details`, over the
-    window clipped to the lifetime for :meth:`get_interval_metric_details`.
-    Unlike the reference's interval query, the slice count in force when
-    the window opens counts even if it was recorded before the window.
+    slices, from the recorded slice counts) when a slice count was in force
+    during the window: over the job's lifetime for
+    :meth:`get_job_goodput_details`, over the window clipped to the lifetime
+    for :meth:`get_interval_metric_details`. They are the engine's
+    (:meth:`goodput_core.calculator.Calculator.slice_efficiency`): unlike the
+    reference's interval query, the slice count in force when the window
+    opens counts even if it was recorded before the window, and idle time
+    between attempts is left out, as it is of total time.
     """
 
     _elastic = True
@@ -72,9 +75,7 @@ class ElasticGoodputCalculator(GoodputCalculator):
 
     def _add_efficiency(self, details: Dict[str, Any], result: GoodputResult) -> None:
         a, b = result.window
-        records = _shapes.sorted_slices(self._slices)
-        if not any(r[0] < b for r in records):
-            return  # no slice count in force during the window: keys left out
-        eff = _shapes.slice_efficiency(records, a, b)
-        if eff is not None:
-            details[_STEPPING], details[_AVAILABLE] = eff
+        # result.window is already clipped to the lifetime at the result's query time
+        eff = self._calc.slice_efficiency(a, b, now=result.query_time)
+        if reportable(eff, self._calc.slice_counts()):  # else the keys are left out
+            details[_STEPPING], details[_AVAILABLE] = eff.stepping, eff.available

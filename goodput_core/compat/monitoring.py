@@ -13,7 +13,10 @@ How it differs from the reference:
   shared calculator; each uploader is a *part* of its cycles, on its own
   interval (``upload_interval``, ``step_deviation_interval_seconds``).
 * ``step_deviation`` is written once per step, not rewritten every cycle.
-* Rolling windows are also written to TensorBoard (``goodput/rolling_<N>s``).
+* Rolling windows are also written to TensorBoard (``goodput/rolling_<N>s``),
+  and so are program goodput and model metrics when the run has them
+  (``goodput/program_goodput``, ``goodput/ml_productivity_goodput``,
+  ``metrics/<name>``; see :mod:`goodput_core.exporters.tensorboard`).
 * Events are read from our store (``store=``: URL, path or Store; default
   the embedded one), not from Cloud Logging unless the store is one.
 * ``gcp_options`` defaults to None (a fresh ``GCPOptions()`` each time; the
@@ -131,6 +134,10 @@ class GoodputMonitor:
       ValueError: a bad interval or Prometheus port.
     """
 
+    # Slice efficiency is published by the elastic monitor only, when asked
+    # (the reference's plain monitor has no such metric).
+    _include_slice_efficiency = False
+
     def __init__(
         self,
         job_name: str,
@@ -214,7 +221,8 @@ class GoodputMonitor:
             include_goodput=False, include_step_deviation=False,
             configured_ideal_step_time=self._ideal, clock=self._clock, wait=self._wait,
             final_flush_timeout_s=self._final_flush_timeout_seconds,
-            skip_final_flush=self._skip_final_flush)
+            skip_final_flush=self._skip_final_flush,
+            include_slice_efficiency=self._include_slice_efficiency)
 
     def _gcm_failure(self) -> None:
         self._gcm_failed = True

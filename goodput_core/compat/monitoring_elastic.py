@@ -6,23 +6,33 @@ calculator reports the elastic badput buckets (``ELASTIC_SLICE_DOWN``,
 recorded elastic events, so the TensorBoard ``badput/elastic_*`` scalars and
 the Cloud Monitoring series come from the same monitor as for other runs.
 
-Not implemented yet: ``include_slice_efficiency`` is accepted, but the
-``stepping_slice_efficiency`` / ``available_slice_efficiency`` metrics are
-not computed or sent (a message says so once).
+``include_slice_efficiency=True`` publishes the time-weighted stepping and
+available slice efficiency (:mod:`goodput_core.elastic`) of runs with slice
+counts:
+
+* Cloud Monitoring, as the reference: ``stepping_slice_efficiency`` and
+  ``available_slice_efficiency`` (fractions), cumulative with the goodput
+  uploader (``window_type="CUMULATIVE"``, ``rolling_window_size="0"``) and
+  per window with the rolling uploader (``window_type="INTERVAL"``,
+  ``rolling_window_size="<N>"``);
+* TensorBoard (ours; the reference writes none): ``elastic/stepping_slice_efficiency``,
+  ``elastic/available_slice_efficiency`` and ``elastic/rolling_<N>s/...``,
+  in percent;
+* Prometheus, when enabled: ``goodput_slice_efficiency{kind, window}``.
+
+A window in which no slice count was in force yet is left out, as the
+reference leaves out its keys.
 """
 
 from __future__ import annotations
 
 import datetime
-import logging
 from typing import Any, Optional
 
 from goodput_core.compat import goodput_utils
 from goodput_core.compat import monitoring
 
 __all__ = ["ElasticGoodputMonitor", "GCPOptions"]
-
-logger = logging.getLogger(__name__)
 
 GCPOptions = goodput_utils.GCPOptions
 
@@ -31,7 +41,8 @@ class ElasticGoodputMonitor(monitoring.GoodputMonitor):
     """GoodputMonitor for elastic training jobs (always Pathways, as the reference).
 
     Args:
-      include_slice_efficiency: accepted; slice efficiency is not computed yet.
+      include_slice_efficiency: publish stepping and available slice
+        efficiency (see the module docstring).
       The others: as :class:`~goodput_core.compat.monitoring.GoodputMonitor`
       (no ``pathway_enabled``: the reference fixes it to True).
     """
@@ -57,6 +68,8 @@ class ElasticGoodputMonitor(monitoring.GoodputMonitor):
         max_logs_retention_period: Optional[datetime.timedelta] = None,
         **kwargs: Any,
     ):
+        # read by GoodputMonitor when it builds its engine monitor
+        self._include_slice_efficiency = bool(include_slice_efficiency)
         super().__init__(
             job_name=job_name,
             logger_name=logger_name,
@@ -76,7 +89,4 @@ class ElasticGoodputMonitor(monitoring.GoodputMonitor):
             max_logs_retention_period=max_logs_retention_period,
             **kwargs,
         )
-        self.include_slice_efficiency = bool(include_slice_efficiency)
-        if self._initialized and self.include_slice_efficiency:
-            logger.warning("ElasticGoodputMonitor: slice efficiency metrics are not "
-                           "implemented yet; include_slice_efficiency is ignored.")
+        self.include_slice_efficiency = self._include_slice_efficiency

@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
+from goodput_core.diagnostics import MetricPoint
+from goodput_core.elastic import SliceEfficiency
+from goodput_core.program_goodput import ProgramGoodput
 from goodput_core.results import GoodputResult
 from goodput_core.step_stats import StepStats
 
@@ -32,6 +35,16 @@ class MonitorSnapshot:
         exported before (exporters write only these, never the whole history).
       recorder_dropped: events the local recorder dropped (queue full), if known.
       final: True for the last cycle, run by ``stop()``.
+      slice_efficiency: cumulative stepping/available slice efficiency
+        (None: off, or no slice count in force yet; with the cumulative result).
+      rolling_slice_efficiency: the same per rolling window (windows without
+        a slice count in force are left out).
+      program_goodput: MFU and ML productivity goodput (None: off, or the
+        metadata lacks flops per step, peak FLOP/s or the device count).
+      metrics: the latest point of every model metric seen so far.
+      new_metric_points: ``{name: [MetricPoint, ...]}`` that arrived since the
+        last cycle, in time order (exporters that write series, like
+        TensorBoard, write only these).
     """
 
     run: str
@@ -42,6 +55,11 @@ class MonitorSnapshot:
     new_step_deviations: List[Tuple[int, float]] = field(default_factory=list)
     recorder_dropped: Optional[int] = None
     final: bool = False
+    slice_efficiency: Optional[SliceEfficiency] = None
+    rolling_slice_efficiency: Dict[Any, SliceEfficiency] = field(default_factory=dict)
+    program_goodput: Optional[ProgramGoodput] = None
+    metrics: Dict[str, MetricPoint] = field(default_factory=dict)
+    new_metric_points: Dict[str, List[MetricPoint]] = field(default_factory=dict)
 
 
 class Exporter(abc.ABC):

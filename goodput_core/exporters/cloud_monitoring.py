@@ -24,6 +24,18 @@ these deliberate differences:
   rolling window with zero total time), where the reference sends zeros or
   skips inconsistently; no ``ideal step time = 0.0`` point without steps.
 
+Elastic runs: ``stepping_slice_efficiency`` and ``available_slice_efficiency``
+(fractions) come from the snapshot's slice efficiencies, with the
+reference's labels: ``accelerator_type``, ``window_type="CUMULATIVE"`` and
+``rolling_window_size="0"`` for the cumulative value (with the goodput
+series), ``window_type="INTERVAL"`` and ``rolling_window_size="<N>"`` per
+rolling window (with the rolling series). The monitor computes them only
+when asked (``include_slice_efficiency``; the compat
+``ElasticGoodputMonitor(include_slice_efficiency=True)``), as the reference
+sends them only then. Program goodput, ML productivity goodput and model
+metrics have no ``compute.googleapis.com/workload/*`` type and are not sent
+(TensorBoard and Prometheus publish them).
+
 Error contract: :meth:`~CloudMonitoringExporter.export` does NOT raise for
 failures of the service, the transport or the credentials. Each is logged
 once per kind (gRPC status name, or the exception class) with the server's
@@ -140,6 +152,7 @@ def build_series(snapshot: MonitorSnapshot, options: Any, *, include_badput_brea
         add("max_productive_steps", cum.max_productive_step, True, accelerator_type=acc)
         add("total_elapsed_time", cum.total_seconds, accelerator_type=acc,
             window_type="cumulative")
+        _efficiency(add, snapshot.slice_efficiency, acc, "CUMULATIVE", "0")
     stats = snapshot.step_stats
     if include_step_deviation and options.enable_gcp_step_deviation_metrics and stats is not None:
         if len(stats.deviations):
@@ -157,7 +170,21 @@ def build_series(snapshot: MonitorSnapshot, options: Any, *, include_badput_brea
                 for source, pct in _badput_items(res, percent=True):
                     add("interval_badput", pct, badput_source=source, accelerator_type=acc,
                         rolling_window_size=window)
+            _efficiency(add, snapshot.rolling_slice_efficiency.get(size), acc, "INTERVAL",
+                        window)
     return list(out.values())
+
+
+def _efficiency(add: Callable[..., None], eff: Any, acc: str, window_type: str,
+                window_size: str) -> None:
+    """The two slice-efficiency series of one window (the reference's labels:
+    upper-case ``window_type`` values, unlike ``disruptions``' "cumulative")."""
+    if eff is None:
+        return
+    for metric, value in (("stepping_slice_efficiency", eff.stepping),
+                          ("available_slice_efficiency", eff.available)):
+        add(metric, value, accelerator_type=acc, window_type=window_type,
+            rolling_window_size=window_size)
 
 
 def _describe(exc: BaseException) -> Tuple[str, str]:

@@ -5,6 +5,9 @@ Example::
     goodput run=demo goodput=35.84% productive=30.0s total=83.7s disruptions=1
     max_step=29 badput=INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION:23.9%,...
     rolling=60s:25.45%,3600s:35.84% ideal_step=1.000s new_deviations=29
+
+plus ``mfu=... ml_productivity=...`` and ``slice_efficiency=stepping:...,available:...``
+when the snapshot has them.
 """
 
 from __future__ import annotations
@@ -48,6 +51,13 @@ def format_snapshot(snap: MonitorSnapshot) -> str:
                       if v > 0 and k is not BadputType.DATA_LOADING_ASYNC), reverse=True)[:_TOP]
         if top:
             parts.append("badput=" + ",".join(f"{name}:{v:.1f}%" for v, name in top))
+    prog, eff = snap.program_goodput, snap.slice_efficiency
+    if prog is not None:
+        parts.append(f"mfu={100 * prog.mfu:.2f}% "
+                     f"ml_productivity={100 * prog.ml_productivity_goodput:.2f}%")
+    if eff is not None:
+        parts.append(f"slice_efficiency=stepping:{100 * eff.stepping:.1f}%,"
+                     f"available:{100 * eff.available:.1f}%")
     if snap.rolling:
         parts.append("rolling=" + ",".join(f"{_window(k)}:{w.goodput:.2f}%"
                                            for k, w in sorted(snap.rolling.items())))

@@ -17,6 +17,12 @@ Metrics (all labelled by ``run``), from the latest snapshot of each run:
 ``goodput_ideal_step_time_seconds``        the ideal step time
 ``goodput_window_ratio{window}``           rolling-window goodput, 0-1, window "<N>s"
 ``goodput_recorder_dropped_events_total``  events the local recorder dropped (counter)
+``goodput_slice_efficiency{kind,window}``  slice efficiency, 0-1: kind ``stepping`` or
+                                           ``available``, window ``cumulative`` or
+                                           "<N>s" (runs with slice counts)
+``goodput_program_ratio``                  program goodput (MFU), 0-1
+``goodput_ml_productivity_ratio``          runtime goodput × program goodput, 0-1
+``goodput_metric{name}``                   the latest value of each model metric
 =========================================  ==========================================
 
 The metrics live on a private ``CollectorRegistry`` (never the global one,
@@ -56,6 +62,9 @@ class _RunState:
         self.quantiles: Dict[float, float] = {}
         self.ideal: Optional[float] = None
         self.dropped: Optional[int] = None
+        self.efficiency: Dict[str, Any] = {}  # "cumulative" / "<N>s" -> SliceEfficiency
+        self.program: Any = None
+        self.metrics: Dict[str, float] = {}
 
 
 class _SnapshotCollector:
@@ -82,6 +91,7 @@ class _SnapshotCollector:
                 state.quantiles, state.ideal = quantiles, stats.ideal_step_time
             if snap.recorder_dropped is not None:
                 state.dropped = snap.recorder_dropped
+            _update_extras(state, snap)
 
     def collect(self) -> Iterator[Any]:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -100,6 +110,13 @@ class _SnapshotCollector:
                        ("quantile",)),
             "ideal": gauge("goodput_ideal_step_time_seconds", "Ideal step time in seconds."),
             "win": gauge("goodput_window_ratio", "Rolling-window goodput (0-1).", ("window",)),
+            "eff": gauge("goodput_slice_efficiency", "Slice efficiency (0-1) by kind "
+                         "(stepping, available) and window.", ("kind", "window")),
+            "prog": gauge("goodput_program_ratio", "Program goodput: model FLOPs "
+                          "utilisation during productive time (0-1)."),
+            "mlp": gauge("goodput_ml_productivity_ratio",
+                         "ML productivity goodput: runtime x program goodput (0-1)."),
+            "metric": gauge("goodput_metric", "Latest value of a model metric.", ("name",)),
             "drop": CounterMetricFamily("goodput_recorder_dropped_events",
                                         "Events the local recorder dropped (queue full).",
                                         labels=("run",)),
@@ -127,7 +144,37 @@ class _SnapshotCollector:
                 fams["win"].add_metric([run, _window_label(size)], window.goodput / 100.0)
             if s.dropped is not None:
                 fams["drop"].add_metric([run], s.dropped)
+            for window, eff in s.efficiency.items():
+                fams["eff"].add_metric([run, "stepping", window], eff.stepping)
+                fams["eff"].add_metric([run, "available", window], eff.available)
+            if s.program is not None:
+                fams["prog"].add_metric([run], s.program.mfu)
+                fams["mlp"].add_metric([run], s.program.ml_productivity_goodput)
+            for name, value in sorted(s.metrics.items()):
+                fams["metric"].add_metric([run, name], value)
         yield from fams.values()
+
+
+def _update_extras(state: _RunState, snap: MonitorSnapshot) -> None:
+    """Slice efficiency, program goodput and metrics of ``snap`` (lock held).
+
+    Like the other parts, each keeps its last value until a snapshot that
+    computed it says otherwise: the cumulative figures come with the goodput
+    part (``cumulative`` set), the rolling efficiencies with the rolling part.
+    """
+    if snap.cumulative is not None:
+        eff = {k: v for k, v in state.efficiency.items() if k != "cumulative"}
+        if snap.slice_efficiency is not None:
+            eff["cumulative"] = snap.slice_efficiency
+        state.efficiency = eff
+        state.program = snap.program_goodput
+    if snap.rolling:
+        eff = {k: v for k, v in state.efficiency.items() if k == "cumulative"}
+        for size, e in sorted(snap.rolling_slice_efficiency.items()):
+            eff[_window_label(size)] = e
+        state.efficiency = eff
+    for name, point in snap.metrics.items():
+        state.metrics[name] = point.value
 
 
 class PrometheusExporter(Exporter):

@@ -11,7 +11,21 @@ including ``data_loading_async``)
 ``badput/custom_badput_events/<type lower>``   same
 ``goodput/rolling_<N>s`` (ours)                the window's largest productive step
 ``step_deviation`` (seconds)                   the step number
+``goodput/program_goodput`` (ours: MFU)        the largest productive step
+``goodput/ml_productivity_goodput`` (ours)     same
+``elastic/stepping_slice_efficiency`` (ours)   same
+``elastic/available_slice_efficiency`` (ours)  same
+``elastic/rolling_<N>s/stepping_slice_``       the window's largest productive step
+``efficiency`` and ``.../available_slice_``
+``efficiency`` (ours)
+``metrics/<name>`` (ours: model metrics,       the metric's step (0 when it was
+raw values)                                    recorded without one)
 =============================================  ==================================
+
+The reference has no program goodput, slice efficiency or metric scalars
+(it sends slice efficiency to Cloud Monitoring only); ours are in percent
+like goodput. Metric points are written once each, with their recorded
+time as the event's wall time.
 
 Differences from the reference: ``step_deviation`` is written once per step
 (only the steps new since the last cycle; the reference rewrites every step
@@ -27,12 +41,12 @@ from __future__ import annotations
 import itertools
 import os
 import time
-from typing import Any, Optional
+from typing import Any, Optional, Tuple
 
 from goodput_core.buckets import BadputType
 from goodput_core.exporters.base import Exporter, MonitorSnapshot
 
-__all__ = ["TensorBoardExporter", "SUBDIR"]
+__all__ = ["TensorBoardExporter", "SUBDIR", "efficiency_tags", "window_tag"]
 
 #: The reference writes into ``<tensorboard_dir>/goodput``.
 SUBDIR = "goodput"
@@ -42,6 +56,17 @@ def window_tag(size: Any) -> str:
     """``goodput/rolling_<N>s`` for a window of ``size`` seconds."""
     f = float(size)
     return f"goodput/rolling_{int(f) if f.is_integer() else f}s"
+
+
+def efficiency_tags(size: Any = None) -> Tuple[str, str]:
+    """(stepping, available) slice-efficiency tags: cumulative, or of a window
+    of ``size`` seconds (``elastic/rolling_<N>s/...``)."""
+    if size is None:
+        prefix = "elastic"
+    else:
+        f = float(size)
+        prefix = f"elastic/rolling_{int(f) if f.is_integer() else f}s"
+    return f"{prefix}/stepping_slice_efficiency", f"{prefix}/available_slice_efficiency"
 
 
 class _EventFile:
@@ -128,12 +153,33 @@ class TensorBoardExporter(Exporter):
                         self._scalar(f"badput/{bucket.name.lower()}", pct, step, wall)
                 for kind, pct in result.custom_badput_percent.items():
                     self._scalar(f"badput/custom_badput_events/{kind.lower()}", pct, step, wall)
+            self._extras(snapshot, step, wall)
         for size, window in sorted(snapshot.rolling.items()):
             if window.total_seconds > 0:
                 self._scalar(window_tag(size), window.goodput, window.max_productive_step, wall)
+                eff = snapshot.rolling_slice_efficiency.get(size)
+                if eff is not None:
+                    self._efficiency(efficiency_tags(size), eff, window.max_productive_step, wall)
         for step, deviation in snapshot.new_step_deviations:
             self._scalar("step_deviation", deviation, step, wall, display=False)
+        for name, points in sorted(snapshot.new_metric_points.items()):
+            for p in points:  # the metric's own step and time, not the cycle's
+                self._scalar(f"metrics/{name}", p.value, max(p.step, 0), p.time)
         self._writer.flush()
+
+    def _extras(self, snapshot: MonitorSnapshot, step: int, wall: float) -> None:
+        """Program goodput and cumulative slice efficiency (percent)."""
+        prog = snapshot.program_goodput
+        if prog is not None:
+            self._scalar("goodput/program_goodput", 100.0 * prog.mfu, step, wall)
+            self._scalar("goodput/ml_productivity_goodput",
+                         100.0 * prog.ml_productivity_goodput, step, wall)
+        if snapshot.slice_efficiency is not None:
+            self._efficiency(efficiency_tags(), snapshot.slice_efficiency, step, wall)
+
+    def _efficiency(self, tags: Tuple[str, str], eff: Any, step: int, wall: float) -> None:
+        self._scalar(tags[0], 100.0 * eff.stepping, step, wall)
+        self._scalar(tags[1], 100.0 * eff.available, step, wall)
 
     def close(self) -> None:
         """Flushes and closes the writer (when this exporter created it)."""

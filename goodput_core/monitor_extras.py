@@ -1,0 +1,205 @@
+"""What a monitor cycle computes besides runtime goodput, and what a busy
+exporter is owed.
+
+:class:`Extras` adds to each :class:`~goodput_core.exporters.base.MonitorSnapshot`:
+
+* with the ``"goodput"`` part: the cumulative slice efficiency (runs with
+  slice counts), program goodput (MFU and ML productivity goodput, when the
+  run metadata has flops per step, a peak FLOP/s and the device count) and
+  the model metrics (the points new since the last cycle, and the latest
+  point of each metric);
+* with the ``"rolling"`` part: the slice efficiency of each rolling window.
+
+Each is switched on or off by the monitor's ``include_slice_efficiency``,
+``include_program_goodput`` and ``include_metrics``. Slice efficiency is left
+out for a window in which no slice count was in force yet
+(:func:`goodput_core.elastic.reportable`).
+
+Exporters write metric points and step deviations once: each cycle hands
+out only the new ones (:func:`fresh_deviations`; the metric cursor of
+:class:`Extras`). An exporter that was still busy when a cycle was handed
+out would miss them, so
+:func:`keep_carry` keeps them on its runner and :func:`with_carry` hands
+them over with its next snapshot (bounded: the newest ``MAX_CARRY`` per
+series).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Collection, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from goodput_core.diagnostics import MetricPoint
+from goodput_core.elastic import SliceEfficiency, reportable
+from goodput_core.exporters.base import MonitorSnapshot
+
+__all__ = ["Extras", "MAX_CARRY", "clear_carry", "fresh_deviations", "keep_carry",
+           "with_carry"]
+
+#: Step deviations (and points per metric) kept for an exporter that is stuck.
+MAX_CARRY = 100_000
+
+
+class Extras:
+    """Computes the optional parts of a snapshot and tracks the metric cursor.
+
+    Args:
+      slice_efficiency: compute slice efficiencies (cumulative and rolling).
+      program_goodput: compute program goodput.
+      metrics: hand out model metric points.
+      on_error: ``on_error(source, exception)`` for an extra that failed; that
+        extra is left out of the cycle, goodput still goes out (None: raise).
+    """
+
+    def __init__(self, *, slice_efficiency: bool = True, program_goodput: bool = True,
+                 metrics: bool = True,
+                 on_error: Optional[Callable[[str, BaseException], None]] = None):
+        self.slice_efficiency = bool(slice_efficiency)
+        self.program_goodput = bool(program_goodput)
+        self.metrics = bool(metrics)
+        self._on_error = on_error
+        self._cursor = -1  # the calculator's metric arrival cursor
+        self._latest: Dict[str, MetricPoint] = {}
+
+    def compute(self, calc: Any, parts: Collection[str], now: float, cumulative: Any,
+                windows: Sequence[Any]) -> Dict[str, Any]:
+        """The snapshot fields of the enabled extras for this cycle.
+
+        Args:
+          calc: the monitor's (refreshed) Calculator.
+          parts: the parts of this cycle.
+          now: the query time.
+          cumulative: the cycle's cumulative result (None without the goodput part).
+          windows: the rolling window sizes of this cycle (empty without that part).
+
+        Returns:
+          Keyword arguments for :class:`MonitorSnapshot` (only the computed ones).
+        """
+        out: Dict[str, Any] = {}
+        goodput = "goodput" in parts
+        if self.slice_efficiency and (goodput or windows):
+            self._guard("slice efficiency", self._efficiency, out, calc, goodput, now, windows)
+        if goodput and self.program_goodput and cumulative is not None:
+            self._guard("program goodput", self._program, out, calc, now, cumulative)
+        if goodput and self.metrics:
+            # last: the cursor moves only once everything else was computed
+            self._guard("metrics", self._metrics, out, calc)
+        return out
+
+    def _guard(self, source: str, fn: Callable[..., None], *args: Any) -> None:
+        # a diagnostics bug must not cost the cycle its goodput figures
+        try:
+            fn(*args)
+        except Exception as exc:  # noqa: BLE001 - reported, the other parts go on
+            if self._on_error is None:
+                raise
+            self._on_error(source, exc)
+
+    def _efficiency(self, out: Dict[str, Any], calc: Any, goodput: bool, now: float,
+                    windows: Sequence[Any]) -> None:
+        counts = calc.slice_counts()
+        if not len(counts.times):  # most runs have none: no query at all
+            return
+        if goodput:
+            out["slice_efficiency"] = _reported(calc.slice_efficiency(now=now), counts)
+        effs = {size: _reported(calc.slice_efficiency(now - float(size), now, now), counts)
+                for size in windows}
+        out["rolling_slice_efficiency"] = {k: v for k, v in effs.items() if v is not None}
+
+    def _program(self, out: Dict[str, Any], calc: Any, now: float, cumulative: Any) -> None:
+        out["program_goodput"] = calc.program_goodput(now, result=cumulative)
+
+    def _metrics(self, out: Dict[str, Any], calc: Any) -> None:
+        out["new_metric_points"] = self._new_points(calc)
+        out["metrics"] = dict(self._latest)
+
+    def _new_points(self, calc: Any) -> Dict[str, List[MetricPoint]]:
+        series, self._cursor = calc.metrics_since(self._cursor)
+        out: Dict[str, List[MetricPoint]] = {}
+        for name, s in series.items():
+            points = [MetricPoint(int(st), float(t), float(v)) for st, t, v in
+                      zip(s.steps.tolist(), s.times.tolist(), s.values.tolist())]
+            out[name] = points
+            # a late point (earlier in time) does not replace a newer one
+            last, prev = points[-1], self._latest.get(name)
+            if prev is None or last.time >= prev.time:
+                self._latest[name] = last
+        return out
+
+
+def _reported(eff: Optional[SliceEfficiency], counts: Any) -> Optional[SliceEfficiency]:
+    return eff if reportable(eff, counts) else None
+
+
+# ------------------------------------------------ written once, and carry
+def fresh_deviations(stats: Any, done: np.ndarray
+                     ) -> Tuple[List[Tuple[int, float]], np.ndarray]:
+    """Deviations of the steps not handed out before.
+
+    Args:
+      stats: the cycle's StepStats.
+      done: the sorted steps whose deviation was handed out already.
+
+    Returns:
+      ``([(step, deviation), ...], done with those steps added)``.
+    """
+    steps = np.asarray(stats.steps, np.int64)
+    dev = np.asarray(stats.deviations, np.float64)
+    if not len(dev):  # no ideal step time yet: nothing to write
+        return [], done
+    if len(done):
+        idx = np.minimum(np.searchsorted(done, steps), len(done) - 1)
+        mask = done[idx] != steps
+    else:
+        mask = np.ones(len(steps), bool)
+    fresh = steps[mask]
+    if len(fresh):
+        # steps usually only grow: append instead of re-sorting the whole history
+        done = (np.concatenate((done, fresh)) if not len(done) or fresh[0] > done[-1]
+                else np.union1d(done, fresh))
+    return list(zip(fresh.tolist(), dev[mask].tolist())), done
+
+
+def with_carry(runner: Any, snapshot: MonitorSnapshot) -> MonitorSnapshot:
+    """The snapshot to hand to ``runner``: plus what it missed while busy.
+
+    Args:
+      runner: the exporter's :class:`~goodput_core.export_runner.Runner`.
+      snapshot: this cycle's snapshot.
+
+    Returns:
+      ``snapshot`` itself, or a copy with the carried deviations and points.
+    """
+    changes: Dict[str, Any] = {}
+    if runner.carry and snapshot.step_stats is not None:
+        changes["new_step_deviations"] = runner.carry + snapshot.new_step_deviations
+    if runner.carry_metrics:
+        changes["new_metric_points"] = _merge(runner.carry_metrics, snapshot.new_metric_points)
+    return dataclasses.replace(snapshot, **changes) if changes else snapshot
+
+
+def keep_carry(runner: Any, snapshot: MonitorSnapshot) -> None:
+    """``runner`` skipped ``snapshot`` (busy): keeps what is written only once."""
+    runner.carry = (runner.carry + snapshot.new_step_deviations)[-MAX_CARRY:]
+    if snapshot.new_metric_points:
+        runner.carry_metrics = _merge(runner.carry_metrics, snapshot.new_metric_points)
+
+
+def clear_carry(runner: Any, snapshot: MonitorSnapshot) -> None:
+    """``snapshot`` (from :func:`with_carry`) went out to ``runner``: nothing is owed."""
+    if snapshot.step_stats is not None:  # the deviations went out with it
+        runner.carry = []
+    runner.carry_metrics = {}  # always merged in, so always delivered
+
+
+def _merge(old: Dict[str, List[MetricPoint]], new: Dict[str, List[MetricPoint]]
+           ) -> Dict[str, List[MetricPoint]]:
+    out = {name: list(points) for name, points in old.items()}
+    for name, points in new.items():
+        merged = out.get(name, []) + list(points)
+        # stable by time: a late point from another host lands where it belongs
+        merged.sort(key=lambda p: p.time)
+        out[name] = merged[-MAX_CARRY:]
+    return out
