@@ -40,11 +40,12 @@ import numpy as np
 
 from goodput_core.buckets import BadputType
 from goodput_core.exporters.base import Exporter, MonitorSnapshot
+from goodput_core.settings import ORBAX_PROMETHEUS_PORT
 
 __all__ = ["PrometheusExporter", "RESERVED_PORT"]
 
 #: Orbax's metrics port: never ours.
-RESERVED_PORT = 9431
+RESERVED_PORT = ORBAX_PROMETHEUS_PORT
 _SKIPPED = (BadputType.DATA_LOADING_ASYNC, BadputType.CUSTOM_BADPUT_EVENTS)
 
 

@@ -36,9 +36,10 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import os
 from typing import Any, Dict, Iterable, Optional, Sequence, Tuple
+
+from goodput_core import settings
 
 __all__ = ["AXLEARN_KEYS", "OUR_KEYS", "RecorderSpec", "parse_spec", "spec_items"]
 
@@ -53,10 +54,7 @@ OUR_KEYS = ("store", "prometheus_port", "include_step_deviation", "step_deviatio
             "enable_gcp_step_deviation_metrics", "end_job_on_crash", "per_host",
             "eager_monitoring")
 
-_TRUE = {"true", "1", "yes", "y", "on"}
-_FALSE = {"false", "0", "no", "n", "off"}
 _STORE_SCHEMES = ("sqlite", "memory", "cloud-logging")
-_ORBAX_PORT = 9431
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,56 +101,28 @@ def _bad(key: str, value: Any, expected: str) -> ValueError:
     return ValueError(f"--recorder_spec={key}={value}: expected {expected}")
 
 
+def _name(key: str) -> str:
+    return f"--recorder_spec={key}"
+
+
 def _bool(key: str, value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in _TRUE | _FALSE:
-        return text in _TRUE
-    raise _bad(key, value, "true or false")
+    return settings.parse_bool(value, _name(key))
 
 
-def _int(key: str, value: Any, *, minimum: int = 1) -> int:
-    try:
-        if isinstance(value, bool):
-            raise ValueError
-        number = int(str(value).strip()) if not isinstance(value, int) else value
-    except (TypeError, ValueError):
-        raise _bad(key, value, f"an integer >= {minimum}") from None
-    if number < minimum:
-        raise _bad(key, value, f"an integer >= {minimum}")
-    return number
+def _int(key: str, value: Any) -> int:
+    return settings.parse_positive_int(value, _name(key))
 
 
 def _windows(key: str, value: Any) -> Tuple[int, ...]:
-    items = str(value).split(",") if isinstance(value, str) else list(value)
-    out = []
-    for item in items:
-        if isinstance(item, str) and not item.strip():
-            continue
-        size = _int(key, item)
-        if size not in out:
-            out.append(size)
-    return tuple(out)
+    return settings.parse_window_sizes(value, _name(key))
 
 
 def _port(key: str, value: Any) -> Optional[int]:
-    if str(value).strip().lower() in ("", "none", "off"):
-        return None
-    port = _int(key, value, minimum=0)
-    if port > 65535 or port == _ORBAX_PORT:
-        raise _bad(key, value, "a port in 0..65535 other than 9431 (Orbax's)")
-    return port
+    return settings.parse_port(value, _name(key))
 
 
 def _seconds(key: str, value: Any) -> Optional[float]:
-    try:
-        seconds = float(value)
-    except (TypeError, ValueError):
-        raise _bad(key, value, "seconds") from None
-    if not (seconds > 0 and math.isfinite(seconds)):
-        raise _bad(key, value, "positive seconds")
-    return seconds
+    return settings.parse_seconds(value, _name(key))
 
 
 def _store(key: str, value: Any) -> str:

@@ -39,10 +39,10 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
-import numbers
 import os
 from typing import Any, Callable, Mapping, Optional, Tuple
+
+from goodput_core import settings
 
 __all__ = ["MaxTextGoodputSettings", "read_settings", "parse_bool", "parse_windows"]
 
@@ -65,103 +65,34 @@ MAXTEXT_DEFAULTS = {
     "report_performance_metric_for_gcp_monitoring": False,
 }
 
-_TRUE = {"true", "1", "yes", "y", "on"}
-_FALSE = {"false", "0", "no", "n", "off", ""}
-_ORBAX_PORT = 9431  # Orbax's Prometheus port: never ours
+
+
+def _flag(name: str) -> str:
+    return f"goodput flag {name}"
 
 
 def parse_bool(value: Any, name: str) -> bool:
-    """A flag value as a bool (``true``/``false``/``1``/``0``/``yes``/``no``...).
-
-    Raises:
-      ValueError: anything else, naming the flag.
-    """
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, int) and value in (0, 1):
-        return bool(value)
-    if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
-        return value.strip().lower() in _TRUE
-    raise ValueError(f"goodput flag {name}={value!r}: expected true or false")
+    """A boolean flag (an empty value is false, as in MaxText's YAML)."""
+    return settings.parse_bool(value, _flag(name), blank=False)
 
 
 def _positive_int(value: Any, name: str) -> int:
-    number = None
-    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
-        number = int(value)
-    elif isinstance(value, float) and value.is_integer():
-        number = int(value)
-    elif isinstance(value, str):
-        try:
-            number = int(value.strip())
-        except ValueError:
-            number = None
-    if number is None or number <= 0:
-        raise ValueError(f"goodput flag {name}={value!r}: expected a positive integer "
-                         "(seconds)")
-    return number
+    return settings.parse_positive_int(value, _flag(name))
 
 
 def parse_windows(value: Any, name: str) -> Tuple[int, ...]:
-    """Rolling window sizes: ``"3600,86400"``, a list of ints, or empty/None.
-
-    Raises:
-      ValueError: a size that is not a positive integer number of seconds.
-    """
-    if value is None:
-        return ()
-    items = value.split(",") if isinstance(value, str) else list(value)
-    out = []
-    for item in items:
-        if isinstance(item, str):
-            item = item.strip()
-            if not item:
-                continue
-        size = _positive_int(item, name)
-        if size not in out:
-            out.append(size)
-    return tuple(out)
+    """Rolling window sizes: ``"3600,86400"``, a list of ints, or empty/None."""
+    return settings.parse_window_sizes(value, _flag(name))
 
 
 def parse_port(value: Any, name: str) -> Optional[int]:
-    """A Prometheus port: None/''/negative = off, 0 = a free port, 1..65535.
-
-    Raises:
-      ValueError: not an integer, above 65535, or Orbax's port 9431.
-    """
-    if value is None or (isinstance(value, str) and not value.strip()):
-        return None
-    try:
-        if isinstance(value, bool):
-            raise ValueError
-        port = int(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"goodput flag {name}={value!r}: expected a port number") from None
-    if port < 0:
-        return None
-    if port > 65535:
-        raise ValueError(f"goodput flag {name}={value!r}: a port is at most 65535")
-    if port == _ORBAX_PORT:
-        raise ValueError(f"goodput flag {name}={value!r}: 9431 is Orbax's Prometheus port; "
-                         "choose another")
-    return port
+    """A Prometheus port (see :func:`goodput_core.settings.parse_port`)."""
+    return settings.parse_port(value, _flag(name))
 
 
 def parse_seconds(value: Any, name: str) -> Optional[float]:
     """An optional positive number of seconds (None/''/0 = unset, as the reference)."""
-    if value is None or (isinstance(value, str) and not value.strip()):
-        return None
-    try:
-        if isinstance(value, bool):
-            raise ValueError
-        seconds = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"goodput flag {name}={value!r}: expected seconds") from None
-    if seconds == 0:
-        return None
-    if not (seconds > 0 and math.isfinite(seconds)):
-        raise ValueError(f"goodput flag {name}={value!r}: expected positive seconds")
-    return seconds
+    return settings.parse_seconds(value, _flag(name), zero_is_unset=True)
 
 
 _OURS = ("goodput_store", "goodput_rolling_windows", "goodput_prometheus_port",
