@@ -34,7 +34,6 @@ import base64
 import contextlib
 import json
 import threading
-from concurrent import futures
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import grpc
@@ -53,7 +52,7 @@ from tests.support.fake_logging_filter import (
     parse_time,
     struct_to_python,
 )
-from tests.support.loopback_tls import loopback_tls
+from tests.support.loopback_grpc import LoopbackGrpcServer
 
 __all__ = ["FakeCloudLogging", "FilterError", "parse_filter", "parse_time", "reference_client"]
 
@@ -65,7 +64,7 @@ def _key(entry) -> Tuple[int, int, str, str]:
     return entry.timestamp.seconds, entry.timestamp.nanos, entry.insert_id, entry.log_name
 
 
-class FakeCloudLogging:
+class FakeCloudLogging(LoopbackGrpcServer):
     """A loopback ``LoggingServiceV2`` server (use as a context manager).
 
     Args:
@@ -77,24 +76,21 @@ class FakeCloudLogging:
     def __init__(self, *, tls: bool = True, clock: Callable[[], float] = None):
         import time
 
-        self._tls = tls
+        super().__init__(tls=tls, max_workers=8)
         self._clock = clock or time.time
         self._lock = threading.Lock()
         self._entries: List[_Stored] = []
         self._seen = set()
         self._failure: Optional[Tuple[grpc.StatusCode, str]] = None
         self._lose = 0
-        self._server = None
         self._ids = 0
         self._last_query = None
-        self.port = 0
         self.calls: Dict[str, int] = {"write": 0, "list": 0, "failed": 0, "duplicates": 0}
         self.filters: List[str] = []
 
     # ---------------------------------------------------------- lifecycle
-    def start(self) -> "FakeCloudLogging":
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
-        handlers = {
+    def handlers(self):
+        return _SERVICE, {
             "WriteLogEntries": grpc.unary_unary_rpc_method_handler(
                 self._write, request_deserializer=WriteLogEntriesRequest.deserialize,
                 response_serializer=WriteLogEntriesResponse.serialize),
@@ -102,34 +98,6 @@ class FakeCloudLogging:
                 self._list, request_deserializer=ListLogEntriesRequest.deserialize,
                 response_serializer=ListLogEntriesResponse.serialize),
         }
-        server.add_generic_rpc_handlers(
-            (grpc.method_handlers_generic_handler(_SERVICE, handlers),))
-        address = f"127.0.0.1:{self.port}"
-        if self._tls:
-            tls = loopback_tls()
-            creds = grpc.ssl_server_credentials([(tls.key_pem, tls.cert_pem)])
-            self.port = server.add_secure_port(address, creds)
-        else:
-            self.port = server.add_insecure_port(address)
-        server.start()
-        self._server = server
-        return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.stop(grace=None).wait()
-            self._server = None
-
-    def __enter__(self) -> "FakeCloudLogging":
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
-
-    @property
-    def endpoint(self) -> str:
-        """``localhost:PORT``: the ``api_endpoint`` client option (the certificate's name)."""
-        return f"localhost:{self.port}"
 
     # ---------------------------------------------------------- test controls
     def fail(self, code: grpc.StatusCode = grpc.StatusCode.UNAVAILABLE,

@@ -27,14 +27,13 @@ from __future__ import annotations
 
 import http.server
 import threading
-from concurrent import futures
 from typing import Any, Dict, List, Optional, Tuple
 
 import grpc
 from google.cloud.monitoring_v3.types import CreateTimeSeriesRequest
 from google.protobuf import empty_pb2
 
-from tests.support.loopback_tls import loopback_tls
+from tests.support.loopback_grpc import LoopbackGrpcServer
 
 __all__ = ["FakeCloudMonitoring", "FakeMetadataServer", "Received", "series_key"]
 
@@ -63,7 +62,7 @@ class Received:
         self.metadata = metadata
 
 
-class FakeCloudMonitoring:
+class FakeCloudMonitoring(LoopbackGrpcServer):
     """A loopback ``MetricService`` server (use as a context manager).
 
     Args:
@@ -72,54 +71,19 @@ class FakeCloudMonitoring:
     """
 
     def __init__(self, *, tls: bool = True):
-        self._tls = tls
+        super().__init__(tls=tls, max_workers=4)
         self._lock = threading.Lock()
-        self._server = None
         self._failure: Optional[Tuple[grpc.StatusCode, str]] = None
         self._last_end: Dict[Tuple, int] = {}
-        self.port = 0
         self.requests: List[Received] = []
         self.violations: List[str] = []
         self.failed = 0
 
     # ---------------------------------------------------------- lifecycle
-    def start(self) -> "FakeCloudMonitoring":
-        loopback_tls()  # sets the roots variable before any TLS channel exists
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-        handler = grpc.unary_unary_rpc_method_handler(
+    def handlers(self):
+        return _SERVICE, {"CreateTimeSeries": grpc.unary_unary_rpc_method_handler(
             self._create, request_deserializer=CreateTimeSeriesRequest.deserialize,
-            response_serializer=empty_pb2.Empty.SerializeToString)
-        server.add_generic_rpc_handlers(
-            (grpc.method_handlers_generic_handler(_SERVICE, {"CreateTimeSeries": handler}),))
-        if self._tls:
-            tls = loopback_tls()
-            creds = grpc.ssl_server_credentials([(tls.key_pem, tls.cert_pem)])
-            self.port = server.add_secure_port("127.0.0.1:0", creds)
-        else:
-            self.port = server.add_insecure_port("127.0.0.1:0")
-        server.start()
-        self._server = server
-        return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.stop(grace=None).wait()
-            self._server = None
-
-    def __enter__(self) -> "FakeCloudMonitoring":
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
-
-    @property
-    def endpoint(self) -> str:
-        """``localhost:PORT``: the ``api_endpoint`` option (the certificate's name)."""
-        return f"localhost:{self.port}"
-
-    @property
-    def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
+            response_serializer=empty_pb2.Empty.SerializeToString)}
 
     def insecure_client(self):
         """A real ``MetricServiceClient`` on a plaintext channel to this server."""
