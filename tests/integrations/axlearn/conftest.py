@@ -7,20 +7,9 @@ import uuid
 
 import pytest
 
+from tests.support.fake_clock import FakeClock
+
 RECORDER_TYPE = "--recorder_type=goodput_integrations.axlearn:goodput_suite"
-
-
-class FakeClock:
-    """A clock the test moves by hand: no sleeps, exact durations."""
-
-    def __init__(self, start: float = 1_000.0):
-        self.t = float(start)
-
-    def __call__(self) -> float:
-        return self.t
-
-    def advance(self, seconds: float) -> None:
-        self.t += seconds
 
 
 @pytest.fixture

@@ -9,20 +9,9 @@ import uuid
 
 import pytest
 
+from tests.support.fake_clock import FakeClock
+
 from goodput_integrations.maxtext import alias
-
-
-class FakeClock:
-    """A clock the test moves by hand: no sleeps, exact durations."""
-
-    def __init__(self, start: float = 1_000.0):
-        self.t = float(start)
-
-    def __call__(self) -> float:
-        return self.t
-
-    def advance(self, seconds: float) -> None:
-        self.t += seconds
 
 
 @pytest.fixture
