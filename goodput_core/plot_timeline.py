@@ -314,7 +314,7 @@ def render_image(data: TimelineData, path: str) -> None:
         from matplotlib.ticker import FixedLocator, FuncFormatter
     except ImportError as exc:
         raise PlotUnavailable(
-            f"drawing {os.path.basename(path)} needs matplotlib: pip install 'goodput[plot]' "
+            f"drawing {os.path.basename(path)} needs matplotlib: pip install 'goodput-core[plot]' "
             f"(or write .html, which needs nothing) ({exc})") from None
 
     a, b = data.window

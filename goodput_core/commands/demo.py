@@ -64,7 +64,7 @@ def run(args) -> int:
         missing = frameworks_missing()
         if missing:
             print(f"goodput demo: {', '.join(missing)} not installed (pip install "
-                  f"'goodput[jax]'): playing the synthetic job instead", flush=True)
+                  f"'goodput-core[jax]'): playing the synthetic job instead", flush=True)
             synthetic = True
     if synthetic:
         _play_synthetic(run_name, store)
@@ -253,7 +253,7 @@ def _write_tensorboard(calc, run_name: str, outdir: str):
 
         exporter = TensorBoardExporter(os.path.join(base, run_name))
     except ImportError as exc:
-        return ("tensorboard", f"not written: pip install 'goodput[tensorboard]' ({exc})")
+        return ("tensorboard", f"not written: pip install 'goodput-core[tensorboard]' ({exc})")
     # One monitor cycle with the TensorBoard exporter, through the warm calculator.
     monitor = Monitor(run_name, exporters=[exporter], calculator=calc)
     snapshot = monitor.run_once(final=True)
@@ -276,4 +276,4 @@ def _write_timeline(calc, now: float, outdir: str):
 
         page = os.path.join(outdir, "timeline.html")
         render_html(data, page)
-        return ("timeline", f"{page}   (no matplotlib for a PNG: pip install 'goodput[plot]')")
+        return ("timeline", f"{page}   (no matplotlib for a PNG: pip install 'goodput-core[plot]')")

@@ -81,7 +81,7 @@ def open_store(url: Union[str, os.PathLike, Store, None] = None, *, create: bool
             from goodput_core.stores.cloud_logging import CloudLoggingStore
         except ImportError as exc:
             raise StoreError(
-                f"the cloud-logging store needs the 'gcp' extra: pip install 'goodput[gcp]' ({exc})"
+                f"the cloud-logging store needs the 'gcp' extra: pip install 'goodput-core[gcp]' ({exc})"
             ) from exc
         try:
             return CloudLoggingStore(project=project, log_name=log)
