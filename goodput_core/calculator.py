@@ -30,7 +30,7 @@ API summary::
     r.custom_badput_seconds["EVAL"], r.data_loading_async_seconds,
     r.disruptions, r.max_productive_step, r.last_step, r.skipped, r.window
 
-Times are POSIX seconds (or datetimes; naive = UTC). ``now`` defaults to the
+Times are POSIX seconds (or datetimes; naive = local time). ``now`` defaults to the
 injected ``clock``. Queries never raise on bad data (bad events are skipped
 and counted); they raise ``ValueError`` only for impossible arguments (a
 window that ends before it starts, NaN bounds, a negative rolling size).

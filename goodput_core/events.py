@@ -13,8 +13,9 @@ and the writer metadata that is not part of the payload (process index, host,
 pid, attempt id, sequence number, write time).
 
 Timestamps given as :class:`datetime.datetime` are converted with
-``.timestamp()``; a *naive* datetime is taken as UTC (the reference silently
-treats it as local time, which shifts events by the UTC offset).
+``.timestamp()``: a *naive* datetime is local time, Python's own convention
+and the reference's, so ``datetime.now()`` gives the same numbers on every
+machine whatever its time zone (:func:`to_timestamp`).
 """
 
 from __future__ import annotations
@@ -200,14 +201,13 @@ class SkipReason(str, enum.Enum):
     MISSING_ORBAX_DURATION = "missing_orbax_duration"
 
 
-_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
-
-
 def to_timestamp(value: Any) -> float:
     """Converts a user-given time to POSIX seconds.
 
     Args:
-      value: a number of POSIX seconds, or a datetime (naive = UTC).
+      value: a number of POSIX seconds, or a datetime. A naive datetime is
+        local time (``datetime.now()``, as in Python and the reference); an
+        aware one is exact in any time zone.
 
     Returns:
       A finite float.
@@ -219,9 +219,7 @@ def to_timestamp(value: Any) -> float:
     if t is float or t is int:
         f = float(value)
     elif isinstance(value, _dt.datetime):
-        if value.tzinfo is None:
-            return (value.replace(tzinfo=_dt.timezone.utc) - _EPOCH).total_seconds()
-        return value.timestamp()
+        return value.timestamp()  # naive = local time, as Python and the reference
     elif isinstance(value, (int, float)) and not isinstance(value, bool):
         f = float(value)  # numpy scalars and other real numbers
     else:

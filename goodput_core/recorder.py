@@ -39,6 +39,7 @@ from goodput_core.events import EventRecord, Kind, to_timestamp
 from goodput_core.phases import PhaseMixin
 from goodput_core.stores import Store, open_store
 from goodput_core.writer import WriterMixin
+from goodput_core.zone_offset import MIN_OFFSET_S, zone_offset_hours
 
 __all__ = ["Recorder", "NullRecorder", "NULL_RECORDER", "flush_all"]
 
@@ -131,6 +132,7 @@ class Recorder(PhaseMixin, WriterMixin):
         self._written = 0
         self._write_errors = 0
         self._closed = False
+        self._zone_warned = False
         self._init_process_state()
         if cloud_logger is not None:
             self._emit = self._emit_to_cloud_logger  # type: ignore[method-assign]
@@ -235,7 +237,28 @@ class Recorder(PhaseMixin, WriterMixin):
         except Exception as exc:  # a broken clock must not break training
             self._reject(kind, exc)
             return
+        try:  # free unless the time is far from the clock
+            if not -MIN_OFFSET_S <= t - write_time <= MIN_OFFSET_S:
+                self._check_zone_offset(kind, t, write_time)
+        except Exception:  # a clock that returns no number is the writer's problem
+            pass
         self._emit(int(kind), t, step, extra, write_time)
+
+    def _check_zone_offset(self, kind: Kind, t: float, clock: float) -> None:
+        """Warns once per recorder about a time shifted by a time-zone offset
+        (:mod:`goodput_core.zone_offset`); the event is kept either way."""
+        if self._zone_warned:
+            return
+        hours = zone_offset_hours(t, clock)
+        if hours is None:
+            return
+        self._zone_warned = True
+        logger.warning(
+            "goodput: run %r: a %s time is %+g h away from the recorder's clock, a "
+            "time-zone offset. A naive datetime is local time (datetime.now()); "
+            "datetime.utcnow() or a naive time of another zone shifts events out of "
+            "the job. Pass an aware datetime. The event is kept; this is said once.",
+            self.run, kind.name.lower(), hours)
 
     def _record_orbax(self, extra: dict, start: Any, step: Any) -> None:
         if start is not None:
@@ -256,7 +279,7 @@ class Recorder(PhaseMixin, WriterMixin):
 
         Args:
           kind: a :class:`goodput_core.events.Kind`.
-          time: POSIX seconds or a datetime (naive = UTC); None = now.
+          time: POSIX seconds or a datetime (naive = local time); None = now.
           step: the step number for kinds that have one.
           **extra: further payload keys (JSON-serialisable).
         """

@@ -7,7 +7,7 @@ Usage::
 
 ``--window`` is a duration (``30s``, ``15m``, ``1h``, ``2d``: the last N,
 ending at the run's end, or now while its last attempt is open) or an
-interval ``START/END`` (ISO-8601 datetimes, naive = UTC, or POSIX seconds);
+interval ``START/END`` (ISO-8601 datetimes, naive = local time, or POSIX seconds);
 ``--exclude START/END`` (repeatable) removes intervals from every bucket and
 from total time. The syntax is :mod:`goodput_core.timespec`'s.
 
@@ -106,7 +106,7 @@ def add_arguments(parser) -> None:
     parser.add_argument(
         "--window", default=None, metavar="SPEC",
         help="the last N (30s, 15m, 1h, 2d) ending at the run's end or now, or START/END "
-             "(ISO-8601, naive = UTC, or POSIX seconds)")
+             "(ISO-8601, naive = local time, or POSIX seconds)")
     parser.add_argument(
         "--exclude", action="append", default=[], metavar="A/B",
         help="remove the interval A/B from every bucket and from total time (repeatable)")

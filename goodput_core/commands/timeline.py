@@ -39,7 +39,7 @@ def add_arguments(parser) -> None:
     parser.add_argument(
         "--window", default=None, metavar="SPEC",
         help="the last N (30s, 15m, 1h, 2d) ending at the run's end or now, or START/END "
-             "(ISO-8601, naive = UTC, or POSIX seconds)")
+             "(ISO-8601, naive = local time, or POSIX seconds)")
 
 
 def run(args) -> int:

@@ -214,7 +214,7 @@ class GoodputCalculator:
 
         Args:
           exclusion_intervals: ``(start, end)`` pairs (datetimes of any time
-            zone, naive = UTC, or POSIX seconds).
+            zone, naive = local time, or POSIX seconds).
           include_badput_breakdown: also return the badput breakdown.
           configured_ideal_step_time: as :meth:`get_job_goodput`.
 
@@ -249,7 +249,7 @@ class GoodputCalculator:
         window, semantics.md rule 10).
 
         Args:
-          interval_start, interval_end: datetimes (naive = UTC) or POSIX seconds.
+          interval_start, interval_end: datetimes (naive = local time) or POSIX seconds.
 
         Returns:
           ``(goodput_percent, breakdown_percent, max_productive_step,
