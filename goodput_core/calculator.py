@@ -53,6 +53,7 @@ from goodput_core.diagnostics import MetricSeries, merged_metadata, metric_serie
 from goodput_core.elastic import SliceCounts, SliceEfficiency, slice_counts, slice_efficiency
 from goodput_core.events import SkipReason, from_payload, to_timestamp
 from goodput_core.program_goodput import ProgramGoodput, program_goodput_of_run
+from goodput_core.recorder import flush_before_read
 from goodput_core.results import GoodputResult, build_result, empty_result
 from goodput_core.segments import CLOSE_JOB_END, CLOSE_STEP_END, NO_RESTART
 from goodput_core.step_stats import StepStats, compute_step_stats
@@ -120,11 +121,16 @@ class Calculator:
     def refresh(self) -> int:
         """Reads the events appended to the store since the last refresh.
 
+        Events recorded for this run in this process by a :class:`Recorder`
+        writing to the same store are stored first (read-your-writes; a
+        bounded wait, none when nothing is pending).
+
         Returns:
           The number of events read (0 without a store).
         """
         if self._store is None:
             return 0
+        flush_before_read(self.run, self._store)
         with self._lock:
             events, self._cursor = self._store.read(self.run, since=self._cursor)
             if events:

@@ -41,7 +41,7 @@ from goodput_core.stores import Store, open_store
 from goodput_core.writer import WriterMixin
 from goodput_core.zone_offset import MIN_OFFSET_S, zone_offset_hours
 
-__all__ = ["Recorder", "NullRecorder", "NULL_RECORDER", "flush_all"]
+__all__ = ["Recorder", "NullRecorder", "NULL_RECORDER", "flush_all", "flush_before_read"]
 
 logger = logging.getLogger("goodput")
 
@@ -49,6 +49,8 @@ _LIVE: "weakref.WeakSet[Recorder]" = weakref.WeakSet()
 
 _DEFAULT_QUEUE_SIZE = 200_000
 _EXIT_FLUSH_TIMEOUT_S = 10.0
+#: The longest a query waits for this process's unstored events (seconds).
+READ_FLUSH_TIMEOUT_S = 5.0
 
 
 _STEP_REQUIRED = frozenset((Kind.STEP_START, Kind.STEP_END))
@@ -148,6 +150,7 @@ class Recorder(PhaseMixin, WriterMixin):
         self._attempt = uuid.uuid4().hex[:16]
         self._seq = itertools.count(1)
         self._pending = None
+        self._draining = False
         self._writer: Optional[threading.Thread] = None
         if self._store is not None:
             self._writer = threading.Thread(
@@ -341,6 +344,40 @@ def flush_all(timeout: float = _EXIT_FLUSH_TIMEOUT_S) -> bool:
         remaining = max(0.0, deadline - time.monotonic())
         try:
             ok = rec.flush(remaining) and ok
+        except Exception:
+            ok = False
+    return ok
+
+
+def flush_before_read(run: str, store: Any, timeout: Optional[float] = None) -> bool:
+    """Read-your-writes: stores what this process recorded for ``run`` in ``store``.
+
+    Called by the calculators before they read a store, so a query right
+    after ``record_job_end_time()`` in the same process sees it. Only this
+    process's recorders of that run writing to that store (the same object,
+    or one with the same URL) that still hold unstored events are flushed;
+    with nothing pending this costs a scan of the live recorders and no wait.
+
+    Args:
+      run: the run about to be read.
+      store: the Store about to be read.
+      timeout: seconds to wait at most in all (default
+        :data:`READ_FLUSH_TIMEOUT_S`): a store that is down must not hang a
+        query; what is not stored by then is read next time.
+
+    Returns:
+      True when everything recorded before the call is stored.
+    """
+    url = getattr(store, "url", None)
+    deadline = time.monotonic() + (READ_FLUSH_TIMEOUT_S if timeout is None else timeout)
+    ok = True
+    for rec in list(_LIVE):
+        own = rec._store
+        if (own is None or rec.run != run or not (own is store or (url and own.url == url))
+                or rec._pid != os.getpid() or not rec.has_unstored()):
+            continue
+        try:
+            ok = rec.flush(max(0.0, deadline - time.monotonic())) and ok
         except Exception:
             ok = False
     return ok

@@ -25,6 +25,7 @@ from goodput_core.buckets import BASE_BADPUT, ELASTIC_BADPUT, BadputType
 from goodput_core.compat.goodput_utils import GoodputType, IntervalMetricType, MetricType
 from goodput_core.events import to_timestamp
 from goodput_core.results import GoodputResult
+from goodput_core.recorder import flush_before_read
 from goodput_core.stores import open_store
 
 __all__ = [
@@ -156,7 +157,10 @@ class StoreFeed:
 
         ``query_time`` is unused: a store holds no events from the future
         that a reader must hide (those are clipped by the query's ``now``).
+        What this process recorded for the run in that store is stored first
+        (:func:`goodput_core.recorder.flush_before_read`).
         """
+        flush_before_read(self.run, self.store)
         events, self._cursor = self.store.read(self.run, since=self._cursor)
         if events:
             calc.add(events)
