@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import collections
 import os
+import shlex
 import shutil
 import sys
 import time
@@ -234,7 +235,6 @@ def _finish(run_name: str, store: str, outdir: str, synthetic: bool) -> None:
     print(format_table(rep))
     print()
     where = [("store", f"{opened.url}   (run {run_name})")]
-    where.append(("report", f"goodput report {run_name} --store {store}"))
     where.append(_write_tensorboard(calc, run_name, outdir))
     where.append(_write_timeline(calc, now, outdir))
     if not synthetic:
@@ -242,6 +242,12 @@ def _finish(run_name: str, store: str, outdir: str, synthetic: bool) -> None:
     print("Where everything is:")
     for key, value in where:
         print(f"  {key:<12} {value}")
+    # The demo's store is not the default one: every command needs --store.
+    url = shlex.quote(opened.url)
+    print("Look again (copy and paste; the demo's store is not the default store):")
+    print(f"  goodput report {shlex.quote(run_name)} --store {url}")
+    print(f"  goodput runs --store {url}")
+    print(f"  goodput timeline {shlex.quote(run_name)} --store {url} -o timeline.html")
     sys.stdout.flush()
 
 
