@@ -34,7 +34,8 @@ Times are POSIX seconds (or datetimes; naive = local time). ``now`` defaults to 
 injected ``clock``. Queries never raise on bad data (bad events are skipped
 and counted); they raise ``ValueError`` only for impossible arguments (a
 window that ends before it starts, NaN bounds, a negative rolling size).
-Semantics: ``shared/spec/semantics.md``; the spans: :mod:`goodput_core.timeline`.
+Semantics: ``docs/semantics.md`` in the repository (every rule, with a
+worked example and its test); the spans: :mod:`goodput_core.timeline`.
 The calculator is thread-safe (one lock around updates and queries).
 """
 

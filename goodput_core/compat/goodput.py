@@ -8,7 +8,7 @@ embedded store by default (pass ``store=`` for another, e.g.
 recorder built with ``logging_enabled=False`` is a null object.
 
 :class:`GoodputCalculator` returns the reference's tuples and dicts, but its
-numbers are the engine's (``shared/spec/semantics.md``); every case where
+numbers are the engine's (the rules of ``docs/semantics.md``); every case where
 they differ from the reference is listed, with its test, in
 ``docs/differences.md``.
 """
