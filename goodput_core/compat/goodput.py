@@ -24,6 +24,21 @@ from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 from goodput_core import events as _events
 from goodput_core.calculator import Calculator
 from goodput_core.compat import _calculator_shapes as _shapes
+# Names the reference's module imports from its goodput_utils, and users reach
+# through it (``goodput.BadputType``): the same objects here.
+from goodput_core.compat.goodput_utils import (  # noqa: F401
+    BadputType,
+    GoodputInfo,
+    GoodputType,
+    IntervalMetricType,
+    IntervalWorkloadMetricDetails,
+    MetricType,
+    StepInfo,
+    WorkloadMetricDetails,
+    compute_ideal_step_time,
+    get_extra_time_from_anomalous_steps,
+    get_timestamp_from_log_entry,
+)
 from goodput_core.recorder import Recorder
 from goodput_core.results import GoodputResult
 

@@ -48,6 +48,14 @@ from typing import Any, Callable, Iterable, List, Optional
 
 from goodput_core.buckets import BadputType
 from goodput_core.compat import goodput_utils
+from goodput_core.compat.goodput import GoodputCalculator  # noqa: F401  (the reference's name here)
+from goodput_core.compat.goodput_utils import (  # noqa: F401  (reached as monitoring.X)
+    IntervalMetricType,
+    IntervalWorkloadMetricDetails,
+    MetricType,
+    MonitoringWindowType,
+    WorkloadMetricDetails,
+)
 from goodput_core.exporters.base import Exporter, MonitorSnapshot
 from goodput_core.monitor import Monitor
 
