@@ -240,11 +240,12 @@ class Recorder(PhaseMixin, WriterMixin):
         except Exception as exc:  # a broken clock must not break training
             self._reject(kind, exc)
             return
-        try:  # free unless the time is far from the clock
-            if not -MIN_OFFSET_S <= t - write_time <= MIN_OFFSET_S:
-                self._check_zone_offset(kind, t, write_time)
-        except Exception:  # a clock that returns no number is the writer's problem
-            pass
+        if when is not None:  # a given time: is it a time-zone offset away from the clock?
+            try:
+                if not -MIN_OFFSET_S <= t - write_time <= MIN_OFFSET_S:
+                    self._check_zone_offset(kind, t, write_time)
+            except Exception:  # a clock that returns no number is the writer's problem
+                pass
         self._emit(int(kind), t, step, extra, write_time)
 
     def _check_zone_offset(self, kind: Kind, t: float, clock: float) -> None:
