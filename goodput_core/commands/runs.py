@@ -1,4 +1,5 @@
-"""``goodput runs``: list the runs in a store."""
+"""``goodput runs``: list the runs in a store (``--group G``: one run group,
+with goodput, total time, disruptions and last step; see ``commands.compare``)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,18 @@ from goodput_core.stores import open_store
 
 def add_arguments(parser) -> None:
     add_store_argument(parser)
+    parser.add_argument("--group", default=None, metavar="G",
+                        help="only the runs of run group G, with goodput, total time, "
+                             "disruptions and last step")
+    parser.add_argument("--json", action="store_true", help="with --group: one JSON object")
 
 
 def run(args) -> int:
     store = open_store(args.store, create=False)
+    if args.group is not None:
+        from goodput_core.commands.compare import list_group
+
+        return list_group(store, args.group, as_json=args.json)
     for name in store.runs():
         print(name)
     return 0
