@@ -119,7 +119,8 @@ def compare_reports(store, names: Sequence[str] = (), group: Optional[str] = Non
 def _secs_pct(secs: Optional[float], pct: Optional[float]) -> str:
     if secs is None:
         return "-"
-    return f"{secs:.1f} s" + ("" if pct is None else f" {pct:5.1f}%")
+    text = f"{secs:.3f} s" if abs(secs) < 100 else f"{secs:.1f} s"
+    return text + ("" if pct is None else f" {pct:5.1f}%")
 
 
 def _num(v: Any) -> str:
@@ -146,6 +147,7 @@ def format_comparison(cmp: Dict[str, Any]) -> str:
     buckets = list(reps[0]["badput_seconds"])
     for r in reps[1:]:  # elastic buckets appear only in elastic runs
         buckets += [b for b in r["badput_seconds"] if b not in buckets]
+    buckets = [b for b in buckets if b != _ASYNC] + [_ASYNC]  # not in total: last, as the report
     for b in buckets:
         label = b + (" (not in total)" if b == _ASYNC else "")
         row(label, [_secs_pct(r["badput_seconds"].get(b), r["badput_percent"].get(b))
