@@ -225,3 +225,41 @@ def test_hardware_configs_once_jax_backends_exist(tmp_path):
         "devices_per_slice": str(jax.device_count()), "accelerator_type": "cpu"}
     metrics.record("loss", 1.0)
     mld.end_run()
+
+
+def test_gs_path_sessions_are_uploaded(monkeypatch, tmp_path):
+    pytest.importorskip("google.cloud.storage")
+    from goodput_core.compat.mldiagnostics import _gcs, xprof
+    from tests.support.fake_gcs import FakeGcs
+
+    with FakeGcs() as gcs:
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", gcs.url)
+        monkeypatch.setenv("GOODPUT_PROFILE_DIR", str(tmp_path / "local"))
+        run = machinelearning_run("up", gcs_path="gs://bucket//runs/", process_index=0,
+                                  store=f"sqlite:///{tmp_path / 'up.sqlite'}")
+        assert run.profile_dir == str(tmp_path / "local" / "up")  # staged locally
+        with xprof() as prof:
+            jax.numpy.ones(4).sum().block_until_ready()
+        assert _gcs.wait_for_uploads(60)
+    local = sorted(os.listdir(prof.session_dir))
+    sid = os.path.basename(prof.session_dir)
+    assert sorted(gcs.objects) == [
+        ("bucket", f"runs/up/plugins/profile/{sid}/{name}") for name in local]
+    for name in local:
+        with open(os.path.join(prof.session_dir, name), "rb") as f:
+            assert gcs.objects[("bucket", f"runs/up/plugins/profile/{sid}/{name}")] == f.read()
+
+
+def test_gs_path_without_the_storage_package_stays_local(monkeypatch, tmp_path, caplog):
+    from goodput_core.compat.mldiagnostics import xprof
+
+    monkeypatch.setitem(sys.modules, "google.cloud.storage", None)  # import fails
+    monkeypatch.setenv("GOODPUT_PROFILE_DIR", str(tmp_path / "local"))
+    machinelearning_run("nogcs", gcs_path="gs://b/p", process_index=0,
+                        store=f"sqlite:///{tmp_path / 'n.sqlite'}")
+    with caplog.at_level("WARNING", "goodput"):
+        with xprof() as prof:
+            jax.numpy.ones(4).sum().block_until_ready()
+    assert xplanes(str(tmp_path / "local" / "nogcs")) and prof.session_dir
+    assert any("google-cloud-storage is not installed" in r.getMessage()
+               for r in caplog.records)
