@@ -204,6 +204,19 @@ def test_configs_from_yaml_and_json(clock, tmp_path, suffix, text):
     assert meta["config_path"] == str(path)
 
 
+def test_where_profiles_go(clock, monkeypatch, tmp_path):
+    monkeypatch.delenv("GOODPUT_PROFILE_DIR", raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    run, _ = new_run(clock)
+    assert run.profile_dir == str(tmp_path / "data" / "goodput" / "profiles" / "exp-1")
+    monkeypatch.setenv("GOODPUT_PROFILE_DIR", str(tmp_path / "p"))
+    assert new_run(clock, gcs_path="gs://b/x")[0].profile_dir == str(tmp_path / "p" / "exp-1")
+    assert new_run(clock, gcs_path=str(tmp_path / "g"))[0].profile_dir == str(
+        tmp_path / "g" / "exp-1")
+    assert new_run(clock, profile_dir=str(tmp_path / "own"))[0].profile_dir == str(
+        tmp_path / "own")
+
+
 def test_gke_adds_the_workload_creation_time(clock, monkeypatch):
     monkeypatch.setenv("GKE_DIAGON_METADATA",
                        json.dumps({"creation-timestamp": "2025-03-04T05:06:07Z"}))

@@ -223,8 +223,11 @@ def test_hardware_configs_once_jax_backends_exist(tmp_path):
     assert run.configs.hardwareConfigs == {
         "device_type": jax.devices()[0].device_kind, "num_slices": "1",
         "devices_per_slice": str(jax.device_count()), "accelerator_type": "cpu"}
-    metrics.record("loss", 1.0)
+    metrics.record("loss", jax.numpy.float32(1.5), step=1)  # a jax scalar is a number
     mld.end_run()
+    calc = Calculator("hw", f"sqlite:///{tmp_path / 'hw.sqlite'}")
+    calc.refresh()
+    assert calc.metrics("loss").values.tolist() == [1.5]
 
 
 def test_gs_path_sessions_are_uploaded(monkeypatch, tmp_path):
