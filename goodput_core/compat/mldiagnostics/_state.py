@@ -12,6 +12,7 @@ import collections
 import logging
 import math
 import threading
+import time
 from typing import Any, Dict, Mapping, Optional
 
 from goodput_core.compat.mldiagnostics.exceptions import (
@@ -31,9 +32,12 @@ _warned: set = set()
 
 
 def _warn_once(key: str, msg: str, *args: Any) -> None:
-    if key not in _warned:
+    """Logs ``msg`` the first time ``key`` is seen (hooks must not flood the logs)."""
+    with _lock:
+        if key in _warned:
+            return
         _warned.add(key)
-        logger.warning(msg + " (further ones are counted silently)", *args)
+    logger.warning(msg, *args)
 
 
 def stats() -> Dict[str, int]:
@@ -113,7 +117,8 @@ class ActiveRun:
             if self.strict:
                 raise
             _counts["bad_metric"] += 1
-            _warn_once("bad-metric", "goodput: metrics.record: %s; not recorded", exc)
+            _warn_once("bad-metric", "goodput: metrics.record: %s; not recorded (further "
+                       "ones are counted in metrics.stats())", exc)
             return
         if self.hardware_pending:
             self.collect_hardware()
@@ -240,17 +245,18 @@ def record_or_keep(metric: Any, value: Any, step: Any, labels: Any, all_hosts: b
         active.record(metric, value, step, labels, all_hosts)
         return
     with _lock:
-        if _active is None:
-            if len(_pending) >= PENDING_MAX:
-                _counts["dropped_before_run"] += 1
-                _warn_once("pending", "goodput: metrics recorded before machinelearning_run "
-                           "exceed %d; dropping", PENDING_MAX)
-                return
-            import time
-
+        active = _active
+        full = active is None and len(_pending) >= PENDING_MAX
+        if active is None and not full:
             _pending.append((metric, value, step, labels, all_hosts, time.time()))
             return
-    _active.record(metric, value, step, labels, all_hosts)
+        if full:
+            _counts["dropped_before_run"] += 1
+    if full:
+        _warn_once("pending", "goodput: more than %d metrics recorded before "
+                   "machinelearning_run; dropping (counted in metrics.stats())", PENDING_MAX)
+        return
+    active.record(metric, value, step, labels, all_hosts)
 
 
 def crashed(exc_type: Any) -> None:

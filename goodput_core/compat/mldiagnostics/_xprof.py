@@ -43,17 +43,14 @@ __all__ = ["Xprof", "start_on_demand", "stop_on_demand"]
 
 _NO_RUN = ("No active ML run found for profiling. Please initialize an ML run "
            "(machinelearning_run) first; this block runs unprofiled.")
-_warned: set = set()
 _printed: set = set()
 _lock = threading.Lock()
 
 
 def _warn_once(key: str, msg: str, *args: Any) -> None:
-    with _lock:
-        if key in _warned:
-            return
-        _warned.add(key)
-    logger.warning("goodput: xprof: " + msg, *args)
+    from goodput_core.compat.mldiagnostics._state import _warn_once as warn
+
+    warn(f"xprof:{key}", "goodput: xprof: " + msg, *args)
 
 
 def _announce(run: Any, remote: Optional[str]) -> None:
