@@ -11,6 +11,7 @@ from __future__ import annotations
 import collections
 import logging
 import math
+import sys
 import threading
 import time
 from typing import Any, Dict, Mapping, Optional
@@ -142,8 +143,11 @@ class ActiveRun:
         from goodput_core.compat.mldiagnostics import _system
         from goodput_core.diagnostics import jsonable
 
+        if "jax" not in sys.modules:  # not a JAX program (jax comes before the run)
+            self.hardware_pending = False
+            return
         meta = _system.jax_metadata()
-        if not meta:
+        if not meta:  # backends not up yet: asked again at the next metric
             return
         self.hardware_pending = False
         hardware = _system.hardware_configs(meta)

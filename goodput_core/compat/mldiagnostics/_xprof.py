@@ -93,6 +93,7 @@ class Xprof:
                                     else [int(i) for i in process_index_list])
         self._capture: Any = None
         self._capture_run: Any = None
+        self._remote: Optional[str] = None
         self._is_profiling = False
         self.session_dir: Optional[str] = None  # ours: the last finished session's folder
 
@@ -121,8 +122,7 @@ class Xprof:
             on_session = functools.partial(upload_in_background, run.profile_dir, remote)
         self._capture = XprofSessions(run.profile_dir, process_indices=self._process_index_list,
                                       process_index=run.process_index, on_session=on_session)
-        self._capture_run = run
-        _announce(run, remote)
+        self._capture_run, self._remote = run, remote
         return self._capture
 
     def start(self, session_id: Optional[str] = None) -> None:
@@ -141,6 +141,8 @@ class Xprof:
                 return
             sid = session_id or datetime.datetime.now().strftime("%Y%m%d_%H%M%S_%f")
             self._is_profiling = capture.start(str(sid)) is not None
+            if self._is_profiling:
+                _announce(self._capture_run, self._remote)
         except Exception:
             _warn_once("start", "starting a session failed")
 
