@@ -13,6 +13,7 @@ import textwrap
 import uuid
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from goodput_core.calculator import Calculator
@@ -162,8 +163,10 @@ def test_steps_from_metrics_off_and_a_step_metric(clock):
     run, url = new_run(clock, name="exp-2")
     clock.advance(1)
     metrics.record(MetricType.STEP, 7)  # the step number as a metric marks the step too
+    clock.advance(1)
+    metrics.record(MetricType.LOSS, 1.0, step=np.int64(8))  # numpy integers are steps
     calc = calc_of(run, url)
-    assert calc.cumulative(T0 + 10).last_step == 7
+    assert calc.cumulative(T0 + 10).last_step == 8
     assert calc.metrics("step").values.tolist() == [7.0]
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import collections
 import logging
 import math
+import operator
 import sys
 import threading
 import time
@@ -126,6 +127,11 @@ class ActiveRun:
         if self.steps_from_metrics:
             if step is None and metric is MetricType.STEP and number.is_integer():
                 step = int(number)
+            if step is not None and type(step) is not int and not isinstance(step, bool):
+                try:  # numpy and jax integers are steps too
+                    step = operator.index(step)
+                except TypeError:
+                    pass  # the recorder rejects and counts it
             if type(step) is int and (self._last_step is None or step > self._last_step):
                 self._mark_step(step, when)
         if self.lead or all_hosts:

@@ -182,11 +182,14 @@ def test_processes_with_one_session_id_share_one_session(tmp_path):
     procs = [subprocess.Popen([sys.executable, "-c", CHILD, str(port), str(i), str(n),
                                str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True, env=CHILD_ENV, cwd=tmp_path) for i in range(n)]
-    outs = []
+    outs, errs = [], []
     for p in procs:
         out, err = p.communicate(timeout=180)
         assert p.returncode == 0, err
         outs.append(json.loads(out.strip().splitlines()[-1]))
+        errs.append(err)
+    # where profiles go is printed by the capturing processes only
+    assert ["profiles of run 'multi' go to" in err for err in errs] == [True, False, True]
     session = tmp_path / "gcs" / "multi" / "plugins" / "profile" / "shared"
     # indices come from jax.distributed; process 1 is not in process_index_list
     assert [o["index"] for o in outs] == [0, 1, 2]
