@@ -3,6 +3,8 @@ with goodput, total time, disruptions and last step; see ``commands.compare``)."
 
 from __future__ import annotations
 
+import json
+
 from goodput_core.commands.common import add_store_argument
 from goodput_core.stores import open_store
 
@@ -12,7 +14,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--group", default=None, metavar="G",
                         help="only the runs of run group G, with goodput, total time, "
                              "disruptions and last step")
-    parser.add_argument("--json", action="store_true", help="with --group: one JSON object")
+    parser.add_argument("--json", action="store_true",
+                        help="one JSON object: {store, runs} (with --group: see compare.py)")
 
 
 def run(args) -> int:
@@ -21,6 +24,9 @@ def run(args) -> int:
         from goodput_core.commands.compare import list_group
 
         return list_group(store, args.group, as_json=args.json)
+    if args.json:
+        print(json.dumps({"store": store.url, "runs": store.runs()}))
+        return 0
     for name in store.runs():
         print(name)
     return 0

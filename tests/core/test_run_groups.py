@@ -99,6 +99,8 @@ def test_runs_group_lists_goodput_total_disruptions_last_step(capsys, store):
     assert lines[1].split()[:3] == ["a", "90.00", "%"] and lines[2].split()[0] == "b"
     code, out, _ = cli(capsys, "runs", "--store", store)
     assert out.split() == ["a", "b", "c"]  # without --group: unchanged
+    code, out, _ = cli(capsys, "runs", "--store", store, "--json")
+    assert json.loads(out)["runs"] == ["a", "b", "c"]
 
 
 def test_compare_group_side_by_side(capsys, store):
