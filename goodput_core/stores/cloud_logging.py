@@ -32,15 +32,12 @@ also matches ``run``: such entries are dropped here and counted as
 
 from __future__ import annotations
 
-import atexit
 import collections
 import datetime as _dt
 import logging
 import os
 import random
-import sys
 import time
-import weakref
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import google.api.monitored_resource_pb2 as _mr_pb2
@@ -49,6 +46,7 @@ from google.cloud.logging_v2.services.logging_service_v2 import LoggingServiceV2
 from google.cloud.logging_v2.types import ListLogEntriesRequest, WriteLogEntriesRequest
 
 from goodput_core.events import EventRecord
+from goodput_core.stores import background
 from goodput_core.stores import cloud_logging_wire as wire
 from goodput_core.stores.base import Cursor, Store, StoreError
 from goodput_core.stores.cloud_logging_sender import BatchSender
@@ -67,8 +65,6 @@ TRANSIENT_ERRORS = (
     _gexc.ServiceUnavailable, _gexc.DeadlineExceeded, _gexc.InternalServerError,
     _gexc.ResourceExhausted, _gexc.Aborted, _gexc.Unknown, ConnectionError, TimeoutError,
 )
-_LIVE: "weakref.WeakSet[CloudLoggingStore]" = weakref.WeakSet()
-_EXIT_TIMEOUT_S = 5.0
 
 
 def _resource_pb(project: str, resource: Any):
@@ -153,7 +149,7 @@ class CloudLoggingStore(Store):
         self.skipped: Dict[str, int] = collections.Counter()
         self._closed = False
         self._init_process_state(adopt=True)
-        _LIVE.add(self)
+        background.track(self)
 
     # ----------------------------------------------------------- set-up
     def _make_client(self):
@@ -175,6 +171,11 @@ class CloudLoggingStore(Store):
         if self._client is None:  # dropped in a forked child: channels do not survive fork
             self._client = self._make_client()
         return self._client
+
+    def _after_fork_in_child(self) -> None:
+        if self._own_client:
+            self._client = None  # rebuilt on first use (gRPC channels do not survive fork)
+        self._init_process_state(adopt=False)
 
     def _init_process_state(self, adopt: bool) -> None:
         """The send buffer and thread, owned by one process (rebuilt in a forked child)."""
@@ -353,33 +354,3 @@ class CloudLoggingStore(Store):
             if name is not None and name.WhichOneof("kind") == "string_value":
                 seen.setdefault(name.string_value, None)
         return list(seen)
-
-
-def _close_all() -> None:
-    """At exit: push the recorders' queues into the stores, then deliver (bounded)."""
-    recorder = sys.modules.get("goodput_core.recorder")
-    if recorder is not None:  # its own atexit hook runs after ours (LIFO)
-        try:
-            recorder.flush_all(_EXIT_TIMEOUT_S)
-        except Exception:
-            pass
-    deadline = time.monotonic() + _EXIT_TIMEOUT_S
-    for store in list(_LIVE):
-        try:
-            store.close(max(0.0, deadline - time.monotonic()))
-        except Exception:
-            logger.exception("goodput: closing %s at exit failed", store.url)
-
-
-def _after_fork_in_child() -> None:
-    for store in list(_LIVE):
-        if store._closed:
-            continue
-        if store._own_client:
-            store._client = None  # rebuilt on first use (gRPC channels do not survive fork)
-        store._init_process_state(adopt=False)
-
-
-atexit.register(_close_all)
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
