@@ -44,10 +44,9 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import psycopg
 
 from goodput_core.events import EventRecord
-from goodput_core.stores import background
+from goodput_core.stores.background import QueuedStoreMixin
 from goodput_core.stores.base import Cursor, Store, StoreError
-from goodput_core.stores.cloud_logging_sender import BatchSender
-from goodput_core.stores.cloud_logging_spill import SpillBuffer, spill_tag
+from goodput_core.stores.cloud_logging_spill import spill_tag
 from goodput_core.stores.postgres_sql import SCHEMA_VERSION, parse_url, statements
 from goodput_core.stores.sqlite_json import dumps as _dumps
 
@@ -82,7 +81,7 @@ def _encode(event: EventRecord) -> Dict[str, Any]:
     return {"e": row}
 
 
-class PostgresStore(Store):
+class PostgresStore(QueuedStoreMixin, Store):
     """Events in a PostgreSQL database, shared by every host of a job.
 
     Args:
@@ -115,28 +114,24 @@ class PostgresStore(Store):
             raise StoreError("batch_size and max_buffer must be >= 1")
         self._sql = statements(self.schema)
         self._lock_ns = zlib.crc32(self.schema.encode()) & 0x7FFFFFFF
-        self._batch_size, self._interval = int(batch_size), float(flush_interval_s)
-        self._max_buffer = int(max_buffer)
-        self._spill_dir = spill_dir or default_spill_dir()
-        # One tag per server, database and schema (no password): a later process
-        # writing there adopts and delivers what an earlier one left behind.
-        self._spill_tag = spill_tag(self._conninfo.rpartition("@")[2].partition("?")[0],
-                                    self.schema)
         self._connect_timeout = max(1, int(math.ceil(connect_timeout_s)))
-        self._user_sleep = sleep
-        self._backoff = (float(backoff_initial_s), float(backoff_max_s))
         self._local = threading.local()
         self._run_ids: Dict[str, int] = {}
         self._writer_ids: Dict[Tuple[int, str, int, str], int] = {}
         self._writers: Dict[int, Tuple[int, str, int, str]] = {}
         self._ids_lock = threading.Lock()
-        self._rejected = 0
-        self._closed = False
         self.skipped: Dict[str, int] = collections.Counter()
         conn = self._connection()  # fails here, at start-up, with a one-line error
         self._ensure_schema(conn)
-        self._init_process_state(adopt=True)
-        background.track(self)
+        self._start_sending(
+            spill_dir=spill_dir or default_spill_dir(), required=("e",),
+            # One tag per server, database and schema (no password): a later
+            # process writing there adopts and delivers what an earlier one left.
+            spill_tag=spill_tag(self._conninfo.rpartition("@")[2].partition("?")[0],
+                                self.schema),
+            max_buffer=int(max_buffer), batch_size=int(batch_size),
+            flush_interval_s=float(flush_interval_s), sleep=sleep,
+            backoff=(float(backoff_initial_s), float(backoff_max_s)), transient=_TRANSIENT)
 
     # ----------------------------------------------------------- connections
     def _connect(self) -> "psycopg.Connection":
@@ -187,21 +182,6 @@ class PostgresStore(Store):
                 "another schema (?schema=NAME)")
 
     # ----------------------------------------------------------- writes
-    def _init_process_state(self, adopt: bool) -> None:
-        """The send buffer and thread, owned by one process (rebuilt in a forked child)."""
-        self._pid = os.getpid()
-        buffer = SpillBuffer(self._spill_dir, self._spill_tag, self._max_buffer, required=("e",))
-        self._sender = BatchSender(
-            buffer, self._write_batch, name=self.url, batch_size=self._batch_size,
-            flush_interval_s=self._interval, sleep=self._user_sleep, backoff=self._backoff,
-            transient=_TRANSIENT)
-        if adopt:
-            try:
-                self._sender.adopted(buffer.adopt_orphans())
-            except OSError:
-                logger.exception("goodput: could not read old spill files in %s",
-                                 self._spill_dir)
-
     def append(self, batch: Sequence[EventRecord]) -> None:
         """Queues events for insertion and returns at once (no network I/O).
 
@@ -217,17 +197,7 @@ class PostgresStore(Store):
                 entries.append(_encode(event))
             except Exception:
                 self._rejected += 1
-        if not entries:
-            return
-        if os.getpid() != self._pid:  # forked child: the parent's buffer is not ours
-            self._init_process_state(adopt=False)
-        if self._closed:
-            late = SpillBuffer(self._spill_dir, self._spill_tag, 1, required=("e",))
-            late.put(entries)
-            logger.warning("goodput: %d events appended after close kept in %s",
-                           len(entries), late.close())
-            return
-        self._sender.put(entries)
+        self._queue(entries)
 
     def _ids(self, conn, rows: List[list]) -> Tuple[Dict[str, int], Dict[tuple, int]]:
         """Run and writer ids of a batch, created when new (ids never change)."""
@@ -264,7 +234,7 @@ class PostgresStore(Store):
                                     t, step, extra, wt))
             conn.execute(self._sql["insert"])
 
-    def _write_batch(self, entries: List[Dict[str, Any]]) -> None:
+    def _send(self, entries: List[Dict[str, Any]]) -> None:
         """Inserts one batch in one transaction (runs on the sender thread)."""
         rows = [e["e"] for e in entries if isinstance(e, dict) and isinstance(e.get("e"), list)
                 and len(e["e"]) == 11]
@@ -295,38 +265,8 @@ class PostgresStore(Store):
             except (psycopg.Error, ValueError, TypeError, UnicodeError, OverflowError):
                 self._rejected += 1
 
-    def flush(self, timeout: Optional[float] = 10.0) -> bool:
-        """Waits until every event appended before this call is stored.
-
-        Returns:
-          True when stored, False on timeout (the events stay queued).
-        """
-        return self._sender.flush(timeout)
-
-    def close(self, timeout: Optional[float] = 10.0) -> bool:
-        """Stores what it can within ``timeout``, then stops the sender.
-
-        Events still unsent are left in a spill file, delivered by the next
-        store opened on the same server and schema (in this or a later process).
-
-        Returns:
-          True when everything was stored.
-        """
-        if self._closed:
-            return True
-        self._closed = True
-        ok, left_in = self._sender.close(timeout)
-        if left_in:
-            logger.warning("goodput: %s unreachable; unsent events kept in %s",
-                           self.url, left_in)
+    def _release(self) -> None:
         self._drop_connection()
-        return ok
-
-    def stats(self) -> Dict[str, Any]:
-        """Counters: delivered, pending (in memory / on disk), retries, rejected, ..."""
-        out = self._sender.stats()
-        out["rejected"] = self._rejected
-        return out
 
     # ----------------------------------------------------------- reads
     def _query(self, fn: Callable[[Any], Any]) -> Any:
@@ -403,11 +343,10 @@ class PostgresStore(Store):
         """Names of the runs in this store, oldest first."""
         return self._query(lambda conn: [r[0] for r in conn.execute(self._sql["runs"])])
 
-    def _after_fork_in_child(self) -> None:
+    def _forget_connections(self) -> None:
         # The parent's connections are left alone (closing one here would end the
         # parent's session; psycopg does not close them on collection either).
         self._local = threading.local()
-        self._init_process_state(adopt=False)
 
     def __repr__(self) -> str:
         return f"PostgresStore({self.url!r})"

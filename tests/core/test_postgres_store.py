@@ -125,7 +125,7 @@ def test_a_resent_batch_is_stored_once(url):
     store.append(events[5:15])  # the same writer and sequence numbers again
     assert store.flush(10)
     # A batch whose reply was lost is sent again by the sender: same path.
-    store._write_batch([{"e": [e.run, e.kind, e.time, e.step, None if e.extra is None
+    store._send([{"e": [e.run, e.kind, e.time, e.step, None if e.extra is None
                                 else json.dumps(e.extra), e.process_index, e.host, e.pid,
                                 e.attempt, e.seq, e.write_time]} for e in events[:3]])
     assert store.read("run-c")[0] == events
