@@ -378,3 +378,6 @@ def test_import_and_export_both_ways_with_sqlite(url, tmp_path):
     runs = _cli("runs", "--store", url)
     assert runs.returncode == 0 and "moved" in runs.stdout
     assert PASSWORD not in runs.stdout + runs.stderr
+    monitor = _cli("monitor", "moved", "--store", url, "--once")
+    assert monitor.returncode == 0, monitor.stderr
+    assert "97.56" in monitor.stdout and PASSWORD not in monitor.stdout + monitor.stderr
