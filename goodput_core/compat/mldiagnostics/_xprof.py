@@ -111,7 +111,7 @@ class Xprof:
         try:
             from goodput_integrations.jax.xprof_sessions import XprofSessions
         except Exception:
-            _warn_once("no-jax", "profiling needs jax (pip install 'goodput[jax]'); "
+            _warn_once("no-jax", "profiling needs jax (pip install 'goodput-core[jax]'); "
                        "this block runs unprofiled")
             return None
         remote = _uploader(run)
@@ -188,7 +188,7 @@ def start_on_demand(processes: Optional[Sequence[int]], process_index: int) -> b
     try:
         from goodput_integrations.jax import profiling
     except Exception:
-        _warn_once("no-jax-server", "on_demand_xprof needs jax (pip install 'goodput[jax]')")
+        _warn_once("no-jax-server", "on_demand_xprof needs jax (pip install 'goodput-core[jax]')")
         return False
     server = profiling.start_server(ON_DEMAND_XPROF_PORT, process_indices=processes,
                                     process_index=process_index)
