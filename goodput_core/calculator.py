@@ -24,6 +24,9 @@ API summary::
     new, cursor = calc.metrics_since(cursor)     # points new since the last call, by name
     calc.metadata()                     # run metadata, latest value per key
     calc.program_goodput()              # ProgramGoodput(mfu, ...) or None
+    calc.hangs()                        # [Hang(step, start, end, seconds, stack), ...]
+    calc.checkpoint_advice()            # CheckpointAdvice (Young/Daly) or its reason
+    calc.hosts()                        # HostBreakdown: per-host host-local time, outliers
 
     r.goodput, r.productive_seconds, r.total_seconds, r.idle_seconds,
     r.excluded_seconds, r.badput_seconds[BadputType.X], r.badput_percent,
@@ -52,6 +55,7 @@ from goodput_core.buckets import CUSTOM_BASE, IDLE, PRODUCTIVE, BadputType
 from goodput_core.diagnostics import MetricSeries, merged_metadata, metric_series, metrics_since
 from goodput_core.elastic import SliceCounts, SliceEfficiency, slice_counts, slice_efficiency
 from goodput_core.events import SkipReason, from_payload, to_timestamp
+from goodput_core.hangs import Hang, hangs_of_run
 from goodput_core.program_goodput import ProgramGoodput, program_goodput_of_run
 from goodput_core.results import GoodputResult, build_result, empty_result
 from goodput_core.segments import CLOSE_JOB_END, CLOSE_STEP_END, NO_RESTART
@@ -319,6 +323,18 @@ class Calculator:
             return program_goodput_of_run(
                 self._tl, result, merged_metadata(self._tl.tables, deep_copy=False),
                 flops_per_step=flops_per_step, peak_flops=peak_flops, num_devices=num_devices)
+
+    # ------------------------------------------- insights (docs/insights.md)
+    def hangs(self, now: Any = None) -> List[Hang]:
+        """The hangs the watchdog recorded, in time order (:mod:`goodput_core.hangs`).
+
+        Args:
+          now: the query time (the length of a hang still open).
+        """
+        with self._lock:
+            t = self._now(now)
+            self._tl.update()
+            return hangs_of_run(self._tl.tables, self._tl.attempts.start, t)
 
     def _now(self, now: Any) -> float:
         return _time_arg(self._clock() if now is None else now, "now")

@@ -73,6 +73,8 @@ def breakdown(result: GoodputResult, seconds: bool = False, elastic: bool = Fals
     for key in bucket_keys(result, elastic):
         out[key] = {k: float(v) for k, v in custom.items()} if key is _CUSTOM \
             else float(flat.get(key, 0.0))
+    # The reference has no HANG bucket: its keys stay, and hang time is OTHER.
+    out[BadputType.OTHER] += float(flat.get(BadputType.HANG, 0.0))
     return out
 
 
