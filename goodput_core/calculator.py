@@ -55,7 +55,9 @@ from goodput_core.buckets import CUSTOM_BASE, IDLE, PRODUCTIVE, BadputType
 from goodput_core.diagnostics import MetricSeries, merged_metadata, metric_series, metrics_since
 from goodput_core.elastic import SliceCounts, SliceEfficiency, slice_counts, slice_efficiency
 from goodput_core.events import SkipReason, from_payload, to_timestamp
+from goodput_core.checkpoint_advice import CheckpointAdvice, advice_of_run
 from goodput_core.hangs import Hang, hangs_of_run
+from goodput_core.host_outliers import HostBreakdown, HostTracker
 from goodput_core.program_goodput import ProgramGoodput, program_goodput_of_run
 from goodput_core.results import GoodputResult, build_result, empty_result
 from goodput_core.segments import CLOSE_JOB_END, CLOSE_STEP_END, NO_RESTART
@@ -102,6 +104,7 @@ class Calculator:
         self._ideal = None if ideal_step_time is None else float(ideal_step_time)
         self._tl = Timeline()
         self._lock = threading.RLock()
+        self._host_tracker: Optional[HostTracker] = None
 
     # --------------------------------------------------------------- input
     def add(self, events: Iterable[Any]) -> int:
@@ -335,6 +338,31 @@ class Calculator:
             t = self._now(now)
             self._tl.update()
             return hangs_of_run(self._tl.tables, self._tl.attempts.start, t)
+
+    def checkpoint_advice(self, now: Any = None) -> CheckpointAdvice:
+        """Checkpoint-interval advice from this run's failures, saves and
+        restarts (:mod:`goodput_core.checkpoint_advice`); ``available`` is False
+        with a reason when the run had no failure or no save."""
+        with self._lock:
+            result = self.cumulative(now=now)
+            return advice_of_run(self._tl, result, self.step_stats())
+
+    def hosts(self, now: Any = None, **kwargs: Any) -> HostBreakdown:
+        """Per-host host-local time and the outlier hosts
+        (:mod:`goodput_core.host_outliers`), from the store's events split by
+        process index (read incrementally, beside this calculator's own reads).
+
+        Raises:
+          ValueError: this calculator reads no store (use
+            :class:`~goodput_core.host_outliers.HostTracker` with events).
+        """
+        if self._store is None:
+            raise ValueError("hosts() needs a calculator that reads a store")
+        with self._lock:
+            if self._host_tracker is None:
+                self._host_tracker = HostTracker(self.run, self._store, clock=self._clock)
+            self._host_tracker.refresh()
+            return self._host_tracker.breakdown(self._now(now), **kwargs)
 
     def _now(self, now: Any) -> float:
         return _time_arg(self._clock() if now is None else now, "now")
