@@ -104,7 +104,7 @@ class Calculator:
         self._ideal = None if ideal_step_time is None else float(ideal_step_time)
         self._tl = Timeline()
         self._lock = threading.RLock()
-        self._host_tracker: Optional[HostTracker] = None
+        self._host_tracker = HostTracker(run or "", self._store, clock=clock)
 
     # --------------------------------------------------------------- input
     def add(self, events: Iterable[Any]) -> int:
@@ -136,6 +136,7 @@ class Calculator:
             events, self._cursor = self._store.read(self.run, since=self._cursor)
             if events:
                 self._tl.add(events, self.run)
+                self._host_tracker.observe(events)
             return len(events)
 
     # ------------------------------------------------------------- queries
@@ -350,7 +351,8 @@ class Calculator:
     def hosts(self, now: Any = None, **kwargs: Any) -> HostBreakdown:
         """Per-host host-local time and the outlier hosts
         (:mod:`goodput_core.host_outliers`), from the store's events split by
-        process index (read incrementally, beside this calculator's own reads).
+        process index (on multi-host runs, read incrementally beside this
+        calculator's own reads; nothing extra on single-host runs).
 
         Raises:
           ValueError: this calculator reads no store (use
@@ -359,8 +361,7 @@ class Calculator:
         if self._store is None:
             raise ValueError("hosts() needs a calculator that reads a store")
         with self._lock:
-            if self._host_tracker is None:
-                self._host_tracker = HostTracker(self.run, self._store, clock=self._clock)
+            self.refresh()
             self._host_tracker.refresh()
             return self._host_tracker.breakdown(self._now(now), **kwargs)
 

@@ -13,9 +13,12 @@ host's by more than ``ratio`` (2x) *and* by more than ``min_share`` (1 %) of
 the median host's total time; the bucket with the largest excess over the
 median host names the cause.
 
-:class:`HostTracker` keeps one incremental calculator per process index
-(fed from the store with its own cursor, or from :meth:`HostTracker.add`),
-so the monitor can refresh it every cycle.
+:class:`HostTracker` keeps one incremental calculator per process index.
+It costs nothing on single-host runs: the run's calculator shows it the
+events it reads (:meth:`HostTracker.observe`, one set of process indices per
+batch), and only once a second process index appears does the tracker read
+the store itself (from the beginning, then incrementally with its own
+cursor) and build per-host calculators.
 """
 
 from __future__ import annotations
@@ -24,7 +27,8 @@ import dataclasses
 import math
 import threading
 import time
-from typing import Any, Dict, Iterable, List, Optional
+from operator import itemgetter
+from typing import Any, Dict, Iterable, List, Optional, Sequence
 
 import numpy as np
 
@@ -133,6 +137,8 @@ class HostTracker:
         self._clock = clock
         self._hosts: Dict[int, Any] = {}
         self._lock = threading.Lock()
+        self._seen: set = set()
+        self.multi_host = store is None  # fed by add(): always per host
 
     def add(self, events: Iterable[Any]) -> None:
         """Routes EventRecords to their host's calculator."""
@@ -151,9 +157,21 @@ class HostTracker:
                     calc = self._hosts[index] = self._calc_type(self.run, **kwargs)
                 calc.add(evs)
 
+    def observe(self, events: Sequence[Any]) -> None:
+        """Notes the process indices of events the run's calculator read."""
+        if self.multi_host or not events:
+            return
+        try:
+            self._seen.update(map(itemgetter(5), events))
+        except (TypeError, IndexError):
+            return
+        if len(self._seen) > 1:
+            self.multi_host = True  # the next refresh reads the run from the start
+
     def refresh(self) -> int:
-        """Reads what the store got since the last refresh; returns how many events."""
-        if self._store is None:
+        """Reads what the store got since the last refresh (multi-host runs
+        only); returns how many events."""
+        if self._store is None or not self.multi_host:
             return 0
         events, self._cursor = self._store.read(self.run, since=self._cursor)
         self.add(events)
