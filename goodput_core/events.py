@@ -47,6 +47,9 @@ ORBAX_STEP = "step"
 CUSTOM_BADPUT_EVENT_TYPE = "custom_badput_event_type"
 ELASTIC_WAIT_EVENT_TYPE = "elastic_wait_event_type"
 ORBAX_EVENT_TYPE = "event_type"
+HANG_LAST_PROGRESS = "last_progress_time"
+HANG_EXPECTED_STEP = "expected_step_seconds"
+HANG_STACK = "hang_stack"
 
 
 class Kind(enum.IntEnum):
@@ -79,6 +82,9 @@ class Kind(enum.IntEnum):
     DISRUPTION = 25
     METADATA = 26
     METRIC = 27
+    # 28-29 are kept for the input-stall span.
+    HANG = 30  # a hang detected by the watchdog (insights)
+    HANG_END = 31  # progress resumed after a hang
 
 
 class KindSpec(NamedTuple):
@@ -147,6 +153,11 @@ KINDS: Dict[Kind, KindSpec] = {
         _spec(Kind.METADATA, "metadata_time", reference=False),
         _spec(Kind.METRIC, "metric_time", STEP_COUNT,
               required=("metric_name", "metric_value"), reference=False),
+        # hang_time is the detection; the span starts when the hung step should
+        # have ended: last_progress_time + expected_step_seconds.
+        _spec(Kind.HANG, "hang_time", STEP_COUNT,
+              required=(HANG_LAST_PROGRESS, HANG_EXPECTED_STEP), reference=False),
+        _spec(Kind.HANG_END, "hang_end_time", reference=False),
     )
 }
 

@@ -38,6 +38,7 @@ from typing import Any, Callable, Dict, Optional
 from goodput_core.events import EventRecord, Kind, to_timestamp
 from goodput_core.phases import PhaseMixin
 from goodput_core.stores import Store, open_store
+from goodput_core.watchdog import watchdog_for
 from goodput_core.writer import WriterMixin
 from goodput_core.zone_offset import MIN_OFFSET_S, zone_offset_hours
 
@@ -90,6 +91,10 @@ class Recorder(PhaseMixin, WriterMixin):
         instead of being queued for the store.
       enabled: False makes every call a no-op (no store is opened, no thread
         started): e.g. on processes other than the one that should write.
+      hang_detection: the hang watchdog (:mod:`goodput_core.watchdog`): True
+        (default settings, ``GOODPUT_HANG_*`` variables applied), False, or a
+        :class:`~goodput_core.watchdog.HangSettings`. Its thread starts at the
+        first job start; nothing of it runs on the caller's thread.
 
     Raises:
       StoreError: the store URL or path is unusable.
@@ -108,6 +113,7 @@ class Recorder(PhaseMixin, WriterMixin):
         process_index: int = 0,
         cloud_logger: Any = None,
         enabled: bool = True,
+        hang_detection: Any = True,
     ):
         if not isinstance(run, str) or not run:
             raise ValueError(f"run name must be a non-empty string, got {run!r}")
@@ -128,6 +134,8 @@ class Recorder(PhaseMixin, WriterMixin):
             self._record = self._emit = _noop  # type: ignore[method-assign]
         self._store: Optional[Store] = (
             open_store(store) if enabled and cloud_logger is None else None)
+        self._watchdog = (watchdog_for(self, hang_detection)
+                          if enabled and cloud_logger is None else None)
         self._rejected: Dict[str, int] = collections.Counter()
         self._drop_lock = threading.Lock()
         self._dropped = 0

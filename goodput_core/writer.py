@@ -54,6 +54,12 @@ class WriterMixin:
             kind, t, step, extra, wt = item
             batch.append(EventRecord(run, kind, t, step, extra, pidx, host, pid, attempt,
                                      next(seq), wt))
+        watchdog = self._watchdog
+        if watchdog is not None and batch:
+            try:
+                watchdog.observe(batch)
+            except Exception:  # never let the watchdog stop the writer
+                logger.exception("goodput: hang watchdog error")
         return batch, fences
 
     def _write(self, batch) -> bool:

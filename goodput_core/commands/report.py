@@ -73,6 +73,9 @@ key                            value
 ``metrics``                    ``{name: {step, time, time_iso, value}}``: the
                                latest point of each recorded model metric
                                (``step`` null when recorded without one)
+``insights``                   ``{hangs, checkpoint, hosts}``: hangs,
+                               checkpoint-interval advice and host outliers
+                               (keys in :mod:`goodput_core.commands.report_insights`)
 =============================  ==============================================
 
 Numbers mean what ``docs/semantics.md`` says; seconds satisfy
@@ -90,6 +93,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from goodput_core.buckets import BadputType
 from goodput_core.cli import CliError
 from goodput_core.commands.common import add_store_argument
+from goodput_core.commands.report_insights import insights_report, insights_table
 from goodput_core.elastic import reportable
 from goodput_core.step_stats import percentile
 from goodput_core.timespec import (
@@ -224,6 +228,7 @@ def build_report(calc, result, stats, *, store_url: str, window_spec: Optional[s
         "skipped": dict(sorted(result.skipped.items())),
     }
     report.update(_diagnostics(calc, result, has_life))
+    report["insights"] = insights_report(calc, result.query_time)
     return _finite(report)
 
 
@@ -314,6 +319,7 @@ def format_table(rep: Dict[str, Any]) -> str:
     out.append(f"  p90 step time            {_secs(st['p90_seconds'])}")
     out.append(f"  deviation (aggregate)    {_secs(st['deviation_aggregate_seconds'])}")
     out.extend(_diagnostics_table(rep))
+    out.extend(insights_table(rep.get("insights") or {}))
     skipped = rep["skipped"]
     out.append("Skipped inputs" + ("" if skipped else ": none"))
     for reason, n in skipped.items():

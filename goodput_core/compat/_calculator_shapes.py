@@ -21,7 +21,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, Optional, Tuple, Union
 
-from goodput_core.buckets import BASE_BADPUT, ELASTIC_BADPUT, BadputType
+from goodput_core.buckets import BASE_BADPUT, ELASTIC_BADPUT
+from goodput_core.compat._badput import BadputType
 from goodput_core.compat.goodput_utils import GoodputType, IntervalMetricType, MetricType
 from goodput_core.events import to_timestamp
 from goodput_core.results import GoodputResult
@@ -70,8 +71,11 @@ def breakdown(result: GoodputResult, seconds: bool = False, elastic: bool = Fals
     custom = result.custom_badput_seconds if seconds else result.custom_badput_percent
     out: Breakdown = {}
     for key in bucket_keys(result, elastic):
-        out[key] = {k: float(v) for k, v in custom.items()} if key is _CUSTOM \
+        ref_key = BadputType(int(key))  # the reference's enum, not the engine's
+        out[ref_key] = {k: float(v) for k, v in custom.items()} if key == _CUSTOM \
             else float(flat.get(key, 0.0))
+    # The reference has no HANG bucket: its keys stay, and hang time is OTHER.
+    out[BadputType.OTHER] += float(flat.get(15, 0.0))  # the engine's BadputType.HANG
     return out
 
 

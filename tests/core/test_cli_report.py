@@ -77,8 +77,9 @@ JSON_KEYS = {
     "run", "store", "query_time", "lifetime", "window", "exclude", "goodput_percent",
     "productive_seconds", "total_seconds", "idle_seconds", "excluded_seconds",
     "badput_seconds", "badput_percent", "custom_badput_seconds", "custom_badput_percent",
-    "data_loading_async_seconds", "data_loading_async_percent", "disruptions", "max_productive_step", "last_step",
-    "step_time", "skipped", "program_goodput", "slice_efficiency", "metrics",
+    "data_loading_async_seconds", "data_loading_async_percent", "disruptions",
+    "max_productive_step", "last_step", "step_time", "skipped", "program_goodput",
+    "slice_efficiency", "metrics", "insights",
 }
 
 
@@ -316,3 +317,18 @@ def test_format_time():
     assert format_time(START) == "2023-11-14T22:13:20Z"
     assert format_time(START + 83.6999998) == "2023-11-14T22:14:43.700Z"
     assert format_time(math.nan) is None and format_time(None) is None
+
+
+def test_insights_in_json_and_table(capsys, store):
+    rep = report_json(capsys, store)
+    ins = rep["insights"]
+    assert ins["hangs"] == [] and ins["hosts"] is None  # one writer, no hang
+    ck = ins["checkpoint"]
+    # the synthetic job: one crash, saves of JOB.checkpoint_save s every JOB.checkpoint_every steps
+    assert ck["available"] and ck["disruptions"] == 1 and "rough" in ck["reason"]
+    assert ck["save_seconds"] == pytest.approx(JOB.checkpoint_save)
+    assert ck["mtbf_seconds"] == pytest.approx(rep["total_seconds"])  # total / 1 failure
+    assert ck["recommended_interval_seconds"] > 0
+    assert main(["report", "syn", "--store", store]) == 0
+    out = capsys.readouterr().out
+    assert "Hangs: none detected" in out and "recommended interval" in out
