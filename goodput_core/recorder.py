@@ -7,8 +7,12 @@ kind and dropped, unless ``strict=True``). A daemon writer thread drains the
 queue in batches into the store. :meth:`Recorder.flush` is a fence: it returns
 once everything recorded before it is stored. An ``atexit`` hook flushes every
 live recorder, so a ``record_job_end_time()`` just before the interpreter
-exits is not lost. After ``os.fork()`` the child gets a fresh queue, writer and
-attempt id; the parent's pending events stay the parent's.
+exits is not lost. ``multiprocessing`` ends its children with ``os._exit``
+(no atexit), so the recorder also flushes from multiprocessing's own exit
+finalizers: workers (``Process``, ``Pool`` after ``close()``/``join()``;
+fork and spawn) that end normally keep their events. After ``os.fork()`` the
+child gets a fresh queue, writer and attempt id; the parent's pending events
+stay the parent's.
 
 Example::
 
@@ -25,10 +29,12 @@ from __future__ import annotations
 import atexit
 import collections
 import itertools
+import json
 import logging
 import math
 import os
 import socket
+import sys
 import threading
 import time
 import uuid
@@ -57,6 +63,10 @@ def _noop(*args: Any, **kwargs: Any) -> None:
     return None
 
 
+# What the stores hold: SQLite INTEGER columns are signed 64-bit.
+_INT64_MIN, _INT64_MAX = -2 ** 63, 2 ** 63 - 1
+
+
 def _bad_step(step: Any) -> int:
     """Returns ``step`` as an int, or raises ValueError (bools are not steps)."""
     if isinstance(step, bool) or step is None:
@@ -67,7 +77,17 @@ def _bad_step(step: Any) -> int:
         raise ValueError(f"step must be an int, got {step!r}") from None
     if as_int != step:
         raise ValueError(f"step must be an int, got {step!r}")
+    if not _INT64_MIN <= as_int <= _INT64_MAX:
+        raise ValueError(f"step must fit in 64 bits, got {as_int}")
     return as_int
+
+
+def _storable_text(value: str, what: str) -> None:
+    """Raises ValueError for text the stores cannot encode (UTF-8: no lone surrogates)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"{what} {value!r} is not valid Unicode text") from None
 
 
 class Recorder(PhaseMixin, WriterMixin):
@@ -108,8 +128,13 @@ class Recorder(PhaseMixin, WriterMixin):
     ):
         if not isinstance(run, str) or not run:
             raise ValueError(f"run name must be a non-empty string, got {run!r}")
+        _storable_text(run, "run name")
         if queue_size < 1:
             raise ValueError("queue_size must be >= 1")
+        if isinstance(process_index, bool) or not (
+                isinstance(process_index, int) or hasattr(process_index, "__index__")) \
+                or not _INT64_MIN <= int(process_index) <= _INT64_MAX:
+            raise ValueError(f"process_index must be a 64-bit integer, got {process_index!r}")
         self.run = run
         self.job_name = run  # the reference's attribute name
         self._clock = clock
@@ -130,17 +155,20 @@ class Recorder(PhaseMixin, WriterMixin):
         self._dropped = 0
         self._written = 0
         self._write_errors = 0
+        self._unstorable = 0  # events the store refused for their content (writer.py)
         self._closed = False
         self._init_process_state()
         if cloud_logger is not None:
             self._emit = self._emit_to_cloud_logger  # type: ignore[method-assign]
         _LIVE.add(self)
+        _flush_at_multiprocessing_exit()
 
     # ----------------------------------------------------------------- state
     def _init_process_state(self) -> None:
         """Per-process state: rebuilt in a forked child."""
         self._queue: collections.deque = collections.deque()
         self._wake = threading.Event()
+        self._backoff = threading.Event()  # set by close(): ends the writer's backoff wait
         self._pid = os.getpid()
         self._host = socket.gethostname()
         self._attempt = uuid.uuid4().hex[:16]
@@ -167,11 +195,17 @@ class Recorder(PhaseMixin, WriterMixin):
         return self._attempt
 
     def stats(self) -> Dict[str, Any]:
-        """Counters: events written, dropped (queue full), rejected per kind, errors."""
+        """Counters: events written, dropped (queue full), rejected per kind, errors.
+
+        ``unstorable`` counts events accepted at record time that the store
+        still refused for their content (each dropped alone, the rest of its
+        batch written); ``write_errors`` counts failed attempts that were retried.
+        """
         return {
             "written": self._written,
             "dropped": self._dropped,
             "rejected": dict(self._rejected),
+            "unstorable": self._unstorable,
             "write_errors": self._write_errors,
             "queued": len(self._queue),
         }
@@ -209,12 +243,26 @@ class Recorder(PhaseMixin, WriterMixin):
 
     def _reject(self, kind: Kind, error: Exception) -> None:
         if self._strict:
-            raise ValueError(f"record {kind.name.lower()}: {error}") from error
+            raise ValueError(f"record {kind.name.lower()}: {_describe(error)}") from error
         name = kind.name.lower()
         self._rejected[name] += 1
         if self._rejected[name] == 1:
             logger.warning("goodput: dropped a %s event with bad arguments: %s "
-                           "(further ones are counted silently)", name, error)
+                           "(further ones are counted silently)", name, _describe(error))
+
+    def _storable(self, extra: dict) -> dict:
+        """Returns ``extra`` when the stores can hold it, else raises ValueError.
+
+        Run at record time for payloads the user builds (metadata, Orbax
+        entries, ``record(**extra)``): one the store cannot encode (a cycle,
+        a tuple key, an object whose ``str()`` raises, a lone surrogate)
+        must be rejected here, not fail the writer's batch later.
+        """
+        try:
+            _check_json(extra)
+        except Exception as exc:  # RecursionError for deep nesting too
+            raise ValueError(f"payload cannot be stored as JSON: {_describe(exc)}") from None
+        return extra
 
     def _record(self, kind: Kind, when: Any, step: Any = None,
                 extra: Optional[dict] = None) -> None:
@@ -227,12 +275,12 @@ class Recorder(PhaseMixin, WriterMixin):
                 # t - t is 0.0 exactly for finite floats, NaN for NaN and inf.
                 t = when if type(when) is float and when - when == 0.0 else to_timestamp(when)
                 write_time = self._clock()
-            if type(step) is not int and (step is not None or kind in _STEP_REQUIRED):
+            if type(step) is int:
+                if not _INT64_MIN <= step <= _INT64_MAX:
+                    step = _bad_step(step)  # raises: the store holds 64-bit steps
+            elif step is not None or kind in _STEP_REQUIRED:
                 step = _bad_step(step)
-        except (ValueError, TypeError) as exc:
-            self._reject(kind, exc)
-            return
-        except Exception as exc:  # a broken clock must not break training
+        except Exception as exc:  # bad input, or a broken clock: never break training
             self._reject(kind, exc)
             return
         self._emit(int(kind), t, step, extra, write_time)
@@ -262,18 +310,25 @@ class Recorder(PhaseMixin, WriterMixin):
         """
         try:
             kind = Kind(kind)
-        except ValueError:
+        except Exception:
             if self._strict:
-                raise
+                raise ValueError(f"unknown event kind {kind!r}") from None
             self._rejected["unknown_kind"] += 1
             return
+        if extra:
+            try:
+                extra = self._storable(extra)
+            except ValueError as exc:
+                self._reject(kind, exc)
+                return
         self._record(kind, time, step, extra or None)
 
     def close(self, timeout: Optional[float] = 10.0) -> bool:
         """Flushes and stops the writer. Later ``record_*`` calls are dropped."""
         ok = self.flush(timeout)
         self._closed = True
-        self._cap = 0  # further events are counted as dropped
+        self._cap = self._high = 0  # further events are counted as dropped
+        self._backoff.set()
         self._wake.set()
         return ok
 
@@ -282,6 +337,23 @@ class Recorder(PhaseMixin, WriterMixin):
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _describe(error: BaseException) -> str:
+    """``str(error)``, even for an exception whose ``__str__`` raises."""
+    try:
+        return str(error) or type(error).__name__
+    except Exception:
+        return f"<unprintable {type(error).__name__}>"
+
+
+def _check_json(extra: Any) -> None:
+    """Encodes ``extra`` as the stores do; raises when they could not."""
+    from goodput_core.stores.sqlite_json import dumps
+
+    text = dumps(extra)  # ASCII: every non-ASCII character is escaped
+    if "\\ud" in text:  # a surrogate escape: fine as a pair, unencodable alone
+        json.dumps(json.loads(text), ensure_ascii=False).encode("utf-8")
 
 
 class NullRecorder(PhaseMixin):
@@ -304,7 +376,8 @@ class NullRecorder(PhaseMixin):
         return True
 
     def stats(self) -> Dict[str, Any]:
-        return {"written": 0, "dropped": 0, "rejected": {}, "write_errors": 0, "queued": 0}
+        return {"written": 0, "dropped": 0, "rejected": {}, "unstorable": 0, "write_errors": 0,
+                "queued": 0}
 
 
 NULL_RECORDER = NullRecorder()
@@ -331,6 +404,39 @@ def _after_fork_in_child() -> None:
             logger.exception("goodput: could not reset a recorder after fork")
 
 
+class _Token:
+    """A weak-referenceable key for multiprocessing's after-fork registry."""
+
+
+_MP_TOKEN = _Token()
+_mp_hooked = {"pid": 0, "after_fork": False}
+
+
+def _flush_at_multiprocessing_exit(_token: Any = None) -> None:
+    """Registers :func:`flush_all` as a multiprocessing exit finalizer in this process.
+
+    A multiprocessing child runs ``multiprocessing.util._exit_function`` (the
+    finalizers) after its target returns and then calls ``os._exit``: atexit
+    never runs there. A fork child starts with the registry emptied, so the
+    after-fork hook (kept across forks) registers again in each child; a spawn
+    child registers when its first recorder is created. Does nothing until
+    the program has imported multiprocessing (checked at each recorder
+    creation and before each fork), so ``import goodput_core`` stays light.
+    """
+    util = sys.modules.get("multiprocessing.util")
+    if util is None or _mp_hooked["pid"] == os.getpid():
+        return
+    try:
+        util.Finalize(None, flush_all, exitpriority=10)
+        if not _mp_hooked["after_fork"]:
+            util.register_after_fork(_MP_TOKEN, _flush_at_multiprocessing_exit)
+            _mp_hooked["after_fork"] = True
+        _mp_hooked["pid"] = os.getpid()
+    except Exception:  # a multiprocessing without these hooks: atexit still covers the rest
+        logger.debug("goodput: no multiprocessing exit hook", exc_info=True)
+
+
 atexit.register(flush_all)
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+    os.register_at_fork(before=_flush_at_multiprocessing_exit,
+                        after_in_child=_after_fork_in_child)

@@ -32,9 +32,10 @@ Concurrency guarantees:
 * Every append is one ``BEGIN IMMEDIATE`` transaction: all or nothing, never
   interleaved with another writer's batch. Ids grow in commit order, so a
   reader's cursor (the last id it saw) never skips a later commit.
-* "database is locked/busy" never reaches the caller: SQLite's busy handler
-  waits, and a retry loop with jittered backoff covers the cases where SQLite
-  answers busy without waiting (WAL recovery, concurrent schema creation).
+* "database is locked/busy" never reaches the caller: a retry loop with
+  jittered backoff waits for other writers. SQLite's own busy handler is off
+  (connections have no busy timeout) so that the waiting happens in Python,
+  outside the fork gate: ``os.fork()`` never waits on another process's lock.
   After ``busy_timeout_s`` of failure an operation raises :class:`StoreError`.
 * One connection per thread and per process, opened lazily. No connection
   crosses ``os.fork()``: a fork waits for store operations in flight (each is
@@ -59,8 +60,9 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from goodput_core.events import EventRecord
 from goodput_core.stores.base import Cursor, Store, StoreError
+from goodput_core.stores.sqlite_fork import Reopen
 from goodput_core.stores.sqlite_fork import gated as _gated
-from goodput_core.stores.sqlite_fork import register_store
+from goodput_core.stores.sqlite_fork import register_store, released
 from goodput_core.stores.sqlite_json import dumps as _dumps
 
 __all__ = ["SqliteStore", "SCHEMA_VERSION"]
@@ -216,7 +218,9 @@ class SqliteStore(Store):
     def _connect(self) -> sqlite3.Connection:
         # check_same_thread=False only so that close() may close the connection
         # of a thread that has ended; a live connection is used by its thread only.
-        conn = sqlite3.connect(self.path, timeout=self.busy_timeout_s,
+        # timeout=0: a locked file answers "busy" at once and _retry waits
+        # outside the fork gate (a wait inside SQLite would hold forks back).
+        conn = sqlite3.connect(self.path, timeout=0,
                                isolation_level=None, check_same_thread=False)
         try:  # switching a fresh file to WAL takes a brief exclusive lock: may be busy
             conn.execute("PRAGMA journal_mode=WAL").fetchall()
@@ -260,7 +264,11 @@ class SqliteStore(Store):
             int(row[0]) if str(row[0]).isdigit() else SCHEMA_VERSION + 1)
 
     def _retry(self, fn, *args):
-        """Calls ``fn(*args)``, retrying with jittered backoff while SQLite is busy."""
+        """Calls ``fn(*args)``, retrying with jittered backoff while SQLite is busy.
+
+        Runs inside a gated operation and sleeps outside the fork gate; raises
+        :class:`Reopen` when a fork closed this thread's connection meanwhile.
+        """
         deadline = time.monotonic() + self.busy_timeout_s
         delay = 0.001
         while True:
@@ -274,7 +282,10 @@ class SqliteStore(Store):
                         f"{self.path!r} stayed locked by other writers for more than "
                         f"{self.busy_timeout_s:g} s; raise busy_timeout_s or write less "
                         f"often") from exc
-            time.sleep(delay * (0.5 + random.random()))
+            with released() as gate:
+                time.sleep(delay * (0.5 + random.random()))
+            if gate.reopen:
+                raise Reopen()
             delay = min(delay * 2, 0.1)
 
     @_gated
