@@ -251,6 +251,8 @@ def program_goodput_of_run(timeline, result, metadata: Mapping[str, Any], *,
     if peak is None and peak_flops is None:
         peak = _positive(peak_flops_per_device(metadata.get("device_kind")))
     devices = _positive(num_devices if num_devices is not None else metadata.get("num_devices"))
+    if devices is not None and devices != int(devices):
+        devices = None  # 0.5 devices: unusable metadata, not a reason to fail the report
     if flops is None or peak is None or devices is None:
         return None
     steps = productive_steps(timeline, result.window[1])
@@ -259,6 +261,8 @@ def program_goodput_of_run(timeline, result, metadata: Mapping[str, Any], *,
         return None
     rate = steps / seconds
     value = mfu(flops, rate, peak, int(devices))
+    if not math.isfinite(value):  # metadata fields each fine, their product overflows
+        return None
     runtime = result.goodput / 100.0
     return ProgramGoodput(value, runtime, runtime * value, flops, peak, int(devices), steps,
                           seconds, rate)

@@ -300,8 +300,13 @@ def format_table(rep: Dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def _pct(fraction: float) -> str:
-    return f"{100 * fraction:.2f} %"
+def _pct(fraction: Optional[float]) -> str:
+    return "-" if fraction is None else f"{100 * fraction:.2f} %"
+
+
+def _num(value: Optional[float], spec: str = ".4g") -> str:
+    """A number of the report (None where it was NaN or infinite) as text."""
+    return "-" if value is None else format(value, spec)
 
 
 def _diagnostics_table(rep: Dict[str, Any]) -> List[str]:
@@ -315,9 +320,10 @@ def _diagnostics_table(rep: Dict[str, Any]) -> List[str]:
         out.append(f"  ML productivity goodput  {_pct(prog['ml_productivity_goodput'])}"
                    "   (runtime x program)")
         out.append(f"  productive steps         {prog['productive_steps']} in "
-                   f"{_secs(prog['productive_seconds'])} ({prog['steps_per_second']:.4g} steps/s)")
-        out.append(f"  FLOPs per step           {prog['flops_per_step']:.4g} on "
-                   f"{prog['num_devices']} devices of {prog['peak_flops_per_device']:.4g} "
+                   f"{_secs(prog['productive_seconds'])} ({_num(prog['steps_per_second'])} "
+                   "steps/s)")
+        out.append(f"  FLOPs per step           {_num(prog['flops_per_step'])} on "
+                   f"{prog['num_devices']} devices of {_num(prog['peak_flops_per_device'])} "
                    "FLOP/s peak")
     eff = rep.get("slice_efficiency")
     if eff is not None:
@@ -329,7 +335,7 @@ def _diagnostics_table(rep: Dict[str, Any]) -> List[str]:
         out.append("Metrics (latest)")
         for name, m in metrics.items():
             where = f"step {m['step']}" if m["step"] is not None else m["time_iso"]
-            out.append(f"  {name:<24} {m['value']:.6g}   ({where})")
+            out.append(f"  {name:<24} {_num(m['value'], '.6g')}   ({where})")
     return out
 
 
