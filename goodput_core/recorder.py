@@ -29,7 +29,6 @@ from __future__ import annotations
 import atexit
 import collections
 import itertools
-import json
 import logging
 import math
 import os
@@ -43,6 +42,8 @@ from typing import Any, Callable, Dict, Optional
 
 from goodput_core.events import EventRecord, Kind, to_timestamp
 from goodput_core.phases import PhaseMixin
+from goodput_core.storable import (
+    INT64_MAX, INT64_MIN, check_extra, check_int, check_text, describe_error)
 from goodput_core.stores import Store, open_store
 from goodput_core.writer import WriterMixin
 
@@ -63,10 +64,6 @@ def _noop(*args: Any, **kwargs: Any) -> None:
     return None
 
 
-# What the stores hold: SQLite INTEGER columns are signed 64-bit.
-_INT64_MIN, _INT64_MAX = -2 ** 63, 2 ** 63 - 1
-
-
 def _bad_step(step: Any) -> int:
     """Returns ``step`` as an int, or raises ValueError (bools are not steps)."""
     if isinstance(step, bool) or step is None:
@@ -77,17 +74,8 @@ def _bad_step(step: Any) -> int:
         raise ValueError(f"step must be an int, got {step!r}") from None
     if as_int != step:
         raise ValueError(f"step must be an int, got {step!r}")
-    if not _INT64_MIN <= as_int <= _INT64_MAX:
-        raise ValueError(f"step must fit in 64 bits, got {as_int}")
+    check_int(as_int, "step")
     return as_int
-
-
-def _storable_text(value: str, what: str) -> None:
-    """Raises ValueError for text the stores cannot encode (UTF-8: no lone surrogates)."""
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ValueError(f"{what} {value!r} is not valid Unicode text") from None
 
 
 class Recorder(PhaseMixin, WriterMixin):
@@ -128,12 +116,12 @@ class Recorder(PhaseMixin, WriterMixin):
     ):
         if not isinstance(run, str) or not run:
             raise ValueError(f"run name must be a non-empty string, got {run!r}")
-        _storable_text(run, "run name")
+        check_text(run, "run name")
         if queue_size < 1:
             raise ValueError("queue_size must be >= 1")
         if isinstance(process_index, bool) or not (
                 isinstance(process_index, int) or hasattr(process_index, "__index__")) \
-                or not _INT64_MIN <= int(process_index) <= _INT64_MAX:
+                or not INT64_MIN <= int(process_index) <= INT64_MAX:
             raise ValueError(f"process_index must be a 64-bit integer, got {process_index!r}")
         self.run = run
         self.job_name = run  # the reference's attribute name
@@ -243,12 +231,12 @@ class Recorder(PhaseMixin, WriterMixin):
 
     def _reject(self, kind: Kind, error: Exception) -> None:
         if self._strict:
-            raise ValueError(f"record {kind.name.lower()}: {_describe(error)}") from error
+            raise ValueError(f"record {kind.name.lower()}: {describe_error(error)}") from error
         name = kind.name.lower()
         self._rejected[name] += 1
         if self._rejected[name] == 1:
             logger.warning("goodput: dropped a %s event with bad arguments: %s "
-                           "(further ones are counted silently)", name, _describe(error))
+                           "(further ones are counted silently)", name, describe_error(error))
 
     def _storable(self, extra: dict) -> dict:
         """Returns ``extra`` when the stores can hold it, else raises ValueError.
@@ -258,10 +246,7 @@ class Recorder(PhaseMixin, WriterMixin):
         a tuple key, an object whose ``str()`` raises, a lone surrogate)
         must be rejected here, not fail the writer's batch later.
         """
-        try:
-            _check_json(extra)
-        except Exception as exc:  # RecursionError for deep nesting too
-            raise ValueError(f"payload cannot be stored as JSON: {_describe(exc)}") from None
+        check_extra(extra)
         return extra
 
     def _record(self, kind: Kind, when: Any, step: Any = None,
@@ -276,7 +261,7 @@ class Recorder(PhaseMixin, WriterMixin):
                 t = when if type(when) is float and when - when == 0.0 else to_timestamp(when)
                 write_time = self._clock()
             if type(step) is int:
-                if not _INT64_MIN <= step <= _INT64_MAX:
+                if not INT64_MIN <= step <= INT64_MAX:
                     step = _bad_step(step)  # raises: the store holds 64-bit steps
             elif step is not None or kind in _STEP_REQUIRED:
                 step = _bad_step(step)
@@ -337,23 +322,6 @@ class Recorder(PhaseMixin, WriterMixin):
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def _describe(error: BaseException) -> str:
-    """``str(error)``, even for an exception whose ``__str__`` raises."""
-    try:
-        return str(error) or type(error).__name__
-    except Exception:
-        return f"<unprintable {type(error).__name__}>"
-
-
-def _check_json(extra: Any) -> None:
-    """Encodes ``extra`` as the stores do; raises when they could not."""
-    from goodput_core.stores.sqlite_json import dumps
-
-    text = dumps(extra)  # ASCII: every non-ASCII character is escaped
-    if "\\ud" in text:  # a surrogate escape: fine as a pair, unencodable alone
-        json.dumps(json.loads(text), ensure_ascii=False).encode("utf-8")
 
 
 class NullRecorder(PhaseMixin):

@@ -240,12 +240,9 @@ def run(args) -> int:
         else:
             sink_store = open_store(dst)
             sink = StoreSink(sink_store, name, page)
-        try:
-            copied, already = copy_run(source, sink, position=position,
-                                       progress=progress_bar(args, f"import {name}"))
-        except BrokenPipeError:  # `--to - | head`; Python's exit flush must not fail again
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-            return 0
+        # A closed pipe (`--to - | head`) is reported by goodput_core.cli.
+        copied, already = copy_run(source, sink, position=position,
+                                   progress=progress_bar(args, f"import {name}"))
         if copied + already == 0:
             detail = (f" ({sum(skips.values())} lines skipped: {skips.describe()})" if skips
                       else " (see: goodput runs)" if source_store is not None else "")

@@ -86,6 +86,7 @@ from goodput_core.cli import CliError
 from goodput_core.commands.common import add_store_argument
 from goodput_core.elastic import reportable
 from goodput_core.step_stats import percentile
+from goodput_core.text import printable
 from goodput_core.timespec import (
     TimeSpecError,
     format_duration,
@@ -297,7 +298,8 @@ def format_table(rep: Dict[str, Any]) -> str:
     out.append("Skipped inputs" + ("" if skipped else ": none"))
     for reason, n in skipped.items():
         out.append(f"  {reason:<24} {n}")
-    return "\n".join(out)
+    # Run names, custom event types and metric names are user data.
+    return "\n".join(printable(line) for line in out)
 
 
 def _pct(fraction: Optional[float]) -> str:

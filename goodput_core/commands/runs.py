@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from goodput_core.commands.common import add_store_argument
 from goodput_core.stores import open_store
+from goodput_core.text import printable
 
 
 def add_arguments(parser) -> None:
@@ -13,5 +14,5 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     store = open_store(args.store, create=False)
     for name in store.runs():
-        print(name)
+        print(printable(name))  # a name is user data: no raw terminal escapes
     return 0

@@ -154,15 +154,20 @@ class SqliteStore(Store):
         and a relative path is made absolute once, here.
       busy_timeout_s: how long one operation may wait for other writers before
         it gives up with :class:`StoreError`.
+      mode: permissions of a file this creates (default 0600: run configs
+        and host names are nobody else's business; SQLite gives its -wal and
+        -shm files the same). An existing file keeps its own.
 
     Raises:
       StoreError: the path cannot be created, opened or written, is not a
         SQLite file, or was written by a newer version of this package.
     """
 
-    def __init__(self, path: "str | os.PathLike[str]", *, busy_timeout_s: float = 30.0):
+    def __init__(self, path: "str | os.PathLike[str]", *, busy_timeout_s: float = 30.0,
+                 mode: int = 0o600):
         path = os.path.abspath(os.path.expanduser(os.fspath(path)))
         self.path = path
+        self._mode = mode
         self.url = "sqlite:///" + path.lstrip("/")
         self.busy_timeout_s = float(busy_timeout_s)
         self._local = threading.local()
@@ -198,6 +203,12 @@ class SqliteStore(Store):
             raise self._error("the file is not writable")
         if not os.access(parent, os.W_OK | os.X_OK):  # WAL keeps -wal/-shm files beside it
             raise self._error(f"the directory {parent!r} is not writable")
+        try:  # created here, with our mode, before SQLite creates it with the umask's
+            os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, self._mode))
+        except FileExistsError:
+            pass
+        except OSError as exc:
+            raise self._error(exc) from exc
 
     def _handle(self) -> _Handle:
         """This thread's connection, opened on first use in each thread and process."""
