@@ -21,17 +21,22 @@ METHODS = [m for m in ("fork", "spawn") if m in multiprocessing.get_all_start_me
 N = 200
 
 
-@pytest.mark.parametrize("method", METHODS)
-def test_r9_process_workers_keep_their_events(tmp_path, method):
-    db = str(tmp_path / "r9.sqlite")
-    ctx = multiprocessing.get_context(method)
-    procs = [ctx.Process(target=mp_workers.record_in_child, args=(db, "r9", N))
-             for _ in range(4)]
+def _run(procs):
+    """Starts the processes, waits for them to end normally; returns them."""
     for p in procs:
         p.start()
     for p in procs:
         p.join(120)
         assert p.exitcode == 0
+    return procs
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_r9_process_workers_keep_their_events(tmp_path, method):
+    db = str(tmp_path / "r9.sqlite")
+    ctx = multiprocessing.get_context(method)
+    procs = _run([ctx.Process(target=mp_workers.record_in_child, args=(db, "r9", N))
+                  for _ in range(4)])
     events, _ = open_store(db).read("r9")
     by_pid = collections.Counter(e.pid for e in events)
     assert sorted(by_pid) == sorted(p.pid for p in procs)
@@ -44,13 +49,8 @@ def test_r9_forked_workers_with_the_parents_recorder_keep_their_events(tmp_path)
     rec = Recorder("r9", db, flush_interval_s=60)
     rec.record_job_start_time()
     ctx = multiprocessing.get_context("fork")
-    procs = [ctx.Process(target=mp_workers.record_with_inherited, args=(rec, N))
-             for _ in range(3)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(120)
-        assert p.exitcode == 0
+    procs = _run([ctx.Process(target=mp_workers.record_with_inherited, args=(rec, N))
+                  for _ in range(3)])
     assert rec.flush(30)
     events, _ = open_store(db).read("r9")
     children = collections.Counter(e.pid for e in events if e.pid != os.getpid())
