@@ -191,3 +191,30 @@ def test_names_from_the_store_are_printed_with_control_characters_escaped(db, ar
         assert "evil\\x1b]0;pwned\\x07\\x1b[2J\\x9b31m" in proc.stdout.splitlines()
     if argv == ["report", "good"]:
         assert "eval\\x1b[31m" in proc.stdout.lower()  # custom types print upper-cased
+
+
+def test_the_real_demo_deletes_only_the_checkpoints_it_created(tmp_path, monkeypatch, capsys):
+    from goodput_core import cli
+    from goodput_integrations.demo import driver
+
+    def fake_training(cfg, on_message=None):  # the real one is tests/integrations/demo
+        os.makedirs(cfg.workdir, exist_ok=True)  # the real training does the same
+        with open(os.path.join(cfg.workdir, "ckpt"), "w") as f:
+            f.write("x")
+        rec = Recorder(cfg.run, cfg.store)
+        record_synthetic_job(rec, 1_000_000.0)
+        assert rec.close(30)
+        return {"attempts": [{}, {}], "final_loss": 0.5}
+
+    monkeypatch.setattr(driver, "frameworks_missing", lambda: [])
+    monkeypatch.setattr(driver, "run_crash_and_restart", fake_training)
+    other = tmp_path / "checkpoints" / "other-run"
+    other.mkdir(parents=True)
+    (other / "precious").write_text("keep")
+    assert cli.main(["demo", "--outdir", str(tmp_path), "--run", "mine"]) == 0
+    assert not (tmp_path / "checkpoints" / "mine").exists()
+    assert (other / "precious").read_text() == "keep"
+    # Checkpoints already under the name: refused, not deleted.
+    assert cli.main(["demo", "--outdir", str(tmp_path), "--run", "other-run"]) == 2
+    assert (other / "precious").read_text() == "keep"
+    assert "already exists" in capsys.readouterr().err
