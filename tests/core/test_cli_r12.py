@@ -218,3 +218,26 @@ def test_the_real_demo_deletes_only_the_checkpoints_it_created(tmp_path, monkeyp
     assert cli.main(["demo", "--outdir", str(tmp_path), "--run", "other-run"]) == 2
     assert (other / "precious").read_text() == "keep"
     assert "already exists" in capsys.readouterr().err
+
+
+def test_import_that_fails_halfway_says_how_far_it_got(tmp_path, monkeypatch, capsys):
+    from goodput_core import cli
+    from goodput_core.commands import import_
+    from goodput_core.stores import StoreError
+    from goodput_core.stores.memory import MemoryStore
+
+    class DiskFillsUp(MemoryStore):
+        def append(self, batch):
+            if len(self.read("r")[0]) >= 1000:
+                raise StoreError("database or disk is full")
+            super().append(batch)
+
+    dest = DiskFillsUp()
+    monkeypatch.setattr(import_, "open_store", lambda url, create=True: dest)
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps({"job_name": "r", "step_count": i, "step_start_time": i})
+                           + "\n" for i in range(2500)))
+    assert cli.main(["import", "r", "--from", str(src), "--to", "sqlite:///x.sqlite"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "1000 events were imported before the failure" in err[0]
+    assert "running the same import again is safe" in err[0]
