@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import sys
 import threading
 import time
 from typing import List, Optional
@@ -49,9 +50,15 @@ def _may_pass(error: BaseException) -> bool:
     """True for store failures worth retrying as they are (I/O, locks, outages).
 
     Anything else (TypeError, OverflowError, UnicodeError, ValueError...) comes
-    from the batch's content and would fail the same way forever.
+    from the batch's content and would fail the same way forever; so does a
+    store error that SQLite raised about the data itself (a constraint, a
+    value too big, a type it cannot bind).
     """
-    return isinstance(error, (StoreError, OSError))
+    if isinstance(error, StoreError):
+        sqlite3 = sys.modules.get("sqlite3")
+        return sqlite3 is None or not isinstance(
+            error.__cause__, (sqlite3.IntegrityError, sqlite3.DataError, sqlite3.InterfaceError))
+    return isinstance(error, OSError)
 
 
 class WriterMixin:

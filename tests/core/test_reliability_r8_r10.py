@@ -262,3 +262,26 @@ def test_r10_fork_never_waits_on_another_process_holding_the_store_lock(tmp_path
     assert rec.flush(30)
     assert [e.kind for e in open_store(db).read("r10")[0]] == [Kind.JOB_START]
     rec.close()
+
+
+class RefusesStepThirteen(MemoryStore):
+    """Raises the store error SQLite gives for data it refuses, for batches with step 13."""
+
+    def append(self, batch):
+        if any(e.step == 13 for e in batch):
+            try:
+                raise sqlite3.DataError("string or blob too big")
+            except sqlite3.DataError as exc:
+                raise StoreError("cannot use the store") from exc
+        super().append(batch)
+
+
+def test_r8_an_event_sqlite_refuses_for_its_content_is_isolated_not_retried():
+    store = RefusesStepThirteen()
+    rec = Recorder("r8", store, flush_interval_s=60)
+    for i in range(100):
+        rec.record_step_start_time(i, 100.0 + i)
+    assert rec.flush(30)
+    assert [e.step for e in store.read("r8")[0]] == [i for i in range(100) if i != 13]
+    assert rec.stats()["unstorable"] == 1 and rec.stats()["write_errors"] == 0
+    rec.close()
