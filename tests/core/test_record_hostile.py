@@ -263,3 +263,21 @@ def test_the_report_shows_what_it_can_with_unusable_program_metadata(metadata):
     assert report["program_goodput"] is None  # not computable: left out, not fatal
     assert report["skipped"] == {"non_finite": 1}  # the infinite loss: skipped and said
     assert "non_finite" in text
+
+
+def test_negative_slice_counts_already_in_a_store_are_skipped_and_reported():
+    store = MemoryStore()
+    rec = Recorder("run", store)
+    rec.record_job_start_time(1000.0)
+    rec.record_elastic_slice_counts(2, 2, 2, timestamp=1000.0)
+    # _record directly: written by a version that did not check the counts.
+    rec._record(Kind.ELASTIC_SLICE_COUNTS, 1005.0, None,
+                {"active_slices": -9, "total_slices": 10, "available_slices": 10})
+    for i in range(10):
+        rec.record_step_start_time(i, 1001.0 + i)
+    rec.record_job_end_time(1012.0)
+    assert rec.flush(10)
+    report, text = _report(store)
+    assert report["skipped"] == {"negative_count": 1}
+    assert report["slice_efficiency"]["stepping"] == 1.0  # the good record holds throughout
+    assert "negative_count" in text
