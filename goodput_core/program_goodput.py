@@ -44,6 +44,7 @@ __all__ = [
     "productive_steps",
     "program_goodput_of_run",
     "register_peak_flops",
+    "unusable_metadata",
 ]
 
 # Dense bf16 peak FLOP/s of one chip, matched against the lower-cased
@@ -197,6 +198,23 @@ def _positive(value: Any) -> Optional[float]:
     except OverflowError:
         return None
     return f if math.isfinite(f) and f > 0 else None
+
+
+def unusable_metadata(metadata: Mapping[str, Any]) -> List[str]:
+    """The program-goodput fields of ``metadata`` present but unusable, as ``key=value``.
+
+    Such fields (``num_devices=0.5``, an infinite ``flops_per_step``) leave
+    program goodput uncomputed; the report names them instead of failing.
+    """
+    out = []
+    for key in ("flops_per_step", "peak_flops_per_device", "num_devices"):
+        if key not in metadata:
+            continue
+        value = metadata[key]
+        number = _positive(value)
+        if number is None or (key == "num_devices" and number != int(number)):
+            out.append(f"{key}={value!r}"[:80])
+    return out
 
 
 def productive_steps(timeline, end: float = math.inf) -> int:

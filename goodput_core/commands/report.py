@@ -59,6 +59,9 @@ key                            value
                                peak_flops_per_device, num_devices}``, the
                                three goodputs as fractions (0-1), over the
                                whole run (not windowed, no exclusions)
+``program_goodput_unusable``   the program-goodput metadata fields present but
+                               unusable (``["num_devices=0.5"]``), which
+                               leave ``program_goodput`` null; ``[]`` if none
 ``slice_efficiency``           null unless the run recorded elastic slice
                                counts in force during the window; else
                                ``{stepping, available, seconds}``, time-weighted
@@ -85,6 +88,7 @@ from goodput_core.buckets import BadputType
 from goodput_core.cli import CliError
 from goodput_core.commands.common import add_store_argument
 from goodput_core.elastic import reportable
+from goodput_core.program_goodput import unusable_metadata
 from goodput_core.step_stats import percentile
 from goodput_core.text import printable
 from goodput_core.timespec import (
@@ -217,6 +221,7 @@ def _diagnostics(calc, result, has_life: bool) -> Dict[str, Any]:
         metrics[name] = {"step": step if step >= 0 else None, "time": t,
                          "time_iso": format_time(t), "value": value}
     return {
+        "program_goodput_unusable": unusable_metadata(calc.metadata()) if prog is None else [],
         "program_goodput": None if prog is None else {
             "mfu": prog.mfu,
             "runtime_goodput": prog.runtime_goodput,
@@ -315,6 +320,9 @@ def _diagnostics_table(rep: Dict[str, Any]) -> List[str]:
     """Table lines for program goodput, slice efficiency and metrics (when present)."""
     out: List[str] = []
     prog = rep.get("program_goodput")
+    unusable = rep.get("program_goodput_unusable")
+    if prog is None and unusable:
+        out.append(f"Program goodput: not computed, unusable metadata: {', '.join(unusable)}")
     if prog is not None:
         out.append("Program goodput (whole run)")
         out.append(f"  runtime goodput          {_pct(prog['runtime_goodput'])}")

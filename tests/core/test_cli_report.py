@@ -78,7 +78,8 @@ JSON_KEYS = {
     "productive_seconds", "total_seconds", "idle_seconds", "excluded_seconds",
     "badput_seconds", "badput_percent", "custom_badput_seconds", "custom_badput_percent",
     "data_loading_async_seconds", "disruptions", "max_productive_step", "last_step",
-    "step_time", "skipped", "program_goodput", "slice_efficiency", "metrics",
+    "step_time", "skipped", "program_goodput", "program_goodput_unusable", "slice_efficiency",
+    "metrics",
 }
 
 

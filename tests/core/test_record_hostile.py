@@ -261,6 +261,9 @@ def test_the_report_shows_what_it_can_with_unusable_program_metadata(metadata):
     report, text = _report(store)
     assert report["total_seconds"] == 12.0 and report["goodput_percent"] is not None
     assert report["program_goodput"] is None  # not computable: left out, not fatal
+    if metadata["num_devices"] == 0.5:  # and said why
+        assert report["program_goodput_unusable"] == ["num_devices=0.5"]
+        assert "not computed, unusable metadata: num_devices=0.5" in text
     assert report["skipped"] == {"non_finite": 1}  # the infinite loss: skipped and said
     assert "non_finite" in text
 
