@@ -38,9 +38,10 @@ Concurrency guarantees:
   outside the fork gate: ``os.fork()`` never waits on another process's lock.
   After ``busy_timeout_s`` of failure an operation raises :class:`StoreError`.
 * One connection per thread and per process, opened lazily. No connection
-  crosses ``os.fork()``: a fork waits for store operations in flight (each is
-  bounded by ``busy_timeout_s``), then all connections are closed and every
-  thread of parent and child reopens its own on next use.
+  crosses ``os.fork()``: a fork waits for the SQLite calls in flight (never
+  for one waiting on another process's lock: those wait outside the gate,
+  see :mod:`goodput_core.stores.sqlite_fork`), then all connections are
+  closed and every thread of parent and child reopens its own on next use.
 """
 
 from __future__ import annotations
