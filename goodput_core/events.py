@@ -23,6 +23,7 @@ from __future__ import annotations
 import datetime as _dt
 import enum
 import math
+import numbers
 from typing import Any, Dict, Mapping, NamedTuple, Optional, Tuple
 
 __all__ = [
@@ -228,16 +229,24 @@ def to_timestamp(value: Any) -> float:
     """
     t = type(value)
     if t is float or t is int:
-        f = float(value)
+        f = _real_to_float(value)
     elif isinstance(value, _dt.datetime):
         return value.timestamp()  # naive = local time, as Python and the reference
-    elif isinstance(value, (int, float)) and not isinstance(value, bool):
-        f = float(value)  # numpy scalars and other real numbers
+    elif isinstance(value, numbers.Real) and not isinstance(value, bool):
+        f = _real_to_float(value)  # numpy scalars (np.int64, np.float32...), Fractions
     else:
         raise ValueError(f"time must be POSIX seconds or a datetime, got {value!r}")
     if not math.isfinite(f):
         raise ValueError(f"time must be finite, got {value!r}")
     return f
+
+
+def _real_to_float(value: Any) -> float:
+    """``float(value)``; a number too large for a float is a ValueError, not OverflowError."""
+    try:
+        return float(value)
+    except (OverflowError, TypeError) as exc:
+        raise ValueError(f"time must be POSIX seconds, got {value!r} ({exc})") from None
 
 
 def to_payload(event: EventRecord) -> Dict[str, Any]:

@@ -309,6 +309,8 @@ class EventTables:
             if not math.isfinite(v):
                 return "non_finite"
             values.append(v)
+        if name == "slices" and min(values) < 0:  # a count of slices: older writers let these in
+            return "negative_count"
         cols = rows[name]
         if step is None:
             for col, v in zip(("active", "avail", "total"), values):

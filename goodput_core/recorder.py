@@ -7,8 +7,12 @@ kind and dropped, unless ``strict=True``). A daemon writer thread drains the
 queue in batches into the store. :meth:`Recorder.flush` is a fence: it returns
 once everything recorded before it is stored. An ``atexit`` hook flushes every
 live recorder, so a ``record_job_end_time()`` just before the interpreter
-exits is not lost. After ``os.fork()`` the child gets a fresh queue, writer and
-attempt id; the parent's pending events stay the parent's.
+exits is not lost. ``multiprocessing`` ends its children with ``os._exit``
+(no atexit), so the recorder also flushes from multiprocessing's own exit
+finalizers: workers (``Process``, ``Pool`` after ``close()``/``join()``;
+fork and spawn) that end normally keep their events. After ``os.fork()`` the
+child gets a fresh queue, writer and attempt id; the parent's pending events
+stay the parent's.
 
 Example::
 
@@ -29,6 +33,7 @@ import logging
 import math
 import os
 import socket
+import sys
 import threading
 import time
 import uuid
@@ -37,6 +42,8 @@ from typing import Any, Callable, Dict, Optional
 
 from goodput_core.events import EventRecord, Kind, to_timestamp
 from goodput_core.phases import PhaseMixin
+from goodput_core.storable import (
+    INT64_MAX, INT64_MIN, check_extra, check_int, check_text, describe_error)
 from goodput_core.stores import Store, open_store
 from goodput_core.watchdog import watchdog_for
 from goodput_core.writer import WriterMixin
@@ -71,6 +78,7 @@ def _bad_step(step: Any) -> int:
         raise ValueError(f"step must be an int, got {step!r}") from None
     if as_int != step:
         raise ValueError(f"step must be an int, got {step!r}")
+    check_int(as_int, "step")
     return as_int
 
 
@@ -117,8 +125,13 @@ class Recorder(PhaseMixin, WriterMixin):
     ):
         if not isinstance(run, str) or not run:
             raise ValueError(f"run name must be a non-empty string, got {run!r}")
+        check_text(run, "run name")
         if queue_size < 1:
             raise ValueError("queue_size must be >= 1")
+        if isinstance(process_index, bool) or not (
+                isinstance(process_index, int) or hasattr(process_index, "__index__")) \
+                or not INT64_MIN <= int(process_index) <= INT64_MAX:
+            raise ValueError(f"process_index must be a 64-bit integer, got {process_index!r}")
         self.run = run
         self.job_name = run  # the reference's attribute name
         self._clock = clock
@@ -141,18 +154,21 @@ class Recorder(PhaseMixin, WriterMixin):
         self._dropped = 0
         self._written = 0
         self._write_errors = 0
+        self._unstorable = 0  # events the store refused for their content (writer.py)
         self._closed = False
         self._zone_warned = False
         self._init_process_state()
         if cloud_logger is not None:
             self._emit = self._emit_to_cloud_logger  # type: ignore[method-assign]
         _LIVE.add(self)
+        _flush_at_multiprocessing_exit()
 
     # ----------------------------------------------------------------- state
     def _init_process_state(self) -> None:
         """Per-process state: rebuilt in a forked child."""
         self._queue: collections.deque = collections.deque()
         self._wake = threading.Event()
+        self._backoff = threading.Event()  # set by close(): ends the writer's backoff wait
         self._pid = os.getpid()
         self._host = socket.gethostname()
         self._attempt = uuid.uuid4().hex[:16]
@@ -180,11 +196,17 @@ class Recorder(PhaseMixin, WriterMixin):
         return self._attempt
 
     def stats(self) -> Dict[str, Any]:
-        """Counters: events written, dropped (queue full), rejected per kind, errors."""
+        """Counters: events written, dropped (queue full), rejected per kind, errors.
+
+        ``unstorable`` counts events accepted at record time that the store
+        still refused for their content (each dropped alone, the rest of its
+        batch written); ``write_errors`` counts failed attempts that were retried.
+        """
         return {
             "written": self._written,
             "dropped": self._dropped,
             "rejected": dict(self._rejected),
+            "unstorable": self._unstorable,
             "write_errors": self._write_errors,
             "queued": len(self._queue),
         }
@@ -222,12 +244,23 @@ class Recorder(PhaseMixin, WriterMixin):
 
     def _reject(self, kind: Kind, error: Exception) -> None:
         if self._strict:
-            raise ValueError(f"record {kind.name.lower()}: {error}") from error
+            raise ValueError(f"record {kind.name.lower()}: {describe_error(error)}") from error
         name = kind.name.lower()
         self._rejected[name] += 1
         if self._rejected[name] == 1:
             logger.warning("goodput: dropped a %s event with bad arguments: %s "
-                           "(further ones are counted silently)", name, error)
+                           "(further ones are counted silently)", name, describe_error(error))
+
+    def _storable(self, extra: dict) -> dict:
+        """Returns ``extra`` when the stores can hold it, else raises ValueError.
+
+        Run at record time for payloads the user builds (metadata, Orbax
+        entries, ``record(**extra)``): one the store cannot encode (a cycle,
+        a tuple key, an object whose ``str()`` raises, a lone surrogate)
+        must be rejected here, not fail the writer's batch later.
+        """
+        check_extra(extra)
+        return extra
 
     def _record(self, kind: Kind, when: Any, step: Any = None,
                 extra: Optional[dict] = None) -> None:
@@ -240,12 +273,12 @@ class Recorder(PhaseMixin, WriterMixin):
                 # t - t is 0.0 exactly for finite floats, NaN for NaN and inf.
                 t = when if type(when) is float and when - when == 0.0 else to_timestamp(when)
                 write_time = self._clock()
-            if type(step) is not int and (step is not None or kind in _STEP_REQUIRED):
+            if type(step) is int:
+                if not INT64_MIN <= step <= INT64_MAX:
+                    step = _bad_step(step)  # raises: the store holds 64-bit steps
+            elif step is not None or kind in _STEP_REQUIRED:
                 step = _bad_step(step)
-        except (ValueError, TypeError) as exc:
-            self._reject(kind, exc)
-            return
-        except Exception as exc:  # a broken clock must not break training
+        except Exception as exc:  # bad input, or a broken clock: never break training
             self._reject(kind, exc)
             return
         if when is not None:  # a given time: is it a time-zone offset away from the clock?
@@ -297,18 +330,25 @@ class Recorder(PhaseMixin, WriterMixin):
         """
         try:
             kind = Kind(kind)
-        except ValueError:
+        except Exception:
             if self._strict:
-                raise
+                raise ValueError(f"unknown event kind {kind!r}") from None
             self._rejected["unknown_kind"] += 1
             return
+        if extra:
+            try:
+                extra = self._storable(extra)
+            except ValueError as exc:
+                self._reject(kind, exc)
+                return
         self._record(kind, time, step, extra or None)
 
     def close(self, timeout: Optional[float] = 10.0) -> bool:
         """Flushes and stops the writer. Later ``record_*`` calls are dropped."""
         ok = self.flush(timeout)
         self._closed = True
-        self._cap = 0  # further events are counted as dropped
+        self._cap = self._high = 0  # further events are counted as dropped
+        self._backoff.set()
         self._wake.set()
         return ok
 
@@ -339,7 +379,8 @@ class NullRecorder(PhaseMixin):
         return True
 
     def stats(self) -> Dict[str, Any]:
-        return {"written": 0, "dropped": 0, "rejected": {}, "write_errors": 0, "queued": 0}
+        return {"written": 0, "dropped": 0, "rejected": {}, "unstorable": 0, "write_errors": 0,
+                "queued": 0}
 
 
 NULL_RECORDER = NullRecorder()
@@ -400,6 +441,39 @@ def _after_fork_in_child() -> None:
             logger.exception("goodput: could not reset a recorder after fork")
 
 
+class _Token:
+    """A weak-referenceable key for multiprocessing's after-fork registry."""
+
+
+_MP_TOKEN = _Token()
+_mp_hooked = {"pid": 0, "after_fork": False}
+
+
+def _flush_at_multiprocessing_exit(_token: Any = None) -> None:
+    """Registers :func:`flush_all` as a multiprocessing exit finalizer in this process.
+
+    A multiprocessing child runs ``multiprocessing.util._exit_function`` (the
+    finalizers) after its target returns and then calls ``os._exit``: atexit
+    never runs there. A fork child starts with the registry emptied, so the
+    after-fork hook (kept across forks) registers again in each child; a spawn
+    child registers when its first recorder is created. Does nothing until
+    the program has imported multiprocessing (checked at each recorder
+    creation and before each fork), so ``import goodput_core`` stays light.
+    """
+    util = sys.modules.get("multiprocessing.util")
+    if util is None or _mp_hooked["pid"] == os.getpid():
+        return
+    try:
+        util.Finalize(None, flush_all, exitpriority=10)
+        if not _mp_hooked["after_fork"]:
+            util.register_after_fork(_MP_TOKEN, _flush_at_multiprocessing_exit)
+            _mp_hooked["after_fork"] = True
+        _mp_hooked["pid"] = os.getpid()
+    except Exception:  # a multiprocessing without these hooks: atexit still covers the rest
+        logger.debug("goodput: no multiprocessing exit hook", exc_info=True)
+
+
 atexit.register(flush_all)
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+    os.register_at_fork(before=_flush_at_multiprocessing_exit,
+                        after_in_child=_after_fork_in_child)

@@ -14,6 +14,11 @@ where everything is::
 Without jax, flax, optax or orbax-checkpoint it says so in one line and plays
 the synthetic job (:mod:`goodput_core.synthetic`) instead. This module never
 imports jax: the training runs in child processes.
+
+``--run`` is a name, never a path: it may not contain a path separator, be
+``.`` or ``..``, or hold control characters. The demo deletes only the
+checkpoint directory it created itself (``DIR/checkpoints/RUN``, which must
+not exist beforehand), never anything a name could point to.
 """
 
 from __future__ import annotations
@@ -53,9 +58,30 @@ def add_arguments(parser) -> None:
                         help="keep the checkpoints (default: removed at the end)")
 
 
+def _check_arguments(args) -> None:
+    if args.run is not None:
+        check_run_name(args.run)
+    if not 0 < args.steps or not 0 < args.save_every:
+        raise CliError("--steps and --save-every must be positive")
+    if not 0 <= args.crash_at < args.steps:
+        raise CliError(f"--crash-at must lie in [0, {args.steps - 1}] (the steps trained)")
+
+
+def check_run_name(name: str) -> None:
+    """Raises CliError unless ``name`` can name a directory under the output dir."""
+    if (not name or name in (".", "..") or "/" in name or "\\" in name
+            or (os.altsep and os.altsep in name) or not name.isprintable()):
+        raise CliError(f"--run must be a plain name (no path separators, '.', '..' or "
+                       f"control characters), got {name!r}")
+
+
 def run(args) -> int:
+    _check_arguments(args)
     outdir = os.path.abspath(args.outdir)
-    os.makedirs(outdir, exist_ok=True)
+    try:
+        os.makedirs(outdir, exist_ok=True)
+    except OSError as exc:
+        raise CliError(f"cannot create --outdir {outdir}: {exc.strerror or exc}") from None
     store = args.store or os.path.join(outdir, "goodput.sqlite")
     run_name = args.run or _fresh_run_name(store)
     synthetic = args.synthetic
@@ -70,10 +96,6 @@ def run(args) -> int:
     if synthetic:
         _play_synthetic(run_name, store)
     else:
-        if not 0 < args.steps or not 0 < args.save_every:
-            raise CliError("--steps and --save-every must be positive")
-        if not 0 <= args.crash_at < args.steps:
-            raise CliError(f"--crash-at must lie in [0, {args.steps - 1}] (the steps trained)")
         if str(store).startswith("memory:"):
             raise CliError("the demo trains in child processes: a memory:// store would "
                            "not outlive them; use a sqlite path")
@@ -116,8 +138,16 @@ def _play_synthetic(run_name: str, store: str) -> None:
 def _play_real(args, run_name: str, store: str, outdir: str) -> None:
     from goodput_integrations.demo.driver import DemoConfig, DemoError, run_crash_and_restart
 
-    workdir = os.path.join(outdir, "checkpoints", run_name)
-    shutil.rmtree(workdir, ignore_errors=True)  # a fresh job: nothing to resume from
+    parent = os.path.join(outdir, "checkpoints")
+    workdir = os.path.join(parent, run_name)
+    parent_existed = os.path.isdir(parent)
+    try:  # a fresh job: nothing to resume from; and the only directory we may delete
+        os.makedirs(workdir, exist_ok=False)
+    except FileExistsError:
+        raise CliError(f"{workdir} already exists (checkpoints of an earlier demo?): "
+                       "remove it or choose another --run") from None
+    except OSError as exc:
+        raise CliError(f"cannot create {workdir}: {exc.strerror or exc}") from None
     cfg = DemoConfig(store=store, run=run_name, workdir=workdir, steps=args.steps,
                      save_every=args.save_every, crash_at=args.crash_at,
                      log_dir=os.path.join(outdir, "logs", run_name))
@@ -133,11 +163,12 @@ def _play_real(args, run_name: str, store: str, outdir: str) -> None:
         raise CliError(str(exc)) from None
     finally:
         if not args.keep_checkpoints:
-            shutil.rmtree(workdir, ignore_errors=True)
-            try:
-                os.rmdir(os.path.dirname(workdir))  # only when no other run keeps some
-            except OSError:
-                pass
+            shutil.rmtree(workdir, ignore_errors=True)  # created above, by this demo
+            if not parent_existed:
+                try:
+                    os.rmdir(parent)  # ours too, unless another demo put checkpoints there
+                except OSError:
+                    pass
     bar.close()
     loss = summary.get("final_loss")
     print(f"Trained in {time.monotonic() - started:.1f} s over {len(summary['attempts'])} "

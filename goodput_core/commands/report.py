@@ -65,6 +65,9 @@ key                            value
                                peak_flops_per_device, num_devices}``, the
                                three goodputs as fractions (0-1), over the
                                whole run (not windowed, no exclusions)
+``program_goodput_unusable``   the program-goodput metadata fields present but
+                               unusable (``["num_devices=0.5"]``), which
+                               leave ``program_goodput`` null; ``[]`` if none
 ``slice_efficiency``           null unless the run recorded elastic slice
                                counts in force during the window; else
                                ``{stepping, available, seconds}``, time-weighted
@@ -95,7 +98,9 @@ from goodput_core.cli import CliError
 from goodput_core.commands.common import add_store_argument
 from goodput_core.commands.report_insights import insights_report, insights_table
 from goodput_core.elastic import reportable
+from goodput_core.program_goodput import unusable_metadata
 from goodput_core.step_stats import percentile
+from goodput_core.text import printable
 from goodput_core.timespec import (
     TimeSpecError,
     format_duration,
@@ -244,6 +249,7 @@ def _diagnostics(calc, result, has_life: bool) -> Dict[str, Any]:
         metrics[name] = {"step": step if step >= 0 else None, "time": t,
                          "time_iso": format_time(t), "value": value}
     return {
+        "program_goodput_unusable": unusable_metadata(calc.metadata()) if prog is None else [],
         "program_goodput": None if prog is None else {
             "mfu": prog.mfu,
             "runtime_goodput": prog.runtime_goodput,
@@ -324,17 +330,26 @@ def format_table(rep: Dict[str, Any]) -> str:
     out.append("Skipped inputs" + ("" if skipped else ": none"))
     for reason, n in skipped.items():
         out.append(f"  {reason:<24} {n}")
-    return "\n".join(out)
+    # Run names, custom event types and metric names are user data.
+    return "\n".join(printable(line) for line in out)
 
 
-def _pct(fraction: float) -> str:
-    return f"{100 * fraction:.2f} %"
+def _pct(fraction: Optional[float]) -> str:
+    return "-" if fraction is None else f"{100 * fraction:.2f} %"
+
+
+def _num(value: Optional[float], spec: str = ".4g") -> str:
+    """A number of the report (None where it was NaN or infinite) as text."""
+    return "-" if value is None else format(value, spec)
 
 
 def _diagnostics_table(rep: Dict[str, Any]) -> List[str]:
     """Table lines for program goodput, slice efficiency and metrics (when present)."""
     out: List[str] = []
     prog = rep.get("program_goodput")
+    unusable = rep.get("program_goodput_unusable")
+    if prog is None and unusable:
+        out.append(f"Program goodput: not computed, unusable metadata: {', '.join(unusable)}")
     if prog is not None:
         out.append("Program goodput (whole run)")
         out.append(f"  runtime goodput          {_pct(prog['runtime_goodput'])}")
@@ -342,9 +357,10 @@ def _diagnostics_table(rep: Dict[str, Any]) -> List[str]:
         out.append(f"  ML productivity goodput  {_pct(prog['ml_productivity_goodput'])}"
                    "   (runtime x program)")
         out.append(f"  productive steps         {prog['productive_steps']} in "
-                   f"{_secs(prog['productive_seconds'])} ({prog['steps_per_second']:.4g} steps/s)")
-        out.append(f"  FLOPs per step           {prog['flops_per_step']:.4g} on "
-                   f"{prog['num_devices']} devices of {prog['peak_flops_per_device']:.4g} "
+                   f"{_secs(prog['productive_seconds'])} ({_num(prog['steps_per_second'])} "
+                   "steps/s)")
+        out.append(f"  FLOPs per step           {_num(prog['flops_per_step'])} on "
+                   f"{prog['num_devices']} devices of {_num(prog['peak_flops_per_device'])} "
                    "FLOP/s peak")
     eff = rep.get("slice_efficiency")
     if eff is not None:
@@ -356,7 +372,7 @@ def _diagnostics_table(rep: Dict[str, Any]) -> List[str]:
         out.append("Metrics (latest)")
         for name, m in metrics.items():
             where = f"step {m['step']}" if m["step"] is not None else m["time_iso"]
-            out.append(f"  {name:<24} {m['value']:.6g}   ({where})")
+            out.append(f"  {name:<24} {_num(m['value'], '.6g')}   ({where})")
     return out
 
 

@@ -7,6 +7,7 @@ import json
 
 from goodput_core.commands.common import add_store_argument
 from goodput_core.stores import open_store
+from goodput_core.text import printable
 
 
 def add_arguments(parser) -> None:
@@ -28,5 +29,5 @@ def run(args) -> int:
         print(json.dumps({"store": store.url, "runs": store.runs()}))
         return 0
     for name in store.runs():
-        print(name)
+        print(printable(name))  # a name is user data: no raw terminal escapes
     return 0

@@ -18,6 +18,7 @@ from typing import Any, List, Optional, TextIO
 
 from goodput_core.buckets import BadputType
 from goodput_core.exporters.base import Exporter, MonitorSnapshot
+from goodput_core.text import printable
 
 __all__ = ["ConsoleExporter", "format_snapshot"]
 
@@ -97,7 +98,7 @@ class ConsoleExporter(Exporter):
 
     def export(self, snapshot: MonitorSnapshot) -> None:
         """Writes (or logs) the snapshot's summary line."""
-        line = format_snapshot(snapshot)
+        line = printable(format_snapshot(snapshot))  # custom event types are user data
         if self._stream is None:
             logger.info("%s", line)
         else:
