@@ -78,6 +78,8 @@ class Kind(enum.IntEnum):
     DISRUPTION = 25
     METADATA = 26
     METRIC = 27
+    INPUT_STALL_START = 28  # the accelerator waited for input (semantics rule 7)
+    INPUT_STALL_END = 29
 
 
 class KindSpec(NamedTuple):
@@ -146,6 +148,8 @@ KINDS: Dict[Kind, KindSpec] = {
         _spec(Kind.METADATA, "metadata_time", reference=False),
         _spec(Kind.METRIC, "metric_time", STEP_COUNT,
               required=("metric_name", "metric_value"), reference=False),
+        _spec(Kind.INPUT_STALL_START, "input_stall_start_time", reference=False),
+        _spec(Kind.INPUT_STALL_END, "input_stall_end_time", reference=False),
     )
 }
 
