@@ -128,3 +128,26 @@ def test_the_timeline_shows_the_recovery():
     spans = calc_of(preempted_in_compile()).spans(8, 22)
     assert spans == [(8.0, 9.0, "OTHER"), (9.0, 20.0, "INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION"),
                      (20.0, 22.0, "TPU_INITIALIZATION")]
+
+
+def test_the_reference_sees_no_disruption_before_the_first_step():
+    """docs/differences.md: the same job as reference payloads."""
+    from tests.support.compat_calculator import T0, p, span, steps
+    from tests.support.reference_harness import reference_job_goodput
+
+    pays = [p(job_start_time=T0), *span("tpu_init", T0, T0 + 5),
+            *span("training_prep", T0 + 5, T0 + 8), p(program_startup_start_time=T0 + 8),
+            p(disruption_time=T0 + 9, disruption_cause="sigterm"),
+            p(job_start_time=T0 + 20), *span("tpu_init", T0 + 20, T0 + 22),
+            *steps(0, [T0 + 22, T0 + 23, T0 + 24]), p(job_end_time=T0 + 25)]
+    ref = reference_job_goodput(pays, T0 + 100)
+    assert ref["disruptions"] == 0
+    assert ref["badput_seconds"]["OTHER"] == pytest.approx(12.0)
+    assert ref["badput_seconds"]["INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION"] == 0
+    ours = Calculator(clock=lambda: T0 + 100)
+    ours.add_payloads(pays)
+    r = ours.cumulative()
+    assert r.disruptions == 1
+    assert r.badput_seconds[REC] == pytest.approx(11.0)
+    assert r.badput_seconds[B.OTHER] == pytest.approx(1.0)
+    assert r.productive_seconds == ref["productive_seconds"] == pytest.approx(3.0)
