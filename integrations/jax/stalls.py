@@ -33,6 +33,14 @@ them cannot be observed; such loads record no stall (counted in
 
 Costs on the training thread: one queue put per step (only once a load was
 observed) and a few attribute reads per load; nothing blocks.
+
+Data-loading events recorded by other adapters (MaxText's
+``maybe_record_goodput(recorder, GoodputEvent.DATA_LOADING)``, AXLearn's
+``*_DATA_LOADING``) use :func:`begin_observed_load` / :func:`end_observed_load`:
+they observe the device through the instrumented JAX adapter when one is
+active and tracks the steps (``gjax.train_step``); their frameworks' own
+step calls carry no outputs, so without it their loads keep the positional
+rule.
 """
 
 from __future__ import annotations
@@ -43,9 +51,10 @@ import threading
 import weakref
 from typing import Any, Callable, List, Optional, Tuple
 
-from goodput_integrations.jax import _probe
+from goodput_integrations.jax import _active, _probe
 
-__all__ = ["StallWatch", "LoadToken", "record_stall"]
+__all__ = ["StallWatch", "LoadToken", "begin_observed_load", "end_observed_load",
+           "record_stall"]
 
 Sink = Callable[[float, float], None]
 # Steps handed to the watcher and not yet ready; beyond this many (the device
@@ -226,3 +235,28 @@ def record_stall(recorder: Any, start: float, end: float) -> None:
     recorder.record_input_stall_start_time(start)
     recorder.record_input_stall_end_time(end)
 
+
+
+def begin_observed_load() -> Optional[Tuple[Any, LoadToken]]:
+    """A load recorded by another adapter starts now: a handle when the active
+    JAX adapter can observe the device, else None (never raises)."""
+    adapter = _active.current
+    if adapter is None or not adapter.active or getattr(adapter, "stalls", None) is None:
+        return None
+    t0 = adapter.now()
+    token = None if t0 is None else adapter.load_started(t0)
+    return None if token is None else (adapter, token)
+
+
+def end_observed_load(handle: Optional[Tuple[Any, LoadToken]], sink: Sink) -> None:
+    """The load of ``handle`` ended now: ``sink(start, end)`` records its input
+    stall, if any (now or from the watcher thread; never raises here)."""
+    if handle is None:
+        return
+    adapter, token = handle
+    try:
+        t1 = adapter.now()
+        if t1 is not None:
+            adapter.stalls.end(token, t1, sink)
+    except Exception:
+        _probe.log_once("stall-other", "goodput: recording an input stall failed")

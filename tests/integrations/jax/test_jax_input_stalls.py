@@ -153,3 +153,85 @@ def test_input_stalls_can_be_switched_off(rec):
         for batch in gjax.instrument_iterator(starved(3, 0.0)):
             x = step(x, batch)
     assert not rec.with_key("input_stall_start_time")
+
+
+# ------------------------------------- MaxText's and AXLearn's data-loading events
+def observed_loop(record_load, record_step, n=12, cost=0.03):
+    """A starved loop whose loads and steps are recorded by another adapter's
+    calls; the JAX adapter (recording nothing itself) tracks the step function.
+    Returns the seconds spent loading after the first load, as measured here."""
+    from goodput_core.recorder import NULL_RECORDER
+
+    waited = 0.0
+    with gjax.instrumented(NULL_RECORDER):
+        step_fn = gjax.train_step(tiny_step)
+        x, it = jnp.ones((8,)), starved(n, cost)
+        for k in range(n):
+            t = time.perf_counter()
+            with record_load():
+                batch = next(it)
+            waited += (time.perf_counter() - t) if k else 0.0
+            with record_step(k):
+                x = step_fn(x, batch)
+        jax.block_until_ready(x)
+        assert gjax.active_adapter().stalls.flush(10)
+    return waited
+
+
+def stalls_of(url, run):
+    from goodput_core import open_store
+    from goodput_core.events import Kind
+
+    events, _ = open_store(url).read(run)
+    starts = sorted(e.time for e in events if e.kind == Kind.INPUT_STALL_START)
+    ends = sorted(e.time for e in events if e.kind == Kind.INPUT_STALL_END)
+    return sum(e - s for s, e in zip(starts, ends))
+
+
+def test_maxtext_data_loading_events_record_input_stalls(tmp_path):
+    import types
+    import uuid
+
+    from goodput_core import flush_all
+    from goodput_integrations import maxtext as mt
+
+    config = types.SimpleNamespace(
+        run_name=f"mt-{uuid.uuid4().hex[:6]}", base_output_directory=str(tmp_path),
+        enable_goodput_recording=True, monitor_goodput=False, enable_gcp_goodput_metrics=False,
+        goodput_store=f"memory://stalls-{uuid.uuid4().hex}", _goodput_process_index=0)
+    recorder = mt.create_goodput_recorder(config)
+    with mt.maybe_record_goodput(recorder, mt.GoodputEvent.JOB):
+        waited = observed_loop(
+            lambda: mt.maybe_record_goodput(recorder, mt.GoodputEvent.DATA_LOADING),
+            lambda k: mt.maybe_record_goodput(recorder, mt.GoodputEvent.STEP, k))
+    assert flush_all(10)
+    assert stalls_of(config.goodput_store, config.run_name) == pytest.approx(
+        waited, rel=0.25, abs=0.1)
+
+
+def test_axlearn_data_loading_events_record_input_stalls(tmp_path, monkeypatch):
+    import contextlib
+    import uuid
+
+    from goodput_integrations import axlearn as gax
+
+    monkeypatch.setattr(gax.GoodputSuiteRecorder, "_hook_process_index", 0)
+    run, url = f"ax-{uuid.uuid4().hex[:6]}", f"memory://stalls-{uuid.uuid4().hex}"
+    rec = gax.initialize(["--recorder_type=goodput_integrations.axlearn:goodput_suite",
+                          f"--recorder_spec=name={run}", f"--recorder_spec=store={url}",
+                          f"--recorder_spec=upload_dir={tmp_path}",
+                          "--recorder_spec=enable_gcp_goodput_metrics=false",
+                          "--recorder_spec=enable_gcp_step_deviation_metrics=false"])
+
+    @contextlib.contextmanager
+    def legacy_load():  # the legacy API: two separate events
+        rec.record(gax.Event.START_DATA_LOADING)
+        yield
+        rec.record(gax.Event.END_DATA_LOADING)
+
+    rec.record(gax.Event.START_JOB)
+    waited = observed_loop(legacy_load,
+                           lambda k: rec.record_event(gax.EventType.STEP, k))
+    rec.record(gax.Event.END_JOB)
+    assert rec.flush(10)
+    assert stalls_of(url, run) == pytest.approx(waited, rel=0.25, abs=0.1)
