@@ -66,7 +66,7 @@ class JaxAdapter:
       sync_every: tracked steps wait for their result every N steps and then
         record a step end (None: never wait, no step ends).
       clock: POSIX-seconds clock for spans we time ourselves; default: the
-        recorder's clock.
+        recorder's clock (also read by the input-stall watcher thread).
       accelerator_init: time the first backend init and ``jax.distributed.initialize``.
       compile_spans: record ``jax.monitoring`` compile phases as program startup.
       compile_on_any_thread: also record compiles emitted on other threads

@@ -4,35 +4,42 @@ With asynchronous dispatch a jitted step returns as soon as its work is
 enqueued, so the step span (dispatch to dispatch) contains the blocking
 ``next()`` that follows it, and by position alone that load looks
 overlapped. It is overlapped only while the device still runs the step
-dispatched before it. This module measures when that step finished:
+dispatched before it (steps run in order: once the latest one is done, the
+device has no work of this loop left). For a load ``[t0, t1)`` on the thread
+that dispatched the latest tracked step, with ``f`` the time that step's
+outputs became ready, the stall is ``[max(t0, f), t1)`` when ``f < t1``:
 
-* the step decorator hands each step's outputs to :meth:`StallWatch.dispatched`;
-* a watcher thread blocks on them (``jax.block_until_ready``, which releases
-  the GIL) and stamps the time ``f`` at which they became ready, then drops
-  its reference to them;
-* a load ``[t0, t1)`` on the thread that dispatched the step is an input
-  stall over ``[max(t0, f), t1)`` when ``f < t1``: the device was idle from
-  the later of the load's start and the step's end until the batch arrived.
-  A load whose start finds no step dispatched yet (the first one) is not
-  observed: it lies before the first step, where it blocks anyway.
+* the step decorator hands each step's outputs to :meth:`StallWatch.dispatched`
+  (kept until the next step);
+* at the start and the end of the load, the training thread asks whether all
+  of those outputs are ready (``jax.Array.is_ready``; it stops at the first
+  one that is not). Ready at the start: the whole load is a stall. Not ready
+  at the end: no stall, the load was overlapped;
+* in between (the device finished during the load, the usual case of a
+  starved loop) ``f`` is measured: a watcher thread blocks on the outputs
+  (``block_until_ready`` releases the GIL), stamps ``f`` and drops its
+  reference to them. It is handed a step at the start of each load that
+  finds the device busy, while the watch is *measuring*; the watch stops
+  measuring after :data:`QUIET_LOADS` loads in a row ended with the device
+  still busy (a device-bound loop then pays no thread hand-over), and starts
+  again at the next load that ended with the device idle. When the load ends
+  before the watcher knows ``f``, the watcher records the stall later, with
+  the load's own times.
 
 The stall is recorded as an ``input_stall`` start/end pair inside the load's
 ``data_loading`` pair (readers that do not know the kind see ordinary data
-loading). When the load ends before the watcher knows ``f``, the watcher
-records the stall later, with the load's own times.
+loading). A load before any tracked step is not observed: it lies outside
+step spans, where it blocks anyway.
 
-Error bound: ``f`` is stamped when the watcher thread runs again after the
-outputs became ready, which can be late by the time it waits for the GIL:
-microseconds when the loader waits in C (I/O, sleeps, tf.data, Grain
-threads), up to ``sys.getswitchinterval()`` (5 ms by default) per load when
-the loader is pure Python holding the GIL. A late ``f`` only shortens a
-stall: each stall is under-reported by at most that wait, never
-over-reported. Outputs that a later step donated before the watcher reached
-them cannot be observed; such loads record no stall (counted in
-:attr:`StallWatch.unobserved`).
-
-Costs on the training thread: one queue put per step (only once a load was
-observed) and a few attribute reads per load; nothing blocks.
+Error bound (a stall is only ever under-reported): ``f`` is stamped when the
+watcher runs again after the outputs became ready, which can be late by the
+time it waits for the GIL: microseconds when the loader waits outside Python
+(I/O, sleeps, tf.data, Grain threads), up to ``sys.getswitchinterval()``
+(5 ms by default) per load when the loader is pure Python holding the GIL.
+A load during which the device finished while the watch was not measuring
+records no stall (one load each time a device-bound loop turns starved;
+counted in :attr:`StallWatch.unmeasured`), and so do loads whose outputs
+could not be observed (deleted by donation, a failing clock: ``unobserved``).
 
 Data-loading events recorded by other adapters (MaxText's
 ``maybe_record_goodput(recorder, GoodputEvent.DATA_LOADING)``, AXLearn's
@@ -53,31 +60,55 @@ from typing import Any, Callable, List, Optional, Tuple
 
 from goodput_integrations.jax import _active, _probe
 
-__all__ = ["StallWatch", "LoadToken", "begin_observed_load", "end_observed_load",
-           "record_stall"]
+__all__ = ["QUIET_LOADS", "StallWatch", "LoadToken", "begin_observed_load",
+           "end_observed_load", "record_stall"]
 
 Sink = Callable[[float, float], None]
-# Steps handed to the watcher and not yet ready; beyond this many (the device
-# far behind, or the watcher stuck) steps are not handed over: no memory grows.
-_MAX_PENDING = 256
+#: Loads in a row that end with the device still busy before the watch stops
+#: handing steps to its watcher thread.
+QUIET_LOADS = 8
 _LIVE: "weakref.WeakSet[StallWatch]" = weakref.WeakSet()
+_tree_leaves: Optional[Callable[[Any], List[Any]]] = None
+_Array: Any = None
 
 
 class _Step:
-    """One dispatched step: its outputs until they are ready, then their time."""
+    """One dispatched step: its outputs, and once measured the time they were ready."""
 
-    __slots__ = ("outputs", "thread", "ready_at", "failed", "waiting", "lock")
+    __slots__ = ("outputs", "leaves", "thread", "posted", "ready_at", "failed", "waiting",
+                 "lock")
 
     def __init__(self, outputs: Any, thread: int):
         self.outputs = outputs
+        self.leaves: Optional[List[Any]] = None
         self.thread = thread
+        self.posted = False
         self.ready_at: Optional[float] = None
         self.failed = False
         self.waiting: List[Tuple[float, float, Sink]] = []
         self.lock = threading.Lock()
 
+    def done(self) -> bool:
+        """True when every array among the outputs is ready (raises when one
+        was deleted, e.g. donated)."""
+        leaves = self.leaves
+        if leaves is None:
+            global _tree_leaves, _Array
+            if _tree_leaves is None:
+                import jax
 
-LoadToken = Tuple[_Step, float]
+                _tree_leaves, _Array = jax.tree_util.tree_leaves, jax.Array
+            leaves = self.leaves = [x for x in _tree_leaves(self.outputs)
+                                    if isinstance(x, _Array)]
+            self.outputs = None  # the leaves hold what matters
+        for leaf in leaves:
+            if not leaf.is_ready():
+                return False
+        return True
+
+
+#: (step, load start, ready at the load start)
+LoadToken = Tuple[_Step, float, bool]
 
 
 def _stall(t0: float, t1: float, ready_at: float, sink: Sink) -> None:
@@ -86,114 +117,117 @@ def _stall(t0: float, t1: float, ready_at: float, sink: Sink) -> None:
 
 
 class StallWatch:
-    """Measures when each dispatched step's outputs became ready (see module doc).
+    """Finds the idle part of each load (see the module docstring).
 
     Args:
-      clock: the POSIX-seconds clock that stamps readiness (the adapter's).
-      block: waits until a pytree of arrays is ready (default
-        ``jax.block_until_ready``; injectable for tests).
+      clock: the POSIX-seconds clock that stamps readiness (the adapter's);
+        None from it means "unknown".
     """
 
-    def __init__(self, clock: Callable[[], float],
-                 block: Optional[Callable[[Any], Any]] = None):
+    def __init__(self, clock: Callable[[], Optional[float]]):
         self._clock = clock
-        self._block = block
         self._latest: Optional[_Step] = None
-        self._queue: "queue.SimpleQueue[Optional[_Step]]" = queue.SimpleQueue()
+        self._queue: "queue.SimpleQueue[Any]" = queue.SimpleQueue()
         self._thread: Optional[threading.Thread] = None
         self._lock = threading.Lock()
-        self.watching = False  # set by the first load: steps are handed over from then on
+        self.measuring = True   # hand steps to the watcher thread (see QUIET_LOADS)
+        self._quiet = 0
         self.unobserved = 0
+        self.unmeasured = 0
         _LIVE.add(self)
 
     # ------------------------------------------------- training-thread hooks
     def dispatched(self, outputs: Any) -> None:
-        """A step was dispatched; ``outputs`` are its results (never raises)."""
-        if not self.watching:
-            return
-        if self._queue.qsize() >= _MAX_PENDING:
-            self._latest = None
-            return
-        step = _Step(outputs, threading.get_ident())
-        self._latest = step
-        self._queue.put(step)
+        """A tracked step was dispatched; ``outputs`` are its results."""
+        self._latest = _Step(outputs, threading.get_ident())
 
     def begin(self, t0: float) -> Optional[LoadToken]:
-        """A load starts at ``t0`` on this thread; None when nothing is observed."""
-        if not self.watching:
-            self._start()
-            return None
+        """A load starts at ``t0`` on this thread; None when nothing is observed.
+
+        Raises what ``is_ready`` raises (the adapter guards it)."""
         step = self._latest
         if step is None or step.thread != threading.get_ident():
             return None
-        return step, t0
+        ready = step.done()
+        if not ready and self.measuring and not step.posted:
+            self._post(step)
+        return step, t0, ready
 
     def end(self, token: Optional[LoadToken], t1: float, sink: Sink) -> None:
         """The load of ``token`` ended at ``t1``: ``sink(start, end)`` gets its
-        stall now, or later from the watcher thread (never raises here)."""
+        stall now, or later from the watcher thread."""
         if token is None:
             return
-        step, t0 = token
+        step, t0, ready_at_start = token
+        if ready_at_start:
+            self._quiet = 0
+            sink(t0, t1)
+            return
         ready_at = step.ready_at
-        if ready_at is None:
-            with step.lock:
-                ready_at = step.ready_at
-                if ready_at is None:
-                    if step.failed:
-                        self.unobserved += 1
-                    else:
-                        step.waiting.append((t0, t1, sink))
-                    return
-        _stall(t0, t1, ready_at, sink)
+        if ready_at is not None:
+            self._quiet = 0
+            _stall(t0, t1, ready_at, sink)
+            return
+        if not step.done():  # still busy: the load was overlapped
+            self._quiet += 1
+            if self._quiet >= QUIET_LOADS:
+                self.measuring = False
+            return
+        self._quiet = 0
+        if not step.posted:  # finished during a load we did not measure
+            self.unmeasured += 1
+            self.measuring = True
+            return
+        with step.lock:  # the watcher has not stamped it yet: it records the stall
+            if step.ready_at is None:
+                if step.failed:
+                    self.unobserved += 1
+                else:
+                    step.waiting.append((t0, t1, sink))
+                return
+        _stall(t0, t1, step.ready_at, sink)
 
     # ----------------------------------------------------------- lifecycle
-    def _start(self) -> None:
-        with self._lock:
-            if self.watching:
-                return
-            thread = threading.Thread(target=self._run, name="goodput-stall-watch", daemon=True)
-            try:
-                thread.start()
-            except RuntimeError:  # interpreter shutting down
-                return
-            self._thread = thread
-            self.watching = True
+    def _post(self, step: _Step) -> None:
+        if self._thread is None:
+            with self._lock:
+                if self._thread is None:
+                    thread = threading.Thread(target=self._run, args=(self._queue,),
+                                              name="goodput-stall-watch", daemon=True)
+                    try:
+                        thread.start()
+                    except RuntimeError:  # interpreter shutting down
+                        return
+                    self._thread = thread
+        step.posted = True
+        self._queue.put(step)
 
     def _forget(self) -> None:
         """In a forked child: the watcher thread did not survive the fork."""
-        self.watching = False
         self._latest = None
         self._thread = None
         self._queue = queue.SimpleQueue()
         self._lock = threading.Lock()
 
     def flush(self, timeout: Optional[float] = None) -> bool:
-        """Waits until the steps handed over so far were observed (and their
-        stalls recorded); False on timeout or when not watching."""
-        if not self.watching:
-            return False
+        """Waits until the steps handed over so far were measured and their
+        stalls recorded (True at once when no watcher runs)."""
+        if self._thread is None:
+            return True
         done = threading.Event()
         self._queue.put(done)
         return done.wait(timeout)
 
     def stop(self) -> None:
-        """Stops the watcher thread once it observed the steps handed over so far
-        (idempotent; it does not wait)."""
+        """Forgets the last step; the watcher thread ends once it measured the
+        steps handed over so far (idempotent; does not wait)."""
         with self._lock:
-            if not self.watching:
-                return
-            self.watching = False
             self._latest = None
-            self._queue.put(None)
-            self._thread = None
+            if self._thread is not None:
+                self._queue.put(None)
+                self._thread = None
 
-    def _run(self) -> None:
-        block = self._block
-        if block is None:
-            import jax
-
-            block = jax.block_until_ready
-        q = self._queue
+    def _run(self, q: "queue.SimpleQueue[Any]") -> None:
         while True:
             step = q.get()
             if step is None:
@@ -202,11 +236,11 @@ class StallWatch:
                 step.set()
                 continue
             try:
-                block(step.outputs)
-                ready_at: Optional[float] = self._clock()
-            except Exception:  # donated by a later step, or a broken clock
+                for leaf in step.leaves or ():
+                    leaf.block_until_ready()
+                ready_at = self._clock()
+            except Exception:  # deleted (donated) meanwhile
                 ready_at = None
-            step.outputs = None  # never keep device memory alive
             with step.lock:
                 step.ready_at = ready_at
                 step.failed = ready_at is None
@@ -234,7 +268,6 @@ def record_stall(recorder: Any, start: float, end: float) -> None:
     """Records one input stall with explicit times."""
     recorder.record_input_stall_start_time(start)
     recorder.record_input_stall_end_time(end)
-
 
 
 def begin_observed_load() -> Optional[Tuple[Any, LoadToken]]:

@@ -9,21 +9,10 @@ import pytest
 
 from goodput_core.buckets import BadputType as B
 from goodput_core.calculator import Calculator
-from goodput_core.events import EventRecord, Kind as K, from_payload, to_payload
+from goodput_core.events import Kind as K, from_payload, to_payload
 from tests.support.compat_calculator import T0, p, span, steps
+from tests.support.event_builders import RUN as R, calc_of, ev
 from tests.support.reference_harness import reference_job_goodput
-
-R = "run"
-
-
-def ev(kind, t, step=None, **extra):
-    return EventRecord(R, int(kind), float(t), step, extra or None)
-
-
-def calc_of(events, now=1000.0):
-    c = Calculator(clock=lambda: now)
-    c.add(events)
-    return c
 
 
 def starved_job(with_stalls=True):

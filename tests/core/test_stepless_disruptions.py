@@ -9,20 +9,10 @@ import pytest
 
 from goodput_core.buckets import BadputType as B
 from goodput_core.calculator import Calculator
-from goodput_core.events import EventRecord, Kind as K
+from goodput_core.events import Kind as K
+from tests.support.event_builders import calc_of, ev
 
-R = "run"
 REC = B.INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION
-
-
-def ev(kind, t, step=None, **extra):
-    return EventRecord(R, int(kind), float(t), step, extra or None)
-
-
-def calc_of(events, now=1000.0):
-    c = Calculator(clock=lambda: now)
-    c.add(events)
-    return c
 
 
 def preempted_in_compile(disruption=True):

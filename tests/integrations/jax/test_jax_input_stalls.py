@@ -235,3 +235,35 @@ def test_axlearn_data_loading_events_record_input_stalls(tmp_path, monkeypatch):
     rec.record(gax.Event.END_JOB)
     assert rec.flush(10)
     assert stalls_of(url, run) == pytest.approx(waited, rel=0.25, abs=0.1)
+
+
+def test_a_device_bound_stretch_stops_measuring_until_the_loop_starves(rec):
+    """After QUIET_LOADS loads that end with the device busy, the watcher thread
+    is no longer handed steps; the first load during which the device finished
+    turns it back on (that one load is not measured: never over-reported)."""
+    from goodput_integrations.jax.stalls import QUIET_LOADS
+
+    x = heavy_state()
+    with gjax.instrumented(rec.recorder) as adapter:
+        step = gjax.train_step(heavy_step)
+        data = gjax.instrument_iterator(starved(10 ** 6, 0.0))
+        for _ in range(QUIET_LOADS + 4):  # loads far shorter than the device step
+            x = step(x, next(data))
+        assert not adapter.stalls.measuring
+        x = step(x, next(data))  # the device is busy when the slow loads begin
+        waited = 0.0
+        slow = gjax.instrument_iterator(starved(6, 0.15))
+        for _ in range(6):
+            t = time.perf_counter()
+            batch = next(slow)
+            waited += time.perf_counter() - t
+            x = step(x, batch)
+        jax.block_until_ready(x)
+        assert adapter.stalls.flush(10)
+        assert adapter.stalls.measuring and adapter.stalls.unmeasured == 1
+    stalls = rec.with_key("input_stall_start_time")
+    ends = rec.with_key("input_stall_end_time")
+    got = sum(e["input_stall_end_time"] - s["input_stall_start_time"]
+              for s, e in zip(stalls, ends))
+    # the device idled most of each slow load; one load went unmeasured
+    assert 0.3 * waited <= got <= waited
