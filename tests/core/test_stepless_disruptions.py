@@ -141,3 +141,11 @@ def test_the_reference_sees_no_disruption_before_the_first_step():
     assert r.badput_seconds[REC] == pytest.approx(11.0)
     assert r.badput_seconds[B.OTHER] == pytest.approx(1.0)
     assert r.productive_seconds == ref["productive_seconds"] == pytest.approx(3.0)
+
+
+def test_the_timeline_picture_marks_the_restart():
+    from goodput_core.plot_timeline import collect
+
+    data = collect(calc_of(preempted_in_compile()))
+    kinds = [(m.t, m.kind) for m in data.markers]
+    assert (9.0, "crash") in kinds and (20.0, "restart") in kinds
