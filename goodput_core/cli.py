@@ -23,6 +23,7 @@ COMMANDS = {
     "events": ("events", "print the recorded events of a run as JSON lines"),
     "monitor": ("monitor", "export a run's goodput periodically (TensorBoard, Prometheus, GCM)"),
     "report": ("report", "goodput, every badput bucket, steps and step times of a run"),
+    "compare": ("compare", "runs side by side, bucket by bucket (a run group or named runs)"),
     "timeline": ("timeline", "draw a run's attributed spans over time (PNG or HTML)"),
     "export": ("export", "write a run's events to a JSONL file, one reference payload per line"),
     "import": ("import_", "copy a run between stores and JSONL files, skipping what is there"),

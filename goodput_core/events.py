@@ -13,8 +13,9 @@ and the writer metadata that is not part of the payload (process index, host,
 pid, attempt id, sequence number, write time).
 
 Timestamps given as :class:`datetime.datetime` are converted with
-``.timestamp()``; a *naive* datetime is taken as UTC (the reference silently
-treats it as local time, which shifts events by the UTC offset).
+``.timestamp()``: a *naive* datetime is local time, Python's own convention
+and the reference's, so ``datetime.now()`` gives the same numbers on every
+machine whatever its time zone (:func:`to_timestamp`).
 """
 
 from __future__ import annotations
@@ -46,6 +47,9 @@ ORBAX_STEP = "step"
 CUSTOM_BADPUT_EVENT_TYPE = "custom_badput_event_type"
 ELASTIC_WAIT_EVENT_TYPE = "elastic_wait_event_type"
 ORBAX_EVENT_TYPE = "event_type"
+HANG_LAST_PROGRESS = "last_progress_time"
+HANG_EXPECTED_STEP = "expected_step_seconds"
+HANG_STACK = "hang_stack"
 
 
 class Kind(enum.IntEnum):
@@ -80,6 +84,8 @@ class Kind(enum.IntEnum):
     METRIC = 27
     INPUT_STALL_START = 28  # the accelerator waited for input (semantics rule 7)
     INPUT_STALL_END = 29
+    HANG = 30  # a hang detected by the watchdog (insights)
+    HANG_END = 31  # progress resumed after a hang
 
 
 class KindSpec(NamedTuple):
@@ -150,6 +156,11 @@ KINDS: Dict[Kind, KindSpec] = {
               required=("metric_name", "metric_value"), reference=False),
         _spec(Kind.INPUT_STALL_START, "input_stall_start_time", reference=False),
         _spec(Kind.INPUT_STALL_END, "input_stall_end_time", reference=False),
+        # hang_time is the detection; the span starts when the hung step should
+        # have ended: last_progress_time + expected_step_seconds.
+        _spec(Kind.HANG, "hang_time", STEP_COUNT,
+              required=(HANG_LAST_PROGRESS, HANG_EXPECTED_STEP), reference=False),
+        _spec(Kind.HANG_END, "hang_end_time", reference=False),
     )
 }
 
@@ -204,14 +215,13 @@ class SkipReason(str, enum.Enum):
     MISSING_ORBAX_DURATION = "missing_orbax_duration"
 
 
-_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
-
-
 def to_timestamp(value: Any) -> float:
     """Converts a user-given time to POSIX seconds.
 
     Args:
-      value: a number of POSIX seconds, or a datetime (naive = UTC).
+      value: a number of POSIX seconds, or a datetime. A naive datetime is
+        local time (``datetime.now()``, as in Python and the reference); an
+        aware one is exact in any time zone.
 
     Returns:
       A finite float.
@@ -223,9 +233,7 @@ def to_timestamp(value: Any) -> float:
     if t is float or t is int:
         f = float(value)
     elif isinstance(value, _dt.datetime):
-        if value.tzinfo is None:
-            return (value.replace(tzinfo=_dt.timezone.utc) - _EPOCH).total_seconds()
-        return value.timestamp()
+        return value.timestamp()  # naive = local time, as Python and the reference
     elif isinstance(value, (int, float)) and not isinstance(value, bool):
         f = float(value)  # numpy scalars and other real numbers
     else:

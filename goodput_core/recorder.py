@@ -38,9 +38,11 @@ from typing import Any, Callable, Dict, Optional
 from goodput_core.events import EventRecord, Kind, to_timestamp
 from goodput_core.phases import PhaseMixin
 from goodput_core.stores import Store, open_store
+from goodput_core.watchdog import watchdog_for
 from goodput_core.writer import WriterMixin
+from goodput_core.zone_offset import MIN_OFFSET_S, zone_offset_hours
 
-__all__ = ["Recorder", "NullRecorder", "NULL_RECORDER", "flush_all"]
+__all__ = ["Recorder", "NullRecorder", "NULL_RECORDER", "flush_all", "flush_before_read"]
 
 logger = logging.getLogger("goodput")
 
@@ -48,6 +50,8 @@ _LIVE: "weakref.WeakSet[Recorder]" = weakref.WeakSet()
 
 _DEFAULT_QUEUE_SIZE = 200_000
 _EXIT_FLUSH_TIMEOUT_S = 10.0
+#: The longest a query waits for this process's unstored events (seconds).
+READ_FLUSH_TIMEOUT_S = 5.0
 
 
 _STEP_REQUIRED = frozenset((Kind.STEP_START, Kind.STEP_END))
@@ -87,6 +91,10 @@ class Recorder(PhaseMixin, WriterMixin):
         instead of being queued for the store.
       enabled: False makes every call a no-op (no store is opened, no thread
         started): e.g. on processes other than the one that should write.
+      hang_detection: the hang watchdog (:mod:`goodput_core.watchdog`): True
+        (default settings, ``GOODPUT_HANG_*`` variables applied), False, or a
+        :class:`~goodput_core.watchdog.HangSettings`. Its thread starts at the
+        first job start; nothing of it runs on the caller's thread.
 
     Raises:
       StoreError: the store URL or path is unusable.
@@ -105,6 +113,7 @@ class Recorder(PhaseMixin, WriterMixin):
         process_index: int = 0,
         cloud_logger: Any = None,
         enabled: bool = True,
+        hang_detection: Any = True,
     ):
         if not isinstance(run, str) or not run:
             raise ValueError(f"run name must be a non-empty string, got {run!r}")
@@ -125,12 +134,15 @@ class Recorder(PhaseMixin, WriterMixin):
             self._record = self._emit = _noop  # type: ignore[method-assign]
         self._store: Optional[Store] = (
             open_store(store) if enabled and cloud_logger is None else None)
+        self._watchdog = (watchdog_for(self, hang_detection)
+                          if enabled and cloud_logger is None else None)
         self._rejected: Dict[str, int] = collections.Counter()
         self._drop_lock = threading.Lock()
         self._dropped = 0
         self._written = 0
         self._write_errors = 0
         self._closed = False
+        self._zone_warned = False
         self._init_process_state()
         if cloud_logger is not None:
             self._emit = self._emit_to_cloud_logger  # type: ignore[method-assign]
@@ -146,6 +158,7 @@ class Recorder(PhaseMixin, WriterMixin):
         self._attempt = uuid.uuid4().hex[:16]
         self._seq = itertools.count(1)
         self._pending = None
+        self._draining = False
         self._writer: Optional[threading.Thread] = None
         if self._store is not None:
             self._writer = threading.Thread(
@@ -235,7 +248,29 @@ class Recorder(PhaseMixin, WriterMixin):
         except Exception as exc:  # a broken clock must not break training
             self._reject(kind, exc)
             return
+        if when is not None:  # a given time: is it a time-zone offset away from the clock?
+            try:
+                if not -MIN_OFFSET_S <= t - write_time <= MIN_OFFSET_S:
+                    self._check_zone_offset(kind, t, write_time)
+            except Exception:  # a clock that returns no number is the writer's problem
+                pass
         self._emit(int(kind), t, step, extra, write_time)
+
+    def _check_zone_offset(self, kind: Kind, t: float, clock: float) -> None:
+        """Warns once per recorder about a time shifted by a time-zone offset
+        (:mod:`goodput_core.zone_offset`); the event is kept either way."""
+        if self._zone_warned:
+            return
+        hours = zone_offset_hours(t, clock)
+        if hours is None:
+            return
+        self._zone_warned = True
+        logger.warning(
+            "goodput: run %r: a %s time is %+g h away from the recorder's clock, a "
+            "time-zone offset. A naive datetime is local time (datetime.now()); "
+            "datetime.utcnow() or a naive time of another zone shifts events out of "
+            "the job. Pass an aware datetime. The event is kept; this is said once.",
+            self.run, kind.name.lower(), hours)
 
     def _record_orbax(self, extra: dict, start: Any, step: Any) -> None:
         if start is not None:
@@ -256,7 +291,7 @@ class Recorder(PhaseMixin, WriterMixin):
 
         Args:
           kind: a :class:`goodput_core.events.Kind`.
-          time: POSIX seconds or a datetime (naive = UTC); None = now.
+          time: POSIX seconds or a datetime (naive = local time); None = now.
           step: the step number for kinds that have one.
           **extra: further payload keys (JSON-serialisable).
         """
@@ -318,6 +353,40 @@ def flush_all(timeout: float = _EXIT_FLUSH_TIMEOUT_S) -> bool:
         remaining = max(0.0, deadline - time.monotonic())
         try:
             ok = rec.flush(remaining) and ok
+        except Exception:
+            ok = False
+    return ok
+
+
+def flush_before_read(run: str, store: Any, timeout: Optional[float] = None) -> bool:
+    """Read-your-writes: stores what this process recorded for ``run`` in ``store``.
+
+    Called by the calculators before they read a store, so a query right
+    after ``record_job_end_time()`` in the same process sees it. Only this
+    process's recorders of that run writing to that store (the same object,
+    or one with the same URL) that still hold unstored events are flushed;
+    with nothing pending this costs a scan of the live recorders and no wait.
+
+    Args:
+      run: the run about to be read.
+      store: the Store about to be read.
+      timeout: seconds to wait at most in all (default
+        :data:`READ_FLUSH_TIMEOUT_S`): a store that is down must not hang a
+        query; what is not stored by then is read next time.
+
+    Returns:
+      True when everything recorded before the call is stored.
+    """
+    url = getattr(store, "url", None)
+    deadline = time.monotonic() + (READ_FLUSH_TIMEOUT_S if timeout is None else timeout)
+    ok = True
+    for rec in list(_LIVE):
+        own = rec._store
+        if (own is None or rec.run != run or not (own is store or (url and own.url == url))
+                or rec._pid != os.getpid() or not rec.has_unstored()):
+            continue
+        try:
+            ok = rec.flush(max(0.0, deadline - time.monotonic())) and ok
         except Exception:
             ok = False
     return ok

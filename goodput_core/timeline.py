@@ -65,7 +65,7 @@ _FAMILY_CODES = (("tpu", B.TPU_INITIALIZATION), ("prep", B.TRAINING_PREP),
                  ("reinit", B.ELASTIC_REINITIALIZATION), ("compile", B.PROGRAM_STARTUP))
 FREEZE_LAG_STEPS = 32  # how many recent steps every update re-examines
 _FAMILIES = ("tpu", "prep", "dl", "reinit", "save", "restore", "compile", "custom", "wait",
-             "stall")
+             "stall", "hang")
 
 
 class Timeline:
@@ -177,6 +177,7 @@ class Timeline:
         levels = [
             (*idle, IDLE),
             (*rec, B.INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION),
+            (*pairs["hang"][:2], B.HANG),
             (*save, B.UNPRODUCTIVE_CHECKPOINT_SAVE_TIME),
             (*restore, B.UNPRODUCTIVE_CHECKPOINT_RESTORE_TIME),
             (cs, ce, CUSTOM_BASE + ck.astype(np.int64)),

@@ -54,6 +54,12 @@ class WriterMixin:
             kind, t, step, extra, wt = item
             batch.append(EventRecord(run, kind, t, step, extra, pidx, host, pid, attempt,
                                      next(seq), wt))
+        watchdog = self._watchdog
+        if watchdog is not None and batch:
+            try:
+                watchdog.observe(batch)
+            except Exception:  # never let the watchdog stop the writer
+                logger.exception("goodput: hang watchdog error")
         return batch, fences
 
     def _write(self, batch) -> bool:
@@ -74,6 +80,20 @@ class WriterMixin:
 
     def _drain(self) -> None:
         """Writes everything queued; keeps a failed batch and retries it."""
+        # Set before the first event leaves the queue, cleared once all are
+        # stored: a reader that finds the queue empty and this False knows
+        # that nothing recorded before is still on its way (has_unstored).
+        self._draining = True
+        try:
+            self._drain_queue()
+        finally:
+            self._draining = False
+
+    def has_unstored(self) -> bool:
+        """True while events recorded so far may not all be in the store yet."""
+        return bool(self._queue) or self._draining or self._pending is not None
+
+    def _drain_queue(self) -> None:
         pending = getattr(self, "_pending", None)
         backoff = 0.05
         while True:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import collections
 import os
+import shlex
 import shutil
 import sys
 import time
@@ -64,7 +65,7 @@ def run(args) -> int:
         missing = frameworks_missing()
         if missing:
             print(f"goodput demo: {', '.join(missing)} not installed (pip install "
-                  f"'goodput[jax]'): playing the synthetic job instead", flush=True)
+                  f"'goodput-core[jax]'): playing the synthetic job instead", flush=True)
             synthetic = True
     if synthetic:
         _play_synthetic(run_name, store)
@@ -234,7 +235,6 @@ def _finish(run_name: str, store: str, outdir: str, synthetic: bool) -> None:
     print(format_table(rep))
     print()
     where = [("store", f"{opened.url}   (run {run_name})")]
-    where.append(("report", f"goodput report {run_name} --store {store}"))
     where.append(_write_tensorboard(calc, run_name, outdir))
     where.append(_write_timeline(calc, now, outdir))
     if not synthetic:
@@ -242,6 +242,12 @@ def _finish(run_name: str, store: str, outdir: str, synthetic: bool) -> None:
     print("Where everything is:")
     for key, value in where:
         print(f"  {key:<12} {value}")
+    # The demo's store is not the default one: every command needs --store.
+    url = shlex.quote(opened.url)
+    print("Look again (copy and paste; the demo's store is not the default store):")
+    print(f"  goodput report {shlex.quote(run_name)} --store {url}")
+    print(f"  goodput runs --store {url}")
+    print(f"  goodput timeline {shlex.quote(run_name)} --store {url} -o timeline.html")
     sys.stdout.flush()
 
 
@@ -253,7 +259,7 @@ def _write_tensorboard(calc, run_name: str, outdir: str):
 
         exporter = TensorBoardExporter(os.path.join(base, run_name))
     except ImportError as exc:
-        return ("tensorboard", f"not written: pip install 'goodput[tensorboard]' ({exc})")
+        return ("tensorboard", f"not written: pip install 'goodput-core[tensorboard]' ({exc})")
     # One monitor cycle with the TensorBoard exporter, through the warm calculator.
     monitor = Monitor(run_name, exporters=[exporter], calculator=calc)
     snapshot = monitor.run_once(final=True)
@@ -276,4 +282,4 @@ def _write_timeline(calc, now: float, outdir: str):
 
         page = os.path.join(outdir, "timeline.html")
         render_html(data, page)
-        return ("timeline", f"{page}   (no matplotlib for a PNG: pip install 'goodput[plot]')")
+        return ("timeline", f"{page}   (no matplotlib for a PNG: pip install 'goodput-core[plot]')")

@@ -73,7 +73,7 @@ def _exporters(args) -> list:
             from goodput_core.compat.goodput_utils import GCPOptions
             from goodput_core.exporters.cloud_monitoring import CloudMonitoringExporter
         except ImportError as exc:
-            raise CliError(f"--gcm needs the 'gcp' extra: pip install 'goodput[gcp]' ({exc})")
+            raise CliError(f"--gcm needs the 'gcp' extra: pip install 'goodput-core[gcp]' ({exc})")
         options = GCPOptions(project_id=args.project, location=args.location,
                              acc_type=args.accelerator_type)
         out.append(CloudMonitoringExporter(args.run, options))
