@@ -1,6 +1,6 @@
 """A complete JAX training loop instrumented for goodput (runs on CPU).
 
-    pip install 'goodput[jax]'
+    pip install 'goodput-core[jax]'
     python examples/jax_training_loop.py --store /tmp/goodput.sqlite --run my-run \\
         --ckpt-dir /tmp/my-run-ckpt
     goodput report my-run --store /tmp/goodput.sqlite
