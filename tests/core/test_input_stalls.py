@@ -162,3 +162,18 @@ def test_we_count_the_stalls_the_reference_cannot_see():
     assert r.badput_seconds[B.DATA_LOADING_SYNC] == pytest.approx(4.0)
     assert r.data_loading_async_seconds == pytest.approx(2.0)
     assert r.productive_seconds == pytest.approx(6.0)
+
+
+def test_rule7_example_of_docs_semantics():
+    """docs/semantics.md, rule 7's example: loads [1, 4) and [13, 16), steps at
+    4, 14, 24, job end 34, and an input stall [13, 15) inside the second load."""
+    base = [ev(K.JOB_START, 0), ev(K.DATA_LOADING_START, 1), ev(K.DATA_LOADING_END, 4),
+            *[ev(K.STEP_START, t, k) for k, t in enumerate((4, 14, 24))],
+            ev(K.DATA_LOADING_START, 13), ev(K.DATA_LOADING_END, 16), ev(K.JOB_END, 34)]
+    r = calc_of(base).cumulative()
+    assert r.badput_seconds[B.DATA_LOADING_SYNC] == 3
+    assert r.data_loading_async_seconds == 3 and r.productive_seconds == 30
+    stalled = base + [ev(K.INPUT_STALL_START, 13), ev(K.INPUT_STALL_END, 15)]
+    r = calc_of(stalled).cumulative()
+    assert r.badput_seconds[B.DATA_LOADING_SYNC] == 3 + 2
+    assert r.data_loading_async_seconds == 1 and r.productive_seconds == 28
