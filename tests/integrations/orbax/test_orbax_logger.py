@@ -95,7 +95,9 @@ def test_detach_puts_the_previous_logger_back(orec, tmp_path):
     spy = SpyLogger()
     manager = ocp.CheckpointManager(tmp_path / "ckpt", logger=spy)
     gorbax.attach(manager, orec.recorder)
+    assert "save" in vars(manager)  # notes save steps for the async-save metrics
     assert gorbax.detach(manager) is spy
+    assert "save" not in vars(manager)  # the class's own save again
     assert gorbax.detach(manager) is None
     manager.save(0, args=ocp.args.StandardSave(state()))
     manager.wait_until_finished()
