@@ -419,12 +419,14 @@ def _step_summary(tl: Timeline, a: float, b: float) -> Dict[str, int]:
     seg = tl.segments
     st = tl.tables["step_start"]
     t, s = st["t"], st["step"]
-    out = {"disruptions": 0, "max_productive_step": 0, "last_step": 0}
+    restarts = tl.stepless_restarts[1]  # rule 2: disrupted attempts without steps
+    out = {"disruptions": int(((restarts >= a) & (restarts <= b)).sum()),
+           "max_productive_step": 0, "last_step": 0}
     if not len(seg):
         return out
     i0, i1 = seg["i0"], seg["i1"]
     t0 = t[i0]
-    out["disruptions"] = int((seg["restart"] & (t0 >= a) & (t0 <= b)).sum())
+    out["disruptions"] += int((seg["restart"] & (t0 >= a) & (t0 <= b)).sum())
     sel = t0 <= b
     if not sel.any():
         return out

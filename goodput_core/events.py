@@ -83,7 +83,8 @@ class Kind(enum.IntEnum):
     DISRUPTION = 25
     METADATA = 26
     METRIC = 27
-    # 28-29 are kept for the input-stall span.
+    INPUT_STALL_START = 28  # the accelerator waited for input (semantics rule 7)
+    INPUT_STALL_END = 29
     HANG = 30  # a hang detected by the watchdog (insights)
     HANG_END = 31  # progress resumed after a hang
 
@@ -154,6 +155,8 @@ KINDS: Dict[Kind, KindSpec] = {
         _spec(Kind.METADATA, "metadata_time", reference=False),
         _spec(Kind.METRIC, "metric_time", STEP_COUNT,
               required=("metric_name", "metric_value"), reference=False),
+        _spec(Kind.INPUT_STALL_START, "input_stall_start_time", reference=False),
+        _spec(Kind.INPUT_STALL_END, "input_stall_end_time", reference=False),
         # hang_time is the detection; the span starts when the hung step should
         # have ended: last_progress_time + expected_step_seconds.
         _spec(Kind.HANG, "hang_time", STEP_COUNT,

@@ -199,6 +199,15 @@ class PhaseMixin:
         """Records the end of a checkpoint restore."""
         self._record(Kind.CHECKPOINT_RESTORE_END, end_time, step)
 
+    def record_input_stall_start_time(self, start_time=None):
+        """Records the start of an input stall: the accelerator idle, waiting
+        for a batch (adapters that observe the device record these)."""
+        self._record(Kind.INPUT_STALL_START, start_time)
+
+    def record_input_stall_end_time(self, end_time=None):
+        """Records the end of an input stall."""
+        self._record(Kind.INPUT_STALL_END, end_time)
+
     def record_disruption(self, cause: str, time=None):
         """Records that the job was disrupted (``preemption``, ``sigterm``, ...)."""
         self._record_text(Kind.DISRUPTION, time, "disruption_cause", cause, optional=False)

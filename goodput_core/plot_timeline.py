@@ -178,6 +178,8 @@ def _markers(calc, a: float, b: float) -> List[Marker]:
     for t, key in zip(crash_times, dis["key"].tolist()):
         cause = causes[key] if 0 <= key < len(causes) else "unknown"
         out.append(Marker(t, "crash", f"crash: {cause}"))
+    for t in tl.stepless_restarts[1].tolist():  # rule 2: disrupted before any step
+        out.append(Marker(t, "restart", "restart (the attempt before had no step)"))
     seg = tl.segments
     if len(seg):
         st = tl.tables["step_start"]
