@@ -62,6 +62,7 @@ __all__ = ["Calculator", "GoodputResult", "MetricSeries", "ProgramGoodput", "Sli
            "SliceEfficiency", "StepStats"]
 
 Interval = Tuple[Any, Any]
+_PAGE = 262_144  # events per store read in refresh()
 
 
 class Calculator:
@@ -125,11 +126,26 @@ class Calculator:
         """
         if self._store is None:
             return 0
+        read_columns = getattr(self._store, "read_columns", None)
+        total = 0
         with self._lock:
-            events, self._cursor = self._store.read(self.run, since=self._cursor)
-            if events:
-                self._tl.add(events, self.run)
-            return len(events)
+            # Paged, so that memory does not grow with the run beyond the
+            # engine's compact tables; columns where the store has them (no
+            # Python object per event).
+            while True:
+                if read_columns is not None:
+                    page, cursor = read_columns(self.run, since=self._cursor, limit=_PAGE)
+                    n = len(page)
+                    self._tl.add_page(page)  # also counts the corrupt rows skipped
+                else:
+                    page, cursor = self._store.read(self.run, since=self._cursor, limit=_PAGE)
+                    n = len(page)
+                    if n:
+                        self._tl.add(page, self.run)
+                self._cursor = cursor
+                total += n
+                if n < _PAGE:
+                    return total
 
     # ------------------------------------------------------------- queries
     @property

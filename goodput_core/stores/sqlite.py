@@ -5,7 +5,8 @@ Opened by ``sqlite:///abs/path.sqlite`` or a bare path (see
 ``$XDG_DATA_HOME/goodput/goodput.sqlite`` (``~/.local/share/goodput/...``).
 
 Schema (version :data:`SCHEMA_VERSION`, kept in ``meta``; a file written by a
-newer version is refused with :class:`StoreError`)::
+newer version is refused with :class:`StoreError`; a version-1 file is
+upgraded by the first writer that opens it, and read as it is by readers)::
 
     meta    (key TEXT PRIMARY KEY, value TEXT)          -- 'schema_version'
     runs    (run_id INTEGER PRIMARY KEY, name TEXT UNIQUE)
@@ -16,6 +17,16 @@ newer version is refused with :class:`StoreError`)::
              extra TEXT,                    -- JSON of EventRecord.extra, or NULL
              write_time REAL)
     INDEX events_run ON events (run_id, id)
+    chunks  -- (version 2) older events of a run packed as columns, see
+            -- goodput_core.stores.sqlite_chunks: writers move every full
+            -- chunk of rows there, readers read both in one snapshot
+
+Opened with ``readonly=True`` (what the read-only commands do) the file is
+opened with SQLite's ``mode=ro``: a store the user may read but not write
+(owned by someone else, a read-only mount) can be read. Rows that are
+corrupt (a hand-edited or damaged file) are skipped, counted in
+:attr:`SqliteStore.corrupt` and reported once per reason as a warning that
+names the file.
 
 A NaN ``time`` or ``write_time`` is stored as NULL (SQLite has no NaN) and read
 back as ``float('nan')``. ``extra`` is strict JSON: non-finite floats in it are
@@ -44,10 +55,10 @@ Concurrency guarantees:
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import gc
-import json
-import math
+import logging
 import os
 import random
 import sqlite3
@@ -56,16 +67,19 @@ import time
 import weakref
 from operator import itemgetter
 from typing import Any, Dict, List, Optional, Sequence, Tuple
+from urllib.parse import quote
 
 from goodput_core.events import EventRecord
+from goodput_core.stores import sqlite_chunks as chunks
 from goodput_core.stores.base import Cursor, Store, StoreError
+from goodput_core.stores.columns import EventPage
 from goodput_core.stores.sqlite_fork import gated as _gated
 from goodput_core.stores.sqlite_fork import register_store
 from goodput_core.stores.sqlite_json import dumps as _dumps
 
 __all__ = ["SqliteStore", "SCHEMA_VERSION"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
@@ -77,17 +91,14 @@ _SCHEMA = (
     " run_id INTEGER NOT NULL, writer_id INTEGER NOT NULL, seq INTEGER NOT NULL,"
     " kind INTEGER NOT NULL, time REAL, step INTEGER, extra TEXT, write_time REAL)",
     "CREATE INDEX IF NOT EXISTS events_run ON events (run_id, id)",
-)
+) + chunks.SCHEMA
 _INSERT = ("INSERT INTO events (run_id, writer_id, seq, kind, time, step, extra, write_time)"
            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)")
-_SELECT = ("SELECT kind, time, step, extra, writer_id, seq, write_time, id FROM events"
-           " WHERE run_id = ? AND id > ? ORDER BY id LIMIT ?")
-_FETCH = 10_000  # rows per fetchmany: bounds the transient row tuples while reading
+_COMPACT_PER_APPEND = 16  # chunks one append may compact (bounds its extra time)
 _HINT = "set GOODPUT_STORE=sqlite:///path/to/goodput.sqlite to a writable location"
 
 _writer_key = itemgetter(5, 6, 7, 8)  # (process_index, host, pid, attempt)
-_NAN = math.nan
-_new = tuple.__new__
+logger = logging.getLogger("goodput")
 
 
 @contextlib.contextmanager
@@ -133,7 +144,7 @@ class _WriterMap(dict):
 class _Handle:
     """One thread's connection plus its caches (ids never change once committed)."""
 
-    __slots__ = ("conn", "pid", "thread", "run_ids", "writer_ids", "writers")
+    __slots__ = ("conn", "pid", "thread", "run_ids", "writer_ids", "writers", "appended")
 
     def __init__(self, conn: sqlite3.Connection):
         self.conn = conn
@@ -142,6 +153,7 @@ class _Handle:
         self.run_ids: Dict[str, int] = {}
         self.writer_ids: Dict[Tuple[Any, ...], int] = {}
         self.writers = _WriterMap(conn)
+        self.appended: collections.Counter = collections.Counter()  # run id -> rows
 
 
 class SqliteStore(Store):
@@ -152,17 +164,24 @@ class SqliteStore(Store):
         and a relative path is made absolute once, here.
       busy_timeout_s: how long one operation may wait for other writers before
         it gives up with :class:`StoreError`.
+      readonly: open an existing file for reading only (SQLite ``mode=ro``);
+        :meth:`append` then raises :class:`StoreError`.
 
     Raises:
-      StoreError: the path cannot be created, opened or written, is not a
-        SQLite file, or was written by a newer version of this package.
+      StoreError: the path cannot be created, opened or written (read, when
+        ``readonly``), is not a SQLite file, or was written by a newer
+        version of this package.
     """
 
-    def __init__(self, path: "str | os.PathLike[str]", *, busy_timeout_s: float = 30.0):
+    def __init__(self, path: "str | os.PathLike[str]", *, busy_timeout_s: float = 30.0,
+                 readonly: bool = False):
         path = os.path.abspath(os.path.expanduser(os.fspath(path)))
         self.path = path
         self.url = "sqlite:///" + path.lstrip("/")
         self.busy_timeout_s = float(busy_timeout_s)
+        self.readonly = bool(readonly)
+        #: corrupt rows skipped by this store's reads, per reason
+        self.corrupt: collections.Counter = collections.Counter()
         self._local = threading.local()
         self._lock = threading.Lock()
         self._handles: Dict[int, _Handle] = {}  # id(handle) -> handle, this process only
@@ -186,6 +205,10 @@ class SqliteStore(Store):
 
     def _check_path(self) -> None:
         parent = os.path.dirname(self.path)
+        if self.readonly:
+            if not os.path.isfile(self.path) or not os.access(self.path, os.R_OK):
+                raise self._error("no readable file there")
+            return
         try:
             os.makedirs(parent, exist_ok=True)
         except OSError as exc:
@@ -216,6 +239,8 @@ class SqliteStore(Store):
     def _connect(self) -> sqlite3.Connection:
         # check_same_thread=False only so that close() may close the connection
         # of a thread that has ended; a live connection is used by its thread only.
+        if self.readonly:
+            return self._connect_readonly()
         conn = sqlite3.connect(self.path, timeout=self.busy_timeout_s,
                                isolation_level=None, check_same_thread=False)
         try:  # switching a fresh file to WAL takes a brief exclusive lock: may be busy
@@ -226,6 +251,23 @@ class SqliteStore(Store):
             raise
         return conn
 
+    def _connect_readonly(self) -> sqlite3.Connection:
+        """``mode=ro``; when the WAL index cannot be opened (no -shm file and a
+        directory we may not write, so no writer is attached either),
+        ``immutable=1``, which reads the file without any lock or WAL file."""
+        uri = "file://" + quote(self.path)  # absolute: an empty authority
+        for options in ("?mode=ro", "?mode=ro&immutable=1"):
+            conn = sqlite3.connect(uri + options, uri=True, timeout=self.busy_timeout_s,
+                                   isolation_level=None, check_same_thread=False)
+            try:
+                conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+                return conn
+            except sqlite3.OperationalError as exc:
+                conn.close()
+                if _is_busy(exc) or "immutable" in options:
+                    raise
+        raise AssertionError("unreachable")
+
     def _prune_dead_threads(self) -> None:
         for key, handle in list(self._handles.items()):
             thread = handle.thread()
@@ -235,15 +277,19 @@ class SqliteStore(Store):
 
     def _ensure_schema(self, conn: sqlite3.Connection) -> None:
         version = self._schema_version(conn)
-        if version is None or version < SCHEMA_VERSION:
+        if not self.readonly and (version is None or version < SCHEMA_VERSION):
             # Several processes may create a fresh file at once: the write lock
-            # serialises them and IF NOT EXISTS / OR IGNORE make it idempotent.
+            # serialises them and IF NOT EXISTS makes it idempotent; a
+            # version-1 file gains the chunks table (its rows stay valid).
             with _write_transaction(conn):
                 for statement in _SCHEMA:
                     conn.execute(statement)
-                conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)",
-                             (str(SCHEMA_VERSION),))
+                if (self._schema_version(conn) or 0) < SCHEMA_VERSION:
+                    conn.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)",
+                                 (str(SCHEMA_VERSION),))
             version = self._schema_version(conn)
+        if self.readonly and version in (None, 1):
+            return  # not written yet, or by version 1: readable as it is
         if version != SCHEMA_VERSION:
             raise StoreError(
                 f"{self.path!r} has store schema version {version}, newer than the "
@@ -287,6 +333,8 @@ class SqliteStore(Store):
         Raises:
           StoreError: the file cannot be written, or stayed locked too long.
         """
+        if self.readonly:
+            raise StoreError(f"{self.path!r} was opened read-only: cannot append")
         if not isinstance(batch, (list, tuple)):
             batch = list(batch)  # iterated twice when a run or writer is new
         if not batch:
@@ -301,6 +349,23 @@ class SqliteStore(Store):
             self._retry(self._insert, h.conn, rows)
         except sqlite3.Error as exc:
             raise self._error(exc) from exc
+        self._maybe_compact(h, rows)
+
+    def _maybe_compact(self, h: _Handle, rows: List[tuple]) -> None:
+        """Packs full chunks of the runs this batch wrote to (sqlite_chunks).
+
+        Counted per connection: once a run got another chunk's worth of rows
+        here, look. The batch is committed already: a failure here (another
+        process holds the lock too long) is logged, never raised, and the
+        rows stay readable as they are."""
+        appended = h.appended
+        appended.update(map(itemgetter(0), rows))
+        for run_id in [r for r, n in appended.items() if n >= chunks.CHUNK_EVENTS]:
+            appended[run_id] = 0
+            try:
+                self._retry(chunks.compact, h.conn, run_id, _COMPACT_PER_APPEND)
+            except (sqlite3.Error, StoreError) as exc:
+                logger.debug("goodput: compacting %s deferred (%s)", self.path, exc)
 
     @staticmethod
     def _rows(h: _Handle, batch: Sequence[EventRecord]) -> List[tuple]:
@@ -352,26 +417,9 @@ class SqliteStore(Store):
         if limit is not None and limit <= 0:
             return [], since
         h = self._handle()
-        run_id = h.run_ids.get(run)
-        if run_id is None:
-            found = self._query("SELECT run_id FROM runs WHERE name = ?", (run,))
-            if not found:
-                return [], since
-            run_id = h.run_ids[run] = found[0][0]
-        args = (run_id, 0 if since is None else int(since),
-                -1 if limit is None else int(limit))
-        try:
-            events, last = self._retry(self._select, h, run, args)
-        except sqlite3.Error as exc:
-            raise self._error(exc) from exc
-        return events, (since if last is None else last)
-
-    @staticmethod
-    def _select(h: _Handle, run: str, args: tuple) -> Tuple[List[EventRecord], Optional[int]]:
-        out: List[EventRecord] = []
-        last = None
-        cur = h.conn.execute(_SELECT, args)
-        writers, loads, nan, new, ER = h.writers, json.loads, _NAN, _new, EventRecord
+        raw, cursor = self._read_raw(h, run, since, limit)
+        if raw is None:
+            return [], since
         # EventRecords are tuple subclasses, which the cyclic GC never untracks:
         # building a million of them would trigger repeated full collections
         # (about half the read time). They cannot form cycles, so collection is
@@ -379,22 +427,48 @@ class SqliteStore(Store):
         gc_was_enabled = gc.isenabled()
         gc.disable()
         try:
-            while True:
-                rows = cur.fetchmany(_FETCH)
-                if not rows:
-                    break
-                last = rows[-1][7]
-                # tuple.__new__ on a tuple in field order: no Python-level __new__ call.
-                out += [new(ER, (run, k, nan if t is None else t, s,
-                                 None if x is None else loads(x), pi, host, pid, att, q,
-                                 nan if wt is None else wt))
-                        for k, t, s, x, w, q, wt, _ in rows
-                        for pi, host, pid, att in [writers[w]]]
+            return raw.records(run, h.writers), cursor
         finally:
             if gc_was_enabled:
                 gc.enable()
-            cur.close()
-        return out, last
+
+    @_gated
+    def read_columns(self, run: str, since: Cursor = None,
+                     limit: Optional[int] = None) -> Tuple[EventPage, Cursor]:
+        """As :meth:`read`, but the events as numpy columns (no Python object
+        per event): what the engine reads (:meth:`EventTables.add_page`)."""
+        if limit is not None and limit <= 0:
+            return EventPage.empty(run), since
+        raw, cursor = self._read_raw(self._handle(), run, since, limit)
+        return (EventPage.empty(run) if raw is None else raw.page(run)), cursor
+
+    def _read_raw(self, h: _Handle, run: str, since: Cursor, limit: Optional[int]):
+        """``(Raw or None for an unknown run, cursor)``; counts corrupt rows."""
+        run_id = h.run_ids.get(run)
+        if run_id is None:
+            if self.readonly and self._schema_version(h.conn) is None:
+                return None, since  # an empty file: no run yet
+            found = self._query("SELECT run_id FROM runs WHERE name = ?", (run,))
+            if not found:
+                return None, since
+            run_id = h.run_ids[run] = found[0][0]
+        try:
+            raw, last = self._retry(chunks.read_raw, h.conn, run_id,
+                                    0 if since is None else int(since),
+                                    -1 if limit is None else int(limit))
+        except sqlite3.Error as exc:
+            raise self._error(exc) from exc
+        if raw.corrupt:
+            self._count_corrupt(raw.corrupt)
+        return raw, (since if last is None else last)
+
+    def _count_corrupt(self, found: collections.Counter) -> None:
+        with self._lock:
+            new = [r for r in found if r not in self.corrupt]
+            self.corrupt.update(found)
+        for reason in new:  # once per reason and store: a warning, not a flood
+            logger.warning("goodput: skipping corrupt rows in %s (%s; more may follow)",
+                           self.url, reason.replace("corrupt_", "bad ").replace("_", " "))
 
     def _query(self, sql: str, args: tuple = ()) -> List[tuple]:
         """All rows of one statement on this thread's connection, retried while busy."""
@@ -407,6 +481,8 @@ class SqliteStore(Store):
     @_gated
     def runs(self) -> List[str]:
         """Names of the runs in this store, oldest first."""
+        if self.readonly and self._schema_version(self._handle().conn) is None:
+            return []  # an empty file: no run yet
         return [r[0] for r in self._query("SELECT name FROM runs ORDER BY run_id")]
 
     @_gated
