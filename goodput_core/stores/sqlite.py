@@ -166,6 +166,7 @@ class SqliteStore(Store):
         it gives up with :class:`StoreError`.
       readonly: open an existing file for reading only (SQLite ``mode=ro``);
         :meth:`append` then raises :class:`StoreError`.
+      chunk_events: events per packed chunk (see the module docstring).
 
     Raises:
       StoreError: the path cannot be created, opened or written (read, when
@@ -174,12 +175,13 @@ class SqliteStore(Store):
     """
 
     def __init__(self, path: "str | os.PathLike[str]", *, busy_timeout_s: float = 30.0,
-                 readonly: bool = False):
+                 readonly: bool = False, chunk_events: int = chunks.CHUNK_EVENTS):
         path = os.path.abspath(os.path.expanduser(os.fspath(path)))
         self.path = path
         self.url = "sqlite:///" + path.lstrip("/")
         self.busy_timeout_s = float(busy_timeout_s)
         self.readonly = bool(readonly)
+        self.chunk_events = max(1, int(chunk_events))
         #: corrupt rows skipped by this store's reads, per reason
         self.corrupt: collections.Counter = collections.Counter()
         self._local = threading.local()
@@ -360,10 +362,11 @@ class SqliteStore(Store):
         rows stay readable as they are."""
         appended = h.appended
         appended.update(map(itemgetter(0), rows))
-        for run_id in [r for r, n in appended.items() if n >= chunks.CHUNK_EVENTS]:
+        for run_id in [r for r, n in appended.items() if n >= self.chunk_events]:
             appended[run_id] = 0
             try:
-                self._retry(chunks.compact, h.conn, run_id, _COMPACT_PER_APPEND)
+                self._retry(chunks.compact, h.conn, run_id, _COMPACT_PER_APPEND,
+                            self.chunk_events)
             except (sqlite3.Error, StoreError) as exc:
                 logger.debug("goodput: compacting %s deferred (%s)", self.path, exc)
 

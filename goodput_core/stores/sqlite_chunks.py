@@ -12,7 +12,8 @@ writer that noticed moves the oldest of them, in one transaction, into one
             extra TEXT,                    -- JSON [[offset, extra text], ...]
             odd TEXT)                      -- JSON [[reason, id, row], ...]
 
-Events keep their ids, so a reader's cursor (the last id it saw) means the
+Events keep their ids (the newest row of ``events`` is never moved, so
+SQLite never hands out an id again), so a reader's cursor (the last id it saw) means the
 same before and after a compaction, and a chunk always holds a prefix of its
 run's events (every id in ``chunks`` is below every id of the run still in
 ``events``). A reader takes chunks and rows in one read transaction (one
@@ -261,8 +262,11 @@ def compact(conn: sqlite3.Connection, run_id: int, max_chunks: int,
     while done < max_chunks:
         conn.execute("BEGIN IMMEDIATE")
         try:
-            rows = conn.execute(f"SELECT {ROW_COLUMNS} FROM events WHERE run_id = ?"
-                                " ORDER BY id LIMIT ?", (run_id, size)).fetchall()
+            # The newest row of the table stays: SQLite gives a new row the
+            # largest id + 1, so ids would restart below the chunks' without it.
+            rows = conn.execute(f"SELECT {ROW_COLUMNS} FROM events WHERE run_id = ? AND"
+                                " id < (SELECT max(id) FROM events) ORDER BY id LIMIT ?",
+                                (run_id, size)).fetchall()
             if len(rows) < size:
                 conn.execute("COMMIT")
                 return done
