@@ -52,6 +52,7 @@ from goodput_core.buckets import CUSTOM_BASE, IDLE, PRODUCTIVE, BadputType
 from goodput_core.diagnostics import MetricSeries, merged_metadata, metric_series, metrics_since
 from goodput_core.elastic import SliceCounts, SliceEfficiency, slice_counts, slice_efficiency
 from goodput_core.events import SkipReason, from_payload, to_timestamp
+from goodput_core.payload_columns import payload_page
 from goodput_core.program_goodput import ProgramGoodput, program_goodput_of_run
 from goodput_core.results import GoodputResult, build_result, empty_result
 from goodput_core.segments import CLOSE_JOB_END, CLOSE_STEP_END, NO_RESTART
@@ -108,6 +109,13 @@ class Calculator:
 
     def add_payloads(self, payloads: Iterable[Any]) -> int:
         """Adds reference-format payload dicts; unparsable ones are counted."""
+        payloads = payloads if isinstance(payloads, list) else list(payloads)
+        columns = payload_page(payloads, self.run)
+        if columns is not None:  # a large batch: read column-wise, shape by shape
+            page, skipped = columns
+            with self._lock:
+                self._tl.tables.skipped.update(skipped)
+                return self._tl.add_page(page)
         records = []
         with self._lock:
             for payload in payloads:
