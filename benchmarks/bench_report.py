@@ -78,17 +78,18 @@ def engine_alone(n: int, repeats: int):
     """Median seconds of the engine on the same events held in memory."""
     events = list(stream(n))
     now = events[-1].time + 1.0
-    times = []
+    times, cpu = [], []
     for _ in range(repeats):
         gc.collect()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         calc = Calculator(RUN, clock=lambda: now)
         calc.add(events)
         calc.cumulative()
         calc.step_stats()
         times.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
         del calc
-    return times, events
+    return times, cpu, events
 
 
 class ListLogger:
@@ -113,15 +114,17 @@ def compat_cold(events, repeats: int):
 
     payloads = [to_payload(e) for e in events]
     logger = ListLogger(payloads)
-    times, goodput = [], None
+    now = events[-1].time + 1.0
+    times, cpu, goodput = [], [], None
     for _ in range(repeats):
         gc.collect()
-        t0 = time.perf_counter()
-        calc = GoodputCalculator(RUN, "bench", cloud_logger=logger)
+        t0, c0 = time.perf_counter(), time.process_time()
+        calc = GoodputCalculator(RUN, "bench", cloud_logger=logger, clock=lambda: now)
         goodput = calc.get_job_goodput(include_badput_breakdown=True)[0]
         times.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
         del calc
-    return times, goodput
+    return times, cpu, goodput
 
 
 def bench_size(n: int, directory: str, repeats: int, engine_max: int) -> None:
@@ -136,12 +139,6 @@ def bench_size(n: int, directory: str, repeats: int, engine_max: int) -> None:
     wall, cpu, rss = (median([r[i] for r in rep]) for i in range(3))
     print(f"[{n:,}] goodput report: wall {wall:.3f} s (min {min(r[0] for r in rep):.3f}), "
           f"CPU {cpu:.3f} s, peak RSS {rss:.0f} MiB (max {max(r[2] for r in rep):.0f})")
-    events = None
-    if n <= engine_max:
-        eng, events = engine_alone(n, repeats)
-        print(f"[{n:,}] engine alone in memory: {median(eng):.3f} s (min {min(eng):.3f}); "
-              f"report / engine = {wall / median(eng):.2f} (CPU {cpu / median(eng):.2f})   "
-              f"[P8 <= 2]")
     with tempfile.TemporaryDirectory() as out:
         for argv in (("timeline", RUN, "--store", path, "-o", os.path.join(out, "t.png")),
                      ("timeline", RUN, "--store", path, "-o", os.path.join(out, "t.html")),
@@ -150,13 +147,19 @@ def bench_size(n: int, directory: str, repeats: int, engine_max: int) -> None:
                      ("export", RUN, "--store", path, "-o", os.path.join(out, "e.jsonl"),
                       "--page-size", "10000")):
             w, c, r = run_cli(*argv)
-            print(f"[{n:,}] goodput {' '.join(a for a in argv[:1] + argv[4:] if '/' not in a)}"
-                  f"{' ' + os.path.splitext(argv[-1])[1] if argv[0] == 'timeline' else ''}: "
-                  f"wall {w:.2f} s, CPU {c:.2f} s, peak RSS {r:.0f} MiB")
-    if events is not None:
-        times, goodput = compat_cold(events, min(repeats, 3))
-        print(f"[{n:,}] compat GoodputCalculator over a cloud_logger, cold: "
-              f"{median(times):.3f} s (min {min(times):.3f}), goodput {goodput:.3f} %   [<= 1 s]")
+            what = argv[0] + (" " + os.path.splitext(argv[-1])[1] if argv[0] == "timeline"
+                              else " --once" if argv[0] == "monitor" else "")
+            print(f"[{n:,}] goodput {what}: wall {w:.2f} s, CPU {c:.2f} s, peak RSS {r:.0f} MiB")
+    # In-memory parts last: a child forked after them would inherit their peak RSS.
+    if n <= engine_max:
+        eng, eng_cpu, events = engine_alone(n, repeats)
+        print(f"[{n:,}] engine alone in memory: wall {median(eng):.3f} s (min {min(eng):.3f}), "
+              f"CPU {median(eng_cpu):.3f} s; report / engine: wall {wall / median(eng):.2f}, "
+              f"CPU {cpu / median(eng_cpu):.2f}   [P8 <= 2]")
+        times, cpu_c, goodput = compat_cold(events, min(repeats, 3))
+        print(f"[{n:,}] compat GoodputCalculator over a cloud_logger, cold: wall "
+              f"{median(times):.3f} s (min {min(times):.3f}), CPU {median(cpu_c):.3f} s, "
+              f"goodput {goodput:.3f} %   [<= 1 s]")
 
 
 def main():

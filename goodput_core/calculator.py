@@ -231,17 +231,32 @@ class Calculator:
           ``(start, end, label)`` tuples; labels are ``PRODUCTIVE``, ``IDLE``,
           a BadputType name, or ``CUSTOM_BADPUT_EVENTS:<TYPE>``.
         """
+        s, e, c, names = self._labelled(start, end, now)
+        return [(x, y, _label(code, names)) for x, y, code in zip(s.tolist(), e.tolist(),
+                                                                  c.tolist())]
+
+    def span_arrays(self, start: Any = -math.inf, end: Any = math.inf, now: Any = None
+                    ) -> Dict[str, Tuple[np.ndarray, np.ndarray]]:
+        """As :meth:`spans`, as ``{label: (starts, ends)}`` numpy arrays in time
+        order (no Python object per span: pictures of long runs)."""
+        s, e, c, names = self._labelled(start, end, now)
+        out = {}
+        for code in np.unique(c).tolist():
+            sel = c == code
+            out[_label(code, names)] = (s[sel], e[sel])
+        return out
+
+    def _labelled(self, start: Any, end: Any, now: Any):
+        """``(starts, ends, codes, custom names)`` of the spans of ``[start, end]``."""
         a, b = _time_arg(start, "start"), _time_arg(end, "end")
         if b < a:
             raise ValueError(f"window ends before it starts: [{a}, {b}]")
         life = self.lifetime(now)
         with self._lock:
             if life is None:
-                return []
+                return np.empty(0), np.empty(0), np.empty(0, np.int64), []
             s, e, c = self._tl.labelled(max(a, life[0]), min(b, life[1]))
-            names = self._tl.tables.names["custom"]
-            return [(x, y, _label(code, names)) for x, y, code in zip(s.tolist(), e.tolist(),
-                                                                      c.tolist())]
+            return s, e, c, list(self._tl.tables.names["custom"])
 
     def step_stats(self, ideal_step_time: Optional[float] = None) -> StepStats:
         """Step times, ideal step time and deviations (semantics.md rule 12).

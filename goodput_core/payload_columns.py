@@ -80,14 +80,15 @@ def payload_page(payloads: Sequence[Any], run: Optional[str]
     extra: Dict[int, Dict[str, Any]] = {}
     skipped: collections.Counter = collections.Counter()
     order = np.argsort(codes, kind="stable")
-    ends = np.cumsum(np.bincount(codes))
+    ends = np.cumsum(np.bincount(codes)).tolist()
+    by_shape = [payloads[i] for i in order.tolist()]  # each shape's payloads, contiguous
     slow: List[int] = []
     for keys, code in shapes.items():
-        idx = order[(ends[code - 1] if code else 0):ends[code]]
+        a, b = (ends[code - 1] if code else 0), ends[code]
         plan = _plan(keys)
-        if plan is None or not _read_group(payloads, idx, plan, run, kind, time, step,
-                                           has_step):
-            slow.extend(idx.tolist())
+        if plan is None or not _read_group(by_shape[a:b], order[a:b], plan, run, kind, time,
+                                           step, has_step):
+            slow.extend(order[a:b].tolist())
     names = run
     for i in sorted(slow):
         parsed = from_payload(payloads[i], run=run)
@@ -112,11 +113,12 @@ def payload_page(payloads: Sequence[Any], run: Optional[str]
     return page, skipped
 
 
-def _read_group(payloads, idx: np.ndarray, plan, run, kind, time, step, has_step) -> bool:
-    """Reads one shape column-wise into the arrays; False (nothing written)
-    when a value has a type the column path does not take."""
+def _read_group(group: List[dict], idx: np.ndarray, plan, run, kind, time, step, has_step
+                ) -> bool:
+    """Reads the payloads of one shape (at ``idx`` in the batch) column-wise
+    into the arrays; False (nothing written) when a value has a type the
+    column path does not take."""
     k, time_key, step_key = plan
-    group = [payloads[i] for i in idx.tolist()]
     names = set(map(itemgetter(JOB_NAME), group))
     if run is None or names != {run}:
         return False  # other runs, or no run to check against: judged one by one
