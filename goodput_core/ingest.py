@@ -72,7 +72,9 @@ _VECTOR_KINDS |= {int(Kind.JOB_START), int(Kind.JOB_END), int(Kind.STEP_START), 
 _ELASTIC_KINDS = {int(Kind.ELASTIC_SLICE_COUNTS), int(Kind.ELASTIC_WAIT_START),
                   int(Kind.ELASTIC_WAIT_END), int(Kind.ELASTIC_REINIT_START),
                   int(Kind.ELASTIC_REINIT_END)}
-_VECTOR_KIND_LIST = sorted(_VECTOR_KINDS)
+_LUT_SIZE = 256
+_VECTOR_LUT = np.zeros(_LUT_SIZE, bool)
+_VECTOR_LUT[sorted(_VECTOR_KINDS)] = True
 _INT_TYPES = {int, Kind}  # exact types: bools are not kinds
 NO_STEP = -1  # metric recorded without a step number
 ORBAX_SAVE, ORBAX_RESTORE = 0, 1
@@ -190,14 +192,15 @@ class EventTables:
 
         Returns the indices left for the per-event path (other kinds, odd steps).
         """
-        fast = np.isin(k, _VECTOR_KIND_LIST) & step_ok
+        # a lookup table instead of isin/unique: kinds are small codes (no sort)
+        fast = _VECTOR_LUT[np.clip(k, 0, _LUT_SIZE - 1)] & (k >= 0) & (k < _LUT_SIZE) & step_ok
         bad_t = fast & ~(np.isfinite(t) & (np.abs(t) <= MAX_ABS_TIME))
         if bad_t.any():
             nonfin = int((bad_t & ~np.isfinite(t)).sum())
             self.skipped["non_finite"] += nonfin
             self.skipped["out_of_range"] += int(bad_t.sum()) - nonfin
         fast &= ~bad_t
-        present = np.unique(k[fast]).tolist()
+        present = np.flatnonzero(np.bincount(k[fast], minlength=1)).tolist()
         if _ELASTIC_KINDS.intersection(present):
             self.elastic_seen = True
         for kind in present:

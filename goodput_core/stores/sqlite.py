@@ -420,7 +420,7 @@ class SqliteStore(Store):
         if limit is not None and limit <= 0:
             return [], since
         h = self._handle()
-        raw, cursor = self._read_raw(h, run, since, limit)
+        raw, cursor = self._read_raw(h, run, since, limit, False)
         if raw is None:
             return [], since
         # EventRecords are tuple subclasses, which the cyclic GC never untracks:
@@ -442,10 +442,11 @@ class SqliteStore(Store):
         per event): what the engine reads (:meth:`EventTables.add_page`)."""
         if limit is not None and limit <= 0:
             return EventPage.empty(run), since
-        raw, cursor = self._read_raw(self._handle(), run, since, limit)
+        raw, cursor = self._read_raw(self._handle(), run, since, limit, True)
         return (EventPage.empty(run) if raw is None else raw.page(run)), cursor
 
-    def _read_raw(self, h: _Handle, run: str, since: Cursor, limit: Optional[int]):
+    def _read_raw(self, h: _Handle, run: str, since: Cursor, limit: Optional[int],
+                  engine_only: bool):
         """``(Raw or None for an unknown run, cursor)``; counts corrupt rows."""
         run_id = h.run_ids.get(run)
         if run_id is None:
@@ -458,7 +459,7 @@ class SqliteStore(Store):
         try:
             raw, last = self._retry(chunks.read_raw, h.conn, run_id,
                                     0 if since is None else int(since),
-                                    -1 if limit is None else int(limit))
+                                    -1 if limit is None else int(limit), engine_only)
         except sqlite3.Error as exc:
             raise self._error(exc) from exc
         if raw.corrupt:

@@ -56,6 +56,7 @@ CORRUPT_REASONS = ("corrupt_kind", "corrupt_time", "corrupt_step", "corrupt_extr
 ROW_COLUMNS = "id, kind, time, step, extra, writer_id, seq, write_time"
 _LAYOUT = (("id", "<i8"), ("kind", "<u1"), ("time", "<f8"), ("step", "<i8"),
            ("has_step", "<u1"), ("writer", "<i4"), ("seq", "<i8"), ("wt", "<f8"))
+ENGINE_COLUMNS = ("id", "kind", "time", "step", "has_step", "wt")
 _ROW_BYTES = sum(np.dtype(d).itemsize for _, d in _LAYOUT)
 _KNOWN_KINDS = np.array(sorted(int(k) for k in Kind), np.int64)
 _I32 = 2 ** 31
@@ -70,7 +71,7 @@ class Raw:
     def __init__(self, cols: Dict[str, np.ndarray], extra: Dict[int, str],
                  corrupt: Optional[collections.Counter] = None):
         for name, _ in _LAYOUT:
-            setattr(self, name, cols[name])
+            setattr(self, name, cols.get(name))
         self.extra = extra
         self.corrupt = corrupt if corrupt is not None else collections.Counter()
 
@@ -78,14 +79,16 @@ class Raw:
         return len(self.id)
 
     def cols(self) -> Dict[str, np.ndarray]:
-        return {name: getattr(self, name) for name, _ in _LAYOUT}
+        return {name: getattr(self, name) for name, _ in _LAYOUT
+                if getattr(self, name) is not None}
 
     def sliced(self, a: int, b: int) -> "Raw":
         extra = {i - a: x for i, x in self.extra.items() if a <= i < b}
         return Raw({k: v[a:b] for k, v in self.cols().items()}, extra, self.corrupt)
 
     @staticmethod
-    def join(parts: Sequence["Raw"]) -> "Raw":
+    def join(parts: Sequence["Raw"], names: Sequence[str] = ()) -> "Raw":
+        """One Raw of the parts, with only the columns ``names`` (all: empty)."""
         if len(parts) == 1:
             return parts[0]
         extra: Dict[int, str] = {}
@@ -95,8 +98,8 @@ class Raw:
             extra.update({offset + i: x for i, x in p.extra.items()})
             corrupt.update(p.corrupt)
             offset += len(p)
-        cols = {name: np.concatenate([getattr(p, name) for p in parts]) if parts
-                else np.empty(0, d) for name, d in _LAYOUT}
+        cols = {name: np.concatenate([getattr(p, name) for p in parts])
+                for name, _ in _LAYOUT if not names or name in names}
         return Raw(cols, extra, corrupt)
 
     # ----------------------------------------------------------- conversions
@@ -287,11 +290,12 @@ def compact(conn: sqlite3.Connection, run_id: int, max_chunks: int,
     return done
 
 
-def read_raw(conn: sqlite3.Connection, run_id: int, since: int, limit: int
-             ) -> Tuple[Raw, Optional[int]]:
+def read_raw(conn: sqlite3.Connection, run_id: int, since: int, limit: int,
+             engine_only: bool = False) -> Tuple[Raw, Optional[int]]:
     """Events of a run with an id above ``since``, at most ``limit`` (< 0: all),
     from chunks and rows in one snapshot; also the last id returned (None: none).
-    Corrupt rows are left out and counted in ``Raw.corrupt``."""
+    Corrupt rows are left out and counted in ``Raw.corrupt``. ``engine_only``:
+    only the columns :meth:`Raw.page` needs."""
     parts: List[Raw] = []
     got, last = 0, None
     conn.execute("BEGIN")  # one snapshot for both tables
@@ -328,4 +332,4 @@ def read_raw(conn: sqlite3.Connection, run_id: int, since: int, limit: int
         conn.execute("COMMIT")
     if not parts:
         parts.append(from_rows([])[0])
-    return Raw.join(parts), last
+    return Raw.join(parts, ENGINE_COLUMNS if engine_only else ()), last
