@@ -7,6 +7,7 @@ API summary::
 
     calc = Calculator("run-1", "sqlite:///goodput.sqlite")  # reads the store
     calc.refresh()                      # reads only the events new since last time
+    n, cursor = calc.pull(store, cursor)  # or read any store yourself, in pages
     calc = Calculator()                 # or feed events yourself:
     calc.add(events)                    #   EventRecords (any order, duplicates ok)
     calc.add_payloads(dicts)            #   reference-format payloads
@@ -134,26 +135,34 @@ class Calculator:
         """
         if self._store is None:
             return 0
-        read_columns = getattr(self._store, "read_columns", None)
+        with self._lock:
+            n, self._cursor = self.pull(self._store, self._cursor)
+            return n
+
+    def pull(self, store: Any, cursor: Any = None) -> Tuple[int, Any]:
+        """Adds this run's events appended to ``store`` after ``cursor``.
+
+        Read in pages, so that memory does not grow with the run beyond the
+        engine's compact tables; as numpy columns where the store has them
+        (``read_columns``: no Python object per event).
+
+        Returns:
+          ``(events read, cursor)``: pass the cursor to the next pull.
+        """
+        read_columns = getattr(store, "read_columns", None)
         total = 0
         with self._lock:
-            # Paged, so that memory does not grow with the run beyond the
-            # engine's compact tables; columns where the store has them (no
-            # Python object per event).
             while True:
                 if read_columns is not None:
-                    page, cursor = read_columns(self.run, since=self._cursor, limit=_PAGE)
-                    n = len(page)
+                    page, cursor = read_columns(self.run, since=cursor, limit=_PAGE)
                     self._tl.add_page(page)  # also counts the corrupt rows skipped
                 else:
-                    page, cursor = self._store.read(self.run, since=self._cursor, limit=_PAGE)
-                    n = len(page)
-                    if n:
+                    page, cursor = store.read(self.run, since=cursor, limit=_PAGE)
+                    if page:
                         self._tl.add(page, self.run)
-                self._cursor = cursor
-                total += n
-                if n < _PAGE:
-                    return total
+                total += len(page)
+                if len(page) < _PAGE:
+                    return total, cursor
 
     # ------------------------------------------------------------- queries
     @property

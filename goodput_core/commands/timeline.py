@@ -16,7 +16,7 @@ from __future__ import annotations
 import html
 import os
 import time
-from typing import List, Tuple
+from typing import List
 
 from goodput_core import plot_timeline as pt
 from goodput_core.cli import CliError

@@ -159,10 +159,8 @@ class StoreFeed:
         ``query_time`` is unused: a store holds no events from the future
         that a reader must hide (those are clipped by the query's ``now``).
         """
-        events, self._cursor = self.store.read(self.run, since=self._cursor)
-        if events:
-            calc.add(events)
-        return len(events)
+        n, self._cursor = calc.pull(self.store, self._cursor)  # paged, as columns
+        return n
 
 
 class CloudLoggerFeed:

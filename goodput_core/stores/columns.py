@@ -12,7 +12,6 @@ keep their parsed ``extra`` dicts, by row index.
 
 from __future__ import annotations
 
-import math
 from typing import Any, Dict, Optional
 
 import numpy as np

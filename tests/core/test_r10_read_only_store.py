@@ -20,22 +20,15 @@ import tempfile
 import pytest
 
 from goodput_core.events import Kind
-from goodput_core.recorder import Recorder
 from goodput_core.stores import open_store
-from goodput_core.stores.memory import MemoryStore
 from goodput_core.stores.sqlite import SqliteStore
-from goodput_core.synthetic import record_synthetic_job
-from tests.support.cli_process import as_nobody_prefix, goodput
+from tests.support.cli_process import as_nobody_prefix, goodput, synthetic_job_events
 
 RUN = "job"
 
 
 def _job_events():
-    mem = MemoryStore("r10")
-    rec = Recorder(RUN, mem)
-    record_synthetic_job(rec, 1_700_000_000.0)
-    rec.close()
-    return mem.read(RUN)[0]
+    return synthetic_job_events(RUN)
 
 
 @pytest.fixture(scope="module")

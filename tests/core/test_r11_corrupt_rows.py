@@ -16,11 +16,8 @@ import sqlite3
 
 import pytest
 
-from goodput_core.recorder import Recorder
-from goodput_core.stores.memory import MemoryStore
 from goodput_core.stores.sqlite import SqliteStore
-from goodput_core.synthetic import record_synthetic_job
-from tests.support.cli_process import goodput
+from tests.support.cli_process import goodput, synthetic_job_events
 
 RUN = "job"
 CORRUPT = [  # (kind, time, step, extra) as a damaged file may hold them
@@ -34,11 +31,7 @@ EXPECTED_SKIPS = {"corrupt_extra": 2, "corrupt_kind": 1, "corrupt_step": 1, "cor
 
 
 def _job_events():
-    mem = MemoryStore("r11")
-    rec = Recorder(RUN, mem)
-    record_synthetic_job(rec, 1_700_000_000.0)
-    rec.close()
-    return mem.read(RUN)[0]
+    return synthetic_job_events(RUN)
 
 
 def _store(path, events, corrupt: bool, chunk_events: int):

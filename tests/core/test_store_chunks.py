@@ -13,7 +13,6 @@ import math
 import sqlite3
 
 import numpy as np
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -161,3 +160,30 @@ def test_a_damaged_chunk_is_skipped_and_counted_and_the_rest_read(tmp_path, capl
     assert list(map(_key, got)) == list(map(_key, events[10:]))
     assert reader.corrupt == {"corrupt_chunk": 10}
     assert str(path) in caplog.text
+
+
+def test_refresh_reads_in_bounded_pages_and_gets_every_event(tmp_path, monkeypatch):
+    from goodput_core import calculator as calc_mod
+
+    monkeypatch.setattr(calc_mod, "_PAGE", 100)
+    events = [EventRecord("r", int(Kind.JOB_START), 990.0)] + _events(1000, extra_every=9)
+    s = SqliteStore(tmp_path / "s.sqlite", chunk_events=64)
+    s.append(events)
+    sizes = []
+    real = s.read_columns
+
+    def spy(run, since=None, limit=None):
+        page, cursor = real(run, since=since, limit=limit)
+        sizes.append((limit, len(page)))
+        return page, cursor
+
+    monkeypatch.setattr(s, "read_columns", spy)
+    paged = Calculator("r", s)
+    assert paged.refresh() == len(events)
+    assert all(limit == 100 and n <= 100 for limit, n in sizes) and len(sizes) > 10
+    whole = Calculator("r")
+    whole.add(events)
+    assert paged.cumulative(3000.0).badput_seconds == whole.cumulative(3000.0).badput_seconds
+    more = _events(1010)[len(events) - 1:]  # the run goes on (events has a job start)
+    s.append(more)
+    assert paged.refresh() == len(more) > 0  # only the new events

@@ -1,5 +1,6 @@
 """Running the ``goodput`` command in a real subprocess, optionally as an
-unprivileged user (what a user who may read a store but not write it sees)."""
+unprivileged user (what a user who may read a store but not write it sees),
+and the events of a run to put in the stores it reads."""
 
 from __future__ import annotations
 
@@ -38,3 +39,17 @@ def goodput(*argv: str, prefix: Sequence[str] = (), cwd: str = "/",
     return subprocess.run(list(prefix) + [sys.executable, "-m", "goodput_core.cli", *argv],
                           capture_output=True, text=True, stdin=subprocess.DEVNULL,
                           cwd=cwd, env=_env(), timeout=timeout)
+
+
+def synthetic_job_events(run: str):
+    """The events of :mod:`goodput_core.synthetic`'s default job (a crash and a
+    restart) as the recorder writes them, in write order."""
+    from goodput_core.recorder import Recorder
+    from goodput_core.stores.memory import MemoryStore
+    from goodput_core.synthetic import record_synthetic_job
+
+    mem = MemoryStore(f"synthetic-{run}")
+    rec = Recorder(run, mem)
+    record_synthetic_job(rec, 1_700_000_000.0)
+    rec.close()
+    return mem.read(run)[0]
