@@ -323,10 +323,17 @@ class SqliteStore(ReadPath, Store):
             except KeyError:  # a run or writer this connection has not seen yet
                 self._retry(self._register, h, batch)
                 rows = self._rows(h, batch)
+            if self._packable(rows) and self._retry(chunks.insert_packed, h.conn, rows):
+                return
             self._retry(self._insert, h.conn, rows)
         except sqlite3.Error as exc:
             raise self._error(exc) from exc
         self._maybe_compact(h, rows)
+
+    def _packable(self, rows: List[tuple]) -> bool:
+        """A batch written as a chunk straight away: large, and of one run."""
+        return (len(rows) >= max(self.chunk_events, 2) and rows[0][0] == rows[-1][0]
+                and len(set(map(itemgetter(0), rows))) == 1)
 
     def _maybe_compact(self, h: _Handle, rows: List[tuple]) -> None:
         """Packs full chunks of the runs this batch wrote to (sqlite_chunks).

@@ -3,7 +3,9 @@
 Writers append one row per event to ``events`` (cheap, crash-safe, any
 number of processes). Once a run has :data:`CHUNK_EVENTS` rows there, the
 writer that noticed moves the oldest of them, in one transaction, into one
-``chunks`` row holding the columns packed as little-endian arrays::
+``chunks`` row holding the columns packed as little-endian arrays; a batch of
+at least that many events of one run is written as a chunk straight away
+(:func:`insert_packed`, faster than rows)::
 
     chunks (first_id INTEGER PRIMARY KEY,  -- id of its first event
             last_id, run_id, n,            -- id of its last event, run, count
@@ -42,7 +44,7 @@ from goodput_core.events import EventRecord, Kind
 from goodput_core.stores.columns import EventPage
 
 __all__ = ["SCHEMA", "CHUNK_EVENTS", "CORRUPT_REASONS", "Raw", "read_raw", "compact",
-           "has_chunks"]
+           "insert_packed", "has_chunks"]
 
 CHUNK_EVENTS = 8192
 SCHEMA = (
@@ -257,6 +259,28 @@ def has_chunks(conn: sqlite3.Connection) -> bool:
                         ).fetchone() is not None
 
 
+def _insert_chunk(conn: sqlite3.Connection, run_id: int, rows: List[tuple],
+                  columns: Optional[Tuple[Raw, list]] = None) -> None:
+    """Packs stored-format rows (``ROW_COLUMNS`` order) into one chunk row
+    (``columns``: their ``from_rows``, when the caller has it)."""
+    raw, odd = columns or from_rows(rows)
+    extra = json.dumps([[i, x] for i, x in raw.extra.items()]) if raw.extra else None
+    odd_json = json.dumps([[reason, row[0], [_jsonable(v) for v in row]]
+                           for reason, row in odd]) if odd else None
+    conn.execute("INSERT INTO chunks VALUES (?, ?, ?, ?, ?, ?, ?)",
+                 (rows[0][0], rows[-1][0], run_id, len(raw), _pack(raw), extra, odd_json))
+
+
+def _run_rows(conn: sqlite3.Connection, run_id: int, below_newest: bool,
+              limit: int = -1) -> List[tuple]:
+    # The newest row of the table stays unless the caller writes a newer one in
+    # the same transaction: SQLite gives a new row the largest id + 1, so ids
+    # would restart below the chunks' without it.
+    newest = " AND id < (SELECT max(id) FROM events)" if below_newest else ""
+    return conn.execute(f"SELECT {ROW_COLUMNS} FROM events WHERE run_id = ?{newest}"
+                        " ORDER BY id LIMIT ?", (run_id, limit)).fetchall()
+
+
 def compact(conn: sqlite3.Connection, run_id: int, max_chunks: int,
             size: int = CHUNK_EVENTS) -> int:
     """Moves the oldest full chunks of a run's rows into ``chunks``, one
@@ -265,21 +289,11 @@ def compact(conn: sqlite3.Connection, run_id: int, max_chunks: int,
     while done < max_chunks:
         conn.execute("BEGIN IMMEDIATE")
         try:
-            # The newest row of the table stays: SQLite gives a new row the
-            # largest id + 1, so ids would restart below the chunks' without it.
-            rows = conn.execute(f"SELECT {ROW_COLUMNS} FROM events WHERE run_id = ? AND"
-                                " id < (SELECT max(id) FROM events) ORDER BY id LIMIT ?",
-                                (run_id, size)).fetchall()
+            rows = _run_rows(conn, run_id, True, size)
             if len(rows) < size:
                 conn.execute("COMMIT")
                 return done
-            raw, odd = from_rows(rows)
-            extra = json.dumps([[i, x] for i, x in raw.extra.items()]) if raw.extra else None
-            odd_json = json.dumps([[reason, row[0], [_jsonable(v) for v in row]]
-                                   for reason, row in odd]) if odd else None
-            conn.execute("INSERT INTO chunks VALUES (?, ?, ?, ?, ?, ?, ?)",
-                         (rows[0][0], rows[-1][0], run_id, len(raw), _pack(raw), extra,
-                          odd_json))
+            _insert_chunk(conn, run_id, rows)
             conn.execute("DELETE FROM events WHERE run_id = ? AND id <= ?",
                          (run_id, rows[-1][0]))
             conn.execute("COMMIT")
@@ -288,6 +302,42 @@ def compact(conn: sqlite3.Connection, run_id: int, max_chunks: int,
             raise
         done += 1
     return done
+
+
+def insert_packed(conn: sqlite3.Connection, rows: List[tuple]) -> bool:
+    """Appends a large batch of one run as a chunk, in one transaction.
+
+    ``rows`` are the store's insert tuples (run_id, writer_id, seq, kind, time,
+    step, extra, write_time). The run's rows still in ``events`` are packed
+    first (a chunk holds a prefix of its run), the batch takes the next ids,
+    and its last event stays a row: the table's newest, so SQLite keeps
+    handing out larger ids. Returns False, having written nothing, when a
+    value does not fit a chunk (the caller inserts rows as usual).
+    """
+    run_id = rows[0][0]
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        top = conn.execute("SELECT max(id) FROM events").fetchone()[0] or 0
+        top = max(top, conn.execute("SELECT max(last_id) FROM chunks").fetchone()[0] or 0)
+        batch = [(top + 1 + i, r[3], r[4], r[5], r[6], r[1], r[2], r[7])
+                 for i, r in enumerate(rows)]
+        columns = from_rows(batch[:-1])
+        if columns[1]:  # odd values: not for a chunk
+            conn.rollback()
+            return False
+        old = _run_rows(conn, run_id, False)
+        if old:
+            _insert_chunk(conn, run_id, old)
+            conn.execute("DELETE FROM events WHERE run_id = ? AND id <= ?", (run_id, old[-1][0]))
+        _insert_chunk(conn, run_id, batch[:-1], columns)
+        last = rows[-1]
+        conn.execute("INSERT INTO events (id, run_id, writer_id, seq, kind, time, step, extra,"
+                     " write_time) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", (top + len(rows),) + last)
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.rollback()
+        raise
+    return True
 
 
 def read_raw(conn: sqlite3.Connection, run_id: int, since: int, limit: int,

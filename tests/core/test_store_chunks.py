@@ -150,7 +150,9 @@ def test_a_version_1_file_is_read_as_it_is_and_upgraded_by_a_writer(tmp_path):
 def test_a_damaged_chunk_is_skipped_and_counted_and_the_rest_read(tmp_path, caplog):
     path = tmp_path / "s.sqlite"
     events = _events(40, extra_every=1000)
-    SqliteStore(path, chunk_events=10).append(events)
+    s = SqliteStore(path, chunk_events=10)
+    for i in range(0, len(events), 5):  # small batches: packed ten at a time
+        s.append(events[i:i + 5])
     with sqlite3.connect(path) as conn:
         first = conn.execute("SELECT min(first_id) FROM chunks").fetchone()[0]
         conn.execute("UPDATE chunks SET cols = substr(cols, 1, 7) WHERE first_id = ?", (first,))
@@ -187,3 +189,26 @@ def test_refresh_reads_in_bounded_pages_and_gets_every_event(tmp_path, monkeypat
     more = _events(1010)[len(events) - 1:]  # the run goes on (events has a job start)
     s.append(more)
     assert paged.refresh() == len(more) > 0  # only the new events
+
+
+def test_a_large_batch_is_written_as_a_chunk_and_ids_keep_growing(tmp_path):
+    path = tmp_path / "s.sqlite"
+    a, b = _events(400, "a", extra_every=1000), _events(10, "b", extra_every=1000)
+    s = SqliteStore(path, chunk_events=100)
+    s.append(a[:3])
+    s.append(b[:2])
+    s.append(a[3:253])  # 250 events of one run: packed straight away
+    with sqlite3.connect(path) as conn:
+        sizes = [r[0] for r in conn.execute("SELECT n FROM chunks ORDER BY first_id")]
+        rows = conn.execute("SELECT kind, step FROM events ORDER BY id").fetchall()
+        top_row = conn.execute("SELECT max(id) FROM events").fetchone()[0]
+        top_chunk = conn.execute("SELECT max(last_id) FROM chunks").fetchone()[0]
+    assert sizes == [3, 249]  # the run's earlier rows first, then the batch less its last
+    # b's two rows, then a's last event as a row
+    assert rows == [(e.kind, e.step) for e in (b[0], b[1], a[252])]
+    assert top_row > top_chunk
+    s.append(a[253:254])
+    s.append(b[2:])
+    assert list(map(_key, s.read("a")[0])) == list(map(_key, a[:254]))
+    assert list(map(_key, s.read("b")[0])) == list(map(_key, b))
+    assert s.integrity_check()
