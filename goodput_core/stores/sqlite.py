@@ -332,7 +332,8 @@ class SqliteStore(ReadPath, Store):
 
     def _packable(self, rows: List[tuple]) -> bool:
         """A batch written as a chunk straight away: large, and of one run."""
-        return (len(rows) >= max(self.chunk_events, 2) and rows[0][0] == rows[-1][0]
+        return (len(rows) >= max(min(self.chunk_events, chunks.PACK_AT_ONCE), 2)
+                and rows[0][0] == rows[-1][0]
                 and len(set(map(itemgetter(0), rows))) == 1)
 
     def _maybe_compact(self, h: _Handle, rows: List[tuple]) -> None:

@@ -4,8 +4,8 @@ Writers append one row per event to ``events`` (cheap, crash-safe, any
 number of processes). Once a run has :data:`CHUNK_EVENTS` rows there, the
 writer that noticed moves the oldest of them, in one transaction, into one
 ``chunks`` row holding the columns packed as little-endian arrays; a batch of
-at least that many events of one run is written as a chunk straight away
-(:func:`insert_packed`, faster than rows)::
+at least :data:`PACK_AT_ONCE` events of one run is written as a chunk straight
+away (:func:`insert_packed`, faster than rows)::
 
     chunks (first_id INTEGER PRIMARY KEY,  -- id of its first event
             last_id, run_id, n,            -- id of its last event, run, count
@@ -47,6 +47,7 @@ __all__ = ["SCHEMA", "CHUNK_EVENTS", "CORRUPT_REASONS", "Raw", "read_raw", "comp
            "insert_packed", "has_chunks"]
 
 CHUNK_EVENTS = 8192
+PACK_AT_ONCE = 1000  # a batch of one run this large is packed as it is written
 SCHEMA = (
     "CREATE TABLE IF NOT EXISTS chunks (first_id INTEGER PRIMARY KEY,"
     " last_id INTEGER NOT NULL, run_id INTEGER NOT NULL, n INTEGER NOT NULL,"
@@ -308,10 +309,10 @@ def insert_packed(conn: sqlite3.Connection, rows: List[tuple]) -> bool:
     """Appends a large batch of one run as a chunk, in one transaction.
 
     ``rows`` are the store's insert tuples (run_id, writer_id, seq, kind, time,
-    step, extra, write_time). The run's rows still in ``events`` are packed
-    first (a chunk holds a prefix of its run), the batch takes the next ids,
-    and its last event stays a row: the table's newest, so SQLite keeps
-    handing out larger ids. Returns False, having written nothing, when a
+    step, extra, write_time). The run's rows still in ``events`` go into the
+    same chunk, first (a chunk holds a prefix of its run); the batch takes the
+    next ids, and its last event stays a row: the table's newest, so SQLite
+    keeps handing out larger ids. Returns False, having written nothing, when a
     value does not fit a chunk (the caller inserts rows as usual).
     """
     run_id = rows[0][0]
@@ -321,15 +322,16 @@ def insert_packed(conn: sqlite3.Connection, rows: List[tuple]) -> bool:
         top = max(top, conn.execute("SELECT max(last_id) FROM chunks").fetchone()[0] or 0)
         batch = [(top + 1 + i, r[3], r[4], r[5], r[6], r[1], r[2], r[7])
                  for i, r in enumerate(rows)]
-        columns = from_rows(batch[:-1])
-        if columns[1]:  # odd values: not for a chunk
+        new, odd = from_rows(batch[:-1])
+        if odd:  # odd values: not for a chunk
             conn.rollback()
             return False
-        old = _run_rows(conn, run_id, False)
+        old = _run_rows(conn, run_id, False)  # e.g. the last batch's last event
         if old:
-            _insert_chunk(conn, run_id, old)
+            packed, odd = from_rows(old)
+            new = Raw.join([packed, new])
             conn.execute("DELETE FROM events WHERE run_id = ? AND id <= ?", (run_id, old[-1][0]))
-        _insert_chunk(conn, run_id, batch[:-1], columns)
+        _insert_chunk(conn, run_id, old + batch[:-1], (new, odd))
         last = rows[-1]
         conn.execute("INSERT INTO events (id, run_id, writer_id, seq, kind, time, step, extra,"
                      " write_time) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", (top + len(rows),) + last)

@@ -203,7 +203,7 @@ def test_a_large_batch_is_written_as_a_chunk_and_ids_keep_growing(tmp_path):
         rows = conn.execute("SELECT kind, step FROM events ORDER BY id").fetchall()
         top_row = conn.execute("SELECT max(id) FROM events").fetchone()[0]
         top_chunk = conn.execute("SELECT max(last_id) FROM chunks").fetchone()[0]
-    assert sizes == [3, 249]  # the run's earlier rows first, then the batch less its last
+    assert sizes == [3 + 249]  # the run's earlier rows first, then the batch less its last
     # b's two rows, then a's last event as a row
     assert rows == [(e.kind, e.step) for e in (b[0], b[1], a[252])]
     assert top_row > top_chunk

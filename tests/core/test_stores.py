@@ -432,7 +432,7 @@ _WORKER = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("chunk_events", [8192, 16])
+@pytest.mark.parametrize("chunk_events", [8192, 16, 3])  # 3: most batches packed at once
 def test_four_processes_by_four_threads_lose_and_duplicate_nothing(tmp_path, chunk_events):
     path = str(tmp_path / "fresh" / "s.sqlite")
     procs = [subprocess.Popen([sys.executable, "-c", _WORKER, path, str(p), "100",
