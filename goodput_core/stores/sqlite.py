@@ -158,7 +158,8 @@ class SqliteStore(ReadPath, Store):
         it gives up with :class:`StoreError`.
       readonly: open an existing file for reading only (SQLite ``mode=ro``);
         :meth:`append` then raises :class:`StoreError`.
-      chunk_events: events per packed chunk (see the module docstring).
+      chunk_events: events per packed chunk (see the module docstring);
+        None: never pack (rows only, as version 1 wrote them).
 
     Raises:
       StoreError: the path cannot be created, opened or written (read, when
@@ -167,13 +168,13 @@ class SqliteStore(ReadPath, Store):
     """
 
     def __init__(self, path: "str | os.PathLike[str]", *, busy_timeout_s: float = 30.0,
-                 readonly: bool = False, chunk_events: int = chunks.CHUNK_EVENTS):
+                 readonly: bool = False, chunk_events: Optional[int] = chunks.CHUNK_EVENTS):
         path = os.path.abspath(os.path.expanduser(os.fspath(path)))
         self.path = path
         self.url = "sqlite:///" + path.lstrip("/")
         self.busy_timeout_s = float(busy_timeout_s)
         self.readonly = bool(readonly)
-        self.chunk_events = max(1, int(chunk_events))
+        self.chunk_events = None if chunk_events is None else max(1, int(chunk_events))
         #: corrupt rows skipped by this store's reads, per reason
         self.corrupt: collections.Counter = collections.Counter()
         self._local = threading.local()
@@ -332,7 +333,8 @@ class SqliteStore(ReadPath, Store):
 
     def _packable(self, rows: List[tuple]) -> bool:
         """A batch written as a chunk straight away: large, and of one run."""
-        return (len(rows) >= max(min(self.chunk_events, chunks.PACK_AT_ONCE), 2)
+        return (self.chunk_events is not None
+                and len(rows) >= max(min(self.chunk_events, chunks.PACK_AT_ONCE), 2)
                 and rows[0][0] == rows[-1][0]
                 and len(set(map(itemgetter(0), rows))) == 1)
 
@@ -343,6 +345,8 @@ class SqliteStore(ReadPath, Store):
         here, look. The batch is committed already: a failure here (another
         process holds the lock too long) is logged, never raised, and the
         rows stay readable as they are."""
+        if self.chunk_events is None:
+            return
         appended = h.appended
         appended.update(map(itemgetter(0), rows))
         for run_id in [r for r, n in appended.items() if n >= self.chunk_events]:
