@@ -19,7 +19,9 @@ compaction on. Then each command runs as a real process, as a user runs it
     python benchmarks/bench_report.py [--events N ...] [--repeats R] [--dir DIR]
 
 ``--events`` takes several sizes (default 1,000,000). Stores are kept in
-``--dir`` (default: a temporary directory) and reused when they exist.
+``--dir`` (default: a temporary directory) and reused when they exist. To
+measure another version on the same workload (before/after), run this script
+with ``PYTHONPATH`` pointing at that checkout and another ``--dir``.
 """
 
 from __future__ import annotations
@@ -62,8 +64,11 @@ def run_cli(*argv: str, stdout=subprocess.DEVNULL):
     env = dict(os.environ)
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # users' installs have cached bytecode
     t0 = time.perf_counter()
+    # cwd: not the checkout (``-m`` puts the working directory first on sys.path,
+    # which would shadow a PYTHONPATH that points at another checkout to compare)
     proc = subprocess.Popen([sys.executable, "-m", "goodput_core.cli", *argv], env=env,
-                            stdout=stdout, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+                            stdout=stdout, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                            cwd=tempfile.gettempdir())
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t0
     err = proc.stderr.read().decode()
