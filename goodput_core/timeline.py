@@ -21,10 +21,16 @@ Two labels depend on events that may arrive much later and are applied as
 
 Incremental updates: the timeline keeps a *freeze time* ``F`` before which
 nothing can change any more (it is at most the start of the last step and
-no paired interval or pending start crosses it). New events at or after
-``F`` only re-examine the tail ``[F, ...)``: the per-category lists are cut
-at ``F`` and the tail is repainted. An event older than ``F`` (a late or
-backfilled write) makes the next update a full recomputation.
+no paired interval or pending start crosses it). New events only re-examine
+the tail ``[F, ...)`` when they cannot change anything before ``F``: the
+per-category lists are cut at ``F`` and the tail is repainted. An event
+changes the spans of the step it falls in, from that step's start (a late
+job end turns the last step of a "crashed" attempt into a finished one, a
+step end closes it, a disruption moves the start of recovery), so the
+update is incremental only when the start of the step before the earliest
+new event is at or after ``F``; otherwise (a late or backfilled write) it is
+a full recomputation. Either way the result is the one a single pass over
+all the events gives.
 
 Ties the rules leave open: overlapping custom events of different types go
 to the type seen first; a save outranks a restore; among the elastic
@@ -56,7 +62,8 @@ _INF = math.inf
 _FAMILY_CODES = (("tpu", B.TPU_INITIALIZATION), ("prep", B.TRAINING_PREP),
                  ("reinit", B.ELASTIC_REINITIALIZATION), ("compile", B.PROGRAM_STARTUP))
 FREEZE_LAG_STEPS = 32  # how many recent steps every update re-examines
-_FAMILIES = ("tpu", "prep", "dl", "reinit", "save", "restore", "compile", "custom", "wait")
+_FAMILIES = ("tpu", "prep", "dl", "reinit", "save", "restore", "compile", "custom", "wait",
+             "hang")
 
 
 class Timeline:
@@ -100,8 +107,15 @@ class Timeline:
         """Brings the spans up to date with the events added so far."""
         if self.dirty_from == _INF:
             return
-        self._rebuild(self.F if self.dirty_from >= self.F else -_INF)
+        self._rebuild(self.F if self._affected_from(self.dirty_from) >= self.F else -_INF)
         self.dirty_from = _INF
+
+    def _affected_from(self, t: float) -> float:
+        """The earliest time events at or after ``t`` can change: the start of the
+        step in progress just before ``t`` (module docstring), else ``t``."""
+        starts = self.tables["step_start"]["t"]
+        i = int(np.searchsorted(starts, t, side="left")) - 1
+        return min(t, float(starts[i])) if i >= 0 else t
 
     def _rebuild(self, F: float) -> None:
         T = self.tables
@@ -166,6 +180,7 @@ class Timeline:
         levels = [
             (*idle, IDLE),
             (*rec, B.INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION),
+            (*pairs["hang"][:2], B.HANG),
             (*save, B.UNPRODUCTIVE_CHECKPOINT_SAVE_TIME),
             (*restore, B.UNPRODUCTIVE_CHECKPOINT_RESTORE_TIME),
             (cs, ce, CUSTOM_BASE + ck.astype(np.int64)),

@@ -33,9 +33,12 @@ class EventPage:
       write_time: float64 write times (NaN where unknown).
       extra: ``{row index: extra dict}`` for the rows that have one.
       corrupt: ``{reason: count}`` of stored rows the read skipped as corrupt.
+      process_indices: the distinct process indices of the writers of these
+        events (what tells a multi-host run), where the store knows them.
     """
 
-    __slots__ = ("run", "kind", "time", "step", "has_step", "write_time", "extra", "corrupt")
+    __slots__ = ("run", "kind", "time", "step", "has_step", "write_time", "extra", "corrupt",
+                 "process_indices")
 
     def __init__(self, run: str, kind: np.ndarray, time: np.ndarray, step: np.ndarray,
                  has_step: np.ndarray, write_time: np.ndarray,
@@ -46,6 +49,7 @@ class EventPage:
         self.has_step, self.write_time = has_step, write_time
         self.extra = extra or {}
         self.corrupt = corrupt or {}
+        self.process_indices: tuple = ()
 
     def __len__(self) -> int:
         return len(self.kind)

@@ -59,7 +59,7 @@ CORRUPT_REASONS = ("corrupt_kind", "corrupt_time", "corrupt_step", "corrupt_extr
 ROW_COLUMNS = "id, kind, time, step, extra, writer_id, seq, write_time"
 _LAYOUT = (("id", "<i8"), ("kind", "<u1"), ("time", "<f8"), ("step", "<i8"),
            ("has_step", "<u1"), ("writer", "<i4"), ("seq", "<i8"), ("wt", "<f8"))
-ENGINE_COLUMNS = ("id", "kind", "time", "step", "has_step", "wt")
+ENGINE_COLUMNS = ("id", "kind", "time", "step", "has_step", "writer", "wt")
 _ROW_BYTES = sum(np.dtype(d).itemsize for _, d in _LAYOUT)
 _KNOWN_KINDS = np.array(sorted(int(k) for k in Kind), np.int64)
 _I32 = 2 ** 31

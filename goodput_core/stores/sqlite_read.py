@@ -15,6 +15,8 @@ import sqlite3
 from typing import List, Optional, Tuple
 from urllib.parse import quote
 
+import numpy as np
+
 from goodput_core.events import EventRecord
 from goodput_core.stores import sqlite_chunks as chunks
 from goodput_core.stores.base import Cursor
@@ -43,7 +45,7 @@ class ReadPath:
         ``immutable=1``, which reads the file without any lock or WAL file."""
         uri = "file://" + quote(self.path)  # absolute: an empty authority
         for options in ("?mode=ro", "?mode=ro&immutable=1"):
-            conn = sqlite3.connect(uri + options, uri=True, timeout=self.busy_timeout_s,
+            conn = sqlite3.connect(uri + options, uri=True, timeout=0,  # see _connect
                                    isolation_level=None, check_same_thread=False)
             try:
                 conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
@@ -93,8 +95,15 @@ class ReadPath:
         per event): what the engine reads (:meth:`EventTables.add_page`)."""
         if limit is not None and limit <= 0:
             return EventPage.empty(run), since
-        raw, cursor = self._read_raw(self._handle(), run, since, limit, True)
-        return (EventPage.empty(run) if raw is None else raw.page(run)), cursor
+        h = self._handle()
+        raw, cursor = self._read_raw(h, run, since, limit, True)
+        if raw is None:
+            return EventPage.empty(run), cursor
+        page = raw.page(run)
+        w = raw.writer
+        distinct = w[:1] if len(w) and (w == w[0]).all() else np.unique(w)
+        page.process_indices = tuple({h.writers[x][0] for x in distinct.tolist()})
+        return page, cursor
 
     def _read_raw(self, h, run: str, since: Cursor, limit: Optional[int],
                   engine_only: bool):

@@ -226,6 +226,8 @@ class GoodputSuiteRecorder(_base.RecorderBase):
                                              **kwargs)
                     if self._process_index is not None and self.spec.per_host:
                         engine.process_index = self._process_index
+                    if self.spec.run_group:
+                        engine.record_metadata(run_group=self.spec.run_group)
                 except Exception:
                     self._warn("engine", "goodput: cannot open the store %r; recording "
                                "nothing", self.spec.store)

@@ -145,7 +145,10 @@ def create_goodput_recorder(config: Any) -> Any:
     else:
         from goodput_core.compat.goodput import GoodputRecorder as cls
     writes = process_index(settings) == 0
-    return cls(settings.run_name, settings.logger_name, writes, **_clock_kwargs(settings))
+    recorder = cls(settings.run_name, settings.logger_name, writes, **_clock_kwargs(settings))
+    if settings.run_group:
+        recorder.record_metadata(run_group=settings.run_group)
+    return recorder
 
 
 def record_goodput(recorder: Any, event_name: str, *args: Any) -> None:
