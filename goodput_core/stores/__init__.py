@@ -46,7 +46,8 @@ def open_store(url: Union[str, os.PathLike, Store, None] = None, *, create: bool
         (returned as is), or None for :func:`default_store_url`.
       create: False for readers: a sqlite file that does not exist is an
         error instead of a new empty store (a mistyped path must not look
-        like a store without runs).
+        like a store without runs), and an existing one is opened read-only
+        (so a store the user may read but not write can be read).
 
     Raises:
       StoreError: the URL is malformed, its scheme unknown, or the path unusable.
@@ -73,7 +74,7 @@ def open_store(url: Union[str, os.PathLike, Store, None] = None, *, create: bool
         if not create and not os.path.exists(os.path.expanduser(rest)):
             raise StoreError(f"no goodput store at {rest!r}: record a run first or pass "
                              "--store with the path of an existing store")
-        return SqliteStore(rest)
+        return SqliteStore(rest, readonly=not create)
     if scheme == "cloud-logging":
         project, _, log = rest.partition("/")
         if not project or not log or "/" in log:
