@@ -25,6 +25,10 @@ would count as idle time, not recovery), so while an exception propagates
 (other than ``SystemExit(0)``) END_JOB records a ``disruption`` with cause
 ``exception:<Type>`` instead; ``end_job_on_crash=true`` restores AXLearn's
 behaviour. A ``record_event(EventType.JOB)`` block that raises does the same.
+"Propagates" means an exception other than the one already being handled
+when START_JOB was recorded: a whole job run inside an unrelated ``except``
+block sees that block's exception in ``sys.exc_info()`` at END_JOB, and
+still ends cleanly.
 
 Rules kept from AXLearn's contract: ``record`` never raises (misuse is
 logged once); ``from_flags`` makes no JAX call (the process index is read
@@ -143,6 +147,8 @@ class GoodputSuiteRecorder(_base.RecorderBase):
         self._gate = ProcessGate(self, per_host=spec.per_host, process_index=self._index)
         self._monitors = RunMonitors(spec, self._clock)
         self._warned: set = set()
+        # The exception being handled when START_JOB was recorded (see _crash_at_end_job).
+        self._exc_at_start: Optional[BaseException] = None
 
     # ------------------------------------------------------------ building
     @classmethod
@@ -258,13 +264,26 @@ class GoodputSuiteRecorder(_base.RecorderBase):
         """Records one AXLearn ``Event`` (see the module docstring); never raises."""
         name = _name(event)
         if name == "END_JOB":
-            self._end_job(args, kwargs, sys.exc_info()[1])
+            self._end_job(args, kwargs, self._crash_at_end_job())
             return
+        if name == "START_JOB":
+            self._exc_at_start = sys.exc_info()[1]
         entry = _LEGACY.get(name)
         if entry is None:
             self._warn(f"event-{name}", "goodput: ignoring unknown event %s", event)
             return
         self._submit(entry, args, kwargs)
+
+    def _crash_at_end_job(self) -> Optional[BaseException]:
+        """The exception propagating through the job at a legacy END_JOB, or None.
+
+        ``sys.exc_info()`` in AXLearn's ``finally`` is the crash, but it is
+        also set inside any ``except`` block around the whole run: the
+        exception that was already being handled at START_JOB is not a crash.
+        """
+        exc = sys.exc_info()[1]
+        at_start, self._exc_at_start = self._exc_at_start, None
+        return None if exc is at_start else exc
 
     def _end_job(self, args: tuple, kwargs: dict, exc: Optional[BaseException]) -> None:
         if exc is not None and not _graceful(exc) and not self.spec.end_job_on_crash:
