@@ -13,7 +13,7 @@ attempt id; the parent's pending events stay the parent's.
 Example::
 
     from goodput_core import Recorder
-    rec = Recorder("my-run")                 # default embedded sqlite store
+    rec = Recorder("my-run")                 # default embedded sqlite store, opened by the writer
     rec.record_job_start_time()
     with rec.step(0):
         train_step()
@@ -37,7 +37,8 @@ from typing import Any, Callable, Dict, Optional
 
 from goodput_core.events import EventRecord, Kind, to_timestamp
 from goodput_core.phases import PhaseMixin
-from goodput_core.stores import Store, open_store
+from goodput_core.stores import Store, check_store_url
+from goodput_core.stores.deferred import DeferredStore
 from goodput_core.writer import WriterMixin
 
 __all__ = ["Recorder", "NullRecorder", "NULL_RECORDER", "flush_all"]
@@ -89,7 +90,9 @@ class Recorder(PhaseMixin, WriterMixin):
         started): e.g. on processes other than the one that should write.
 
     Raises:
-      StoreError: the store URL or path is unusable.
+      StoreError: the store URL is malformed (the store itself is opened by
+        the writer thread: an error there is logged, counted in
+        :meth:`stats` and makes :meth:`flush` return False).
       ValueError: a bad argument.
     """
 
@@ -124,7 +127,7 @@ class Recorder(PhaseMixin, WriterMixin):
             cloud_logger = None
             self._record = self._emit = _noop  # type: ignore[method-assign]
         self._store: Optional[Store] = (
-            open_store(store) if enabled and cloud_logger is None else None)
+            _store_for_writer(store) if enabled and cloud_logger is None else None)
         self._rejected: Dict[str, int] = collections.Counter()
         self._drop_lock = threading.Lock()
         self._dropped = 0
@@ -149,12 +152,51 @@ class Recorder(PhaseMixin, WriterMixin):
         self._writer: Optional[threading.Thread] = None
         if self._store is not None:
             self._writer = threading.Thread(
-                target=self._writer_loop, name=f"goodput-writer-{self.run}", daemon=True)
+                target=self._writer_main, name=f"goodput-writer-{self.run}", daemon=True)
             self._writer.start()
 
     def _after_fork_in_child(self) -> None:
         self._drop_lock = threading.Lock()
+        if isinstance(self._store, DeferredStore):
+            self._store.after_fork_in_child()
         self._init_process_state()
+
+    # ------------------------------------------------- the store, off-thread
+    def _writer_main(self) -> None:
+        """The writer thread: opens the store first (never the caller's
+        thread, quality.md P9), then drains the queue until closed."""
+        store = self._store
+        if isinstance(store, DeferredStore):
+            try:
+                store.open()
+            except Exception:  # noqa: BLE001 - reported by stats(), flush(); retried by writes
+                logger.error("goodput: %s; events stay queued (up to %d) and opening is "
+                             "retried", self._store_error(), self._cap)
+        self._writer_loop()
+
+    def _store_error(self) -> Optional[str]:
+        store = self._store
+        if isinstance(store, DeferredStore) and not store.is_open and store.error is not None:
+            return f"cannot open the store {store.url}: {store.error}"
+        return None
+
+    def flush(self, timeout: Optional[float] = 10.0, wait_for_delivery: bool = True) -> bool:
+        """Blocks until every event recorded before this call is stored.
+
+        Returns False at once while the store cannot be opened (see
+        :meth:`stats` for why); otherwise as :meth:`WriterMixin.flush`.
+        """
+        store = self._store
+        if isinstance(store, DeferredStore) and not store.is_open:
+            writer = self._writer
+            if writer is not None and writer.is_alive():
+                start = time.monotonic()
+                store.wait_tried(timeout)
+                if not store.is_open:
+                    return False
+                if timeout is not None:
+                    timeout = max(0.0, timeout - (time.monotonic() - start))
+        return super().flush(timeout, wait_for_delivery)
 
     @property
     def clock(self) -> Callable[[], float]:
@@ -167,13 +209,15 @@ class Recorder(PhaseMixin, WriterMixin):
         return self._attempt
 
     def stats(self) -> Dict[str, Any]:
-        """Counters: events written, dropped (queue full), rejected per kind, errors."""
+        """Counters: events written, dropped (queue full), rejected per kind,
+        errors; ``store_error`` says why the store cannot be opened (else None)."""
         return {
             "written": self._written,
             "dropped": self._dropped,
             "rejected": dict(self._rejected),
             "write_errors": self._write_errors,
             "queued": len(self._queue),
+            "store_error": self._store_error(),
         }
 
     @property
@@ -304,10 +348,19 @@ class NullRecorder(PhaseMixin):
         return True
 
     def stats(self) -> Dict[str, Any]:
-        return {"written": 0, "dropped": 0, "rejected": {}, "write_errors": 0, "queued": 0}
+        return {"written": 0, "dropped": 0, "rejected": {}, "write_errors": 0, "queued": 0,
+                "store_error": None}
 
 
 NULL_RECORDER = NullRecorder()
+
+
+def _store_for_writer(store: Any) -> Store:
+    """An open Store as is; a URL is validated here and opened by the writer thread."""
+    if isinstance(store, Store):
+        return store
+    url, _, _ = check_store_url(store)
+    return DeferredStore(url)
 
 
 def flush_all(timeout: float = _EXIT_FLUSH_TIMEOUT_S) -> bool:

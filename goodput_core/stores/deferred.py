@@ -1,0 +1,106 @@
+"""A store that opens on first use: the recorder's writer thread opens it, not the caller.
+
+Opening a store costs real time (the sqlite module's import, the file, its
+schema check; a Cloud Logging client and its credentials). A recorder is
+built on the training thread, so it validates the URL there
+(:func:`goodput_core.stores.check_store_url`: no I/O) and hands the opening
+to its writer, which calls :meth:`DeferredStore.append` first (quality.md P9:
+the first ``record_*`` costs what any other does).
+
+An open that fails raises :class:`StoreError` from that call; the writer
+keeps the batch and retries (opening again), the error is kept for
+:meth:`~goodput_core.recorder.Recorder.stats` and makes
+:meth:`~goodput_core.recorder.Recorder.flush` return False at once.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable, List, Optional, Sequence, Tuple
+
+from goodput_core.events import EventRecord
+from goodput_core.stores.base import Cursor, Store, StoreError
+
+__all__ = ["DeferredStore"]
+
+
+class DeferredStore(Store):
+    """Opens ``url`` with ``opener`` on the first call that needs the store.
+
+    Args:
+      url: a store URL or path (already validated by the caller).
+      opener: ``opener(url) -> Store`` (default
+        :func:`goodput_core.stores.open_store`; tests inject a slow one).
+    """
+
+    def __init__(self, url: str, opener: Optional[Callable[[str], Store]] = None):
+        self.url = str(url)
+        self._opener = opener
+        self._inner: Optional[Store] = None
+        self._lock = threading.Lock()
+        self._tried = threading.Event()
+        #: The last error of an open that failed (None once open).
+        self.error: Optional[BaseException] = None
+        #: Opens that failed so far.
+        self.failures = 0
+
+    def open(self) -> Store:
+        """The open store; opens it now if needed.
+
+        Raises:
+          StoreError: it cannot be opened (the next call tries again).
+        """
+        inner = self._inner
+        if inner is not None:
+            return inner
+        with self._lock:
+            if self._inner is None:
+                try:
+                    if self._opener is None:
+                        from goodput_core.stores import open_store
+
+                        self._inner = open_store(self.url)
+                    else:
+                        self._inner = self._opener(self.url)
+                    self.error = None
+                except Exception as exc:  # noqa: BLE001 - reported, retried by the writer
+                    self.failures += 1
+                    self.error = exc
+                    raise StoreError(f"cannot open the store {self.url}: {exc}") from exc
+                finally:
+                    self._tried.set()
+            return self._inner
+
+    @property
+    def is_open(self) -> bool:
+        """True once an open succeeded."""
+        return self._inner is not None
+
+    def wait_tried(self, timeout: Optional[float]) -> bool:
+        """Waits until a first open was attempted; True when that happened in time."""
+        return self._tried.wait(timeout)
+
+    def after_fork_in_child(self) -> None:
+        """A fork may copy the lock while the parent's writer holds it."""
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------- Store methods
+    def append(self, batch: Sequence[EventRecord]) -> None:
+        self.open().append(batch)
+
+    def read(self, run: str, since: Cursor = None,
+             limit: Optional[int] = None) -> Tuple[List[EventRecord], Cursor]:
+        return self.open().read(run, since=since, limit=limit)
+
+    def runs(self) -> List[str]:
+        return self.open().runs()
+
+    def flush(self, timeout: Optional[float] = 10.0) -> Any:
+        """The opened store's own fence (Cloud Logging delivers in the background)."""
+        flush = getattr(self._inner, "flush", None)
+        return flush(timeout) if callable(flush) else True
+
+    def close(self) -> None:
+        inner = self._inner
+        if inner is not None:
+            inner.close()
