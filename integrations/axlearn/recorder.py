@@ -143,6 +143,8 @@ class GoodputSuiteRecorder(_base.RecorderBase):
         self._forcing = False
         self._lock = threading.RLock()
         self._engine: Any = None
+        self._early: list = []
+        self._builder: Optional[threading.Thread] = None
         self._process_index: Optional[int] = None
         self._gate = ProcessGate(self, per_host=spec.per_host, process_index=self._index)
         self._monitors = RunMonitors(spec, self._clock)
@@ -155,7 +157,8 @@ class GoodputSuiteRecorder(_base.RecorderBase):
     def from_flags(cls, fv: Any, **hooks: Any) -> "GoodputSuiteRecorder":
         """Builds the recorder from ``fv.recorder_spec`` (``key=value`` strings).
 
-        No JAX call, no I/O: the store is opened at the first recorded event.
+        No JAX call, no I/O: the engine is built, and the store opened, on a
+        thread of their own at the first recorded event.
 
         Args:
           fv: AXLearn's FlagValues, or anything with ``recorder_spec``, or a
@@ -215,32 +218,60 @@ class GoodputSuiteRecorder(_base.RecorderBase):
         return self._decide() and self._gate.process_index == 0
 
     # ------------------------------------------------------------ engine
-    def _get_engine(self) -> Any:
-        engine = self._engine
-        if engine is not None:
-            return engine
-        with self._lock:
-            if self._engine is None:
-                from goodput_core import NULL_RECORDER
-                from goodput_core.compat.goodput import GoodputRecorder
+    # The engine (imports, recorder, store) is built on a thread of its own at
+    # the first event: the first record costs what any other does (quality.md
+    # P9). Events recorded meanwhile wait in ``_early``, already time-stamped.
+    def _build_engine(self) -> None:
+        try:
+            from goodput_core.compat.goodput import GoodputRecorder
 
-                kwargs: Dict[str, Any] = {"clock": self._clock}
-                if self.spec.store:
-                    kwargs["store"] = self.spec.store
-                try:
-                    engine = GoodputRecorder(self.spec.name, self.spec.logger_name, True,
-                                             **kwargs)
-                    if self._process_index is not None and self.spec.per_host:
-                        engine.process_index = self._process_index
-                except Exception:
-                    self._warn("engine", "goodput: cannot open the store %r; recording "
-                               "nothing", self.spec.store)
-                    engine = NULL_RECORDER
-                self._engine = engine
-            return self._engine
+            kwargs: Dict[str, Any] = {"clock": self._clock}
+            if self.spec.store:
+                kwargs["store"] = self.spec.store
+            engine: Any = GoodputRecorder(self.spec.name, self.spec.logger_name, True,
+                                          **kwargs)
+        except Exception:
+            from goodput_core import NULL_RECORDER
+
+            self._warn("engine", "goodput: cannot record to the store %r; recording "
+                       "nothing", self.spec.store)
+            engine = NULL_RECORDER
+        with self._lock:
+            if self._process_index is not None and self.spec.per_host:
+                engine.process_index = self._process_index
+            for method, args, kwargs in self._early:
+                self._call_engine(engine, method, args, kwargs)
+            self._early = []
+            self._engine = engine
+
+    def _call_engine(self, engine: Any, method: str, args: tuple, kwargs: dict) -> None:
+        try:
+            getattr(engine, method)(*args, **kwargs)
+        except Exception:
+            self._warn(method, "goodput: %s%r failed (further failures are silent)",
+                       method, args)
 
     def _call(self, method: str, args: tuple, kwargs: dict) -> None:
-        getattr(self._get_engine(), method)(*args, **kwargs)
+        engine = self._engine
+        if engine is None:
+            with self._lock:
+                engine = self._engine
+                if engine is None:
+                    self._early.append((method, args, kwargs))
+                    if self._builder is None:
+                        self._builder = threading.Thread(
+                            target=self._build_engine, daemon=True,
+                            name=f"goodput-axlearn-engine-{self.spec.name}")
+                        self._builder.start()
+                    return
+        getattr(engine, method)(*args, **kwargs)
+
+    def _engine_built(self, timeout: Optional[float]) -> Any:
+        """The engine once built (waits for its thread up to ``timeout``), or None."""
+        builder = self._builder
+        if builder is not None and builder is not threading.current_thread():
+            builder.join(timeout)
+        return self._engine
 
     def _submit(self, entry: _Entry, args: tuple, kwargs: dict) -> None:
         """Stamps the time now (the call may be buffered) and records; never raises."""
@@ -356,8 +387,13 @@ class GoodputSuiteRecorder(_base.RecorderBase):
             self._decide()
         except Exception:
             self._warn("decide", "goodput: could not read the process index")
-        engine = self._engine
-        return True if engine is None else bool(engine.flush(timeout))
+        start = time.monotonic()
+        engine = self._engine_built(timeout)
+        if engine is None:
+            return self._builder is None  # nothing recorded, or still building: not stored
+        if timeout is not None:
+            timeout = max(0.0, timeout - (time.monotonic() - start))
+        return bool(engine.flush(timeout))
 
     def close(self, timeout: Optional[float] = 10.0) -> bool:
         """Stops monitoring, flushes and closes the store writer."""
@@ -368,11 +404,8 @@ class GoodputSuiteRecorder(_base.RecorderBase):
 
     # ---------------------------------------------------------- monitoring
     def _start_monitors(self) -> bool:
-        """Starts the monitors on process 0; False when not started here.
-
-        Raises:
-          ValueError, StoreError, OSError: a monitor cannot be built.
-        """
+        """Starts the monitors on process 0 (built on their own thread);
+        False when not started here."""
         with self._lock:
             if (self._monitors.running or not self.spec.enable_monitoring
                     or not self._is_lead()):
@@ -381,8 +414,7 @@ class GoodputSuiteRecorder(_base.RecorderBase):
             return True
 
     def _stop_monitors(self) -> None:
-        engine = self._engine
-        self._monitors.stop(engine.flush if engine is not None else None)
+        self._monitors.stop(self.flush)
 
 
 _base.register(NAME, GoodputSuiteRecorder)
