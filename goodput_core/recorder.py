@@ -169,9 +169,8 @@ class Recorder(PhaseMixin, WriterMixin):
         if isinstance(store, DeferredStore):
             try:
                 store.open()
-            except Exception:  # noqa: BLE001 - reported by stats(), flush(); retried by writes
-                logger.error("goodput: %s; events stay queued (up to %d) and opening is "
-                             "retried", self._store_error(), self._cap)
+            except Exception:  # noqa: BLE001 - logged by the store; stats(), flush(); retried
+                pass
         self._writer_loop()
 
     def _store_error(self) -> Optional[str]:

@@ -15,6 +15,7 @@ keeps the batch and retries (opening again), the error is kept for
 
 from __future__ import annotations
 
+import logging
 import threading
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
@@ -22,6 +23,8 @@ from goodput_core.events import EventRecord
 from goodput_core.stores.base import Cursor, Store, StoreError
 
 __all__ = ["DeferredStore"]
+
+logger = logging.getLogger("goodput")
 
 
 class DeferredStore(Store):
@@ -66,6 +69,9 @@ class DeferredStore(Store):
                 except Exception as exc:  # noqa: BLE001 - reported, retried by the writer
                     self.failures += 1
                     self.error = exc
+                    if self.failures == 1:  # before _tried is set: flush() callers see it
+                        logger.error("goodput: cannot open the store %s: %s; events stay "
+                                     "queued and opening is retried", self.url, exc)
                     raise StoreError(f"cannot open the store {self.url}: {exc}") from exc
                 finally:
                     self._tried.set()

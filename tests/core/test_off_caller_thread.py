@@ -1,4 +1,5 @@
-"""quality.md P9: the recorder opens its store on the writer thread, never the caller's."""
+"""quality.md P9: what the recorder and the monitors do off the caller's thread
+(the store's open, a monitor's first cycle)."""
 
 from __future__ import annotations
 
@@ -8,33 +9,23 @@ import threading
 import pytest
 
 from goodput_core import Recorder, StoreError
+from goodput_core.compat.goodput_utils import GCPOptions
+from goodput_core.compat.monitoring import GoodputMonitor
+from goodput_core.exporters.base import Exporter
+from goodput_core.monitor import Monitor
+from goodput_core.stores.memory import MemoryStore
 from goodput_core.events import to_payload
 from goodput_core.stores import check_store_url, open_store
 from goodput_core.stores import sqlite as sqlite_module
+from tests.support.blocked_init import block_constructor
+from tests.support.fake_clock import FakeClock
 
 
 @pytest.fixture
 def blocked_sqlite(monkeypatch):
-    """SqliteStore opens block until ``release`` is set; ``opening`` is set
-    when an open has started, ``threads`` lists the threads that opened."""
-
-    class Gate:
-        opening = threading.Event()
-        release = threading.Event()
-        threads: list = []
-
-    real = sqlite_module.SqliteStore
-
-    class BlockingSqliteStore(real):
-        def __init__(self, *args, **kwargs):
-            Gate.threads.append(threading.get_ident())
-            Gate.opening.set()
-            assert Gate.release.wait(30), "the test never released the open"
-            super().__init__(*args, **kwargs)
-
-    monkeypatch.setattr(sqlite_module, "SqliteStore", BlockingSqliteStore)
-    yield Gate
-    Gate.release.set()
+    gate = block_constructor(monkeypatch, sqlite_module, "SqliteStore")
+    yield gate
+    gate.release.set()
 
 
 def test_first_record_returns_while_the_store_open_is_blocked(blocked_sqlite, tmp_path):
@@ -91,3 +82,63 @@ def test_an_open_store_object_is_used_as_is(tmp_path):
     rec.record_job_start_time(5.0)
     assert rec.flush(10)
     assert len(store.read("run")[0]) == 1
+
+
+class BlockingExporter(Exporter):
+    """Blocks in export() until released; records the exporting thread."""
+
+    name = "blocking"
+
+    def __init__(self):
+        self.exporting = threading.Event()
+        self.release = threading.Event()
+        self.threads = []
+
+    def export(self, snapshot):
+        self.threads.append(threading.get_ident())
+        self.exporting.set()
+        assert self.release.wait(60)
+
+
+def _first_cycle_now(clock):
+    """A monitor wait that lets the first cycle come at once (the fake clock
+    jumps to it), then asks the loop to stop."""
+    calls = []
+
+    def wait(seconds):
+        calls.append(seconds)
+        clock.advance(seconds)
+        return len(calls) > 1
+
+    return wait
+
+
+def test_monitor_start_returns_while_its_first_cycle_is_blocked():
+    store = MemoryStore()
+    Recorder("run", store).record_job_start_time(1.0)
+    exporter = BlockingExporter()
+    clock = FakeClock(10.0)
+    m = Monitor("run", store, [exporter], clock=clock, wait=_first_cycle_now(clock))
+    m.start()
+    assert exporter.exporting.wait(10) and not exporter.release.is_set()
+    assert exporter.threads[0] != threading.get_ident()
+    exporter.release.set()
+    assert m.stop(10, skip_final_flush=True)
+
+
+def test_compat_uploader_start_returns_while_its_first_cycle_is_blocked(tmp_path):
+    store = MemoryStore()
+    rec = Recorder("run", store)
+    rec.record_job_start_time(1.0)
+    assert rec.flush(10)
+    exporter = BlockingExporter()
+    clock = FakeClock(10.0)
+    m = GoodputMonitor("run", "log", str(tmp_path), 30, monitoring_enabled=True,
+                       gcp_options=GCPOptions(enable_gcp_goodput_metrics=False,
+                                              enable_gcp_step_deviation_metrics=False),
+                       store=store, clock=clock, wait=_first_cycle_now(clock),
+                       exporters=[exporter])
+    m.start_goodput_uploader()
+    assert exporter.exporting.wait(10) and not exporter.release.is_set()
+    exporter.release.set()
+    m.stop_goodput_uploader(skip_final_flush=True)
