@@ -14,6 +14,7 @@ from goodput_core.compat import monitoring as compat_monitoring
 from goodput_core.events import to_payload
 from goodput_integrations import axlearn as gax
 from tests.support.blocked_init import block_constructor
+from tests.support.metadata_probe import off_google_cloud
 from tests.support.tfevents import read_scalars
 
 Event = gax.Event
@@ -78,3 +79,19 @@ def test_a_monitor_that_cannot_be_built_is_logged_and_training_goes_on(flags, cl
     assert rec.flush(10)
     assert any("monitor-start" in r.getMessage() and "failed" in r.getMessage()
                for r in caplog.records)
+
+
+def test_default_spec_off_google_cloud_never_probes_the_metadata_server(monkeypatch, flags,
+                                                                        clock, tmp_path):
+    spy = off_google_cloud(monkeypatch, tmp_path)
+    # AXLearn's defaults: both Google Cloud Monitoring families on
+    rec = gax.initialize(flags(enable_gcp_goodput_metrics=None,
+                               enable_gcp_step_deviation_metrics=None,
+                               include_step_deviation="true"))
+    assert rec.spec.enable_gcp_goodput_metrics and rec.spec.enable_gcp_step_deviation_metrics
+    with rec.maybe_monitor_all():
+        rec.record(Event.START_JOB)
+        clock.advance(2)
+        rec.record(Event.END_JOB)
+    assert "goodput/goodput" in read_scalars(str(tmp_path / "summaries" / "goodput"))
+    assert spy.metadata_probes == []
