@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Any, Callable, Generic, Optional, TypeVar
 
 __all__ = ["BackgroundStart"]
@@ -62,6 +63,7 @@ class BackgroundStart(Generic[T]):
         return self
 
     def _run(self) -> None:
+        time.sleep(0)  # hand the GIL back: begin() returns before the work runs
         try:
             result = self._start()
         except BaseException as exc:  # noqa: BLE001 - the caller's thread must not see it

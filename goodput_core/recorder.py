@@ -167,6 +167,7 @@ class Recorder(PhaseMixin, WriterMixin):
         thread, quality.md P9), then drains the queue until closed."""
         store = self._store
         if isinstance(store, DeferredStore):
+            time.sleep(0)  # hand the GIL back: the constructor returns before the open runs
             try:
                 store.open()
             except Exception:  # noqa: BLE001 - logged by the store; stats(), flush(); retried
