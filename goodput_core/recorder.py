@@ -157,17 +157,22 @@ class Recorder(PhaseMixin, WriterMixin):
 
     def _after_fork_in_child(self) -> None:
         self._drop_lock = threading.Lock()
-        if isinstance(self._store, DeferredStore):
+        if isinstance(self._store, DeferredStore):  # before the child's writer starts
             self._store.after_fork_in_child()
         self._init_process_state()
 
     # ------------------------------------------------- the store, off-thread
     def _writer_main(self) -> None:
-        """The writer thread: opens the store first (never the caller's
-        thread, quality.md P9), then drains the queue until closed."""
+        """The writer thread: opens the store at its first wake-up (never on
+        the caller's thread, quality.md P9), then drains the queue until closed.
+
+        The first wake-up is one flush interval after construction, or at
+        once when flushed or half full: the open's CPU work (imports, schema)
+        then does not compete for the GIL with the statements that follow
+        the constructor."""
         store = self._store
         if isinstance(store, DeferredStore):
-            time.sleep(0)  # hand the GIL back: the constructor returns before the open runs
+            self._wake.wait(self._interval)  # not cleared: the loop drains right after
             try:
                 store.open()
             except Exception:  # noqa: BLE001 - logged by the store; stats(), flush(); retried
@@ -183,19 +188,25 @@ class Recorder(PhaseMixin, WriterMixin):
     def flush(self, timeout: Optional[float] = 10.0, wait_for_delivery: bool = True) -> bool:
         """Blocks until every event recorded before this call is stored.
 
-        Returns False at once while the store cannot be opened (see
-        :meth:`stats` for why); otherwise as :meth:`WriterMixin.flush`.
+        While the store is not open yet, the writer is asked to open it now
+        (a fence may block; this call is one); if it cannot, one more try is
+        made here and False returned at once when that fails too (see
+        :meth:`stats` for why). Otherwise as :meth:`WriterMixin.flush`.
         """
         store = self._store
         if isinstance(store, DeferredStore) and not store.is_open:
+            start = time.monotonic()
             writer = self._writer
             if writer is not None and writer.is_alive():
-                start = time.monotonic()
+                self._wake.set()  # open now, not at the first interval
                 store.wait_tried(timeout)
-                if not store.is_open:
+            if not store.is_open:
+                try:
+                    store.open()  # the cause may have gone (a directory created, ...)
+                except Exception:  # noqa: BLE001 - logged by the store, in stats()
                     return False
-                if timeout is not None:
-                    timeout = max(0.0, timeout - (time.monotonic() - start))
+            if timeout is not None:
+                timeout = max(0.0, timeout - (time.monotonic() - start))
         return super().flush(timeout, wait_for_delivery)
 
     @property

@@ -16,15 +16,23 @@ keeps the batch and retries (opening again), the error is kept for
 from __future__ import annotations
 
 import logging
+import os
 import threading
+import weakref
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 from goodput_core.events import EventRecord
+# Imported first so that its fork hooks are registered before ours: ours then
+# run first before a fork (they wait for an open that may need its gate).
+from goodput_core.stores import sqlite_fork  # noqa: F401
 from goodput_core.stores.base import Cursor, Store, StoreError
 
 __all__ = ["DeferredStore"]
 
 logger = logging.getLogger("goodput")
+
+_LIVE: "weakref.WeakSet[DeferredStore]" = weakref.WeakSet()
+_FORK_WAIT_S = 30.0  # how long a fork waits for an open in progress
 
 
 class DeferredStore(Store):
@@ -46,6 +54,8 @@ class DeferredStore(Store):
         self.error: Optional[BaseException] = None
         #: Opens that failed so far.
         self.failures = 0
+        self._held_for_fork = False
+        _LIVE.add(self)
 
     def open(self) -> Store:
         """The open store; opens it now if needed.
@@ -86,9 +96,24 @@ class DeferredStore(Store):
         """Waits until a first open was attempted; True when that happened in time."""
         return self._tried.wait(timeout)
 
+    # A fork waits for an open in progress (a half-built store must not be
+    # copied into the child); the child gets fresh locks and opens the store
+    # itself if the parent had not opened it yet.
+    def _before_fork(self) -> None:
+        self._held_for_fork = self._lock.acquire(timeout=_FORK_WAIT_S)
+
+    def _after_fork_in_parent(self) -> None:
+        if self._held_for_fork:
+            self._held_for_fork = False
+            self._lock.release()
+
     def after_fork_in_child(self) -> None:
-        """A fork may copy the lock while the parent's writer holds it."""
+        """Fresh locks in a forked child (idempotent)."""
+        self._held_for_fork = False
         self._lock = threading.Lock()
+        self._tried = threading.Event()
+        if self._inner is not None:
+            self._tried.set()
 
     # ------------------------------------------------------- Store methods
     def append(self, batch: Sequence[EventRecord]) -> None:
@@ -110,3 +135,16 @@ class DeferredStore(Store):
         inner = self._inner
         if inner is not None:
             inner.close()
+
+
+def _each(method: str) -> Callable[[], None]:
+    def run() -> None:
+        for store in list(_LIVE):
+            getattr(store, method)()
+    return run
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_each("_before_fork"),
+                        after_in_parent=_each("_after_fork_in_parent"),
+                        after_in_child=_each("after_fork_in_child"))

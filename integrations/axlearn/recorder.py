@@ -81,6 +81,7 @@ _PHASES = {"JOB": "JOB", "STEP": "STEP", "ACCELERATOR_INIT": "ACCELERATOR_INIT",
            "TRAINING_PREPARATION": "TRAINING_PREPARATION", "DATA_LOADING": "DATA_LOADING",
            "CUSTOM_BADPUT_EVENT": "CUSTOM_BADPUT_EVENT", "TPU_INIT": "ACCELERATOR_INIT"}
 _DISRUPTION_RECORDED_ATTR = "_goodput_disruption_recorded"
+_ENGINE_BUILD_DELAY_S = 0.5  # the engine is built this long after the first event
 _HAS_JAX: Optional[bool] = None
 
 
@@ -145,6 +146,7 @@ class GoodputSuiteRecorder(_base.RecorderBase):
         self._engine: Any = None
         self._early: list = []
         self._builder: Optional[threading.Thread] = None
+        self._build_now = threading.Event()
         self._process_index: Optional[int] = None
         self._gate = ProcessGate(self, per_host=spec.per_host, process_index=self._index)
         self._monitors = RunMonitors(spec, self._clock)
@@ -222,7 +224,9 @@ class GoodputSuiteRecorder(_base.RecorderBase):
     # the first event: the first record costs what any other does (quality.md
     # P9). Events recorded meanwhile wait in ``_early``, already time-stamped.
     def _build_engine(self) -> None:
-        time.sleep(0)  # hand the GIL back: the first record returns before the build runs
+        # Not at once: the statements after the first record run before the
+        # build's imports compete for the GIL (a flush builds it at once).
+        self._build_now.wait(_ENGINE_BUILD_DELAY_S)
         try:
             from goodput_core.compat.goodput import GoodputRecorder
 
@@ -271,6 +275,7 @@ class GoodputSuiteRecorder(_base.RecorderBase):
         """The engine once built (waits for its thread up to ``timeout``), or None."""
         builder = self._builder
         if builder is not None and builder is not threading.current_thread():
+            self._build_now.set()
             builder.join(timeout)
         return self._engine
 

@@ -49,16 +49,24 @@ def test_first_record_returns_while_the_store_open_is_blocked(blocked_sqlite, tm
 
 def test_a_store_that_cannot_be_opened_is_reported_not_raised(tmp_path, caplog):
     # a directory is not a sqlite file: the open fails on the writer thread
+    path = tmp_path / "g.sqlite"
+    path.mkdir()
     with caplog.at_level(logging.ERROR, logger="goodput"):
-        rec = Recorder("run", str(tmp_path))
-        rec.record_job_start_time()
+        rec = Recorder("run", str(path))
+        rec.record_job_start_time(5.0)
         assert rec.flush(10) is False
         assert rec.flush(10) is False
     error = rec.stats()["store_error"]
-    assert error is not None and str(tmp_path) in error and "directory" in error
-    assert rec.stats()["queued"] >= 1  # kept for a later successful open, not lost silently
+    assert error is not None and str(path) in error and "directory" in error
+    assert rec.stats()["written"] == 0 and rec.stats()["dropped"] == 0
     opened = [r for r in caplog.records if "cannot open the store" in r.getMessage()]
     assert len(opened) == 1 and opened[0].threadName.startswith("goodput-writer-")
+
+    path.rmdir()  # the cause goes away: the kept event is written, once
+    assert rec.flush(10) is True
+    assert rec.stats()["store_error"] is None
+    assert [e.time for e in open_store(str(path)).read("run")[0]] == [5.0]
+    rec.close()
 
 
 @pytest.mark.parametrize("url, match", [
