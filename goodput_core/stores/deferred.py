@@ -7,10 +7,12 @@ built on the training thread, so it validates the URL there
 to its writer, which calls :meth:`DeferredStore.append` first (quality.md P9:
 the first ``record_*`` costs what any other does).
 
-An open that fails raises :class:`StoreError` from that call; the writer
-keeps the batch and retries (opening again), the error is kept for
-:meth:`~goodput_core.recorder.Recorder.stats` and makes
-:meth:`~goodput_core.recorder.Recorder.flush` return False at once.
+An open that fails raises :class:`StoreError` from that call and is logged
+once; the writer keeps the batch and retries (opening again), the error is
+kept for :meth:`~goodput_core.recorder.Recorder.stats`, and
+:meth:`~goodput_core.recorder.Recorder.flush` tries one more open and
+returns False at once when that fails too. A fork waits for an open in
+progress, so a child never inherits a half-built store.
 """
 
 from __future__ import annotations
