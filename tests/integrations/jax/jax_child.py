@@ -79,6 +79,11 @@ def main(scenario: str, path: str) -> None:
             except KeyError as exc:
                 setattr(exc, gjax.DISRUPTION_RECORDED_ATTR, True)
                 raise
+    if scenario == "exception_after_job_end":
+        with rec.job():
+            with rec.step(0):
+                pass
+        raise ValueError("uploading the final artifacts failed")
     if scenario in ("clean_inside_except", "crash_inside_except"):
         # the whole job runs while an unrelated exception is being handled
         try:
