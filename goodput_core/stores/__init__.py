@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Union
+from typing import Tuple, Union
 
 from goodput_core.stores.base import Cursor, Store, StoreError
 
-__all__ = ["Store", "StoreError", "Cursor", "open_store", "default_store_url"]
+__all__ = ["Store", "StoreError", "Cursor", "open_store", "check_store_url", "default_store_url"]
 
 STORE_ENV = "GOODPUT_STORE"
 
@@ -36,6 +36,74 @@ def default_store_url() -> str:
         return env
     base = os.environ.get("XDG_DATA_HOME") or os.path.join(Path.home(), ".local", "share")
     return "sqlite:///" + os.path.join(base, "goodput", "goodput.sqlite").lstrip("/")
+
+
+def check_store_url(url: Union[str, os.PathLike, None] = None) -> Tuple[str, str, str]:
+    """Validates a store URL without opening anything (no I/O, no client import).
+
+    Args:
+      url: a store URL, a filesystem path (sqlite), or None for
+        :func:`default_store_url`.
+
+    Returns:
+      ``(url, scheme, rest)``: the URL as text, its scheme and what follows ``://``.
+
+    Raises:
+      StoreError: the URL is malformed, its scheme unknown, or its store's
+        extra is not installed.
+    """
+    if url is None:
+        url = default_store_url()
+    url = os.fspath(url)
+    if not isinstance(url, str) or not url.strip():
+        raise StoreError(f"empty store URL {url!r}")
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        scheme, rest = "sqlite", url
+    if scheme == "sqlite" and not rest:
+        raise StoreError(f"store URL {url!r} names no file: use sqlite:///path/to/file.sqlite")
+    if scheme == "cloud-logging":
+        from goodput_core.stores import cloud_logging_wire as wire
+
+        project, _, log = rest.partition("/")
+        if not project or not log or "/" in log:
+            raise StoreError(
+                f"store URL {url!r} is not cloud-logging://PROJECT/LOG_NAME")
+        try:
+            wire.validate_names(project, log)
+        except ValueError as exc:  # a malformed project id or log name
+            raise StoreError(f"store URL {url!r}: {exc}") from exc
+        if not _importable("google.cloud.logging_v2"):
+            raise StoreError("the cloud-logging store needs the 'gcp' extra: "
+                             "pip install 'goodput-core[gcp]'")
+    elif scheme in _POSTGRES:
+        from goodput_core.stores.postgres_sql import parse_url
+
+        try:
+            parse_url(url)
+        except ValueError as exc:  # the message shows the URL without its password
+            raise StoreError(str(exc)) from None
+        if not _importable("psycopg"):
+            raise StoreError("the postgresql store needs the 'postgres' extra: "
+                             "pip install 'goodput-core[postgres]'")
+    elif scheme not in ("memory", "sqlite"):
+        from goodput_core.stores.postgres_sql import redact
+
+        raise StoreError(f"unknown store scheme {scheme!r} in {redact(url)!r}: use sqlite://, "
+                         "memory://, cloud-logging:// or postgresql://")
+    return url, scheme, rest
+
+
+_POSTGRES = ("postgresql", "postgres")
+
+
+def _importable(module: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ImportError:  # a parent package is missing
+        return False
 
 
 def open_store(url: Union[str, os.PathLike, Store, None] = None, *, create: bool = True) -> Store:
@@ -54,51 +122,30 @@ def open_store(url: Union[str, os.PathLike, Store, None] = None, *, create: bool
     """
     if isinstance(url, Store):
         return url
-    if url is None:
-        url = default_store_url()
-    url = os.fspath(url)
-    if not isinstance(url, str) or not url.strip():
-        raise StoreError(f"empty store URL {url!r}")
-    scheme, sep, rest = url.partition("://")
-    if not sep:
-        scheme, rest = "sqlite", url
+    url, scheme, rest = check_store_url(url)
     if scheme == "memory":
         from goodput_core.stores.memory import open_named
 
         return open_named(rest)
     if scheme == "sqlite":
-        if not rest:
-            raise StoreError(f"store URL {url!r} names no file: use sqlite:///path/to/file.sqlite")
         from goodput_core.stores.sqlite import SqliteStore
 
         if not create and not os.path.exists(os.path.expanduser(rest)):
             raise StoreError(f"no goodput store at {rest!r}: record a run first or pass "
                              "--store with the path of an existing store")
         return SqliteStore(rest, readonly=not create)
-    if scheme == "cloud-logging":
-        project, _, log = rest.partition("/")
-        if not project or not log or "/" in log:
-            raise StoreError(
-                f"store URL {url!r} is not cloud-logging://PROJECT/LOG_NAME")
-        try:
-            from goodput_core.stores.cloud_logging import CloudLoggingStore
-        except ImportError as exc:
-            raise StoreError(
-                f"the cloud-logging store needs the 'gcp' extra: pip install 'goodput-core[gcp]' ({exc})"
-            ) from exc
-        try:
-            return CloudLoggingStore(project=project, log_name=log)
-        except ValueError as exc:  # a malformed project id or log name
-            raise StoreError(f"store URL {url!r}: {exc}") from exc
-    if scheme in ("postgresql", "postgres"):
-        try:
-            from goodput_core.stores.postgres import PostgresStore
-        except ImportError as exc:
-            raise StoreError(
-                "the postgresql store needs the 'postgres' extra: "
-                f"pip install 'goodput-core[postgres]' ({exc})") from exc
-        return PostgresStore(url)
-    from goodput_core.stores.postgres_sql import redact
+    if scheme in _POSTGRES:
+        from goodput_core.stores.postgres import PostgresStore
 
-    raise StoreError(f"unknown store scheme {scheme!r} in {redact(url)!r}: use sqlite://, "
-                     "memory://, cloud-logging:// or postgresql://")
+        return PostgresStore(url)
+    project, _, log = rest.partition("/")
+    try:
+        from goodput_core.stores.cloud_logging import CloudLoggingStore
+    except ImportError as exc:
+        raise StoreError(
+            f"the cloud-logging store needs the 'gcp' extra: pip install 'goodput-core[gcp]' ({exc})"
+        ) from exc
+    try:
+        return CloudLoggingStore(project=project, log_name=log)
+    except ValueError as exc:  # a malformed project id or log name
+        raise StoreError(f"store URL {url!r}: {exc}") from exc

@@ -43,7 +43,7 @@ import contextlib
 import enum
 import functools
 import logging
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator, List, Optional, Tuple
 
 from goodput_integrations.maxtext.config import MaxTextGoodputSettings, read_settings
 
@@ -61,6 +61,7 @@ __all__ = [
 logger = logging.getLogger("goodput")
 
 _FLUSH_BEFORE_FINAL_UPLOAD_S = 5.0
+_START_WAIT_AT_STOP_S = 30.0  # a monitor start still running at exit is waited for this long
 _warned: set = set()
 
 
@@ -279,8 +280,15 @@ def maybe_monitor_goodput(config: Any) -> Iterator[Optional[Any]]:
     ``goodput_prometheus_port``. On exit: pending events are flushed, then a
     final upload (bounded), then the monitor stops.
 
+    The monitor is built and started on a thread of its own (imports,
+    directories, the store): entering the block costs the training thread
+    one thread start (quality.md P9). A monitor that cannot be built is
+    logged there and training goes on without it.
+
     Yields:
-      The monitor (None when not monitoring).
+      A :class:`goodput_core.background_start.BackgroundStart` whose
+      ``wait(timeout)`` returns the started monitor (None if it failed), or
+      None when not monitoring.
 
     Raises:
       ValueError: a bad flag value (before the block runs).
@@ -289,8 +297,35 @@ def maybe_monitor_goodput(config: Any) -> Iterator[Optional[Any]]:
     if not settings.monitor_goodput or process_index(settings) != 0:
         yield None
         return
+    from goodput_core.background_start import BackgroundStart
+
+    start = BackgroundStart(f"goodput-monitor-start-{settings.run_name}",
+                            lambda: _start_monitor(settings),
+                            abandon=lambda pair: stop_monitor(*pair, flush=False)).begin()
+    try:
+        yield _MonitorStart(start)
+    finally:
+        pair = start.finish(_START_WAIT_AT_STOP_S)
+        if pair is not None:
+            stop_monitor(*pair)
+
+
+class _MonitorStart:
+    """What ``maybe_monitor_goodput`` yields: ``wait(timeout)`` gives the monitor."""
+
+    def __init__(self, start: Any):
+        self._start = start
+
+    def wait(self, timeout: Optional[float] = None) -> Optional[Any]:
+        """The started monitor (waits up to ``timeout`` s); None if it failed."""
+        pair = self._start.wait(timeout)
+        return None if pair is None else pair[0]
+
+
+def _start_monitor(settings: MaxTextGoodputSettings) -> Tuple[Any, List[str]]:
+    """Runs on the start thread: builds the monitor and starts its uploaders."""
     monitor = build_monitor(settings)
-    started = []
+    started: List[str] = []
     try:
         monitor.start_goodput_uploader()
         started.append("goodput")
@@ -300,28 +335,30 @@ def maybe_monitor_goodput(config: Any) -> Iterator[Optional[Any]]:
         if settings.rolling_windows:
             monitor.start_rolling_window_goodput_uploader(list(settings.rolling_windows))
             started.append("rolling")
-        logger.info("goodput: monitoring %s to %s", settings.run_name, settings.tensorboard_dir)
-        yield monitor
-    finally:
-        stop_monitor(monitor, started)
+    except BaseException:
+        stop_monitor(monitor, started, flush=False)
+        raise
+    logger.info("goodput: monitoring %s to %s", settings.run_name, settings.tensorboard_dir)
+    return monitor, started
 
 
-def stop_monitor(monitor: Any, started: Any) -> None:
+def stop_monitor(monitor: Any, started: Any, flush: bool = True) -> None:
     """Flushes this process's recorders, then stops the started uploaders
-    (each with its final upload); never raises."""
+    (each with its final upload; neither when ``flush`` is False); never raises."""
     from goodput_core.recorder import flush_all
 
-    try:
-        flush_all(_FLUSH_BEFORE_FINAL_UPLOAD_S)
-    except Exception:
-        _warn_once("maxtext-flush", "goodput: flushing before the final upload failed")
+    if flush:
+        try:
+            flush_all(_FLUSH_BEFORE_FINAL_UPLOAD_S)
+        except Exception:
+            _warn_once("maxtext-flush", "goodput: flushing before the final upload failed")
     stops = {"rolling": "stop_rolling_window_goodput_uploader",
              "step_deviation": "stop_step_deviation_uploader",
              "goodput": "stop_goodput_uploader"}
     for part in ("rolling", "step_deviation", "goodput"):
         if part in started:
             try:
-                getattr(monitor, stops[part])()
+                getattr(monitor, stops[part])(*(() if flush else (True,)))
             except Exception:
                 _warn_once(f"maxtext-stop-{part}", "goodput: stopping the %s uploader failed",
                            part)

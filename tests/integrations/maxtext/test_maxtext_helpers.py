@@ -138,8 +138,8 @@ def test_elastic_enabled_picks_the_elastic_classes(make_config):
     assert isinstance(mt.create_goodput_recorder(config), ElasticGoodputRecorder)
     from goodput_core.compat.monitoring_elastic import ElasticGoodputMonitor
 
-    with mt.maybe_monitor_goodput(config) as monitor:
-        assert isinstance(monitor, ElasticGoodputMonitor)
+    with mt.maybe_monitor_goodput(config) as start:
+        assert isinstance(start.wait(30), ElasticGoodputMonitor)
 
 
 def test_monitor_gets_every_flag(make_config, monkeypatch):
