@@ -24,7 +24,8 @@ from typing import Tuple, Union
 
 from goodput_core.stores.base import Cursor, Store, StoreError
 
-__all__ = ["Store", "StoreError", "Cursor", "open_store", "check_store_url", "default_store_url"]
+__all__ = ["Store", "StoreError", "Cursor", "open_store", "check_store_url", "default_store_url",
+           "canonical_store_url"]
 
 STORE_ENV = "GOODPUT_STORE"
 
@@ -95,6 +96,20 @@ def check_store_url(url: Union[str, os.PathLike, None] = None) -> Tuple[str, str
 
 
 _POSTGRES = ("postgresql", "postgres")
+
+
+def canonical_store_url(url: str) -> str:
+    """The URL an opened store will report as its ``url`` (no I/O): a sqlite
+    path made absolute as :class:`~goodput_core.stores.sqlite.SqliteStore`
+    does; other URLs as they are, a password replaced by ``***``."""
+    from goodput_core.stores.postgres_sql import redact
+
+    scheme, sep, rest = str(url).partition("://")
+    if not sep:
+        scheme, rest = "sqlite", str(url)
+    if scheme == "sqlite" and rest:
+        return "sqlite:///" + os.path.abspath(os.path.expanduser(rest)).lstrip("/")
+    return redact(str(url))
 
 
 def _importable(module: str) -> bool:

@@ -26,9 +26,8 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple
 from goodput_core.events import EventRecord
 # Imported first so that its fork hooks are registered before ours: ours then
 # run first before a fork (they wait for an open that may need its gate).
-from goodput_core.stores import sqlite_fork  # noqa: F401
+from goodput_core.stores import canonical_store_url, sqlite_fork  # noqa: F401
 from goodput_core.stores.base import Cursor, Store, StoreError
-from goodput_core.stores.postgres_sql import redact
 
 __all__ = ["DeferredStore"]
 
@@ -49,8 +48,9 @@ class DeferredStore(Store):
 
     def __init__(self, url: str, opener: Optional[Callable[[str], Store]] = None):
         self._target = str(url)
-        #: For messages: the URL with any password replaced by ``***``.
-        self.url = redact(self._target)
+        #: The URL the open store will report (for messages and read-your-writes
+        #: matching): sqlite paths made absolute, a password replaced by ``***``.
+        self.url = canonical_store_url(self._target)
         self._opener = opener
         self._inner: Optional[Store] = None
         self._lock = threading.Lock()
