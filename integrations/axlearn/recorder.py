@@ -253,6 +253,13 @@ class GoodputSuiteRecorder(_base.RecorderBase):
             self._early = []
             self._engine = engine
 
+    def _call_engine(self, engine: Any, method: str, args: tuple, kwargs: dict) -> None:
+        try:
+            getattr(engine, method)(*args, **kwargs)
+        except Exception:
+            self._warn(method, "goodput: %s%r failed (further failures are silent)",
+                       method, args)
+
     def _call(self, method: str, args: tuple, kwargs: dict) -> None:
         engine = self._engine
         if engine is None:
