@@ -24,9 +24,19 @@ Differences from MaxText's helpers (all deliberate):
 * ``monitor_step_time_deviation`` starts the step-deviation uploader (MaxText
   passes the flag to the monitor but never starts that uploader), and
   ``goodput_rolling_windows`` starts the rolling-window uploader.
-* A ``GoodputEvent.JOB`` block that raises records a ``disruption`` (its
-  cause is ``exception:<Type>``), so the report knows when the crash happened;
-  like MaxText, no job end is recorded then.
+* Crashes and preemptions are disruptions. :func:`create_goodput_recorder`
+  installs the JAX adapter's SIGTERM handler and excepthook
+  (:mod:`~goodput_integrations.maxtext.runtime`): SIGTERM records
+  ``disruption_cause: sigterm``, an uncaught exception ``exception:<Type>``.
+  A ``GoodputEvent.JOB`` block that raises records the same at once (current
+  MaxText uses no JOB block: it records job start, and job end only when the
+  run completed gracefully). Like MaxText, no job end is recorded then.
+* Orbax checkpoint save/restore statistics are recorded: the recorder
+  arms a hook that adds our logger to every ``CheckpointManager`` built
+  once MaxText imports Orbax (``GOODPUT_CHECKPOINT_STATS=false``: off).
+* ``report_performance_metric_for_gcp_monitoring`` turns step-deviation
+  metrics to Cloud Monitoring off, as in MaxText, without writing to the
+  config (MaxText's own helper assigns to its read-only config and fails).
 * Before the monitor's final upload, pending events of this process are
   flushed, so the last numbers include the job end.
 * ``elastic_enabled`` picks the elastic recorder and monitor, but MaxText's
@@ -40,10 +50,12 @@ import enum
 import logging
 from typing import Any, Iterator, Optional
 
+from goodput_integrations.maxtext import runtime
 from goodput_integrations.maxtext.config import MaxTextGoodputSettings, read_settings
 
 __all__ = [
     "GoodputEvent",
+    "get_goodput_job_name",
     "RECORD_JOB_END_TIME",
     "RECORD_JOB_START_TIME",
     "create_goodput_recorder",
@@ -72,10 +84,6 @@ class GoodputEvent(enum.Enum):
 
 RECORD_JOB_START_TIME = f"record_{GoodputEvent.JOB.value}_start_time"
 RECORD_JOB_END_TIME = f"record_{GoodputEvent.JOB.value}_end_time"
-
-# Set on an exception once its disruption is recorded (the JAX adapter's
-# excepthook and outer blocks then skip it); same name as the JAX adapter's.
-_DISRUPTION_RECORDED_ATTR = "_goodput_disruption_recorded"
 
 
 def _warn_once(key: str, msg: str, *args: Any) -> None:
@@ -119,12 +127,19 @@ def _clock_kwargs(settings: MaxTextGoodputSettings) -> dict:
     return out
 
 
+def get_goodput_job_name(config: Any) -> str:
+    """``goodput_job_name`` if set, else ``run_name`` (as MaxText 0.2.5)."""
+    return read_settings(config).job_name
+
+
 def create_goodput_recorder(config: Any) -> Any:
     """The run's recorder if ``enable_goodput_recording``, else None (as MaxText).
 
     Every process gets a recorder; only process 0's writes (the others are
     disabled null recorders), as in MaxText. ``elastic_enabled`` gives the
-    elastic recorder.
+    elastic recorder. Process 0's recorder also receives Orbax checkpoint
+    statistics and disruptions (SIGTERM, uncaught exception): see
+    :mod:`~goodput_integrations.maxtext.runtime`.
 
     Args:
       config: MaxText's config (or any object/mapping with the flags).
@@ -145,7 +160,10 @@ def create_goodput_recorder(config: Any) -> Any:
     else:
         from goodput_core.compat.goodput import GoodputRecorder as cls
     writes = process_index(settings) == 0
-    return cls(settings.run_name, settings.logger_name, writes, **_clock_kwargs(settings))
+    recorder = cls(settings.job_name, settings.logger_name, writes, **_clock_kwargs(settings))
+    if writes:
+        runtime.track(recorder, checkpoint_stats=settings.checkpoint_stats)
+    return recorder
 
 
 def record_goodput(recorder: Any, event_name: str, *args: Any) -> None:
@@ -187,23 +205,13 @@ def maybe_record_goodput(recorder: Any, event_name: Any, *args: Any) -> Iterator
     try:
         yield
         completed = True
-    except BaseException as exc:
-        if value == GoodputEvent.JOB.value and recorder and not isinstance(exc, GeneratorExit):
-            _record_crash(recorder, exc)
+    except BaseException as exc:  # propagating out of the block: not sys.exc_info()
+        if value == GoodputEvent.JOB.value and recorder:
+            runtime.record_crash(exc, recorder)
         raise
     finally:
         if completed:
             record_goodput(recorder, f"record_{value}_end_time", *args)
-
-
-def _record_crash(recorder: Any, exc: BaseException) -> None:
-    if getattr(exc, _DISRUPTION_RECORDED_ATTR, False):
-        return
-    record_goodput(recorder, "record_disruption", f"exception:{type(exc).__name__}")
-    try:
-        setattr(exc, _DISRUPTION_RECORDED_ATTR, True)
-    except Exception:  # some exception types refuse attributes
-        pass
 
 
 def _gcp_options(settings: MaxTextGoodputSettings) -> Any:
@@ -221,7 +229,7 @@ def build_monitor(settings: MaxTextGoodputSettings) -> Any:
       StoreError: the store cannot be opened.
     """
     kwargs = dict(
-        job_name=settings.run_name,
+        job_name=settings.job_name,
         logger_name=settings.logger_name,
         tensorboard_dir=settings.tensorboard_dir,
         upload_interval=settings.goodput_upload_interval_seconds,
@@ -276,7 +284,7 @@ def maybe_monitor_goodput(config: Any) -> Iterator[Optional[Any]]:
         if settings.rolling_windows:
             monitor.start_rolling_window_goodput_uploader(list(settings.rolling_windows))
             started.append("rolling")
-        logger.info("goodput: monitoring %s to %s", settings.run_name, settings.tensorboard_dir)
+        logger.info("goodput: monitoring %s to %s", settings.job_name, settings.tensorboard_dir)
         yield monitor
     finally:
         stop_monitor(monitor, started)

@@ -202,12 +202,32 @@ def test_launcher_usage_errors(argv, message, capsys):
     assert message in capsys.readouterr().err
 
 
-def test_launcher_argument_split():
+def test_launcher_argument_split(monkeypatch):
+    monkeypatch.delenv("GOODPUT_STORE", raising=False)
     options, command = launch.parse_args(
         ["--goodput-store", "sqlite:///x.sqlite", "--goodput-no-checkpoint-stats",
-         "python", "-m", "MaxText.train", "base.yml", "--goodput-store=not-ours"])
-    assert options == {"store": "sqlite:///x.sqlite", "checkpoint_stats": False}
-    assert command == ["-m", "MaxText.train", "base.yml", "--goodput-store=not-ours"]
+         "python", "-m", "maxtext.trainers.pre_train.train", "base.yml",
+         "--goodput-store=not-ours"])
+    assert options == {"store": "sqlite:///x.sqlite", "checkpoint_stats": False,
+                       "rolling_windows": (), "prometheus_port": None, "ideal_step_time": None}
+    assert command == ["-m", "maxtext.trainers.pre_train.train", "base.yml",
+                       "--goodput-store=not-ours"]
+
+
+def test_launcher_options_come_from_the_environment_unless_given(monkeypatch):
+    monkeypatch.setenv("GOODPUT_STORE", "sqlite:///env.sqlite")
+    monkeypatch.setenv("GOODPUT_ROLLING_WINDOWS", "60,3600")
+    monkeypatch.setenv("GOODPUT_PROMETHEUS_PORT", "9100")
+    monkeypatch.setenv("GOODPUT_IDEAL_STEP_TIME", "0.5")
+    monkeypatch.setenv("GOODPUT_CHECKPOINT_STATS", "false")
+    options, _ = launch.parse_args(["--goodput-prometheus-port=9200",
+                                    "--goodput-checkpoint-stats", "true", "train.py"])
+    assert options == {"store": "sqlite:///env.sqlite", "rolling_windows": (60, 3600),
+                       "prometheus_port": 9200, "ideal_step_time": 0.5,
+                       "checkpoint_stats": True}
+    monkeypatch.setenv("GOODPUT_IDEAL_STEP_TIME", "fast")
+    with pytest.raises(launch.UsageError, match="GOODPUT_IDEAL_STEP_TIME=fast"):
+        launch.parse_args(["train.py"])
 
 
 def test_orbax_patch_adds_our_logger_in_front_and_is_undone(tmp_path, store_url, clock):
