@@ -38,8 +38,10 @@ import threading
 import weakref
 from typing import Any, Optional
 
-from goodput_integrations.jax.signals import DISRUPTION_RECORDED_ATTR, DisruptionHooks
 from goodput_integrations.maxtext.post_import import PostImportHook, when_imported
+
+# goodput_integrations.jax (its package imports numpy) is imported on first use only:
+# importing the MaxText shim stays cheap.
 
 __all__ = [
     "crash_cause",
@@ -62,7 +64,7 @@ _lock = threading.RLock()
 _recorder: Optional[weakref.ReferenceType] = None
 _orbax_hook: Optional[PostImportHook] = None
 _orbax_patch: Any = None
-_hooks: Optional[DisruptionHooks] = None
+_hooks: Any = None  # the JAX adapter's DisruptionHooks
 _compiles: Any = None  # a JaxAdapter with only its compile listeners on
 
 
@@ -165,6 +167,8 @@ def install_disruption_hooks() -> None:
     """Installs the SIGTERM handler (main thread only) and the excepthook
     (idempotent). They record to the current recorder, if any."""
     global _hooks
+    from goodput_integrations.jax.signals import DisruptionHooks
+
     with _lock:
         if _hooks is None:
             _hooks = DisruptionHooks(_CurrentRecorderAdapter(), flush_timeout_s=_FLUSH_TIMEOUT_S)
@@ -206,6 +210,8 @@ def record_crash(exc: BaseException, recorder: Any = None) -> bool:
     Returns:
       True if a disruption was recorded now.
     """
+    from goodput_integrations.jax.signals import DISRUPTION_RECORDED_ATTR
+
     cause = crash_cause(exc)
     rec = current_recorder() if recorder is None else recorder
     if cause is None or rec is None or getattr(exc, DISRUPTION_RECORDED_ATTR, False):

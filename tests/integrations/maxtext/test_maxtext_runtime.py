@@ -90,7 +90,7 @@ def test_alias_never_imports_orbax_and_patches_it_when_imported(tmp_path):
         import sys
         from goodput_integrations.maxtext import alias
         alias.enable_reference_alias(store="memory://x", checkpoint_stats=True)
-        heavy = [m for m in ("orbax", "orbax.checkpoint", "jax") if m in sys.modules]
+        heavy = [m for m in ("orbax", "orbax.checkpoint", "jax", "numpy") if m in sys.modules]
         import orbax.checkpoint as ocp
         patched = [hasattr(c.__init__, "__wrapped__")
                    for c in (ocp.CheckpointManager, ocp.v1.training.Checkpointer)]
