@@ -1,26 +1,27 @@
 """MaxText's goodput helper API on our engine.
 
-MaxText drives goodput through a handful of helpers (``maxtext.common.goodput``,
-formerly ``MaxText/utils/goodput_utils.py``). This module offers the same
-names and call shapes, driven by the same config flags::
-
-    from goodput_integrations.maxtext import (
-        GoodputEvent, create_goodput_recorder, maybe_monitor_goodput,
-        maybe_record_goodput, record_goodput)
+MaxText drives goodput through a handful of helpers (``maxtext.common.goodput``
+in MaxText 0.2.4-0.2.5). This module offers the same names and call shapes,
+driven by the same config flags; a fork serves them to all of MaxText's
+importers through :mod:`goodput_integrations.maxtext.fork`. As MaxText's
+``train.py`` uses them::
 
     recorder = create_goodput_recorder(config)       # None unless enabled
+    record_goodput(recorder, RECORD_JOB_START_TIME)
     with maybe_monitor_goodput(config):              # process 0 only
-        with maybe_record_goodput(recorder, GoodputEvent.JOB):
-            with maybe_record_goodput(recorder, GoodputEvent.TPU_INIT):
-                ...
-            for step in range(start_step, config.steps):
-                with maybe_record_goodput(recorder, GoodputEvent.STEP, step):
-                    state, metrics = p_train_step(state, batch)
+        with maybe_record_goodput(recorder, GoodputEvent.TPU_INIT):
+            ...
+        for step in range(start_step, config.steps):
+            with maybe_record_goodput(recorder, GoodputEvent.STEP, step):
+                state, metrics = p_train_step(state, batch)
+        record_goodput(recorder, RECORD_JOB_END_TIME)  # graceful end only
 
 Differences from MaxText's helpers (all deliberate):
 
-* Events go to our store (``goodput_store``; default the embedded sqlite file),
-  not to Cloud Logging, unless the store is ``cloud-logging://...``.
+* Events go to our store (``$GOODPUT_STORE``; default the embedded sqlite
+  file), not to Cloud Logging, unless the store is ``cloud-logging://...``.
+  Our settings come from ``GOODPUT_*`` variables (MaxText's config rejects
+  unknown keys), or from a config object that has the ``goodput_*`` key.
 * ``monitor_step_time_deviation`` starts the step-deviation uploader (MaxText
   passes the flag to the monitor but never starts that uploader), and
   ``goodput_rolling_windows`` starts the rolling-window uploader.
@@ -32,8 +33,9 @@ Differences from MaxText's helpers (all deliberate):
   MaxText uses no JOB block: it records job start, and job end only when the
   run completed gracefully). Like MaxText, no job end is recorded then.
 * Orbax checkpoint save/restore statistics are recorded: the recorder
-  arms a hook that adds our logger to every ``CheckpointManager`` built
-  once MaxText imports Orbax (``GOODPUT_CHECKPOINT_STATS=false``: off).
+  arms a hook that adds our logger to every Orbax checkpointer built once
+  MaxText imports Orbax (``GOODPUT_CHECKPOINT_STATS=false``: off), and JAX
+  compilations become program-startup spans.
 * ``report_performance_metric_for_gcp_monitoring`` turns step-deviation
   metrics to Cloud Monitoring off, as in MaxText, without writing to the
   config (MaxText's own helper assigns to its read-only config and fails).

@@ -169,11 +169,11 @@ def events(venv_bin: Path, run: str, store: str) -> List[dict]:
     return [json.loads(line) for line in out.splitlines() if line.strip()]
 
 
-def scenario(name: str, base_cmd: List[str], env: Dict[str, str], work: Path) -> dict:
+def scenario(name: str, base_cmd: List[str], env: Dict[str, str], work: Path,
+             store: str) -> dict:
     """The four attempts of one path; returns the checked report."""
     run = f"e2e-{name}"
     out_dir = work / "out"
-    store = env["GOODPUT_STORE"]
     venv_bin = Path(sys.executable).parent
     common = [*base_cmd, CONFIG, *TINY, f"run_name={run}", f"base_output_directory={out_dir}"]
     t0 = time.monotonic()
@@ -246,25 +246,29 @@ def inside(args: argparse.Namespace) -> int:
     work = Path(args.work).resolve()
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    env = dict(os.environ, JAX_PLATFORMS="cpu",
-               GOODPUT_STORE=f"sqlite:///{work / 'goodput.sqlite'}")
+    store = f"sqlite:///{work / 'goodput.sqlite'}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GOODPUT_")}
+    env["JAX_PLATFORMS"] = "cpu"
     versions = {p: version(p) for p in ("maxtext", "jax", "orbax-checkpoint", "flax")}
     print(f"maxtext_e2e: {versions}, Python {sys.version.split()[0]}", flush=True)
     results = {"versions": versions, "install_seconds": int(args.install_seconds)}
     try:
+        # the README's commands: the store as a launcher flag, then as a variable
         results["launcher"] = scenario(
-            "launcher", [sys.executable, "-m", "goodput_integrations.maxtext.launch", "--",
-                         "python3", "-m", TRAIN_MODULE], env, work)
+            "launcher", [sys.executable, "-m", "goodput_integrations.maxtext.launch",
+                         "--goodput-store", store, "--", "python3", "-m", TRAIN_MODULE],
+            env, work, store)
         fork = make_fork(work)
         subprocess.run([sys.executable, "-m", "pip", "uninstall", "-q", "-y",
                         "ml-goodput-measurement"], check=False)
-        fork_env = dict(env, PYTHONPATH=os.pathsep.join(
+        fork_env = dict(env, GOODPUT_STORE=store, PYTHONPATH=os.pathsep.join(
             p for p in (str(fork), env.get("PYTHONPATH", "")) if p))
         where = subprocess.run([sys.executable, "-c", "import maxtext.common.goodput as g; "
                                 "print(g.__file__)"], env=fork_env, cwd=work,
                                capture_output=True, text=True, check=True).stdout.strip()
         check(where.startswith(str(fork)), f"the fork is not the maxtext imported ({where})")
-        results["fork"] = scenario("fork", [sys.executable, "-m", TRAIN_MODULE], fork_env, work)
+        results["fork"] = scenario("fork", [sys.executable, "-m", TRAIN_MODULE], fork_env,
+                                   work, store)
     except Failure as exc:
         print(f"maxtext_e2e: FAILED: {exc}", flush=True)
         return 1
