@@ -93,9 +93,10 @@ def test_monitor_defaults_add_rolling_windows_and_prometheus(tmp_path, store_url
         mon.start_goodput_uploader()
         mon.stop_goodput_uploader()
     assert seen == {"windows": [60]}
-    with alias.reference_alias(store=store_url, prometheus_port=9100):
+    with alias.reference_alias(store=store_url, prometheus_port=9100, ideal_step_time=0.5):
         assert alias._session.defaults("monitor") == {"store": store_url,
-                                                      "prometheus_port": 9100}
+                                                      "prometheus_port": 9100,
+                                                      "configured_ideal_step_time": 0.5}
         assert alias._session.defaults("recorder") == {"store": store_url}
 
 
@@ -240,7 +241,7 @@ def test_orbax_patch_adds_our_logger_in_front_and_is_undone(tmp_path, store_url,
     alias.enable_reference_alias(store=store_url, clock=clock, checkpoint_stats=True)
     from ml_goodput_measurement import goodput
 
-    rec = goodput.GoodputRecorder("run-o", "goodput_run-o", True)  # installs the patch
+    rec = goodput.GoodputRecorder("run-o", "goodput_run-o", True)  # statistics go here
     theirs = StandardLogger()
     managers = [
         ocp.CheckpointManager(tmp_path / "a"),                      # no logger given
