@@ -98,6 +98,10 @@ class AliasSettings:
       ideal_step_time: monitors' configured ideal step time (seconds).
       compile_spans: JAX compilations on the thread that built a recorder
         become its program-startup spans (when JAX is imported by then).
+      disruptions: once a recorder is built, SIGTERM and an uncaught
+        exception record a disruption (the JAX adapter's handlers, installed
+        then: after whatever the job installed while importing, which they
+        chain to).
     """
 
     store: Optional[str] = None
@@ -107,6 +111,7 @@ class AliasSettings:
     checkpoint_stats: bool = False
     ideal_step_time: Optional[float] = None
     compile_spans: bool = False
+    disruptions: bool = False
 
 
 class _Session:
@@ -124,6 +129,8 @@ class _Session:
             runtime.set_recorder(recorder)
             if self.settings.compile_spans:
                 runtime.watch_compiles(recorder)
+            if self.settings.disruptions:
+                runtime.install_disruption_hooks()
 
     # --- defaults
     def defaults(self, kind: str) -> Dict[str, Any]:
@@ -281,7 +288,8 @@ def enable_reference_alias(*, store: Optional[str] = None,
                            rolling_windows: Tuple[int, ...] = (),
                            checkpoint_stats: bool = False,
                            ideal_step_time: Optional[float] = None,
-                           compile_spans: bool = False) -> AliasSettings:
+                           compile_spans: bool = False,
+                           disruptions: bool = False) -> AliasSettings:
     """Makes ``ml_goodput_measurement`` imports resolve to our compat modules,
     in this process only, until :func:`disable_reference_alias`.
 
@@ -289,7 +297,7 @@ def enable_reference_alias(*, store: Optional[str] = None,
 
     Args:
       store, clock, prometheus_port, rolling_windows, checkpoint_stats,
-        ideal_step_time, compile_spans: see :class:`AliasSettings`.
+        ideal_step_time, compile_spans, disruptions: see :class:`AliasSettings`.
 
     Returns:
       The settings in force.
@@ -303,7 +311,8 @@ def enable_reference_alias(*, store: Optional[str] = None,
                              rolling_windows=tuple(rolling_windows),
                              checkpoint_stats=bool(checkpoint_stats),
                              ideal_step_time=ideal_step_time,
-                             compile_spans=bool(compile_spans))
+                             compile_spans=bool(compile_spans),
+                             disruptions=bool(disruptions))
     global _session
     with _LOCK:
         if _session is not None:

@@ -34,7 +34,8 @@ gets our classes. It also adds what MaxText does not record
 as program startup (MaxText compiles its train step outside any goodput
 block), and a
 disruption with its cause when the command raises (``exception:<Type>``,
-``exit:<status>``) or the process gets SIGTERM (``sigterm``).
+``exit:<status>``) or the process gets SIGTERM once MaxText has built its
+recorder (``sigterm``). Nothing heavy is imported before the command runs.
 """
 
 from __future__ import annotations
@@ -115,7 +116,7 @@ def _hint(command: Sequence[str]) -> None:
 
 
 def _enable(options: dict, clock: Optional[Callable[[], float]]) -> None:
-    options = dict(options, clock=clock, compile_spans=True)
+    options = dict(options, clock=clock, compile_spans=True, disruptions=True)
     try:
         alias.enable_reference_alias(**options)
     except AdapterUnavailable as exc:
@@ -165,7 +166,6 @@ def main(argv: Optional[Sequence[str]] = None, *,
         return 2
     _hint(command)
     _enable(options, clock)
-    runtime.install_disruption_hooks()
     try:
         run(command)
     except BaseException as exc:  # propagating out of MaxText: a crash (or exit 0)

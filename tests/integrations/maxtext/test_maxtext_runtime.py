@@ -103,6 +103,18 @@ def test_alias_never_imports_orbax_and_patches_it_when_imported(tmp_path):
     assert result.stdout.strip().splitlines()[-1] == "[] [True, True] [False, False]"
 
 
+def test_launcher_imports_nothing_heavy_before_the_command(tmp_path):
+    pytest.importorskip("orbax.checkpoint")
+    (tmp_path / "probe.py").write_text(
+        "import sys\nprint(sorted(m for m in ('orbax', 'jax', 'numpy') if m in sys.modules))\n")
+    result = run_python(f'''
+        from goodput_integrations.maxtext import launch
+        launch.main(["--goodput-store=memory://x", {str(tmp_path / "probe.py")!r}])
+    ''', tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == "[]"
+
+
 # ---------------------------------------------------- checkpoints, fork path
 def test_fork_helpers_record_orbax_v1_save_and_restore(make_config, tmp_path, store_url):
     ocp = pytest.importorskip("orbax.checkpoint")
@@ -225,6 +237,23 @@ def test_fork_process_records_sigterm_and_uncaught_exception(tmp_path, how, code
         assert "KeyError: 'no such layer'" in result.stderr  # the original hook still ran
     assert causes(store, "r") == [cause]
     assert job_ends(store, "r") == 0
+
+
+def test_launched_process_records_sigterm(tmp_path):
+    store = f"sqlite:///{tmp_path / 'g.sqlite'}"
+    (tmp_path / "job.py").write_text(textwrap.dedent('''
+        import os, signal
+        from ml_goodput_measurement import goodput
+        rec = goodput.GoodputRecorder("l", "goodput_l", True)  # hooks go in now
+        rec.record_job_start_time()
+        os.kill(os.getpid(), signal.SIGTERM)
+    '''))
+    result = run_python(f'''
+        from goodput_integrations.maxtext import launch
+        launch.main(["--goodput-store={store}", {str(tmp_path / "job.py")!r}])
+    ''', tmp_path)
+    assert result.returncode == -signal.SIGTERM, result.stderr
+    assert causes(store, "l") == ["sigterm"]
 
 
 # ---------------------------------------------------------------- fork module
