@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PIP := $(VENV)/bin/pip
 
-.PHONY: demo test test-maxtext
+.PHONY: demo test test-maxtext postgres-server
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -15,9 +15,17 @@ demo: $(VENV)/bin/python
 	$(PIP) install -q -e '.[all]'
 	$(VENV)/bin/goodput demo
 
-test: $(VENV)/bin/python
+test: $(VENV)/bin/python postgres-server
 	$(PIP) install -q -e '.[all,test]'
 	$(VENV)/bin/python -m pytest -q
 
 test-maxtext:
 	$(PYTHON) tests/external/maxtext_e2e.py
+
+# The PostgreSQL store's tests start throwaway servers from Debian's package
+# (no daemon is started here). Installed when missing and we may (root).
+postgres-server:
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null || \
+	  { [ "$$(id -u)" = 0 ] && apt-get update -q && DEBIAN_FRONTEND=noninteractive \
+	    apt-get install -y -q postgresql; } || \
+	  echo "note: PostgreSQL is not installed; its store's tests will be skipped"

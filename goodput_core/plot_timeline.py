@@ -22,16 +22,20 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import itertools
 import math
 import os
 import zlib
 from typing import Dict, List, Optional, Sequence, Tuple
 
+import numpy as np
+
 from goodput_core.buckets import BadputType
 from goodput_core.timespec import format_duration, format_time
 
 __all__ = ["TimelineData", "Lane", "Marker", "PlotUnavailable", "collect", "render_image",
-           "COLOURS", "MARKER_STYLE", "lane_name", "titles", "stagger", "nice_ticks"]
+           "COLOURS", "MARKER_STYLE", "lane_name", "titles", "stagger", "nice_ticks",
+           "insight_notes"]
 
 CUSTOM_PREFIX = "CUSTOM_BADPUT_EVENTS:"
 #: Fixed colours per category (matplotlib's tab10/tab20 hues, chosen so that
@@ -50,6 +54,7 @@ COLOURS: Dict[str, str] = {
     "ELASTIC_SLICE_DOWN": "#393b79",
     "ELASTIC_SCALE_UP": "#6b6ecf",
     "ELASTIC_REINITIALIZATION": "#9c9ede",
+    "HANG": "#000000",
     "IDLE": "#d4d4d4",
 }
 # custom event types: pinks and purples, picked by a stable hash of the type
@@ -70,6 +75,7 @@ _NAMES = {
     "ELASTIC_SLICE_DOWN": "Elastic slice down",
     "ELASTIC_SCALE_UP": "Elastic scale up",
     "ELASTIC_REINITIALIZATION": "Elastic re-init",
+    "HANG": "Hang (no progress)",
     "IDLE": "Idle between attempts",
 }
 #: marker kind -> (colour, matplotlib line style)
@@ -79,6 +85,9 @@ MARKER_STYLE = {
     "crash": ("#b2182b", "-"),
     "restart": ("#b2182b", "--"),
 }
+
+
+PIXELS = 2000  # bars closer than 1/PIXELS of the window merge (both pictures are narrower)
 
 
 class PlotUnavailable(RuntimeError):
@@ -96,6 +105,7 @@ class Lane:
     ends: List[float]
     seconds: float
     percent: Optional[float]  # of total time; None for idle (not part of it)
+    counts: List[int] = dataclasses.field(default_factory=list)  # spans merged into each
 
 
 @dataclasses.dataclass
@@ -120,7 +130,8 @@ class TimelineData:
     t0: float                                   # job start: x = t - t0
     lanes: List[Lane]
     markers: List[Marker]
-    spans: List[Tuple[float, float, str]]       # all, in time order (overview lane)
+    spans: List[Tuple[float, float, str]]       # every lane's bars, in time order
+    notes: List[str] = dataclasses.field(default_factory=list)  # hangs, checkpoint advice
 
 
 def lane_name(key: str) -> str:
@@ -174,6 +185,8 @@ def _markers(calc, a: float, b: float) -> List[Marker]:
     for t, key in zip(crash_times, dis["key"].tolist()):
         cause = causes[key] if 0 <= key < len(causes) else "unknown"
         out.append(Marker(t, "crash", f"crash: {cause}"))
+    for t in tl.stepless_restarts[1].tolist():  # rule 2: disrupted before any step
+        out.append(Marker(t, "restart", "restart (the attempt before had no step)"))
     seg = tl.segments
     if len(seg):
         st = tl.tables["step_start"]
@@ -192,27 +205,36 @@ def _markers(calc, a: float, b: float) -> List[Marker]:
 
 
 def collect(calc, start: float = -math.inf, end: float = math.inf,
-            now: Optional[float] = None) -> TimelineData:
+            now: Optional[float] = None, pixels: int = PIXELS) -> TimelineData:
     """The picture's data for ``calc``'s run over ``[start, end]``.
+
+    Spans of a lane closer than one pixel (``1/pixels`` of the window) are
+    merged into one bar (``Lane.counts`` says how many), so a run of ten
+    million events draws as fast as a short one; lane totals are exact.
 
     Args:
       calc: a refreshed Calculator.
       start, end: the window (POSIX seconds; clipped to the lifetime).
       now: the query time (default: the calculator's clock).
+      pixels: the resolution the bars are merged to.
     """
     result = calc.window(start, end, now=now)
-    spans = calc.spans(start, end, now=now)
     by_key: Dict[str, Lane] = {}
-    for s, e, key in spans:
-        if e <= s:
+    gap = 0.0
+    if all(math.isfinite(x) for x in result.window):
+        gap = (result.window[1] - result.window[0]) / max(int(pixels), 1)
+    bars: List[Tuple[float, float, str]] = []
+    for key, (s, e) in sorted(calc.span_arrays(start, end, now=now).items()):
+        keep = e > s
+        s, e = s[keep], e[keep]
+        if not len(s):
             continue
-        lane = by_key.get(key)
-        if lane is None:
-            colour = _colour(key, [ln.colour for ln in by_key.values()])
-            lane = by_key[key] = Lane(key, lane_name(key), colour, [], [], 0.0, None)
-        lane.starts.append(s)
-        lane.ends.append(e)
-        lane.seconds += e - s
+        colour = _colour(key, [ln.colour for ln in by_key.values()])
+        ms, me, counts = _merge(s, e, gap)
+        lane = by_key[key] = Lane(key, lane_name(key), colour, ms, me, float((e - s).sum()),
+                                  None, counts)
+        bars.extend(zip(ms, me, itertools.repeat(key)))
+    bars.sort(key=lambda bar: bar[0])
     total = result.total_seconds
     for lane in by_key.values():
         if lane.key != "IDLE":
@@ -224,8 +246,38 @@ def collect(calc, start: float = -math.inf, end: float = math.inf,
     return TimelineData(
         run=calc.run or "", goodput=result.goodput, total_seconds=total,
         productive_seconds=result.productive_seconds, disruptions=result.disruptions,
-        window=window, t0=t0, lanes=lanes, markers=_markers(calc, *window),
-        spans=[(s, e, k) for s, e, k in spans if e > s])
+        window=window, t0=t0, lanes=lanes, markers=_markers(calc, *window), spans=bars,
+        notes=insight_notes(calc, now))
+
+
+def _merge(s: np.ndarray, e: np.ndarray, gap: float) -> Tuple[List[float], List[float], List[int]]:
+    """Disjoint sorted spans merged where the space between two is below
+    ``gap``: ``(starts, ends, spans per merged bar)``."""
+    new = np.ones(len(s), bool)
+    new[1:] = s[1:] - e[:-1] >= gap if gap > 0 else True
+    first = np.flatnonzero(new)
+    last = np.append(first[1:], len(s)) - 1
+    counts = np.diff(np.append(first, len(s)))
+    return s[first].tolist(), e[last].tolist(), counts.tolist()
+
+
+def insight_notes(calc, now: Optional[float] = None) -> List[str]:
+    """One line per insight worth a look: hangs and checkpoint-interval advice."""
+    notes = []
+    hangs = calc.hangs(now)
+    if hangs:
+        total = sum(h.seconds for h in hangs)
+        steps = ", ".join(str(h.step) for h in hangs[:5])
+        notes.append(f"Hangs: {len(hangs)} ({format_duration(total)}; at step {steps})")
+    advice = calc.checkpoint_advice(now)
+    if advice.available:
+        now_part = ("" if advice.current_interval_seconds is None else
+                    f" (now every {format_duration(advice.current_interval_seconds)})")
+        gain = ("" if advice.goodput_gain_points is None else
+                f": {advice.goodput_gain_points:+.2f} goodput points")
+        notes.append(f"Checkpoint every {format_duration(advice.recommended_interval_seconds)}"
+                     f"{now_part}{gain}" + (f" [{advice.reason}]" if advice.reason else ""))
+    return notes
 
 
 # ---------------------------------------------------------------- helpers
@@ -314,7 +366,7 @@ def render_image(data: TimelineData, path: str) -> None:
         from matplotlib.ticker import FixedLocator, FuncFormatter
     except ImportError as exc:
         raise PlotUnavailable(
-            f"drawing {os.path.basename(path)} needs matplotlib: pip install 'goodput[plot]' "
+            f"drawing {os.path.basename(path)} needs matplotlib: pip install 'goodput-core[plot]' "
             f"(or write .html, which needs nothing) ({exc})") from None
 
     a, b = data.window
@@ -376,6 +428,8 @@ def render_image(data: TimelineData, path: str) -> None:
     head, sub = titles(data)
     fig.suptitle(head, x=0.02, ha="left", fontsize=13, fontweight="bold",
                  y=1 - 0.12 / fig_h)
+    if data.notes:  # hangs and checkpoint advice, on the subtitle line
+        sub = sub + "   |   " + "   |   ".join(data.notes)
     fig.text(0.02, 1 - 0.45 / fig_h, sub, fontsize=9, color="#444444", ha="left")
     try:
         fig.savefig(path)

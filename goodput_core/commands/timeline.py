@@ -16,7 +16,7 @@ from __future__ import annotations
 import html
 import os
 import time
-from typing import List, Tuple
+from typing import List
 
 from goodput_core import plot_timeline as pt
 from goodput_core.cli import CliError
@@ -28,7 +28,6 @@ __all__ = ["add_arguments", "run", "html_page", "render_html"]
 
 _IMAGE_SUFFIXES = (".png", ".svg", ".pdf")
 _HTML_SUFFIXES = (".html", ".htm")
-_MAX_RECTS = 4000  # per lane: beyond this, spans closer than a pixel merge
 
 
 def add_arguments(parser) -> None:
@@ -39,7 +38,7 @@ def add_arguments(parser) -> None:
     parser.add_argument(
         "--window", default=None, metavar="SPEC",
         help="the last N (30s, 15m, 1h, 2d) ending at the run's end or now, or START/END "
-             "(ISO-8601, naive = UTC, or POSIX seconds)")
+             "(ISO-8601, naive = local time, or POSIX seconds)")
 
 
 def run(args) -> int:
@@ -71,19 +70,6 @@ def run(args) -> int:
 
 
 # ------------------------------------------------------------------ HTML
-def _coalesce(starts: List[float], ends: List[float], gap: float) -> List[Tuple[float, float, int]]:
-    """Merges spans separated by less than ``gap`` (keeps the SVG small for
-    long runs: a pixel cannot show them apart anyway); ``(s, e, count)``."""
-    out: List[List[float]] = []
-    for s, e in zip(starts, ends):
-        if out and s - out[-1][1] < gap:
-            out[-1][1] = max(out[-1][1], e)
-            out[-1][2] += 1
-        else:
-            out.append([s, e, 1])
-    return [(s, e, int(c)) for s, e, c in out]
-
-
 def render_html(data: pt.TimelineData, path: str) -> None:
     """Writes a self-contained HTML page (inline SVG, hover titles, no URLs)."""
     with open(path, "w", encoding="utf-8") as f:
@@ -104,8 +90,8 @@ def html_page(data: pt.TimelineData) -> str:
     head, sub = pt.titles(data)
 
     def rects(lane: pt.Lane, y: float, h: float, min_w: float) -> None:
-        gap = 0.0 if len(lane.starts) <= _MAX_RECTS else span / plot_w
-        for s, e, count in _coalesce(lane.starts, lane.ends, gap):
+        # collect() merged the spans closer than a pixel already
+        for s, e, count in zip(lane.starts, lane.ends, lane.counts):
             w = max(px(e) - px(s), min_w)  # keep sub-pixel spans visible
             merged = f", {count} spans" if count > 1 else ""
             tip = (f"{lane.name}: +{rel(s)} → +{rel(e)} ({e - s:,.3f} s){merged}\n"
@@ -157,7 +143,9 @@ def html_page(data: pt.TimelineData) -> str:
            f'font-family="sans-serif" font-size="12">' + "".join(parts) + "</svg>")
     return ("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">"
             f"<title>{esc(head)}</title></head>\n<body style=\"font-family:sans-serif\">"
-            f"<h2>{esc(head)}</h2><p>{esc(sub)}</p>\n{svg}\n"
+            f"<h2>{esc(head)}</h2><p>{esc(sub)}</p>\n"
+            + "".join(f'<p class="insight"><b>{esc(n)}</b></p>\n' for n in data.notes)
+            + f"{svg}\n"
             "<p style=\"color:#666;font-size:12px\">Hover a bar for its times. "
             "Lines: attempt starts and job ends (black), crashes and restarts (red).</p>"
             "</body></html>\n")

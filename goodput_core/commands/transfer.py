@@ -19,9 +19,12 @@ spec ending in ``.jsonl`` (or ``-``, stdin/stdout) is a JSONL file, anything
 else a store URL.
 
 Everything is read and written ``--page-size`` events at a time, so memory
-does not grow with the run. Unusable JSONL lines (not JSON, not a payload,
-another run, a malformed ``_writer``) are skipped and counted, with the first
-line number of each reason, never fatal. The progress bar is drawn on stderr
+does not grow with the run. Unusable JSONL lines (not JSON or nested too
+deep, not a payload, another run, a malformed ``_writer``, or an event no
+store can hold: a step or sequence number beyond 64 bits, e.g. a
+``"step_count": 1e19`` from Cloud Logging's doubles) are skipped and counted,
+with the first line number of each reason, never fatal: they are found
+before anything is written, so one bad line never stops an import halfway. The progress bar is drawn on stderr
 when it is a terminal or with ``--progress``; its total is known for JSONL
 files (bytes read), a store source shows a running count.
 """
@@ -38,6 +41,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional
 
 from goodput_core.cli import CliError
 from goodput_core.events import EventRecord, SkipReason, from_payload, to_payload
+from goodput_core.storable import check_event
 from goodput_core.stores import Store
 
 __all__ = [
@@ -134,6 +138,10 @@ def _jsonable(value: Any) -> Any:
     return item() if callable(item) else str(value)
 
 
+# One encoder for every line (json.dumps with ``default=`` builds one per call).
+_encode = json.JSONEncoder(default=_jsonable).encode
+
+
 def has_writer(e: EventRecord) -> bool:
     """An event names its writer when it has an attempt id and a sequence number."""
     return bool(e.attempt) and e.seq > 0
@@ -184,7 +192,7 @@ def dumps_line(e: EventRecord, meta: bool) -> str:
     payload = to_payload(e)
     if meta:
         payload[WRITER_KEY] = writer_metadata(e)
-    return json.dumps(payload, default=_jsonable) + "\n"
+    return _encode(payload) + "\n"
 
 
 def parse_line(raw: Any, run: str):
@@ -192,13 +200,14 @@ def parse_line(raw: Any, run: str):
 
     Returns:
       An :class:`EventRecord`, ``None`` for a blank line, or a reason string
-      (``not_json``, a :class:`SkipReason` value, ``other_run``, ``bad_writer``).
+      (``not_json``, a :class:`SkipReason` value, ``other_run``, ``bad_writer``,
+      ``unstorable``).
     """
     if not raw.strip():
         return None
     try:
         obj = json.loads(raw)
-    except ValueError:  # also invalid UTF-8 (UnicodeDecodeError)
+    except (ValueError, RecursionError):  # also invalid UTF-8; nesting too deep
         return "not_json"
     if not isinstance(obj, dict):
         return SkipReason.NOT_A_DICT.value
@@ -213,6 +222,10 @@ def parse_line(raw: Any, run: str):
             event = event._replace(**_parse_writer(meta))
         except ValueError:
             return "bad_writer"
+    try:
+        check_event(event)
+    except ValueError:
+        return "unstorable"
     return event
 
 

@@ -98,6 +98,7 @@ class AliasSettings:
       ideal_step_time: monitors' configured ideal step time (seconds).
       compile_spans: JAX compilations on the thread that built a recorder
         become its program-startup spans (when JAX is imported by then).
+      run_group: each recorder built records this run group (metadata).
       disruptions: once a recorder is built, SIGTERM and an uncaught
         exception record a disruption (the JAX adapter's handlers, installed
         then: after whatever the job installed while importing, which they
@@ -112,6 +113,7 @@ class AliasSettings:
     ideal_step_time: Optional[float] = None
     compile_spans: bool = False
     disruptions: bool = False
+    run_group: str = ""
 
 
 class _Session:
@@ -131,6 +133,8 @@ class _Session:
                 runtime.watch_compiles(recorder)
             if self.settings.disruptions:
                 runtime.install_disruption_hooks()
+            if self.settings.run_group and getattr(recorder, "enabled", True):
+                recorder.record_metadata(run_group=self.settings.run_group)
 
     # --- defaults
     def defaults(self, kind: str) -> Dict[str, Any]:
@@ -289,7 +293,8 @@ def enable_reference_alias(*, store: Optional[str] = None,
                            checkpoint_stats: bool = False,
                            ideal_step_time: Optional[float] = None,
                            compile_spans: bool = False,
-                           disruptions: bool = False) -> AliasSettings:
+                           disruptions: bool = False,
+                           run_group: str = "") -> AliasSettings:
     """Makes ``ml_goodput_measurement`` imports resolve to our compat modules,
     in this process only, until :func:`disable_reference_alias`.
 
@@ -297,7 +302,8 @@ def enable_reference_alias(*, store: Optional[str] = None,
 
     Args:
       store, clock, prometheus_port, rolling_windows, checkpoint_stats,
-        ideal_step_time, compile_spans, disruptions: see :class:`AliasSettings`.
+        ideal_step_time, compile_spans, disruptions, run_group: see
+        :class:`AliasSettings`.
 
     Returns:
       The settings in force.
@@ -312,7 +318,7 @@ def enable_reference_alias(*, store: Optional[str] = None,
                              checkpoint_stats=bool(checkpoint_stats),
                              ideal_step_time=ideal_step_time,
                              compile_spans=bool(compile_spans),
-                             disruptions=bool(disruptions))
+                             disruptions=bool(disruptions), run_group=run_group or "")
     global _session
     with _LOCK:
         if _session is not None:
@@ -330,7 +336,7 @@ def enable_reference_alias(*, store: Optional[str] = None,
         if checkpoint_stats:
             if importlib.util.find_spec("orbax") is None:
                 raise AdapterUnavailable("checkpoint statistics need orbax-checkpoint: pip "
-                                         "install 'goodput[jax]', or turn them off")
+                                         "install 'goodput-core[jax]', or turn them off")
             runtime.watch_orbax()  # patches when MaxText imports Orbax; never imports it
         sys.meta_path.insert(0, session.finder)
         _session = session

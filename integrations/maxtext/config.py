@@ -37,6 +37,7 @@ or launcher flag wins over the environment::
                               (unset or negative: off; 0: a free port)
     GOODPUT_IDEAL_STEP_TIME   configured ideal step time in seconds
     GOODPUT_CHECKPOINT_STATS  record Orbax save/restore statistics (true)
+    GOODPUT_RUN_GROUP         the run's group (``goodput runs --group G``)
 
 Test hooks (attributes, not flags): ``_goodput_clock`` (a ``() -> float``
 time source) and ``_goodput_process_index`` (an int, or a callable).
@@ -50,6 +51,7 @@ import os
 from typing import Any, Callable, Mapping, Optional, Tuple
 
 from goodput_core import settings
+from goodput_core.run_groups import check_run_group
 
 __all__ = ["MaxTextGoodputSettings", "OUR_SETTINGS", "env_name", "flag_name", "read_ours",
            "read_settings", "parse_bool"]
@@ -90,7 +92,7 @@ def _positive_int(value: Any, name: str) -> int:
 
 #: Our settings (config-key form); see the module docstring for the others.
 OUR_SETTINGS = ("goodput_store", "goodput_rolling_windows", "goodput_prometheus_port",
-                "goodput_ideal_step_time", "goodput_checkpoint_stats")
+                "goodput_ideal_step_time", "goodput_checkpoint_stats", "goodput_run_group")
 _OURS = OUR_SETTINGS
 
 
@@ -122,7 +124,7 @@ def read_ours(lookup: Callable[[str], Any], source: Callable[[str], str] = _flag
 
     Returns:
       ``{"store", "rolling_windows", "prometheus_port", "ideal_step_time",
-      "checkpoint_stats"}``, parsed.
+      "checkpoint_stats", "run_group"}``, parsed.
 
     Raises:
       ValueError: a bad value, naming the flag or variable it came from.
@@ -140,6 +142,7 @@ def read_ours(lookup: Callable[[str], Any], source: Callable[[str], str] = _flag
         "ideal_step_time": settings.parse_seconds(*raw["goodput_ideal_step_time"],
                                                   zero_is_unset=True),
         "checkpoint_stats": settings.parse_bool(*raw["goodput_checkpoint_stats"], blank=True),
+        "run_group": check_run_group(*raw["goodput_run_group"]),
     }
 _warned_keys: set = set()
 
@@ -206,6 +209,7 @@ class MaxTextGoodputSettings:
     ideal_step_time: Optional[float] = None
     checkpoint_stats: bool = True
     job_name: str = ""
+    run_group: str = ""
     clock: Optional[Callable[[], float]] = None
     process_index: Any = None
 

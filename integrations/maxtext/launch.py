@@ -22,6 +22,8 @@ Usage::
       --goodput-checkpoint-stats B     record Orbax save/restore statistics
                                        (true; $GOODPUT_CHECKPOINT_STATS)
       --goodput-no-checkpoint-stats    the same as --goodput-checkpoint-stats=false
+      --goodput-run-group G            the run's group (``goodput runs --group G``;
+                                       $GOODPUT_RUN_GROUP)
 
 Goodput is still switched on by MaxText's flags: ``enable_goodput_recording=true``
 and ``monitor_goodput=true`` (and the others MaxText reads). The launcher

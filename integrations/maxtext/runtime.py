@@ -131,7 +131,8 @@ def orbax_patch() -> Any:
 def watch_compiles(recorder: Any) -> bool:
     """Records JAX compilations as ``recorder``'s program-startup spans
     (replacing an earlier recorder's). Returns False when JAX is not
-    imported yet, or ``recorder`` is a disabled one."""
+    imported yet, ``recorder`` is a disabled one, or a JAX adapter the user
+    instrumented is active (it records compilations itself)."""
     global _compiles
     if recorder is None or not getattr(recorder, "enabled", True):
         return False
@@ -142,10 +143,17 @@ def watch_compiles(recorder: Any) -> bool:
             return True
         _stop_compiles()
         try:
+            from goodput_integrations.jax import _active
             from goodput_integrations.jax.adapter import JaxAdapter
 
+            if _active.get() is not None:
+                return False  # the user's own JAX adapter records compilations already
+            before = _active.current
             _compiles = JaxAdapter(recorder, accelerator_init=False, sigterm=False,
                                    excepthook=False, metadata=False).instrument()
+            # ours only listens: module-level wrappers (instrument_iterator,
+            # train_step) must not pick it up as "the" adapter
+            _active.current = before
         except Exception:  # noqa: BLE001 - optional: MaxText runs on without it
             logger.warning("goodput: compile spans unavailable", exc_info=True)
             _compiles = None

@@ -282,3 +282,33 @@ def test_fork_line_serves_every_name_without_the_reference(tmp_path, monkeypatch
     assert helper.goodput.GoodputRecorder.__module__ == "goodput_core.compat.goodput"
     config = types.SimpleNamespace(run_name="r", goodput_job_name="job-7")
     assert helper.get_goodput_job_name(config) == "job-7"
+
+
+# ------------------------------------------------------- compile spans, groups
+def test_compile_spans_without_taking_over_the_users_adapter(make_config, store_url):
+    jax = pytest.importorskip("jax")
+    from goodput_core.events import Kind
+    from goodput_integrations.jax import _active
+
+    config = make_config(monitor_goodput=False)
+    recorder = mt.create_goodput_recorder(config)
+    assert _active.current is None  # module-level wrappers do not pick ours up
+    jax.jit(lambda x: x * 3 + 1)(jax.numpy.arange(3.0 + uuid.uuid4().int % 1000))
+    assert recorder.flush(10)
+    kinds = [e.kind for e in open_store(store_url).read(config.run_name)[0]]
+    assert Kind.PROGRAM_STARTUP_START in kinds and Kind.PROGRAM_STARTUP_END in kinds
+
+
+@pytest.mark.usefixtures("clean_reference")
+def test_launcher_run_group_reaches_the_run(tmp_path, store_url, clock):
+    from goodput_core.calculator import Calculator
+
+    script = tmp_path / "job.py"
+    script.write_text(textwrap.dedent(LAUNCHED))
+    assert launch.main([f"--goodput-store={store_url}", "--goodput-run-group", "sweep-7",
+                        "--goodput-no-checkpoint-stats", str(script), "grouped", "finish"],
+                       clock=clock) == 0
+    assert flush_all(10)
+    calc = Calculator("grouped", store_url, clock=clock)
+    calc.refresh()
+    assert calc.metadata()["run_group"] == "sweep-7"
