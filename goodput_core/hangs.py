@@ -1,6 +1,6 @@
 """Hangs as the calculator reports them (docs/insights.md, "Hang detection").
 
-The watchdog (:mod:`goodput_core.watchdog`) records a ``hang`` event when no
+The watchdog (:mod:`goodput_core.record.watchdog`) records a ``hang`` event when no
 step started or ended for too long, and a ``hang_end`` event when progress
 resumes. A hang's span runs from the time the hung step should have ended
 (its last progress + the expected step time) to the end of the hang; inside

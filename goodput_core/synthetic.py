@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Dict
 
-from goodput_core.recorder import Recorder
+from goodput_core.record.recorder import Recorder
 
 __all__ = ["SyntheticJob", "record_synthetic_job"]
 

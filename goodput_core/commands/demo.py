@@ -118,7 +118,7 @@ def _fresh_run_name(store: str) -> str:
 
 # ------------------------------------------------------------------ jobs
 def _play_synthetic(run_name: str, store: str) -> None:
-    from goodput_core.recorder import Recorder
+    from goodput_core.record.recorder import Recorder
     from goodput_core.synthetic import SyntheticJob, record_synthetic_job
 
     rec = Recorder(run_name, store)

@@ -41,7 +41,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional
 
 from goodput_core.cli import CliError
 from goodput_core.events import EventRecord, SkipReason, from_payload, to_payload
-from goodput_core.storable import check_event
+from goodput_core.record.storable import check_event
 from goodput_core.stores import Store
 
 __all__ = [

@@ -38,7 +38,7 @@ from goodput_core.compat.goodput_utils import (  # noqa: F401
     get_extra_time_from_anomalous_steps,
     get_timestamp_from_log_entry,
 )
-from goodput_core.recorder import Recorder
+from goodput_core.record.recorder import Recorder
 from goodput_core.results import GoodputResult
 
 __all__ = ["GoodputCalculator", "GoodputRecorder"]

@@ -150,7 +150,7 @@ class QueuedStoreMixin:
 
 def _close_all() -> None:
     """At exit: push the recorders' queues into the stores, then deliver (bounded)."""
-    recorder = sys.modules.get("goodput_core.recorder")
+    recorder = sys.modules.get("goodput_core.record.recorder")
     if recorder is not None:  # its own atexit hook runs after ours (LIFO)
         try:
             recorder.flush_all(EXIT_TIMEOUT_S)

@@ -9,8 +9,8 @@ the first ``record_*`` costs what any other does).
 
 An open that fails raises :class:`StoreError` from that call and is logged
 once; the writer keeps the batch and retries (opening again), the error is
-kept for :meth:`~goodput_core.recorder.Recorder.stats`, and
-:meth:`~goodput_core.recorder.Recorder.flush` tries one more open and
+kept for :meth:`~goodput_core.record.recorder.Recorder.stats`, and
+:meth:`~goodput_core.record.recorder.Recorder.flush` tries one more open and
 returns False at once when that fails too. A fork waits for an open in
 progress, so a child never inherits a half-built store.
 """

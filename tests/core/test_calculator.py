@@ -16,7 +16,7 @@ import pytest
 from goodput_core.buckets import BASE_BADPUT, BadputType as B
 from goodput_core.calculator import Calculator
 from goodput_core.events import EventRecord, Kind as K
-from goodput_core.recorder import Recorder
+from goodput_core.record.recorder import Recorder
 from goodput_core.step_stats import deviation_aggregate, ideal_step_time
 
 R = "run"

@@ -16,7 +16,7 @@ import pytest
 
 from goodput_core.buckets import BASE_BADPUT, BadputType
 from goodput_core.cli import main
-from goodput_core.recorder import Recorder
+from goodput_core.record.recorder import Recorder
 from goodput_core.synthetic import SyntheticJob, record_synthetic_job
 from goodput_core.timespec import (
     TimeSpecError,

@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from goodput_core.cli import main
-from goodput_core.recorder import Recorder
+from goodput_core.record.recorder import Recorder
 
 T0 = 1_700_000_000.0
 

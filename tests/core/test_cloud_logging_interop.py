@@ -39,7 +39,7 @@ from ml_goodput_measurement.src import goodput_utils as ref_utils  # noqa: E402
 
 from goodput_core.buckets import BASE_BADPUT, BadputType  # noqa: E402
 from goodput_core.calculator import Calculator  # noqa: E402
-from goodput_core.recorder import Recorder  # noqa: E402
+from goodput_core.record.recorder import Recorder  # noqa: E402
 from tests.support.fake_cloud_logging import FakeCloudLogging, cloud_store_factory, reference_client  # noqa: E402
 from tests.support.reference_families import FAMILIES  # noqa: E402
 from tests.support.reference_harness import entry_timestamp, frozen_reference_clock  # noqa: E402

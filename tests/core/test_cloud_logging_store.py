@@ -24,7 +24,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from goodput_core.events import EventRecord, Kind, to_payload
-from goodput_core.recorder import Recorder
+from goodput_core.record.recorder import Recorder
 from goodput_core.stores import cloud_logging_wire as wire
 from goodput_core.stores.cloud_logging import CloudLoggingStore
 from tests.support.fake_cloud_logging import FakeCloudLogging, cloud_store_factory, parse_filter, reference_client

@@ -18,7 +18,7 @@ from goodput_core.compat.monitoring import GoodputMonitor  # noqa: E402
 from goodput_core.compat.monitoring_elastic import ElasticGoodputMonitor  # noqa: E402
 from goodput_core.events import to_payload  # noqa: E402
 from goodput_core.exporters.base import Exporter  # noqa: E402
-from goodput_core.recorder import Recorder  # noqa: E402
+from goodput_core.record.recorder import Recorder  # noqa: E402
 from goodput_core.stores.memory import MemoryStore  # noqa: E402
 from tests.support.tfevents import display_names, read_scalars  # noqa: E402
 

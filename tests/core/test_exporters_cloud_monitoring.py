@@ -32,7 +32,7 @@ from goodput_core.exporters.cloud_monitoring import (
     RESOURCE_TYPE,
     CloudMonitoringExporter,
 )
-from goodput_core.recorder import Recorder
+from goodput_core.record.recorder import Recorder
 from goodput_core.synthetic import record_synthetic_job
 from tests.support.fake_cloud_monitoring import FakeCloudMonitoring, FakeMetadataServer
 

@@ -28,7 +28,7 @@ from goodput_core.exporters.console import format_snapshot  # noqa: E402
 from goodput_core.exporters.prometheus import PrometheusExporter  # noqa: E402
 from goodput_core.exporters.tensorboard import TensorBoardExporter  # noqa: E402
 from goodput_core.monitor import Monitor  # noqa: E402
-from goodput_core.recorder import Recorder  # noqa: E402
+from goodput_core.record.recorder import Recorder  # noqa: E402
 from goodput_core.stores.memory import MemoryStore  # noqa: E402
 from tests.support.diagnostic_run import QUERY, T0, TRUTH, record_diagnostic_run  # noqa: E402
 from tests.support.tfevents import read_scalars  # noqa: E402

@@ -7,7 +7,7 @@ saves (Orbax statistics or explicit spans), crashes at chosen steps with or
 without a recorded disruption, crashes before the first step (during
 accelerator init, preparation or compilation; rule 2), recovery gaps,
 restarts from the last checkpoint, planned stops with idle gaps) is played through the public
-:class:`~goodput_core.recorder.Recorder` with a fake clock into a memory
+:class:`~goodput_core.record.recorder.Recorder` with a fake clock into a memory
 store, read back by a :class:`Calculator` (refreshed at random points, so
 the incremental path is exercised), and every bucket must equal the true
 duration to 1e-9 s.
@@ -33,7 +33,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from goodput_core.buckets import BadputType as B
 from goodput_core.calculator import Calculator
-from goodput_core.recorder import Recorder
+from goodput_core.record.recorder import Recorder
 
 TICK = 1 / 64
 T0 = 1_700_000_000.0

@@ -15,7 +15,7 @@ from goodput_core.buckets import BadputType as B
 from goodput_core.compat._calculator_shapes import breakdown
 from goodput_core.events import EventRecord, Kind
 from goodput_core.stores.memory import MemoryStore
-from goodput_core.watchdog import HangSettings, HangWatchdog
+from goodput_core.record.watchdog import HangSettings, HangWatchdog
 from tests.support.fake_clock import FakeClock
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -183,7 +183,7 @@ def test_a_writer_held_up_by_the_store_is_not_a_hang():
 _HUNG = textwrap.dedent("""
     import sys, threading, time
     from goodput_core import Recorder
-    from goodput_core.watchdog import HangSettings
+    from goodput_core.record.watchdog import HangSettings
     store, block = sys.argv[1], float(sys.argv[2])
     rec = Recorder("hung", store, flush_interval_s=0.02,
                    hang_detection=HangSettings(factor=10, min_seconds=0.5,

@@ -16,7 +16,7 @@ from goodput_core.calculator import Calculator
 from goodput_core.cli import main as cli_main
 from goodput_core.exporters.base import Exporter
 from goodput_core.monitor import Monitor, parse_windows
-from goodput_core.recorder import Recorder
+from goodput_core.record.recorder import Recorder
 from goodput_core.stores.memory import MemoryStore
 from goodput_core.synthetic import record_synthetic_job
 

@@ -14,8 +14,8 @@ import pytest
 
 from goodput_core import Calculator, Recorder
 from goodput_core.compat import goodput as compat
-from goodput_core import recorder as recorder_module
-from goodput_core.recorder import flush_before_read
+import goodput_core.record.recorder as recorder_module
+from goodput_core.record.recorder import flush_before_read
 from goodput_core.stores import open_store
 from goodput_core.stores.memory import MemoryStore
 from tests.support.fake_clock import FakeClock

@@ -23,7 +23,7 @@ from goodput_core import Recorder
 from goodput_core.events import to_timestamp
 from goodput_core.stores.memory import MemoryStore
 from goodput_core.timespec import parse_time
-from goodput_core.zone_offset import zone_offset_hours
+from goodput_core.record.zone_offset import zone_offset_hours
 from tests.support.fake_clock import FakeClock
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -19,7 +19,7 @@ from goodput_core.cli import main
 from goodput_core.commands.timeline import html_page
 from goodput_core.events import EventRecord, Kind
 from goodput_core.plot_timeline import COLOURS, collect
-from goodput_core.recorder import Recorder
+from goodput_core.record.recorder import Recorder
 from goodput_core.synthetic import SyntheticJob, record_synthetic_job
 
 START = 1_700_000_000.0

@@ -26,7 +26,7 @@ from goodput_core.commands.import_ import JsonlSink, StoreSink, copy_run
 from goodput_core.commands.transfer import (
     ProgressBar, Skips, parse_line, read_jsonl, read_store, writer_metadata)
 from goodput_core.events import EventRecord, Kind, from_payload, to_payload
-from goodput_core.recorder import Recorder
+from goodput_core.record.recorder import Recorder
 from goodput_core.stores import open_store
 from goodput_core.stores.memory import MemoryStore
 from goodput_core.synthetic import record_synthetic_job

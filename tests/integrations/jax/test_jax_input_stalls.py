@@ -160,7 +160,7 @@ def observed_loop(record_load, record_step, n=12, cost=0.03):
     """A starved loop whose loads and steps are recorded by another adapter's
     calls; the JAX adapter (recording nothing itself) tracks the step function.
     Returns the seconds spent loading after the first load, as measured here."""
-    from goodput_core.recorder import NULL_RECORDER
+    from goodput_core.record.recorder import NULL_RECORDER
 
     waited = 0.0
     with gjax.instrumented(NULL_RECORDER):

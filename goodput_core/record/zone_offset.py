@@ -8,7 +8,7 @@ reads 0 %. Such a shift is a whole number of quarter hours (every zone's
 offset is: India is +5:30, Nepal +5:45, the Chatham Islands +12:45) and at
 most 14 h. A legitimate backfill is rarely that far off by such a round
 amount, so the recorder keeps the time but warns once (see
-:meth:`goodput_core.recorder.Recorder`).
+:meth:`goodput_core.record.recorder.Recorder`).
 """
 
 from __future__ import annotations

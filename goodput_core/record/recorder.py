@@ -41,14 +41,14 @@ import weakref
 from typing import Any, Callable, Dict, Optional
 
 from goodput_core.events import EventRecord, Kind, to_timestamp
-from goodput_core.phases import PhaseMixin
-from goodput_core.storable import (
+from goodput_core.record.phases import PhaseMixin
+from goodput_core.record.storable import (
     INT64_MAX, INT64_MIN, check_extra, check_int, check_text, describe_error)
 from goodput_core.stores import Store, check_store_url
 from goodput_core.stores.deferred import DeferredStore
-from goodput_core.watchdog import watchdog_for
-from goodput_core.writer import WriterMixin
-from goodput_core.zone_offset import MIN_OFFSET_S, zone_offset_hours
+from goodput_core.record.watchdog import watchdog_for
+from goodput_core.record.writer import WriterMixin
+from goodput_core.record.zone_offset import MIN_OFFSET_S, zone_offset_hours
 
 __all__ = ["Recorder", "NullRecorder", "NULL_RECORDER", "flush_all", "flush_before_read"]
 
@@ -100,9 +100,9 @@ class Recorder(PhaseMixin, WriterMixin):
         instead of being queued for the store.
       enabled: False makes every call a no-op (no store is opened, no thread
         started): e.g. on processes other than the one that should write.
-      hang_detection: the hang watchdog (:mod:`goodput_core.watchdog`): True
+      hang_detection: the hang watchdog (:mod:`goodput_core.record.watchdog`): True
         (default settings, ``GOODPUT_HANG_*`` variables applied), False, or a
-        :class:`~goodput_core.watchdog.HangSettings`. Its thread starts at the
+        :class:`~goodput_core.record.watchdog.HangSettings`. Its thread starts at the
         first job start; nothing of it runs on the caller's thread.
 
     Raises:
@@ -346,7 +346,7 @@ class Recorder(PhaseMixin, WriterMixin):
 
     def _check_zone_offset(self, kind: Kind, t: float, clock: float) -> None:
         """Warns once per recorder about a time shifted by a time-zone offset
-        (:mod:`goodput_core.zone_offset`); the event is kept either way."""
+        (:mod:`goodput_core.record.zone_offset`); the event is kept either way."""
         if self._zone_warned:
             return
         hours = zone_offset_hours(t, clock)

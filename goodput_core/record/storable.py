@@ -4,7 +4,7 @@ SQLite integers are signed 64-bit, text must be valid UTF-8 (a lone surrogate
 is not) and the ``extra`` payload must encode as strict JSON (no cycles, no
 non-string keys, nothing whose ``str()`` raises, not nested beyond the
 encoder's recursion limit). The recorder checks what users hand it at record
-time (:mod:`goodput_core.recorder`); ``goodput import`` checks every input
+time (:mod:`goodput_core.record.recorder`); ``goodput import`` checks every input
 line (:mod:`goodput_core.commands.transfer`), so one bad event is skipped and
 counted instead of failing a batch.
 """

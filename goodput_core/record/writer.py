@@ -1,6 +1,6 @@
 """The recorder's background writer: drains the queue into the store in batches.
 
-Mixed into :class:`goodput_core.recorder.Recorder`, which owns the state it
+Mixed into :class:`goodput_core.record.recorder.Recorder`, which owns the state it
 uses (``_queue``, ``_wake``, ``_store``, writer metadata, counters). A batch
 that fails to write for a reason that may pass (the store's own errors:
 disk full, locked, unreachable) is kept and retried with exponential backoff,
