@@ -39,7 +39,7 @@ injected ``clock``. Queries never raise on bad data (bad events are skipped
 and counted); they raise ``ValueError`` only for impossible arguments (a
 window that ends before it starts, NaN bounds, a negative rolling size).
 Semantics: ``docs/semantics.md`` in the repository (every rule, with a
-worked example and its test); the spans: :mod:`goodput_core.timeline`.
+worked example and its test); the spans: :mod:`goodput_core.timeline.spans`.
 The calculator is thread-safe (one lock around updates and queries).
 """
 
@@ -53,20 +53,20 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 
 import numpy as np
 
-from goodput_core.buckets import CUSTOM_BASE, IDLE, PRODUCTIVE, BadputType
+from goodput_core.timeline.buckets import CUSTOM_BASE, IDLE, PRODUCTIVE, BadputType
 from goodput_core.diagnostics import MetricSeries, merged_metadata, metric_series, metrics_since
 from goodput_core.elastic import SliceCounts, SliceEfficiency, slice_counts, slice_efficiency
 from goodput_core.events import SkipReason, from_payload, to_timestamp
 from goodput_core.checkpoint_advice import CheckpointAdvice, advice_of_run
 from goodput_core.hangs import Hang, hangs_of_run
 from goodput_core.host_outliers import HostBreakdown, HostTracker
-from goodput_core.payload_columns import payload_page
+from goodput_core.timeline.payload_columns import payload_page
 from goodput_core.program_goodput import ProgramGoodput, program_goodput_of_run
 from goodput_core.record.recorder import flush_before_read
 from goodput_core.results import GoodputResult, build_result, empty_result
-from goodput_core.segments import CLOSE_JOB_END, CLOSE_STEP_END, NO_RESTART
+from goodput_core.timeline.segments import CLOSE_JOB_END, CLOSE_STEP_END, NO_RESTART
 from goodput_core.step_stats import StepStats, compute_step_stats
-from goodput_core.timeline import Timeline
+from goodput_core.timeline.spans import Timeline
 
 __all__ = ["Calculator", "GoodputResult", "MetricSeries", "ProgramGoodput", "SliceCounts",
            "SliceEfficiency", "StepStats"]

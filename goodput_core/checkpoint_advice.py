@@ -38,8 +38,8 @@ from typing import Optional
 
 import numpy as np
 
-from goodput_core.buckets import BadputType as B
-from goodput_core.ingest import ORBAX_SAVE
+from goodput_core.timeline.buckets import BadputType as B
+from goodput_core.timeline.ingest import ORBAX_SAVE
 
 __all__ = ["CheckpointAdvice", "advise", "waste", "best_interval", "advice_of_run"]
 

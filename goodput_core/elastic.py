@@ -1,6 +1,6 @@
 """Elastic training: the three elastic buckets and time-weighted slice efficiency.
 
-Buckets (painted by :mod:`goodput_core.timeline`, semantics.md rules 7-8).
+Buckets (painted by :mod:`goodput_core.timeline.spans`, semantics.md rules 7-8).
 The recorder's elastic events become intervals, paired per kind as the
 reference's ``ElasticGoodputCalculator`` pairs them (a second start replaces
 a pending one, an end without a start is skipped):
@@ -41,7 +41,7 @@ from typing import NamedTuple, Optional, Tuple
 
 import numpy as np
 
-from goodput_core.intervals import complement
+from goodput_core.timeline.intervals import complement
 
 __all__ = ["SliceCounts", "SliceEfficiency", "reportable", "slice_counts", "slice_efficiency",
            "time_weighted_mean"]
@@ -82,7 +82,7 @@ class SliceEfficiency:
 
 
 def slice_counts(tables) -> SliceCounts:
-    """The slice-count records of an :class:`~goodput_core.ingest.EventTables`.
+    """The slice-count records of an :class:`~goodput_core.timeline.ingest.EventTables`.
 
     Args:
       tables: the event tables (their ``slices`` side table).

@@ -57,7 +57,7 @@ def hangs_of_run(tables, attempt_starts: np.ndarray, now: float) -> List[Hang]:
     """The hangs of a run, in time order.
 
     Args:
-      tables: the run's :class:`~goodput_core.ingest.EventTables`.
+      tables: the run's :class:`~goodput_core.timeline.ingest.EventTables`.
       attempt_starts: job start times, sorted.
       now: the query time (the length of an open hang).
     """

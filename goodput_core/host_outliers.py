@@ -32,7 +32,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence
 
 import numpy as np
 
-from goodput_core.buckets import BadputType as B
+from goodput_core.timeline.buckets import BadputType as B
 
 __all__ = ["HOST_LOCAL_BUCKETS", "HostStats", "HostBreakdown", "HostTracker", "breakdown_of"]
 

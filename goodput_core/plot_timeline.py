@@ -30,7 +30,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from goodput_core.buckets import BadputType
+from goodput_core.timeline.buckets import BadputType
 from goodput_core.timespec import format_duration, format_time
 
 __all__ = ["TimelineData", "Lane", "Marker", "PlotUnavailable", "collect", "render_image",

@@ -34,7 +34,7 @@ from typing import Any, Iterable, List, Mapping, Optional, Tuple
 
 import numpy as np
 
-from goodput_core.segments import CLOSE_NONE
+from goodput_core.timeline.segments import CLOSE_NONE
 
 __all__ = [
     "PEAK_FLOPS_PER_DEVICE",
@@ -227,7 +227,7 @@ def productive_steps(timeline, end: float = math.inf) -> int:
     time is not productive.
 
     Args:
-      timeline: an up-to-date :class:`~goodput_core.timeline.Timeline`.
+      timeline: an up-to-date :class:`~goodput_core.timeline.spans.Timeline`.
       end: only spans ending at or before this time count.
     """
     seg = timeline.segments

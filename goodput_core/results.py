@@ -8,7 +8,7 @@ from typing import Dict, List, Mapping, Tuple
 
 import numpy as np
 
-from goodput_core.buckets import (
+from goodput_core.timeline.buckets import (
     BASE_BADPUT,
     CUSTOM_BASE,
     ELASTIC_BADPUT,
@@ -17,7 +17,7 @@ from goodput_core.buckets import (
     PRODUCTIVE,
     BadputType,
 )
-from goodput_core.intervals import complement, union
+from goodput_core.timeline.intervals import complement, union
 
 __all__ = ["GoodputResult", "build_result", "empty_result"]
 

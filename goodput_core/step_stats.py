@@ -19,7 +19,7 @@ from typing import Dict, Optional
 
 import numpy as np
 
-from goodput_core.segments import CLOSE_STEP_END
+from goodput_core.timeline.segments import CLOSE_STEP_END
 
 __all__ = [
     "StepStats",
@@ -69,7 +69,7 @@ def step_times(timeline) -> tuple:
     """(steps, times) of every measured step, latest run per step, by step.
 
     Args:
-      timeline: an up-to-date :class:`~goodput_core.timeline.Timeline`.
+      timeline: an up-to-date :class:`~goodput_core.timeline.spans.Timeline`.
     """
     st = timeline.tables["step_start"]
     t, s = st["t"], st["step"]

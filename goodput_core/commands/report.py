@@ -93,7 +93,7 @@ import sys
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
-from goodput_core.buckets import BadputType
+from goodput_core.timeline.buckets import BadputType
 from goodput_core.cli import CliError
 from goodput_core.commands.common import add_store_argument
 from goodput_core.commands.report_insights import insights_report, insights_table

@@ -1,6 +1,6 @@
 """The reference's ``BadputType``, exactly: its fourteen members and numbers.
 
-The engine's :class:`goodput_core.buckets.BadputType` has buckets of ours
+The engine's :class:`goodput_core.timeline.buckets.BadputType` has buckets of ours
 after them (``HANG``, 15); code written for ml-goodput-measurement iterates
 or compares the enum, so the compatibility layer keeps the reference's own.
 Members are ``IntEnum``s with the same numbers, so they compare and hash

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, Optional, Tuple, Union
 
-from goodput_core.buckets import BASE_BADPUT, ELASTIC_BADPUT
+from goodput_core.timeline.buckets import BASE_BADPUT, ELASTIC_BADPUT
 from goodput_core.compat._badput import BadputType
 from goodput_core.compat.goodput_utils import GoodputType, IntervalMetricType, MetricType
 from goodput_core.events import to_timestamp

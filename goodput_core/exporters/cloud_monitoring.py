@@ -61,7 +61,7 @@ import math
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from goodput_core.buckets import BadputType
+from goodput_core.timeline.buckets import BadputType
 from goodput_core.compat import goodput_utils
 from goodput_core.exporters.base import Exporter, MonitorSnapshot
 from goodput_core.results import GoodputResult

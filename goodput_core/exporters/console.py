@@ -16,7 +16,7 @@ import logging
 import math
 from typing import Any, List, Optional, TextIO
 
-from goodput_core.buckets import BadputType
+from goodput_core.timeline.buckets import BadputType
 from goodput_core.exporters.base import Exporter, MonitorSnapshot
 from goodput_core.text import printable
 

@@ -46,7 +46,7 @@ from typing import Any, Dict, Iterator, Optional, Sequence
 
 import numpy as np
 
-from goodput_core.buckets import BadputType
+from goodput_core.timeline.buckets import BadputType
 from goodput_core.exporters.base import Exporter, MonitorSnapshot
 from goodput_core.settings import ORBAX_PROMETHEUS_PORT
 

@@ -50,7 +50,7 @@ import os
 import time
 from typing import Any, Optional, Tuple
 
-from goodput_core.buckets import BadputType
+from goodput_core.timeline.buckets import BadputType
 from goodput_core.exporters.base import Exporter, MonitorSnapshot
 
 __all__ = ["TensorBoardExporter", "SUBDIR", "efficiency_tags", "window_tag"]

@@ -4,7 +4,7 @@
 :class:`~goodput_core.events.EventRecord` per event, so that reading a large
 run builds no Python object per event: the sqlite store fills the columns
 straight from its packed chunks, and the engine
-(:meth:`goodput_core.ingest.EventTables.add_page`) routes them to its tables
+(:meth:`goodput_core.timeline.ingest.EventTables.add_page`) routes them to its tables
 with array operations. Only the few events with an ``extra`` payload (custom
 badput types, disruptions, Orbax entries, metadata, metrics, slice counts)
 keep their parsed ``extra`` dicts, by row index.

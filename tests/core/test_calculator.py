@@ -13,7 +13,7 @@ import uuid
 import numpy as np
 import pytest
 
-from goodput_core.buckets import BASE_BADPUT, BadputType as B
+from goodput_core.timeline.buckets import BASE_BADPUT, BadputType as B
 from goodput_core.calculator import Calculator
 from goodput_core.events import EventRecord, Kind as K
 from goodput_core.record.recorder import Recorder

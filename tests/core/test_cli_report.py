@@ -14,7 +14,7 @@ import math
 
 import pytest
 
-from goodput_core.buckets import BASE_BADPUT, BadputType
+from goodput_core.timeline.buckets import BASE_BADPUT, BadputType
 from goodput_core.cli import main
 from goodput_core.record.recorder import Recorder
 from goodput_core.synthetic import SyntheticJob, record_synthetic_job

@@ -37,7 +37,7 @@ pytest.importorskip("ml_goodput_measurement")
 from ml_goodput_measurement.src import goodput as ref  # noqa: E402
 from ml_goodput_measurement.src import goodput_utils as ref_utils  # noqa: E402
 
-from goodput_core.buckets import BASE_BADPUT, BadputType  # noqa: E402
+from goodput_core.timeline.buckets import BASE_BADPUT, BadputType  # noqa: E402
 from goodput_core.calculator import Calculator  # noqa: E402
 from goodput_core.record.recorder import Recorder  # noqa: E402
 from tests.support.fake_cloud_logging import FakeCloudLogging, cloud_store_factory, reference_client  # noqa: E402

@@ -23,7 +23,7 @@ import pytest
 
 pytest.importorskip("ml_goodput_measurement")
 
-from goodput_core.buckets import BadputType  # noqa: E402
+from goodput_core.timeline.buckets import BadputType  # noqa: E402
 from goodput_core.compat import goodput as compat  # noqa: E402
 from goodput_core.compat import goodput_elastic as compat_elastic  # noqa: E402
 from goodput_core.compat.goodput_utils import GoodputType  # noqa: E402

@@ -38,7 +38,7 @@ def test_enum_members_and_values_match(name):
 def test_badput_type_has_the_reference_codes_and_keys_engine_results():
     """The compat enum is the reference's (no HANG); its members compare and
     hash equal to the engine's, so they index the engine's results."""
-    from goodput_core.buckets import BadputType
+    from goodput_core.timeline.buckets import BadputType
     assert "HANG" in BadputType.__members__ and "HANG" not in ours.BadputType.__members__
     for member in ours.BadputType:
         theirs = ref.BadputType[member.name]

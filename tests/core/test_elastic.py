@@ -14,7 +14,7 @@ import math
 import numpy as np
 import pytest
 
-from goodput_core.buckets import BadputType as B
+from goodput_core.timeline.buckets import BadputType as B
 from goodput_core.calculator import Calculator
 from goodput_core.elastic import SliceCounts, slice_efficiency, time_weighted_mean
 from goodput_core.events import EventRecord, Kind as K

@@ -21,7 +21,7 @@ import grpc
 import pytest
 from google.auth.credentials import AnonymousCredentials
 
-from goodput_core.buckets import BadputType
+from goodput_core.timeline.buckets import BadputType
 from goodput_core.calculator import Calculator
 from goodput_core.compat import goodput_utils
 from goodput_core.compat.goodput_utils import GCPOptions

@@ -7,7 +7,7 @@ import pytest
 
 pytest.importorskip("tensorboardX")
 
-from goodput_core.buckets import BadputType  # noqa: E402
+from goodput_core.timeline.buckets import BadputType  # noqa: E402
 from goodput_core.calculator import Calculator  # noqa: E402
 from goodput_core.exporters.base import MonitorSnapshot  # noqa: E402
 from goodput_core.exporters.tensorboard import TensorBoardExporter, window_tag  # noqa: E402

@@ -31,7 +31,7 @@ from typing import Dict, List, Optional
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from goodput_core.buckets import BadputType as B
+from goodput_core.timeline.buckets import BadputType as B
 from goodput_core.calculator import Calculator
 from goodput_core.record.recorder import Recorder
 

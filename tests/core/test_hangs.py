@@ -11,7 +11,7 @@ import textwrap
 import pytest
 
 from goodput_core import Calculator, Recorder
-from goodput_core.buckets import BadputType as B
+from goodput_core.timeline.buckets import BadputType as B
 from goodput_core.compat._calculator_shapes import breakdown
 from goodput_core.events import EventRecord, Kind
 from goodput_core.stores.memory import MemoryStore

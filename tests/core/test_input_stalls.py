@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from goodput_core.buckets import BadputType as B
+from goodput_core.timeline.buckets import BadputType as B
 from goodput_core.calculator import Calculator
 from goodput_core.events import Kind as K, from_payload, to_payload
 from tests.support.compat_calculator import T0, p, span, steps

@@ -1,4 +1,4 @@
-"""Payloads read column-wise (goodput_core.payload_columns) give exactly what
+"""Payloads read column-wise (goodput_core.timeline.payload_columns) give exactly what
 parsing them one by one gives: the same numbers, the same skipped counts.
 
 Batches of at least ``MIN_BATCH`` payloads take the column path; the same
@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from goodput_core.calculator import Calculator
-from goodput_core.payload_columns import MIN_BATCH, payload_page
+from goodput_core.timeline.payload_columns import MIN_BATCH, payload_page
 
 RUN = "job"
 T0 = 1_700_000_000.0

@@ -18,7 +18,7 @@ import random
 import pytest
 from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
-from goodput_core.buckets import BadputType as B
+from goodput_core.timeline.buckets import BadputType as B
 from goodput_core.calculator import Calculator
 from goodput_core.events import KINDS, EventRecord, Kind
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from goodput_core.buckets import BadputType as B
+from goodput_core.timeline.buckets import BadputType as B
 from goodput_core.calculator import Calculator
 from goodput_core.events import Kind as K
 from tests.support.event_builders import calc_of, ev

@@ -7,7 +7,7 @@ import os
 import pytest
 
 from goodput_core import open_store
-from goodput_core.buckets import BadputType
+from goodput_core.timeline.buckets import BadputType
 from goodput_core.calculator import Calculator
 from goodput_core.events import to_payload
 from goodput_integrations import axlearn as gax

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from goodput_core import cli
-from goodput_core.buckets import BadputType
+from goodput_core.timeline.buckets import BadputType
 from goodput_core.calculator import Calculator
 from goodput_integrations.demo.driver import frameworks_missing
 

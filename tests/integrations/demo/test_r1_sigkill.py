@@ -23,7 +23,7 @@ import signal
 
 import pytest
 
-from goodput_core.buckets import BadputType
+from goodput_core.timeline.buckets import BadputType
 from goodput_core.calculator import Calculator
 from goodput_core.events import Kind
 from goodput_core.stores.sqlite import SqliteStore

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import pytest
 
 import goodput_integrations.jax as gjax
-from goodput_core.buckets import BadputType as B
+from goodput_core.timeline.buckets import BadputType as B
 from goodput_core.calculator import Calculator
 
 N_STEPS = 16

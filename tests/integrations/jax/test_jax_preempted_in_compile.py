@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from goodput_core import open_store
-from goodput_core.buckets import BadputType as B
+from goodput_core.timeline.buckets import BadputType as B
 from goodput_core.calculator import Calculator
 from goodput_core.events import Kind
 

@@ -11,7 +11,7 @@ import uuid
 import pytest
 
 from goodput_core import flush_all, open_store
-from goodput_core.buckets import BadputType
+from goodput_core.timeline.buckets import BadputType
 from goodput_core.calculator import Calculator
 from goodput_core.compat import goodput as compat_goodput
 from goodput_core.compat import monitoring as compat_monitoring

@@ -8,7 +8,7 @@ import types
 import pytest
 
 from goodput_core import flush_all, open_store
-from goodput_core.buckets import BadputType
+from goodput_core.timeline.buckets import BadputType
 from goodput_core.calculator import Calculator
 from goodput_core.compat.goodput import GoodputRecorder
 from goodput_core.compat.goodput_elastic import ElasticGoodputRecorder

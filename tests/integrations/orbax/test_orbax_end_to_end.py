@@ -11,7 +11,7 @@ import goodput_integrations.jax as gjax
 import goodput_integrations.orbax as gorbax
 
 calculator = pytest.importorskip("goodput_core.calculator")
-buckets = pytest.importorskip("goodput_core.buckets")
+buckets = pytest.importorskip("goodput_core.timeline.buckets")
 
 
 def test_compile_and_checkpoint_time_land_in_their_buckets(orec, tmp_path):

@@ -1,6 +1,6 @@
 """A compact columnar table: numpy columns kept sorted by (time, arrival order).
 
-The event tables of :mod:`goodput_core.ingest` are made of these: inserting
+The event tables of :mod:`goodput_core.timeline.ingest` are made of these: inserting
 a batch merges it in order and drops exact duplicates when asked, so no
 Python object per event survives ingestion.
 """
@@ -12,7 +12,7 @@ from typing import Dict, Tuple
 
 import numpy as np
 
-from goodput_core.intervals import Growable
+from goodput_core.timeline.intervals import Growable
 
 __all__ = ["Table", "DTYPES"]
 

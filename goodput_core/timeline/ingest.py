@@ -36,8 +36,8 @@ from goodput_core.events import (
     orbax_span_keys,
 )
 from goodput_core.stores.columns import EventPage
-from goodput_core.table import DTYPES as _DTYPES
-from goodput_core.table import Table
+from goodput_core.timeline.table import DTYPES as _DTYPES
+from goodput_core.timeline.table import Table
 
 __all__ = ["EventTables", "PAIR_FAMILIES", "MAX_ABS_TIME", "MAX_STEP", "NO_STEP", "SIDE_TABLES"]
 

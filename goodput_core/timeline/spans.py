@@ -3,7 +3,7 @@
 Every instant of the lifetime gets one category (``buckets.PRODUCTIVE``, a
 ``BadputType`` or a custom event type); IDLE marks the gaps between attempts
 (not part of total time). The partition is stored as one
-:class:`~goodput_core.intervals.IntervalList` per category (sorted starts,
+:class:`~goodput_core.timeline.intervals.IntervalList` per category (sorted starts,
 ends and cumulative lengths), so the seconds of every category inside any
 window are a few binary searches. ``OTHER`` is never stored: it is whatever
 of the lifetime no other category covers (this also makes the open tail of
@@ -56,11 +56,11 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
-from goodput_core.buckets import CUSTOM_BASE, IDLE, PRODUCTIVE, BadputType
-from goodput_core.ingest import ORBAX_SAVE, EventTables
-from goodput_core.intervals import (Growable, IntervalList, complement, paint, split_by_regions,
+from goodput_core.timeline.buckets import CUSTOM_BASE, IDLE, PRODUCTIVE, BadputType
+from goodput_core.timeline.ingest import ORBAX_SAVE, EventTables
+from goodput_core.timeline.intervals import (Growable, IntervalList, complement, paint, split_by_regions,
                                     union)
-from goodput_core.segments import Attempts, SegmentTable
+from goodput_core.timeline.segments import Attempts, SegmentTable
 
 __all__ = ["Timeline"]
 
