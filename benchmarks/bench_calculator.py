@@ -31,7 +31,7 @@ import time
 import tracemalloc
 
 from _machine import machine, median
-from goodput_core.calculator import Calculator
+from goodput_core.queries.calculator import Calculator
 from goodput_core.events import EventRecord, Kind
 
 RUN = "bench"

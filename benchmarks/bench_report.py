@@ -37,7 +37,7 @@ import time
 
 from _machine import machine, median
 from bench_calculator import RUN, stream
-from goodput_core.calculator import Calculator
+from goodput_core.queries.calculator import Calculator
 from goodput_core.stores.sqlite import SqliteStore
 
 _BATCH = 10_000

@@ -2,7 +2,7 @@
 
 The engine imports no ML framework and no cloud client. Start with
 :class:`Recorder` (record events of a run) and, once available,
-:class:`goodput_core.calculator.Calculator` (turn them into goodput).
+:class:`goodput_core.queries.calculator.Calculator` (turn them into goodput).
 Code written against ``ml-goodput-measurement`` imports
 ``goodput_core.compat.goodput`` instead of ``ml_goodput_measurement.goodput``.
 """
@@ -31,7 +31,7 @@ def __getattr__(name):
     # The calculator needs numpy: import it on first use so that
     # `import goodput_core` (done by every training job) stays cheap.
     if name == "Calculator":
-        from goodput_core.calculator import Calculator
+        from goodput_core.queries.calculator import Calculator
 
         return Calculator
     raise AttributeError(f"module 'goodput_core' has no attribute {name!r}")

@@ -138,7 +138,7 @@ class Monitor:
                        else _positive(configured_ideal_step_time, "configured_ideal_step_time"))
         self.run = run
         if calculator is None:
-            from goodput_core.calculator import Calculator
+            from goodput_core.queries.calculator import Calculator
             from goodput_core.stores import open_store
 
             calculator = Calculator(run, open_store(store), clock=clock)

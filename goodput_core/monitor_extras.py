@@ -9,14 +9,14 @@ exporter is owed.
   the model metrics (the points new since the last cycle, and the latest
   point of each metric);
   and the insights (hangs, checkpoint-interval advice, per-host breakdown:
-  :mod:`goodput_core.hangs`, :mod:`goodput_core.checkpoint_advice`,
-  :mod:`goodput_core.host_outliers`);
+  :mod:`goodput_core.queries.hangs`, :mod:`goodput_core.queries.checkpoint_advice`,
+  :mod:`goodput_core.queries.host_outliers`);
 * with the ``"rolling"`` part: the slice efficiency of each rolling window.
 
 Each is switched on or off by the monitor's ``include_slice_efficiency``,
 ``include_program_goodput`` and ``include_metrics``. Slice efficiency is left
 out for a window in which no slice count was in force yet
-(:func:`goodput_core.elastic.reportable`).
+(:func:`goodput_core.queries.elastic.reportable`).
 
 Exporters write metric points and step deviations once: each cycle hands
 out only the new ones (:func:`fresh_deviations`; the metric cursor of
@@ -34,8 +34,8 @@ from typing import Any, Callable, Collection, Dict, List, Optional, Sequence, Tu
 
 import numpy as np
 
-from goodput_core.diagnostics import MetricPoint
-from goodput_core.elastic import SliceEfficiency, reportable
+from goodput_core.queries.diagnostics import MetricPoint
+from goodput_core.queries.elastic import SliceEfficiency, reportable
 from goodput_core.exporters.base import MonitorSnapshot
 
 __all__ = ["Extras", "MAX_CARRY", "clear_carry", "fresh_deviations", "keep_carry",

@@ -1,6 +1,6 @@
 """Timeline pictures: a run's attributed spans drawn over time.
 
-:func:`collect` turns a :class:`~goodput_core.calculator.Calculator` into a
+:func:`collect` turns a :class:`~goodput_core.queries.calculator.Calculator` into a
 :class:`TimelineData` (lanes of spans, markers, totals) with no plotting
 library; :func:`render_image` draws it with matplotlib into a PNG (or
 SVG/PDF). matplotlib is imported only inside :func:`render_image` (with the

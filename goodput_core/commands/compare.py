@@ -31,7 +31,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from goodput_core.cli import CliError
 from goodput_core.commands.common import add_store_argument
 from goodput_core.commands.report import build_report
-from goodput_core.run_groups import RUN_GROUP_KEY, group_of, runs_in_group
+from goodput_core.queries.run_groups import RUN_GROUP_KEY, group_of, runs_in_group
 from goodput_core.timespec import format_duration
 
 __all__ = ["add_arguments", "run", "compare_reports", "format_comparison", "list_group"]
@@ -48,7 +48,7 @@ def add_arguments(parser) -> None:
 
 
 def _calcs(store, names: Sequence[str], group: Optional[str]) -> List[Tuple[str, Any]]:
-    from goodput_core.calculator import Calculator
+    from goodput_core.queries.calculator import Calculator
 
     if group is not None:
         found = runs_in_group(store, group)

@@ -97,9 +97,9 @@ from goodput_core.timeline.buckets import BadputType
 from goodput_core.cli import CliError
 from goodput_core.commands.common import add_store_argument
 from goodput_core.commands.report_insights import insights_report, insights_table
-from goodput_core.elastic import reportable
-from goodput_core.program_goodput import unusable_metadata
-from goodput_core.step_stats import percentile
+from goodput_core.queries.elastic import reportable
+from goodput_core.queries.program_goodput import unusable_metadata
+from goodput_core.queries.step_stats import percentile
 from goodput_core.text import printable
 from goodput_core.timespec import (
     TimeSpecError,
@@ -132,7 +132,7 @@ def open_run(run_name: str, store_url: Any):
     """``(calculator, store)`` for ``run_name``, refreshed; CliError for an
     unknown run, StoreError for an unusable store. Also used by ``goodput timeline``.
     """
-    from goodput_core.calculator import Calculator
+    from goodput_core.queries.calculator import Calculator
     from goodput_core.stores import open_store
 
     store = open_store(store_url, create=False)

@@ -1,8 +1,8 @@
 """Helpers of the compat calculators: event feeds and the reference's return shapes.
 
 The compat ``GoodputCalculator`` computes every number with the engine's
-:class:`~goodput_core.calculator.Calculator`; this module turns a
-:class:`~goodput_core.results.GoodputResult` into the tuples and dicts that
+:class:`~goodput_core.queries.calculator.Calculator`; this module turns a
+:class:`~goodput_core.queries.results.GoodputResult` into the tuples and dicts that
 ``ml_goodput_measurement`` 0.2.3 returns (keys, key types, units), and reads
 events incrementally from either source the reference's API allows: one of
 our stores, or a duck-typed ``cloud_logger``.
@@ -25,7 +25,7 @@ from goodput_core.timeline.buckets import BASE_BADPUT, ELASTIC_BADPUT
 from goodput_core.compat._badput import BadputType
 from goodput_core.compat.goodput_utils import GoodputType, IntervalMetricType, MetricType
 from goodput_core.events import to_timestamp
-from goodput_core.results import GoodputResult
+from goodput_core.queries.results import GoodputResult
 from goodput_core.record.recorder import flush_before_read
 from goodput_core.stores import open_store
 

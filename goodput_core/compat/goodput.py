@@ -39,7 +39,7 @@ from goodput_core.compat.goodput_utils import (  # noqa: F401
     get_timestamp_from_log_entry,
 )
 from goodput_core.record.recorder import Recorder
-from goodput_core.results import GoodputResult
+from goodput_core.queries.results import GoodputResult
 
 __all__ = ["GoodputCalculator", "GoodputRecorder"]
 
@@ -166,7 +166,7 @@ class GoodputCalculator:
         self.using_pathways = using_pathways
         self._clock = clock
         # Imported here: recorders (built at a job's start) do not pay for it.
-        from goodput_core.calculator import Calculator
+        from goodput_core.queries.calculator import Calculator
 
         self._calc = Calculator(job_name, clock=clock)
         self._feed = (_shapes.CloudLoggerFeed(job_name, cloud_logger) if cloud_logger is not None

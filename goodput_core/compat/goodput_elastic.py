@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import Any, Dict
 
 from goodput_core.compat.goodput import GoodputCalculator, GoodputRecorder
-from goodput_core.elastic import reportable
-from goodput_core.results import GoodputResult
+from goodput_core.queries.elastic import reportable
+from goodput_core.queries.results import GoodputResult
 
 __all__ = ["ElasticGoodputCalculator", "ElasticGoodputRecorder", "GoodputCalculator",
            "GoodputRecorder"]
@@ -51,7 +51,7 @@ class ElasticGoodputCalculator(GoodputCalculator):
     during the window: over the job's lifetime for
     :meth:`get_job_goodput_details`, over the window clipped to the lifetime
     for :meth:`get_interval_metric_details`. They are the engine's
-    (:meth:`goodput_core.calculator.Calculator.slice_efficiency`): unlike the
+    (:meth:`goodput_core.queries.calculator.Calculator.slice_efficiency`): unlike the
     reference's interval query, the slice count in force when the window
     opens counts even if it was recorded before the window, and idle time
     between attempts is left out, as it is of total time.

@@ -175,7 +175,7 @@ class GoodputMonitor:
             logger.info("Monitoring is disabled. GoodputMonitor will not be initialized.")
             self._initialized = False
             return
-        from goodput_core.calculator import Calculator
+        from goodput_core.queries.calculator import Calculator
 
         self.job_name = job_name
         self.logger_name = logger_name

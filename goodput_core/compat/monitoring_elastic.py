@@ -7,7 +7,7 @@ recorded elastic events, so the TensorBoard ``badput/elastic_*`` scalars and
 the Cloud Monitoring series come from the same monitor as for other runs.
 
 ``include_slice_efficiency=True`` publishes the time-weighted stepping and
-available slice efficiency (:mod:`goodput_core.elastic`) of runs with slice
+available slice efficiency (:mod:`goodput_core.queries.elastic`) of runs with slice
 counts:
 
 * Cloud Monitoring, as the reference: ``stepping_slice_efficiency`` and

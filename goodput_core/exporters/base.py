@@ -12,14 +12,14 @@ import abc
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
-from goodput_core.checkpoint_advice import CheckpointAdvice
-from goodput_core.diagnostics import MetricPoint
-from goodput_core.hangs import Hang
-from goodput_core.host_outliers import HostBreakdown
-from goodput_core.elastic import SliceEfficiency
-from goodput_core.program_goodput import ProgramGoodput
-from goodput_core.results import GoodputResult
-from goodput_core.step_stats import StepStats
+from goodput_core.queries.checkpoint_advice import CheckpointAdvice
+from goodput_core.queries.diagnostics import MetricPoint
+from goodput_core.queries.hangs import Hang
+from goodput_core.queries.host_outliers import HostBreakdown
+from goodput_core.queries.elastic import SliceEfficiency
+from goodput_core.queries.program_goodput import ProgramGoodput
+from goodput_core.queries.results import GoodputResult
+from goodput_core.queries.step_stats import StepStats
 
 __all__ = ["Exporter", "MonitorSnapshot"]
 
@@ -48,7 +48,7 @@ class MonitorSnapshot:
       new_metric_points: ``{name: [MetricPoint, ...]}`` that arrived since the
         last cycle, in time order (exporters that write series, like
         TensorBoard, write only these).
-      hangs: the run's hangs so far (:class:`~goodput_core.hangs.Hang`).
+      hangs: the run's hangs so far (:class:`~goodput_core.queries.hangs.Hang`).
       checkpoint_advice: checkpoint-interval advice (None: insights off).
       hosts: per-host breakdown (None: insights off or fewer than two hosts).
     """

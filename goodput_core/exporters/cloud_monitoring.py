@@ -64,7 +64,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from goodput_core.timeline.buckets import BadputType
 from goodput_core.compat import goodput_utils
 from goodput_core.exporters.base import Exporter, MonitorSnapshot
-from goodput_core.results import GoodputResult
+from goodput_core.queries.results import GoodputResult
 
 __all__ = [
     "CloudMonitoringExporter",

@@ -222,7 +222,7 @@ class HangWatchdog:
         if len(self._starts) > _MIN_FOR_IDEAL:
             import numpy as np  # not at import time: `import goodput_core` stays light
 
-            from goodput_core.step_stats import ideal_step_time
+            from goodput_core.queries.step_stats import ideal_step_time
 
             d = np.diff(np.fromiter(self._starts, float))
             d = d[d > 0]

@@ -78,7 +78,7 @@ class Timeline:
     """The attributed spans of one run, updated incrementally.
 
     Use :meth:`add` to feed events and :meth:`update` before reading; the
-    :class:`~goodput_core.calculator.Calculator` does both.
+    :class:`~goodput_core.queries.calculator.Calculator` does both.
     """
 
     def __init__(self):

@@ -41,7 +41,7 @@ import os
 from typing import Any, Dict, Iterable, Optional, Sequence, Tuple
 
 from goodput_core import settings
-from goodput_core.run_groups import check_run_group
+from goodput_core.queries.run_groups import check_run_group
 
 __all__ = ["AXLEARN_KEYS", "OUR_KEYS", "RecorderSpec", "parse_spec", "spec_items"]
 

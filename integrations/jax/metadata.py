@@ -4,7 +4,7 @@
 (recorded once the backends exist: asking earlier would initialise them).
 ``flops_per_step()`` asks XLA's cost analysis of the compiled step; with the
 peak FLOP/s per device kind (the table lives in
-:mod:`goodput_core.program_goodput`, with its sources) the calculator gives
+:mod:`goodput_core.queries.program_goodput`, with its sources) the calculator gives
 MFU = flops_per_step × productive steps per second / (peak × devices).
 """
 
@@ -14,7 +14,7 @@ import importlib.metadata
 import os
 from typing import Any, Dict, Optional
 
-from goodput_core.program_goodput import (
+from goodput_core.queries.program_goodput import (
     PEAK_FLOPS_PER_DEVICE,
     peak_flops_per_device,
     register_peak_flops,

@@ -51,7 +51,7 @@ import os
 from typing import Any, Callable, Mapping, Optional, Tuple
 
 from goodput_core import settings
-from goodput_core.run_groups import check_run_group
+from goodput_core.queries.run_groups import check_run_group
 
 __all__ = ["MaxTextGoodputSettings", "OUR_SETTINGS", "env_name", "flag_name", "read_ours",
            "read_settings", "parse_bool"]

@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 
 from goodput_core.timeline.buckets import BASE_BADPUT, BadputType as B
-from goodput_core.calculator import Calculator
+from goodput_core.queries.calculator import Calculator
 from goodput_core.events import EventRecord, Kind as K
 from goodput_core.record.recorder import Recorder
-from goodput_core.step_stats import deviation_aggregate, ideal_step_time
+from goodput_core.queries.step_stats import deviation_aggregate, ideal_step_time
 
 R = "run"
 

@@ -9,7 +9,7 @@ import statistics
 import pytest
 
 from goodput_core import Calculator, Recorder
-from goodput_core.checkpoint_advice import best_interval, waste
+from goodput_core.queries.checkpoint_advice import best_interval, waste
 from goodput_core.stores.memory import MemoryStore
 from goodput_core.synthetic import FailingJob, SyntheticJob, record_failing_job, \
     record_synthetic_job

@@ -38,7 +38,7 @@ from ml_goodput_measurement.src import goodput as ref  # noqa: E402
 from ml_goodput_measurement.src import goodput_utils as ref_utils  # noqa: E402
 
 from goodput_core.timeline.buckets import BASE_BADPUT, BadputType  # noqa: E402
-from goodput_core.calculator import Calculator  # noqa: E402
+from goodput_core.queries.calculator import Calculator  # noqa: E402
 from goodput_core.record.recorder import Recorder  # noqa: E402
 from tests.support.fake_cloud_logging import FakeCloudLogging, cloud_store_factory, reference_client  # noqa: E402
 from tests.support.reference_families import FAMILIES  # noqa: E402

@@ -1,7 +1,7 @@
 """Elastic training: the three elastic buckets and time-weighted slice efficiency.
 
 Every expected number is derived by hand from the definitions in
-goodput_core/elastic.py (the reference's ``_compute_time_weighted_efficiency``
+goodput_core/queries/elastic.py (the reference's ``_compute_time_weighted_efficiency``
 and elastic bucket rules); the comment above each assertion says how. The
 last tests compare with the reference's ``ElasticGoodputCalculator`` reading
 the same fake Cloud Logging stream.
@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from goodput_core.timeline.buckets import BadputType as B
-from goodput_core.calculator import Calculator
-from goodput_core.elastic import SliceCounts, slice_efficiency, time_weighted_mean
+from goodput_core.queries.calculator import Calculator
+from goodput_core.queries.elastic import SliceCounts, slice_efficiency, time_weighted_mean
 from goodput_core.events import EventRecord, Kind as K
 
 R = "run"

@@ -22,7 +22,7 @@ import pytest
 from google.auth.credentials import AnonymousCredentials
 
 from goodput_core.timeline.buckets import BadputType
-from goodput_core.calculator import Calculator
+from goodput_core.queries.calculator import Calculator
 from goodput_core.compat import goodput_utils
 from goodput_core.compat.goodput_utils import GCPOptions
 from goodput_core.exporters.base import MonitorSnapshot

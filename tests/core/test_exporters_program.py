@@ -20,9 +20,9 @@ pytest.importorskip("prometheus_client")
 
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
-from goodput_core.calculator import Calculator  # noqa: E402
+from goodput_core.queries.calculator import Calculator  # noqa: E402
 from goodput_core.cli import main  # noqa: E402
-from goodput_core.diagnostics import MetricPoint  # noqa: E402
+from goodput_core.queries.diagnostics import MetricPoint  # noqa: E402
 from goodput_core.exporters.base import Exporter  # noqa: E402
 from goodput_core.exporters.console import format_snapshot  # noqa: E402
 from goodput_core.exporters.prometheus import PrometheusExporter  # noqa: E402

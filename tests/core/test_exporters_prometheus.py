@@ -12,7 +12,7 @@ pytest.importorskip("prometheus_client")
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 from goodput_core.timeline.buckets import BadputType  # noqa: E402
-from goodput_core.calculator import Calculator  # noqa: E402
+from goodput_core.queries.calculator import Calculator  # noqa: E402
 from goodput_core.exporters.base import MonitorSnapshot  # noqa: E402
 from goodput_core.exporters.prometheus import PrometheusExporter  # noqa: E402
 from goodput_core.monitor import Monitor  # noqa: E402

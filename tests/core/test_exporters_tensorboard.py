@@ -8,7 +8,7 @@ import pytest
 pytest.importorskip("tensorboardX")
 
 from goodput_core.timeline.buckets import BadputType  # noqa: E402
-from goodput_core.calculator import Calculator  # noqa: E402
+from goodput_core.queries.calculator import Calculator  # noqa: E402
 from goodput_core.exporters.base import MonitorSnapshot  # noqa: E402
 from goodput_core.exporters.tensorboard import TensorBoardExporter, window_tag  # noqa: E402
 from goodput_core.monitor import Monitor  # noqa: E402

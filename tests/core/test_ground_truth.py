@@ -32,7 +32,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from goodput_core.timeline.buckets import BadputType as B
-from goodput_core.calculator import Calculator
+from goodput_core.queries.calculator import Calculator
 from goodput_core.record.recorder import Recorder
 
 TICK = 1 / 64

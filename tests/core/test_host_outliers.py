@@ -9,7 +9,7 @@ import pytest
 
 from goodput_core import Calculator, Recorder
 from goodput_core.events import EventRecord, Kind
-from goodput_core.host_outliers import HostTracker, breakdown_of
+from goodput_core.queries.host_outliers import HostTracker, breakdown_of
 
 
 def _ev(pi, kind, t, step=None):

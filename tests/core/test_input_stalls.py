@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from goodput_core.timeline.buckets import BadputType as B
-from goodput_core.calculator import Calculator
+from goodput_core.queries.calculator import Calculator
 from goodput_core.events import Kind as K, from_payload, to_payload
 from tests.support.compat_calculator import T0, p, span, steps
 from tests.support.event_builders import RUN as R, calc_of, ev

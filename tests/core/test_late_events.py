@@ -15,7 +15,7 @@ import os
 
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from goodput_core.calculator import Calculator
+from goodput_core.queries.calculator import Calculator
 from goodput_core.events import EventRecord, Kind
 
 SETTINGS = settings(max_examples=int(os.environ.get("GOODPUT_HYPOTHESIS_EXAMPLES", 300)),

@@ -6,7 +6,7 @@ import logging
 import uuid
 
 from goodput_core import Recorder
-from goodput_core.calculator import Calculator
+from goodput_core.queries.calculator import Calculator
 from goodput_core.compat import goodput_utils
 from goodput_core.compat.goodput_utils import GCPOptions
 from goodput_core.compat.monitoring import GoodputMonitor

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from goodput_core.calculator import Calculator
+from goodput_core.queries.calculator import Calculator
 from goodput_core.compat import mldiagnostics as mld
 from goodput_core.compat.mldiagnostics import (
     _state,

@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from goodput_core.calculator import Calculator
+from goodput_core.queries.calculator import Calculator
 from goodput_core.cli import main as cli_main
 from goodput_core.exporters.base import Exporter
 from goodput_core.monitor import Monitor, parse_windows

@@ -23,7 +23,7 @@ from google.auth.credentials import AnonymousCredentials  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 from goodput_core.timeline.buckets import BadputType  # noqa: E402
-from goodput_core.calculator import Calculator  # noqa: E402
+from goodput_core.queries.calculator import Calculator  # noqa: E402
 from goodput_core.compat import goodput_utils  # noqa: E402
 from goodput_core.compat.goodput_elastic import ElasticGoodputCalculator  # noqa: E402
 from goodput_core.compat.goodput_utils import GCPOptions  # noqa: E402

@@ -2,7 +2,7 @@
 peak FLOP/s table, the productive step count and the Calculator query.
 
 Expected numbers are computed by hand from the formula in
-goodput_core/program_goodput.py; times are small integers so sums are exact.
+goodput_core/queries/program_goodput.py; times are small integers so sums are exact.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import math
 
 import pytest
 
-from goodput_core import program_goodput as pg
-from goodput_core.calculator import Calculator
+import goodput_core.queries.program_goodput as pg
+from goodput_core.queries.calculator import Calculator
 from goodput_core.events import EventRecord, Kind as K
 
 R = "run"

@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 from goodput_core.timeline.buckets import BadputType as B
-from goodput_core.calculator import Calculator
+from goodput_core.queries.calculator import Calculator
 from goodput_core.events import KINDS, EventRecord, Kind
 
 # GOODPUT_HYPOTHESIS_EXAMPLES raises the example count for stress runs

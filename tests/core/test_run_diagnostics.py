@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from goodput_core import Recorder
-from goodput_core.calculator import Calculator
-from goodput_core.diagnostics import (
+from goodput_core.queries.calculator import Calculator
+from goodput_core.queries.diagnostics import (
     MetricSeries,
     RunContext,
     jsonable,

@@ -11,7 +11,7 @@ import math
 import pytest
 
 from goodput_core.timeline.buckets import BadputType as B
-from goodput_core.calculator import Calculator
+from goodput_core.queries.calculator import Calculator
 from goodput_core.events import EventRecord, Kind as K
 
 R = "run"

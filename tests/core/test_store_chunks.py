@@ -16,7 +16,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from goodput_core.calculator import Calculator
+from goodput_core.queries.calculator import Calculator
 from goodput_core.events import EventRecord, Kind
 from goodput_core.stores.sqlite import SqliteStore
 
@@ -165,7 +165,7 @@ def test_a_damaged_chunk_is_skipped_and_counted_and_the_rest_read(tmp_path, capl
 
 
 def test_refresh_reads_in_bounded_pages_and_gets_every_event(tmp_path, monkeypatch):
-    from goodput_core import calculator as calc_mod
+    import goodput_core.queries.calculator as calc_mod
 
     monkeypatch.setattr(calc_mod, "_PAGE", 100)
     events = [EventRecord("r", int(Kind.JOB_START), 990.0)] + _events(1000, extra_every=9)

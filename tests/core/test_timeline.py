@@ -12,7 +12,7 @@ import math
 import pytest
 
 from goodput_core.timeline.buckets import BASE_BADPUT, BadputType as B
-from goodput_core.calculator import Calculator
+from goodput_core.queries.calculator import Calculator
 from goodput_core.events import EventRecord, Kind as K
 
 R = "run"

@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from goodput_core.calculator import Calculator
+from goodput_core.queries.calculator import Calculator
 from goodput_core.cli import main
 from goodput_core.commands.timeline import html_page
 from goodput_core.events import EventRecord, Kind

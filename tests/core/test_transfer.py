@@ -19,7 +19,7 @@ from typing import Any, List
 
 import pytest
 
-from goodput_core.calculator import Calculator
+from goodput_core.queries.calculator import Calculator
 from goodput_core.cli import main
 from goodput_core.commands import import_ as import_cmd
 from goodput_core.commands.import_ import JsonlSink, StoreSink, copy_run

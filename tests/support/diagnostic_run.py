@@ -1,7 +1,7 @@
 """An elastic run with metadata and metrics, and its hand-computed truth.
 
 Times are seconds after ``T0``; every number below follows from the
-definitions (semantics.md, goodput_core/elastic.py, program_goodput.py)::
+definitions (semantics.md, goodput_core/queries/elastic.py, program_goodput.py)::
 
     0   job start; slice counts active 4 / total 4 / available 4
     0-8 steps 0..4 start every 2 s

@@ -3,7 +3,7 @@ a calculator fed with them."""
 
 from __future__ import annotations
 
-from goodput_core.calculator import Calculator
+from goodput_core.queries.calculator import Calculator
 from goodput_core.events import EventRecord
 
 RUN = "run"

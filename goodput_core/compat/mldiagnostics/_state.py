@@ -147,7 +147,7 @@ class ActiveRun:
     def collect_hardware(self) -> None:
         """Records jax's device facts once its backends exist (lead only)."""
         from goodput_core.compat.mldiagnostics import _system
-        from goodput_core.diagnostics import jsonable
+        from goodput_core.queries.diagnostics import jsonable
 
         if "jax" not in sys.modules:  # not a JAX program (jax comes before the run)
             self.hardware_pending = False
@@ -169,7 +169,7 @@ def _record_start_metadata(active: ActiveRun, configs: Any) -> None:
     """Run metadata of a new run (lead only); bad configs raise MLRunConfigurationError."""
     from goodput_core.compat.mldiagnostics import _system
     from goodput_core.compat.mldiagnostics.mlrun import ConfigDict
-    from goodput_core.diagnostics import load_config, record_config
+    from goodput_core.queries.diagnostics import load_config, record_config
 
     run, rec = active.run, active.recorder
     try:

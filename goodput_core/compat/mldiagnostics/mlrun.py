@@ -239,7 +239,7 @@ def machinelearning_run(
     app = _enum_text(application_framework, _APP_FRAMEWORKS, "application_framework")
     _enum_text(rl_orchestrator, _RL_ORCHESTRATORS, "rl_orchestrator")
     try:
-        from goodput_core.run_groups import check_run_group
+        from goodput_core.queries.run_groups import check_run_group
 
         run_group = check_run_group(run_group)
     except ValueError as exc:

@@ -8,7 +8,7 @@ import pytest
 
 from goodput_core import open_store
 from goodput_core.timeline.buckets import BadputType
-from goodput_core.calculator import Calculator
+from goodput_core.queries.calculator import Calculator
 from goodput_core.events import to_payload
 from goodput_integrations import axlearn as gax
 from goodput_integrations.axlearn import recorder as recorder_module

@@ -12,7 +12,7 @@ import pytest
 
 from goodput_core import cli
 from goodput_core.timeline.buckets import BadputType
-from goodput_core.calculator import Calculator
+from goodput_core.queries.calculator import Calculator
 from goodput_integrations.demo.driver import frameworks_missing
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -24,7 +24,7 @@ import signal
 import pytest
 
 from goodput_core.timeline.buckets import BadputType
-from goodput_core.calculator import Calculator
+from goodput_core.queries.calculator import Calculator
 from goodput_core.events import Kind
 from goodput_core.stores.sqlite import SqliteStore
 from goodput_integrations.demo.driver import Attempt, DemoConfig, child_env, frameworks_missing

@@ -17,8 +17,8 @@ import jax.numpy as jnp
 import pytest
 
 import goodput_integrations.jax as gjax
-from goodput_core.calculator import Calculator
-from goodput_core.diagnostics import RunContext
+from goodput_core.queries.calculator import Calculator
+from goodput_core.queries.diagnostics import RunContext
 from goodput_integrations.jax import metadata as jmeta
 from goodput_integrations.jax import profiling
 from goodput_integrations.jax.profiling import ProfileCapture

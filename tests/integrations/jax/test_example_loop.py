@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 from goodput_core import open_store
-from goodput_core.calculator import Calculator
+from goodput_core.queries.calculator import Calculator
 from goodput_core.events import Kind
 
 EXAMPLE = pathlib.Path(__file__).resolve().parents[3] / "examples" / "jax_training_loop.py"

@@ -21,7 +21,7 @@ import pytest
 
 import goodput_integrations.jax as gjax
 from goodput_core.timeline.buckets import BadputType as B
-from goodput_core.calculator import Calculator
+from goodput_core.queries.calculator import Calculator
 
 N_STEPS = 16
 

@@ -14,7 +14,7 @@ import pytest
 
 from goodput_core import open_store
 from goodput_core.timeline.buckets import BadputType as B
-from goodput_core.calculator import Calculator
+from goodput_core.queries.calculator import Calculator
 from goodput_core.events import Kind
 
 CHILD = Path(__file__).with_name("preempt_child.py")

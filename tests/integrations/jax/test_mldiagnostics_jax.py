@@ -16,7 +16,7 @@ from pathlib import Path
 import jax
 import pytest
 
-from goodput_core.calculator import Calculator
+from goodput_core.queries.calculator import Calculator
 from goodput_core.cli import main
 from goodput_core.compat import mldiagnostics as mld
 from goodput_core.compat.mldiagnostics import machinelearning_run, metrics

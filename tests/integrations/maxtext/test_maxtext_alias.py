@@ -12,7 +12,7 @@ import pytest
 
 from goodput_core import flush_all, open_store
 from goodput_core.timeline.buckets import BadputType
-from goodput_core.calculator import Calculator
+from goodput_core.queries.calculator import Calculator
 from goodput_core.compat import goodput as compat_goodput
 from goodput_core.compat import monitoring as compat_monitoring
 from goodput_core.events import to_payload

@@ -9,7 +9,7 @@ import pytest
 
 from goodput_core import flush_all, open_store
 from goodput_core.timeline.buckets import BadputType
-from goodput_core.calculator import Calculator
+from goodput_core.queries.calculator import Calculator
 from goodput_core.compat.goodput import GoodputRecorder
 from goodput_core.compat.goodput_elastic import ElasticGoodputRecorder
 from goodput_core.events import to_payload

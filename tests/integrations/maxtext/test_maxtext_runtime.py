@@ -301,7 +301,7 @@ def test_compile_spans_without_taking_over_the_users_adapter(make_config, store_
 
 @pytest.mark.usefixtures("clean_reference")
 def test_launcher_run_group_reaches_the_run(tmp_path, store_url, clock):
-    from goodput_core.calculator import Calculator
+    from goodput_core.queries.calculator import Calculator
 
     script = tmp_path / "job.py"
     script.write_text(textwrap.dedent(LAUNCHED))

@@ -10,7 +10,7 @@ import pytest
 import goodput_integrations.jax as gjax
 import goodput_integrations.orbax as gorbax
 
-calculator = pytest.importorskip("goodput_core.calculator")
+calculator = pytest.importorskip("goodput_core.queries.calculator")
 buckets = pytest.importorskip("goodput_core.timeline.buckets")
 
 

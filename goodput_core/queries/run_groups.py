@@ -3,7 +3,7 @@
 A run's group is the ``run_group`` key of its run metadata, so every store
 keeps it and it travels with the run (export/import). Set it with::
 
-    from goodput_core.run_groups import record_run_group
+    from goodput_core.queries.run_groups import record_run_group
     record_run_group(recorder, "slice-sweep")          # any recorder
 
     RunContext(recorder, run_group="slice-sweep")      # or with the run's metadata
@@ -67,7 +67,7 @@ def record_run_group(recorder: Any, group: Any) -> str:
 
 
 def group_of(calc: Any) -> Optional[str]:
-    """The group of a refreshed :class:`~goodput_core.calculator.Calculator`'s run, or None."""
+    """The group of a refreshed :class:`~goodput_core.queries.calculator.Calculator`'s run, or None."""
     value = calc.metadata().get(RUN_GROUP_KEY)
     return value if isinstance(value, str) and value else None
 
@@ -85,7 +85,7 @@ def runs_in_group(store: Any, group: str, *, clock: Any = None) -> List[Tuple[st
     Returns:
       ``[(run name, refreshed Calculator), ...]``.
     """
-    from goodput_core.calculator import Calculator
+    from goodput_core.queries.calculator import Calculator
 
     group = check_run_group(group, "--group")
     kwargs = {} if clock is None else {"clock": clock}

@@ -3,7 +3,7 @@ exclusions and step-time statistics.
 
 API summary::
 
-    from goodput_core.calculator import Calculator
+    from goodput_core.queries.calculator import Calculator
 
     calc = Calculator("run-1", "sqlite:///goodput.sqlite")  # reads the store
     calc.refresh()                      # reads only the events new since last time
@@ -54,18 +54,18 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 import numpy as np
 
 from goodput_core.timeline.buckets import CUSTOM_BASE, IDLE, PRODUCTIVE, BadputType
-from goodput_core.diagnostics import MetricSeries, merged_metadata, metric_series, metrics_since
-from goodput_core.elastic import SliceCounts, SliceEfficiency, slice_counts, slice_efficiency
+from goodput_core.queries.diagnostics import MetricSeries, merged_metadata, metric_series, metrics_since
+from goodput_core.queries.elastic import SliceCounts, SliceEfficiency, slice_counts, slice_efficiency
 from goodput_core.events import SkipReason, from_payload, to_timestamp
-from goodput_core.checkpoint_advice import CheckpointAdvice, advice_of_run
-from goodput_core.hangs import Hang, hangs_of_run
-from goodput_core.host_outliers import HostBreakdown, HostTracker
+from goodput_core.queries.checkpoint_advice import CheckpointAdvice, advice_of_run
+from goodput_core.queries.hangs import Hang, hangs_of_run
+from goodput_core.queries.host_outliers import HostBreakdown, HostTracker
 from goodput_core.timeline.payload_columns import payload_page
-from goodput_core.program_goodput import ProgramGoodput, program_goodput_of_run
+from goodput_core.queries.program_goodput import ProgramGoodput, program_goodput_of_run
 from goodput_core.record.recorder import flush_before_read
-from goodput_core.results import GoodputResult, build_result, empty_result
+from goodput_core.queries.results import GoodputResult, build_result, empty_result
 from goodput_core.timeline.segments import CLOSE_JOB_END, CLOSE_STEP_END, NO_RESTART
-from goodput_core.step_stats import StepStats, compute_step_stats
+from goodput_core.queries.step_stats import StepStats, compute_step_stats
 from goodput_core.timeline.spans import Timeline
 
 __all__ = ["Calculator", "GoodputResult", "MetricSeries", "ProgramGoodput", "SliceCounts",
@@ -303,7 +303,7 @@ class Calculator:
     def slice_efficiency(self, start: Any = None, end: Any = None, now: Any = None
                          ) -> Optional[SliceEfficiency]:
         """Time-weighted stepping and available slice efficiency over a window
-        clipped to the lifetime, idle time excepted (:mod:`goodput_core.elastic`).
+        clipped to the lifetime, idle time excepted (:mod:`goodput_core.queries.elastic`).
 
         Args:
           start, end: the window (None: the whole lifetime on that side).
@@ -362,7 +362,7 @@ class Calculator:
                         peak_flops: Optional[float] = None, num_devices: Optional[int] = None,
                         result: Optional[GoodputResult] = None) -> Optional[ProgramGoodput]:
         """Program goodput (MFU) and ML productivity goodput, cumulative
-        (:mod:`goodput_core.program_goodput`).
+        (:mod:`goodput_core.queries.program_goodput`).
 
         Args:
           now: the query time (default: the clock).
@@ -386,7 +386,7 @@ class Calculator:
 
     # ------------------------------------------- insights (docs/insights.md)
     def hangs(self, now: Any = None) -> List[Hang]:
-        """The hangs the watchdog recorded, in time order (:mod:`goodput_core.hangs`).
+        """The hangs the watchdog recorded, in time order (:mod:`goodput_core.queries.hangs`).
 
         Args:
           now: the query time (the length of a hang still open).
@@ -398,7 +398,7 @@ class Calculator:
 
     def checkpoint_advice(self, now: Any = None) -> CheckpointAdvice:
         """Checkpoint-interval advice from this run's failures, saves and
-        restarts (:mod:`goodput_core.checkpoint_advice`); ``available`` is False
+        restarts (:mod:`goodput_core.queries.checkpoint_advice`); ``available`` is False
         with a reason when the run had no failure or no save."""
         with self._lock:
             result = self.cumulative(now=now)
@@ -406,13 +406,13 @@ class Calculator:
 
     def hosts(self, now: Any = None, **kwargs: Any) -> HostBreakdown:
         """Per-host host-local time and the outlier hosts
-        (:mod:`goodput_core.host_outliers`), from the store's events split by
+        (:mod:`goodput_core.queries.host_outliers`), from the store's events split by
         process index (on multi-host runs, read incrementally beside this
         calculator's own reads; nothing extra on single-host runs).
 
         Raises:
           ValueError: this calculator reads no store (use
-            :class:`~goodput_core.host_outliers.HostTracker` with events).
+            :class:`~goodput_core.queries.host_outliers.HostTracker` with events).
         """
         if self._store is None:
             raise ValueError("hosts() needs a calculator that reads a store")

@@ -128,7 +128,7 @@ class HostTracker:
     """
 
     def __init__(self, run: str, store: Any = None, *, clock: Any = None):
-        from goodput_core.calculator import Calculator  # the calculator imports us lazily
+        from goodput_core.queries.calculator import Calculator  # the calculator imports us lazily
 
         self._calc_type = Calculator
         self.run = run

@@ -253,7 +253,7 @@ def program_goodput_of_run(timeline, result, metadata: Mapping[str, Any], *,
 
     Args:
       timeline: the up-to-date Timeline of the run.
-      result: its cumulative :class:`~goodput_core.results.GoodputResult`.
+      result: its cumulative :class:`~goodput_core.queries.results.GoodputResult`.
       metadata: the run metadata (``flops_per_step``, ``peak_flops_per_device``
         or ``device_kind``, ``num_devices``).
       flops_per_step, peak_flops, num_devices: override the metadata.

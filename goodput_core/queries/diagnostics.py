@@ -2,7 +2,7 @@
 
 Recording side::
 
-    from goodput_core.diagnostics import RunContext, record_config
+    from goodput_core.queries.diagnostics import RunContext, record_config
 
     record_config(recorder, "configs/base.yml")      # or a dict, or a .json file
     with RunContext(recorder, configs=cfg, providers=[gjax.run_metadata],
@@ -11,7 +11,7 @@ Recording side::
 
     recorder.record_metric("loss", 2.31, step=100)   # model metrics (exists already)
 
-Query side (:class:`~goodput_core.calculator.Calculator`): ``calc.metadata()``
+Query side (:class:`~goodput_core.queries.calculator.Calculator`): ``calc.metadata()``
 (latest value per key), ``calc.metrics("loss")`` (steps, times, values).
 
 Configs are recorded as the ``configs`` key of a run-metadata event, made
@@ -144,7 +144,7 @@ def record_config(recorder: Any, configs: Any) -> Dict[str, Any]:
     Call it at set-up: bad input raises here, before training starts.
 
     Args:
-      recorder: a :class:`~goodput_core.recorder.Recorder` (anything with
+      recorder: a :class:`~goodput_core.record.recorder.Recorder` (anything with
         ``record_metadata(**fields)``).
       configs: a mapping, or a path to a JSON or YAML file (the path is
         recorded too, as ``config_path``).
@@ -218,7 +218,7 @@ class RunContext:
       record_job: also record job start on enter and job end on a clean exit
         (an exception records a disruption, as ``recorder.job()``).
       **fields: extra metadata fields (e.g. ``experiment="lr-sweep-3"``);
-        ``run_group="G"`` puts the run in group G (:mod:`goodput_core.run_groups`:
+        ``run_group="G"`` puts the run in group G (:mod:`goodput_core.queries.run_groups`:
         ``goodput runs --group G``, ``goodput compare --group G``); a bad
         group name raises ``ValueError`` here.
 
@@ -235,7 +235,7 @@ class RunContext:
         self.configs = configs
         self.providers = list(providers)
         if "run_group" in fields:
-            from goodput_core.run_groups import check_run_group
+            from goodput_core.queries.run_groups import check_run_group
 
             group = check_run_group(fields.pop("run_group"))
             if group:
@@ -274,7 +274,7 @@ class MetricSeries(NamedTuple):
 
 
 def metric_series(tables, name: str) -> MetricSeries:
-    """The series of metric ``name`` from an :class:`~goodput_core.ingest.EventTables`.
+    """The series of metric ``name`` from an :class:`~goodput_core.timeline.ingest.EventTables`.
 
     Args:
       tables: the event tables (their ``metric`` side table).
