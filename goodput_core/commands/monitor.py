@@ -13,7 +13,7 @@ import sys
 import threading
 
 from goodput_core.commands.common import add_store_argument
-from goodput_core.monitor import Monitor, parse_windows
+from goodput_core.monitor.loop import Monitor, parse_windows
 
 _FINAL_TIMEOUT_S = 30.0
 

@@ -7,7 +7,7 @@ both through :class:`goodput_core.compat.monitoring.GoodputMonitor`, reading
 the run's store. Prometheus, when asked, is served by the first one only.
 
 They are built and started on a thread of their own
-(:class:`goodput_core.background_start.BackgroundStart`): entering
+(:class:`goodput_core.monitor.background_start.BackgroundStart`): entering
 ``maybe_monitor_all()`` costs the training thread one thread start
 (quality.md P9). A monitor that cannot be built (an unwritable directory, a
 port in use) is logged there and the run goes on without it.
@@ -19,7 +19,7 @@ import logging
 import threading
 from typing import Any, Callable, Dict, Optional
 
-from goodput_core.background_start import BackgroundStart
+from goodput_core.monitor.background_start import BackgroundStart
 from goodput_integrations.axlearn.spec import RecorderSpec
 
 __all__ = ["RunMonitors"]

@@ -295,7 +295,7 @@ def maybe_monitor_goodput(config: Any) -> Iterator[Optional[Any]]:
     logged there and training goes on without it.
 
     Yields:
-      A :class:`goodput_core.background_start.BackgroundStart` whose
+      A :class:`goodput_core.monitor.background_start.BackgroundStart` whose
       ``wait(timeout)`` returns the started monitor (None if it failed), or
       None when not monitoring.
 
@@ -306,7 +306,7 @@ def maybe_monitor_goodput(config: Any) -> Iterator[Optional[Any]]:
     if not settings.monitor_goodput or process_index(settings) != 0:
         yield None
         return
-    from goodput_core.background_start import BackgroundStart
+    from goodput_core.monitor.background_start import BackgroundStart
 
     start = BackgroundStart(f"goodput-monitor-start-{settings.job_name}",
                             lambda: _start_monitor(settings),

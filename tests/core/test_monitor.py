@@ -15,7 +15,7 @@ import pytest
 from goodput_core.queries.calculator import Calculator
 from goodput_core.cli import main as cli_main
 from goodput_core.exporters.base import Exporter
-from goodput_core.monitor import Monitor, parse_windows
+from goodput_core.monitor.loop import Monitor, parse_windows
 from goodput_core.record.recorder import Recorder
 from goodput_core.stores.memory import MemoryStore
 from goodput_core.synthetic import record_synthetic_job
@@ -180,7 +180,7 @@ def test_a_raising_and_a_hanging_exporter_do_not_stop_the_others(synthetic, capl
     clock = FakeClock(played["end"])
     good, bad, hung = Collect(), Raising(), Hanging()
     m = Monitor("syn", store, [hung, bad, good], clock=clock, export_timeout_s=1.0)
-    caplog.set_level(logging.WARNING, logger="goodput_core.monitor")
+    caplog.set_level(logging.WARNING, logger="goodput_core.monitor.loop")
     try:
         for _ in range(4):
             clock.advance(30)
@@ -309,7 +309,7 @@ def test_a_failing_store_skips_the_cycle_and_is_logged_once(synthetic, caplog):
     m = Monitor("syn", store, [out], clock=lambda: played["end"])
     real = m.calculator.refresh
     m.calculator.refresh = lambda: (_ for _ in ()).throw(OSError("store down"))
-    caplog.set_level(logging.WARNING, logger="goodput_core.monitor")
+    caplog.set_level(logging.WARNING, logger="goodput_core.monitor.loop")
     assert m.run_once() is None and m.run_once() is None
     assert m.stats()["errors"] == {"store: OSError": 2}
     assert len([r for r in caplog.records if "store down" in r.getMessage()]) == 1
@@ -438,7 +438,7 @@ def test_a_monitor_started_on_a_long_run_hands_out_only_the_recent_deviations(mo
 
     import numpy as np
 
-    from goodput_core import monitor_extras
+    import goodput_core.monitor.cycle as monitor_extras
 
     monkeypatch.setattr(monitor_extras, "MAX_CARRY", 50)
     steps = np.arange(1000)

@@ -184,7 +184,7 @@ def with_carry(runner: Any, snapshot: MonitorSnapshot) -> MonitorSnapshot:
     """The snapshot to hand to ``runner``: plus what it missed while busy.
 
     Args:
-      runner: the exporter's :class:`~goodput_core.export_runner.Runner`.
+      runner: the exporter's :class:`~goodput_core.monitor.runner.Runner`.
       snapshot: this cycle's snapshot.
 
     Returns:

@@ -20,7 +20,7 @@ not exported before; ``"rolling"``: rolling windows), builds one
 :class:`~goodput_core.exporters.base.MonitorSnapshot` and hands it to every
 exporter. With the goodput part come slice efficiency, program goodput
 and new model-metric points; with the rolling part, per-window slice
-efficiency (:mod:`goodput_core.monitor_extras`; each can be switched off).
+efficiency (:mod:`goodput_core.monitor.cycle`; each can be switched off).
 
 Reliability (quality.md R5): every exporter runs on its own worker thread
 and each cycle waits for them only up to ``export_timeout_s``. An exporter
@@ -44,9 +44,9 @@ from typing import Any, Callable, Collection, Dict, Iterable, List, Optional, Se
 
 import numpy as np
 
-from goodput_core.export_runner import Runner, deadline_after, remaining
+from goodput_core.monitor.runner import Runner, deadline_after, remaining
 from goodput_core.exporters.base import Exporter, MonitorSnapshot
-from goodput_core.monitor_extras import (
+from goodput_core.monitor.cycle import (
     Extras,
     clear_carry,
     fresh_deviations,
