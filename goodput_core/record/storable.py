@@ -5,7 +5,7 @@ is not) and the ``extra`` payload must encode as strict JSON (no cycles, no
 non-string keys, nothing whose ``str()`` raises, not nested beyond the
 encoder's recursion limit). The recorder checks what users hand it at record
 time (:mod:`goodput_core.record.recorder`); ``goodput import`` checks every input
-line (:mod:`goodput_core.commands.transfer`), so one bad event is skipped and
+line (:mod:`goodput_core.cli.commands.transfer`), so one bad event is skipped and
 counted instead of failing a batch.
 """
 

@@ -11,7 +11,7 @@ import pytest
 from goodput_core import Calculator, Recorder
 from goodput_core.queries.checkpoint_advice import best_interval, waste
 from goodput_core.stores.memory import MemoryStore
-from goodput_core.synthetic import FailingJob, SyntheticJob, record_failing_job, \
+from goodput_core.cli.synthetic import FailingJob, SyntheticJob, record_failing_job, \
     record_synthetic_job
 
 SEEDS = (0, 1, 2)

@@ -19,7 +19,7 @@ import sys
 import pytest
 
 from goodput_core import Recorder, open_store
-from goodput_core.synthetic import record_synthetic_job
+from goodput_core.cli.synthetic import record_synthetic_job
 
 EVIL = "evil\x1b]0;pwned\x07\x1b[2J\x9b31m"
 
@@ -222,7 +222,7 @@ def test_the_real_demo_deletes_only_the_checkpoints_it_created(tmp_path, monkeyp
 
 def test_import_that_fails_halfway_says_how_far_it_got(tmp_path, monkeypatch, capsys):
     from goodput_core import cli
-    from goodput_core.commands import import_
+    from goodput_core.cli.commands import import_
     from goodput_core.stores import StoreError
     from goodput_core.stores.memory import MemoryStore
 

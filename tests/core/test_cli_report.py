@@ -1,6 +1,6 @@
-"""``goodput report`` and the time syntax of :mod:`goodput_core.timespec`.
+"""``goodput report`` and the time syntax of :mod:`goodput_core.cli.timespec`.
 
-The run under test is :mod:`goodput_core.synthetic`'s job, recorded into a
+The run under test is :mod:`goodput_core.cli.synthetic`'s job, recorded into a
 sqlite store in ``tmp_path`` with non-default phase durations (so that no
 two buckets share a value by accident). Every expected number is derived
 from the job's fields and semantics.md, never from the command's output.
@@ -17,8 +17,8 @@ import pytest
 from goodput_core.timeline.buckets import BASE_BADPUT, BadputType
 from goodput_core.cli import main
 from goodput_core.record.recorder import Recorder
-from goodput_core.synthetic import SyntheticJob, record_synthetic_job
-from goodput_core.timespec import (
+from goodput_core.cli.synthetic import SyntheticJob, record_synthetic_job
+from goodput_core.cli.timespec import (
     TimeSpecError,
     format_duration,
     format_time,

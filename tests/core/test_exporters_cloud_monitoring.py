@@ -33,7 +33,7 @@ from goodput_core.exporters.cloud_monitoring import (
     CloudMonitoringExporter,
 )
 from goodput_core.record.recorder import Recorder
-from goodput_core.synthetic import record_synthetic_job
+from goodput_core.cli.synthetic import record_synthetic_job
 from tests.support.fake_cloud_monitoring import FakeCloudMonitoring, FakeMetadataServer
 
 RUN = "gcm-run"

@@ -14,7 +14,7 @@ from goodput_core.exporters.tensorboard import TensorBoardExporter, window_tag  
 from goodput_core.monitor import Monitor  # noqa: E402
 from goodput_core.record.recorder import Recorder  # noqa: E402
 from goodput_core.stores.memory import MemoryStore  # noqa: E402
-from goodput_core.synthetic import record_synthetic_job  # noqa: E402
+from goodput_core.cli.synthetic import record_synthetic_job  # noqa: E402
 from tests.support.tfevents import display_names, read_scalars  # noqa: E402
 
 T0 = 1_700_000_000.0

@@ -12,7 +12,7 @@ from goodput_core.compat.goodput_utils import GCPOptions
 from goodput_core.compat.monitoring import GoodputMonitor
 from goodput_core.exporters.base import MonitorSnapshot
 from goodput_core.exporters.cloud_monitoring import CloudMonitoringExporter
-from goodput_core.synthetic import record_synthetic_job
+from goodput_core.cli.synthetic import record_synthetic_job
 from tests.support.fake_cloud_monitoring import FakeMetadataServer
 from tests.support.metadata_probe import METADATA_HOST, off_google_cloud, on_google_cloud_vm
 

@@ -18,7 +18,7 @@ from goodput_core.exporters.base import Exporter
 from goodput_core.monitor.loop import Monitor, parse_windows
 from goodput_core.record.recorder import Recorder
 from goodput_core.stores.memory import MemoryStore
-from goodput_core.synthetic import record_synthetic_job
+from goodput_core.cli.synthetic import record_synthetic_job
 
 T0 = 1_700_000_000.0
 GUARD_S = 30.0  # upper bound for waits on threads (never reached when things work)

@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from goodput_core import Recorder
 from goodput_core.queries.calculator import Calculator
-from goodput_core.commands.report import build_report, format_table
+from goodput_core.cli.commands.report import build_report, format_table
 from goodput_core.events import Kind
 from goodput_core.stores.memory import MemoryStore
 from goodput_core.stores.sqlite import SqliteStore

@@ -144,7 +144,7 @@ def test_the_reference_sees_no_disruption_before_the_first_step():
 
 
 def test_the_timeline_picture_marks_the_restart():
-    from goodput_core.plot_timeline import collect
+    from goodput_core.cli.plot_timeline import collect
 
     data = collect(calc_of(preempted_in_compile()))
     kinds = [(m.t, m.kind) for m in data.markers]

@@ -22,7 +22,7 @@ import pytest
 from goodput_core import Recorder
 from goodput_core.events import to_timestamp
 from goodput_core.stores.memory import MemoryStore
-from goodput_core.timespec import parse_time
+from goodput_core.cli.timespec import parse_time
 from goodput_core.record.zone_offset import zone_offset_hours
 from tests.support.fake_clock import FakeClock
 

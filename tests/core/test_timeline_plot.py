@@ -1,6 +1,6 @@
 """``goodput timeline``: the PNG (matplotlib) and the self-contained HTML.
 
-The run is :mod:`goodput_core.synthetic`'s default job (a crash, a recovery
+The run is :mod:`goodput_core.cli.synthetic`'s default job (a crash, a recovery
 gap, a restart) recorded into a sqlite store in ``tmp_path``. The PNG tests
 need matplotlib (the ``plot`` extra) and are skipped without it; the HTML
 needs nothing.
@@ -16,11 +16,11 @@ import pytest
 
 from goodput_core.queries.calculator import Calculator
 from goodput_core.cli import main
-from goodput_core.commands.timeline import html_page
+from goodput_core.cli.commands.timeline import html_page
 from goodput_core.events import EventRecord, Kind
-from goodput_core.plot_timeline import COLOURS, collect
+from goodput_core.cli.plot_timeline import COLOURS, collect
 from goodput_core.record.recorder import Recorder
-from goodput_core.synthetic import SyntheticJob, record_synthetic_job
+from goodput_core.cli.synthetic import SyntheticJob, record_synthetic_job
 
 START = 1_700_000_000.0
 JOB = SyntheticJob()

@@ -1,7 +1,7 @@
 """``goodput export`` / ``goodput import``: moving runs between sqlite, memory,
 Cloud Logging (the loopback gRPC fake) and JSONL files.
 
-Runs under test: :mod:`goodput_core.synthetic`'s job (crash and restart,
+Runs under test: :mod:`goodput_core.cli.synthetic`'s job (crash and restart,
 checkpoints, an eval) recorded by our Recorder, extended with the kinds that
 carry extra payload keys; and the compatibility families of
 :mod:`tests.support.reference_families` for the checks against the reference.
@@ -21,15 +21,15 @@ import pytest
 
 from goodput_core.queries.calculator import Calculator
 from goodput_core.cli import main
-from goodput_core.commands import import_ as import_cmd
-from goodput_core.commands.import_ import JsonlSink, StoreSink, copy_run
-from goodput_core.commands.transfer import (
+from goodput_core.cli.commands import import_ as import_cmd
+from goodput_core.cli.commands.import_ import JsonlSink, StoreSink, copy_run
+from goodput_core.cli.commands.transfer import (
     ProgressBar, Skips, parse_line, read_jsonl, read_store, writer_metadata)
 from goodput_core.events import EventRecord, Kind, from_payload, to_payload
 from goodput_core.record.recorder import Recorder
 from goodput_core.stores import open_store
 from goodput_core.stores.memory import MemoryStore
-from goodput_core.synthetic import record_synthetic_job
+from goodput_core.cli.synthetic import record_synthetic_job
 from tests.support.fake_cloud_logging import FakeCloudLogging, cloud_store_factory
 from tests.support.reference_families import FAMILIES
 

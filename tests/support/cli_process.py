@@ -42,11 +42,11 @@ def goodput(*argv: str, prefix: Sequence[str] = (), cwd: str = "/",
 
 
 def synthetic_job_events(run: str):
-    """The events of :mod:`goodput_core.synthetic`'s default job (a crash and a
+    """The events of :mod:`goodput_core.cli.synthetic`'s default job (a crash and a
     restart) as the recorder writes them, in write order."""
     from goodput_core.record.recorder import Recorder
     from goodput_core.stores.memory import MemoryStore
-    from goodput_core.synthetic import record_synthetic_job
+    from goodput_core.cli.synthetic import record_synthetic_job
 
     mem = MemoryStore(f"synthetic-{run}")
     rec = Recorder(run, mem)

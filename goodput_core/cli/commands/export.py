@@ -8,7 +8,7 @@ under the requested name. The temporary file is created in the target's
 directory with ``O_EXCL`` and a random name (:func:`tempfile.mkstemp`, mode
 0600), so a file or symlink planted at a predictable name is never followed
 or overwritten. ``-o -`` (the default) writes to stdout. The format:
-:mod:`goodput_core.commands.transfer`.
+:mod:`goodput_core.cli.commands.transfer`.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import sys
 import tempfile
 
 from goodput_core.cli import CliError
-from goodput_core.commands.common import add_store_argument
-from goodput_core.commands.transfer import (
+from goodput_core.cli.commands.common import add_store_argument
+from goodput_core.cli.commands.transfer import (
     add_common_arguments, page_size, progress_bar, read_store, write_batches)
 from goodput_core.stores import open_store
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from goodput_core.commands.common import add_store_argument
+from goodput_core.cli.commands.common import add_store_argument
 from goodput_core.stores import open_store
 from goodput_core.text import printable
 
@@ -22,7 +22,7 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     store = open_store(args.store, create=False)
     if args.group is not None:
-        from goodput_core.commands.compare import list_group
+        from goodput_core.cli.commands.compare import list_group
 
         return list_group(store, args.group, as_json=args.json)
     if args.json:

@@ -6,7 +6,7 @@ library; :func:`render_image` draws it with matplotlib into a PNG (or
 SVG/PDF). matplotlib is imported only inside :func:`render_image` (with the
 Agg backend: no display needed), so importing this module is cheap and works
 without the ``plot`` extra. The dependency-free HTML variant (inline SVG)
-lives in :mod:`goodput_core.commands.timeline` and shares the helpers here
+lives in :mod:`goodput_core.cli.commands.timeline` and shares the helpers here
 (:func:`titles`, :func:`stagger`, :func:`nice_ticks`, :data:`MARKER_STYLE`).
 
 The picture: one horizontal lane per category present (productive first,
@@ -31,7 +31,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from goodput_core.timeline.buckets import BadputType
-from goodput_core.timespec import format_duration, format_time
+from goodput_core.cli.timespec import format_duration, format_time
 
 __all__ = ["TimelineData", "Lane", "Marker", "PlotUnavailable", "collect", "render_image",
            "COLOURS", "MARKER_STYLE", "lane_name", "titles", "stagger", "nice_ticks",

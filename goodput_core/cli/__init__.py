@@ -1,6 +1,6 @@
 """The ``goodput`` command.
 
-Each subcommand lives in its own module under ``goodput_core.commands`` and
+Each subcommand lives in its own module under ``goodput_core.cli.commands`` and
 is imported only when used, so ``goodput --help`` stays fast. A module
 exposes ``add_arguments(parser)`` and ``run(args) -> int``.
 
@@ -23,7 +23,7 @@ from typing import List, NoReturn, Optional
 
 __all__ = ["main", "CliError"]
 
-# name -> (module under goodput_core.commands, one-line help)
+# name -> (module under goodput_core.cli.commands, one-line help)
 COMMANDS = {
     "demo": ("demo", "train a small Flax model with a crash and a restart, then report "
                       "(--synthetic: no jax needed)"),
@@ -83,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _load(module: str):
-    return importlib.import_module(f"goodput_core.commands.{module}")
+    return importlib.import_module(f"goodput_core.cli.commands.{module}")
 
 
 def main(argv: Optional[List[str]] = None) -> int:

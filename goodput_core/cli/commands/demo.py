@@ -12,7 +12,7 @@ where everything is::
     goodput demo --synthetic      # no jax needed: a backfilled synthetic job
 
 Without jax, flax, optax or orbax-checkpoint it says so in one line and plays
-the synthetic job (:mod:`goodput_core.synthetic`) instead. This module never
+the synthetic job (:mod:`goodput_core.cli.synthetic`) instead. This module never
 imports jax: the training runs in child processes.
 
 ``--run`` is a name, never a path: it may not contain a path separator, be
@@ -119,7 +119,7 @@ def _fresh_run_name(store: str) -> str:
 # ------------------------------------------------------------------ jobs
 def _play_synthetic(run_name: str, store: str) -> None:
     from goodput_core.record.recorder import Recorder
-    from goodput_core.synthetic import SyntheticJob, record_synthetic_job
+    from goodput_core.cli.synthetic import SyntheticJob, record_synthetic_job
 
     rec = Recorder(run_name, store)
     job = SyntheticJob()
@@ -256,7 +256,7 @@ class _Progress:
 # ----------------------------------------------------------------- output
 def _finish(run_name: str, store: str, outdir: str, synthetic: bool) -> None:
     """Prints the report, writes TensorBoard files and the timeline, says where."""
-    from goodput_core.commands.report import build_report, format_table, open_run
+    from goodput_core.cli.commands.report import build_report, format_table, open_run
 
     now = time.time()
     calc, opened = open_run(run_name, store)
@@ -301,7 +301,7 @@ def _write_tensorboard(calc, run_name: str, outdir: str):
 
 
 def _write_timeline(calc, now: float, outdir: str):
-    from goodput_core import plot_timeline as pt
+    import goodput_core.cli.plot_timeline as pt
 
     data = pt.collect(calc, now=now)
     png = os.path.join(outdir, "timeline.png")
@@ -309,7 +309,7 @@ def _write_timeline(calc, now: float, outdir: str):
         pt.render_image(data, png)
         return ("timeline", png)
     except pt.PlotUnavailable:
-        from goodput_core.commands.timeline import render_html
+        from goodput_core.cli.commands.timeline import render_html
 
         page = os.path.join(outdir, "timeline.html")
         render_html(data, page)

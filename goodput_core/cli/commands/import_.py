@@ -1,7 +1,7 @@
 """``goodput import RUN --from SRC [--to DST]``: copy a run, skipping what is already there.
 
 ``SRC`` and ``DST`` are store URLs or JSONL files (see
-:mod:`goodput_core.commands.transfer`); a JSONL destination is appended to.
+:mod:`goodput_core.cli.commands.transfer`); a JSONL destination is appended to.
 
 Import is idempotent. Before copying, it reads which events of the run the
 destination already holds, and skips those:
@@ -33,7 +33,7 @@ import sys
 from typing import Any, Iterator, List, Optional, Tuple
 
 from goodput_core.cli import CliError
-from goodput_core.commands.transfer import (
+from goodput_core.cli.commands.transfer import (
     PAGE_SIZE, ProgressBar, Skips, add_common_arguments, dumps_line, has_writer, is_jsonl,
     metadata_present, page_size, progress_bar, read_jsonl, read_store)
 from goodput_core.events import EventRecord, to_payload

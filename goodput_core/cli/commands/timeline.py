@@ -2,13 +2,13 @@
 
 One lane per category (productive, each badput bucket present, each custom
 event type), attempt starts, job ends, crashes and restarts marked; the data
-and the matplotlib drawing are in :mod:`goodput_core.plot_timeline`. A PNG
+and the matplotlib drawing are in :mod:`goodput_core.cli.plot_timeline`. A PNG
 (or SVG/PDF) needs matplotlib (the ``plot`` extra). The HTML variant is
 written here and needs nothing: one self-contained page with an inline SVG
 (no scripts, no external URLs), one ``<g class="lane"
 data-category="LABEL">`` per category and a hover title on every bar.
 ``--window`` takes the syntax of ``goodput report``
-(:mod:`goodput_core.timespec`).
+(:mod:`goodput_core.cli.timespec`).
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ import os
 import time
 from typing import List
 
-from goodput_core import plot_timeline as pt
+import goodput_core.cli.plot_timeline as pt
 from goodput_core.cli import CliError
-from goodput_core.commands.common import add_store_argument
-from goodput_core.commands.report import open_run, resolve_window
-from goodput_core.timespec import format_duration, format_time
+from goodput_core.cli.commands.common import add_store_argument
+from goodput_core.cli.commands.report import open_run, resolve_window
+from goodput_core.cli.timespec import format_duration, format_time
 
 __all__ = ["add_arguments", "run", "html_page", "render_html"]
 

@@ -28,7 +28,7 @@ import dataclasses
 import logging
 from typing import Any, Dict, List
 
-from goodput_core.timespec import format_duration, format_time
+from goodput_core.cli.timespec import format_duration, format_time
 
 __all__ = ["insights_report", "insights_table"]
 

@@ -9,7 +9,7 @@ Usage::
 ending at the run's end, or now while its last attempt is open) or an
 interval ``START/END`` (ISO-8601 datetimes, naive = local time, or POSIX seconds);
 ``--exclude START/END`` (repeatable) removes intervals from every bucket and
-from total time. The syntax is :mod:`goodput_core.timespec`'s.
+from total time. The syntax is :mod:`goodput_core.cli.timespec`'s.
 
 Without ``--json`` a table is printed for people. With ``--json`` one JSON
 object is printed; its keys are stable (scripts rely on them) and it never
@@ -78,7 +78,7 @@ key                            value
                                (``step`` null when recorded without one)
 ``insights``                   ``{hangs, checkpoint, hosts}``: hangs,
                                checkpoint-interval advice and host outliers
-                               (keys in :mod:`goodput_core.commands.report_insights`)
+                               (keys in :mod:`goodput_core.cli.commands.report_insights`)
 =============================  ==============================================
 
 Numbers mean what ``docs/semantics.md`` says; seconds satisfy
@@ -95,13 +95,13 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from goodput_core.timeline.buckets import BadputType
 from goodput_core.cli import CliError
-from goodput_core.commands.common import add_store_argument
-from goodput_core.commands.report_insights import insights_report, insights_table
+from goodput_core.cli.commands.common import add_store_argument
+from goodput_core.cli.commands.report_insights import insights_report, insights_table
 from goodput_core.queries.elastic import reportable
 from goodput_core.queries.program_goodput import unusable_metadata
 from goodput_core.queries.step_stats import percentile
 from goodput_core.text import printable
-from goodput_core.timespec import (
+from goodput_core.cli.timespec import (
     TimeSpecError,
     format_duration,
     format_time,

@@ -12,7 +12,7 @@ import signal
 import sys
 import threading
 
-from goodput_core.commands.common import add_store_argument
+from goodput_core.cli.commands.common import add_store_argument
 from goodput_core.monitor.loop import Monitor, parse_windows
 
 _FINAL_TIMEOUT_S = 30.0

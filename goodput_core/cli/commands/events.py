@@ -11,8 +11,8 @@ import itertools
 import sys
 
 from goodput_core.cli import CliError
-from goodput_core.commands.common import add_store_argument
-from goodput_core.commands.transfer import read_store, write_batches
+from goodput_core.cli.commands.common import add_store_argument
+from goodput_core.cli.commands.transfer import read_store, write_batches
 from goodput_core.stores import open_store
 
 _PAGE = 10_000
