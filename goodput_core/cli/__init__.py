@@ -120,10 +120,3 @@ def main(argv: Optional[List[str]] = None) -> int:
                     "(set GOODPUT_DEBUG=1 for a traceback)")
         return 1
 
-
-if __name__ == "__main__":  # pragma: no cover
-    # Run the package's copy of main: as __main__ this module's CliError would
-    # be a different class from the one the subcommands raise.
-    from goodput_core.cli import main as _package_main
-
-    sys.exit(_package_main())
