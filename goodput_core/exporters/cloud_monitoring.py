@@ -14,9 +14,9 @@ these deliberate differences:
 * Nothing is looked up at construction. A missing project id, zone or
   accelerator type is fetched from the GCE metadata server on the first
   :meth:`~CloudMonitoringExporter.export` (the monitor's thread), once, with
-  the short deadlines of :mod:`goodput_core.compat.goodput_utils`, and only
+  the short deadlines of :mod:`goodput_core.gcp`, and only
   where a metadata server is expected
-  (:func:`~goodput_core.compat.goodput_utils.metadata_server_expected`: a
+  (:func:`~goodput_core.gcp.metadata_server_expected`: a
   Google Cloud VM, or ``GCE_METADATA_HOST`` set). Off Google Cloud the
   exporter disables itself with a warning instead of probing
   169.254.169.254. The caller's ``GCPOptions`` is copied, never filled in.
@@ -62,7 +62,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from goodput_core.timeline.buckets import BadputType
-from goodput_core.compat import goodput_utils
+from goodput_core import gcp
 from goodput_core.exporters.base import Exporter, MonitorSnapshot
 from goodput_core.queries.results import GoodputResult
 
@@ -247,7 +247,7 @@ class CloudMonitoringExporter(Exporter):
         self._run = str(run)
         # A copy: the reference fills in and disables the caller's (shared
         # default) object; later lookups here must never leak back.
-        self._options = copy.copy(options) if options is not None else goodput_utils.GCPOptions()
+        self._options = copy.copy(options) if options is not None else gcp.GCPOptions()
         self._client = client
         self._owns_client = client is None
         self._client_options = client_options
@@ -315,13 +315,13 @@ class CloudMonitoringExporter(Exporter):
             # Here, not in __init__: these may take seconds off Google Cloud
             # and must never run on the training thread. Off Google Cloud
             # (decided from local files) the metadata server is not asked.
-            lookups = goodput_utils.metadata_server_expected()
+            lookups = gcp.metadata_server_expected()
             if lookups and not opts.project_id:
-                opts.project_id = goodput_utils.get_gcp_project_id()
+                opts.project_id = gcp.get_gcp_project_id()
             if lookups and not opts.location:
-                opts.location = goodput_utils.get_node_zone()
+                opts.location = gcp.get_node_zone()
             if not opts.acc_type:
-                opts.acc_type = goodput_utils.get_accelerator_type() if lookups else "UNKNOWN"
+                opts.acc_type = gcp.get_accelerator_type() if lookups else "UNKNOWN"
             if not (opts.project_id and opts.location):
                 return self._disable(
                     "project id or location unknown (set GCPOptions.project_id and location)"

@@ -20,6 +20,7 @@ import pytest
 
 ref = pytest.importorskip("ml_goodput_measurement.src.goodput_utils")
 
+from goodput_core import gcp  # noqa: E402  (the metadata helpers goodput_utils re-exports)
 from goodput_core.compat import goodput_utils as ours  # noqa: E402
 
 ENUMS = ("MetricType", "IntervalMetricType", "GoodputType", "BadputType", "MonitoringWindowType")
@@ -287,8 +288,8 @@ def no_sleep(monkeypatch):
     def sleep(seconds):
         state["sleeps"].append(seconds)
         state["now"] += seconds
-    monkeypatch.setattr(ours, "_monotonic", lambda: state["now"])
-    monkeypatch.setattr(ours, "_sleep", sleep)
+    monkeypatch.setattr(gcp, "_monotonic", lambda: state["now"])
+    monkeypatch.setattr(gcp, "_sleep", sleep)
     return state
 
 

@@ -23,7 +23,7 @@ from google.auth.credentials import AnonymousCredentials
 
 from goodput_core.timeline.buckets import BadputType
 from goodput_core.queries.calculator import Calculator
-from goodput_core.compat import goodput_utils
+from goodput_core import gcp
 from goodput_core.compat.goodput_utils import GCPOptions
 from goodput_core.exporters.base import MonitorSnapshot
 from goodput_core.exporters.cloud_monitoring import (
@@ -52,7 +52,7 @@ LOGGER = "goodput_core.exporters.cloud_monitoring"
 def metadata(monkeypatch):
     """Every test: metadata lookups can only reach this loopback server."""
     with FakeMetadataServer(METADATA) as server:
-        monkeypatch.setenv(goodput_utils.METADATA_HOST_ENV, server.host)
+        monkeypatch.setenv(gcp.METADATA_HOST_ENV, server.host)
         yield server
 
 
@@ -284,13 +284,13 @@ def test_flags_select_the_series(gcm):
 # ------------------------------------------------------------------ metadata and options
 def test_metadata_is_looked_up_lazily_once_on_the_exporting_thread(gcm, metadata, monkeypatch):
     threads = []
-    real = goodput_utils.get_gcp_metadata
+    real = gcp.get_gcp_metadata
 
     def spy(*args, **kwargs):
         threads.append(threading.current_thread().name)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(goodput_utils, "get_gcp_metadata", spy)
+    monkeypatch.setattr(gcp, "get_gcp_metadata", spy)
     options = GCPOptions(replica_id="7")
     snapshot = dataclasses.asdict(options)
     calc, qt = _job()

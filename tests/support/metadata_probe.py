@@ -12,7 +12,7 @@ from __future__ import annotations
 import socket
 from typing import Any, List, Tuple
 
-from goodput_core.compat import goodput_utils
+from goodput_core import gcp
 
 METADATA_HOST = "169.254.169.254"
 
@@ -37,9 +37,9 @@ def _dmi(tmp_path: Any, text: str) -> Tuple[str, ...]:
 
 def off_google_cloud(monkeypatch: Any, tmp_path: Any) -> ConnectSpy:
     """No metadata host set, a plain PC's DMI data, and a spy on socket connects."""
-    monkeypatch.delenv(goodput_utils.METADATA_HOST_ENV, raising=False)
+    monkeypatch.delenv(gcp.METADATA_HOST_ENV, raising=False)
     monkeypatch.delenv("GCE_METADATA_ROOT", raising=False)
-    monkeypatch.setattr(goodput_utils, "_DMI_FILES", _dmi(tmp_path, "Standard PC (Q35 + ICH9)"))
+    monkeypatch.setattr(gcp, "_DMI_FILES", _dmi(tmp_path, "Standard PC (Q35 + ICH9)"))
     spy = ConnectSpy()
     real_connect, real_connect_ex = socket.socket.connect, socket.socket.connect_ex
 
@@ -62,4 +62,4 @@ def off_google_cloud(monkeypatch: Any, tmp_path: Any) -> ConnectSpy:
 
 def on_google_cloud_vm(monkeypatch: Any, tmp_path: Any) -> None:
     """The DMI data of a Google Compute Engine VM (what GCE, GKE and TPU VMs show)."""
-    monkeypatch.setattr(goodput_utils, "_DMI_FILES", _dmi(tmp_path, "Google Compute Engine"))
+    monkeypatch.setattr(gcp, "_DMI_FILES", _dmi(tmp_path, "Google Compute Engine"))

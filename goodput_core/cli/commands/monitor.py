@@ -101,7 +101,7 @@ def _exporters(args, stdout: "_Stdout") -> list:
         out.append(exporter)
     if args.gcm:
         try:
-            from goodput_core.compat.goodput_utils import GCPOptions
+            from goodput_core.gcp import GCPOptions
             from goodput_core.exporters.cloud_monitoring import CloudMonitoringExporter
         except ImportError as exc:
             raise CliError(f"--gcm needs the 'gcp' extra: pip install 'goodput-core[gcp]' ({exc})")
