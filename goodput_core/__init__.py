@@ -8,7 +8,8 @@ Code written against ``ml-goodput-measurement`` imports
 """
 
 from goodput_core.events import EventRecord, Kind
-from goodput_core.record.recorder import NULL_RECORDER, NullRecorder, Recorder, flush_all
+from goodput_core.record.hooks import flush_all
+from goodput_core.record.recorder import NULL_RECORDER, NullRecorder, Recorder
 from goodput_core.stores import Store, StoreError, default_store_url, open_store
 
 __all__ = [

@@ -26,7 +26,7 @@ from goodput_core.compat._badput import BadputType
 from goodput_core.compat.goodput_utils import GoodputType, IntervalMetricType, MetricType
 from goodput_core.events import to_timestamp
 from goodput_core.queries.results import GoodputResult
-from goodput_core.record.recorder import flush_before_read
+from goodput_core.record.hooks import flush_before_read
 from goodput_core.stores import open_store
 
 __all__ = [
@@ -162,7 +162,7 @@ class StoreFeed:
         ``query_time`` is unused: a store holds no events from the future
         that a reader must hide (those are clipped by the query's ``now``).
         What this process recorded for the run in that store is stored first
-        (:func:`goodput_core.record.recorder.flush_before_read`).
+        (:func:`goodput_core.record.hooks.flush_before_read`).
         """
         flush_before_read(self.run, self.store)
         n, self._cursor = calc.pull(self.store, self._cursor)  # paged, as columns

@@ -62,7 +62,7 @@ from goodput_core.queries.hangs import Hang, hangs_of_run
 from goodput_core.queries.host_outliers import HostBreakdown, HostTracker
 from goodput_core.timeline.payload_columns import payload_page
 from goodput_core.queries.program_goodput import ProgramGoodput, program_goodput_of_run
-from goodput_core.record.recorder import flush_before_read
+from goodput_core.record.hooks import flush_before_read
 from goodput_core.queries.results import GoodputResult, build_result, empty_result
 from goodput_core.timeline.segments import CLOSE_JOB_END, CLOSE_STEP_END, NO_RESTART
 from goodput_core.queries.step_stats import StepStats, compute_step_stats

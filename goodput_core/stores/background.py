@@ -150,10 +150,10 @@ class QueuedStoreMixin:
 
 def _close_all() -> None:
     """At exit: push the recorders' queues into the stores, then deliver (bounded)."""
-    recorder = sys.modules.get("goodput_core.record.recorder")
-    if recorder is not None:  # its own atexit hook runs after ours (LIFO)
+    hooks = sys.modules.get("goodput_core.record.hooks")
+    if hooks is not None:  # its own atexit hook runs after ours (LIFO)
         try:
-            recorder.flush_all(EXIT_TIMEOUT_S)
+            hooks.flush_all(EXIT_TIMEOUT_S)
         except Exception:
             pass
     deadline = time.monotonic() + EXIT_TIMEOUT_S

@@ -209,7 +209,7 @@ def _add_rolling_windows(klass: type, session: _Session) -> None:
             self._goodput_alias_rolling = True
 
     def stop_goodput_uploader(self, skip_final_flush: Optional[bool] = None):
-        from goodput_core.record.recorder import flush_all
+        from goodput_core.record.hooks import flush_all
 
         flush_all(5.0)
         if getattr(self, "_goodput_alias_rolling", False):

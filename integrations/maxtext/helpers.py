@@ -354,7 +354,7 @@ def _start_monitor(settings: MaxTextGoodputSettings) -> Tuple[Any, List[str]]:
 def stop_monitor(monitor: Any, started: Any, flush: bool = True) -> None:
     """Flushes this process's recorders, then stops the started uploaders
     (each with its final upload; neither when ``flush`` is False); never raises."""
-    from goodput_core.record.recorder import flush_all
+    from goodput_core.record.hooks import flush_all
 
     if flush:
         try:

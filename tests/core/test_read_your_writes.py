@@ -14,8 +14,8 @@ import pytest
 
 from goodput_core import Calculator, Recorder
 from goodput_core.compat import goodput as compat
-import goodput_core.record.recorder as recorder_module
-from goodput_core.record.recorder import flush_before_read
+import goodput_core.record.hooks as hooks_module
+from goodput_core.record.hooks import flush_before_read
 from goodput_core.stores import open_store
 from goodput_core.stores.memory import MemoryStore
 from tests.support.fake_clock import FakeClock
@@ -104,7 +104,7 @@ class BlockedStore(MemoryStore):
 
 
 def test_the_wait_is_bounded_and_the_query_still_answers(monkeypatch):
-    monkeypatch.setattr(recorder_module, "READ_FLUSH_TIMEOUT_S", 0.0)
+    monkeypatch.setattr(hooks_module, "READ_FLUSH_TIMEOUT_S", 0.0)
     store = BlockedStore()
     clock = FakeClock(T0)
     rec = Recorder("job", store, clock=clock, flush_interval_s=HOUR)
