@@ -1,5 +1,4 @@
-"""What a monitor cycle computes besides runtime goodput, and what a busy
-exporter is owed.
+"""What a monitor cycle computes besides runtime goodput.
 
 :class:`Extras` adds to each :class:`~goodput_core.exporters.base.MonitorSnapshot`:
 
@@ -20,16 +19,13 @@ out for a window in which no slice count was in force yet
 
 Exporters write metric points and step deviations once: each cycle hands
 out only the new ones (:func:`fresh_deviations`; the metric cursor of
-:class:`Extras`). An exporter that was still busy when a cycle was handed
-out would miss them, so
-:func:`keep_carry` keeps them on its runner and :func:`with_carry` hands
-them over with its next snapshot (bounded: the newest ``MAX_CARRY`` per
-series).
+:class:`Extras`); what a busy exporter missed is carried to its next
+snapshot by :mod:`goodput_core.monitor.exporting` (bounded: the newest
+``MAX_CARRY`` per series).
 """
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, Callable, Collection, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -38,8 +34,7 @@ from goodput_core.queries.diagnostics import MetricPoint
 from goodput_core.queries.elastic import SliceEfficiency, reportable
 from goodput_core.exporters.base import MonitorSnapshot
 
-__all__ = ["Extras", "MAX_CARRY", "clear_carry", "fresh_deviations", "keep_carry",
-           "with_carry"]
+__all__ = ["Extras", "MAX_CARRY", "fresh_deviations"]
 
 #: Step deviations (and points per metric) kept for an exporter that is stuck.
 MAX_CARRY = 100_000
@@ -178,46 +173,3 @@ def fresh_deviations(stats: Any, done: np.ndarray
         done = (np.concatenate((done, fresh)) if not len(done) or fresh[0] > done[-1]
                 else np.union1d(done, fresh))
     return out, done
-
-
-def with_carry(runner: Any, snapshot: MonitorSnapshot) -> MonitorSnapshot:
-    """The snapshot to hand to ``runner``: plus what it missed while busy.
-
-    Args:
-      runner: the exporter's :class:`~goodput_core.monitor.runner.Runner`.
-      snapshot: this cycle's snapshot.
-
-    Returns:
-      ``snapshot`` itself, or a copy with the carried deviations and points.
-    """
-    changes: Dict[str, Any] = {}
-    if runner.carry and snapshot.step_stats is not None:
-        changes["new_step_deviations"] = runner.carry + snapshot.new_step_deviations
-    if runner.carry_metrics:
-        changes["new_metric_points"] = _merge(runner.carry_metrics, snapshot.new_metric_points)
-    return dataclasses.replace(snapshot, **changes) if changes else snapshot
-
-
-def keep_carry(runner: Any, snapshot: MonitorSnapshot) -> None:
-    """``runner`` skipped ``snapshot`` (busy): keeps what is written only once."""
-    runner.carry = (runner.carry + snapshot.new_step_deviations)[-MAX_CARRY:]
-    if snapshot.new_metric_points:
-        runner.carry_metrics = _merge(runner.carry_metrics, snapshot.new_metric_points)
-
-
-def clear_carry(runner: Any, snapshot: MonitorSnapshot) -> None:
-    """``snapshot`` (from :func:`with_carry`) went out to ``runner``: nothing is owed."""
-    if snapshot.step_stats is not None:  # the deviations went out with it
-        runner.carry = []
-    runner.carry_metrics = {}  # always merged in, so always delivered
-
-
-def _merge(old: Dict[str, List[MetricPoint]], new: Dict[str, List[MetricPoint]]
-           ) -> Dict[str, List[MetricPoint]]:
-    out = {name: list(points) for name, points in old.items()}
-    for name, points in new.items():
-        merged = out.get(name, []) + list(points)
-        # stable by time: a late point from another host lands where it belongs
-        merged.sort(key=lambda p: p.time)
-        out[name] = merged[-MAX_CARRY:]
-    return out

@@ -46,13 +46,8 @@ import numpy as np
 
 from goodput_core.monitor.runner import Runner, deadline_after, remaining
 from goodput_core.exporters.base import Exporter, MonitorSnapshot
-from goodput_core.monitor.cycle import (
-    Extras,
-    clear_carry,
-    fresh_deviations,
-    keep_carry,
-    with_carry,
-)
+from goodput_core.monitor.cycle import Extras, fresh_deviations
+from goodput_core.monitor.exporting import close_all, dispatch
 
 __all__ = ["Monitor", "PARTS"]
 
@@ -295,7 +290,8 @@ class Monitor:
         snapshot = self._compute(parts, final)
         if snapshot is None:
             return None, False
-        complete = self._dispatch(snapshot, min(deadline, time.monotonic() + self._export_timeout))
+        complete = dispatch(self._runners, snapshot,
+                            min(deadline, time.monotonic() + self._export_timeout), self._report)
         with self._stats_lock:
             self._cycles += 1
         return snapshot, complete
@@ -333,26 +329,6 @@ class Monitor:
             return int(self._recorder.stats()["dropped"])
         except Exception:  # noqa: BLE001 - a diagnostic figure is not worth a failed cycle
             return None
-
-    def _dispatch(self, snapshot: MonitorSnapshot, deadline: float) -> bool:
-        """Hands ``snapshot`` to every free exporter; waits for them until ``deadline``."""
-        pending = []
-        for runner in self._runners:
-            snap = with_carry(runner, snapshot)
-            done = runner.submit(lambda e=runner.exporter, s=snap: e.export(s))
-            if done is None:
-                self._report(f"exporter {runner.name}", "busy")
-                # keep what it missed: deviations and metric points are written once
-                keep_carry(runner, snapshot)
-            else:
-                clear_carry(runner, snap)
-                pending.append((runner, done))
-        complete = len(pending) == len(self._runners)
-        for runner, done in pending:
-            if not done.wait(remaining(deadline)):
-                complete = False
-                self._report(f"exporter {runner.name}", "timeout")
-        return complete
 
     # --------------------------------------------------------- the thread
     def start(self) -> "Monitor":
@@ -425,25 +401,7 @@ class Monitor:
                 logger.warning("goodput monitor %s: the loop did not stop in time", self.run)
         if not skip:
             ok = self._bounded_cycle(self.parts, True, deadline - reserve) and ok
-        return self._close_exporters(deadline) and ok
-
-    def _close_exporters(self, deadline: float) -> bool:
-        ok, pending = True, []
-        for runner in self._runners:
-            done = runner.submit(runner.exporter.close)
-            runner.retire()
-            if done is None:
-                ok = False
-                logger.warning("goodput monitor %s: exporter %s is still busy; not closed",
-                               self.run, runner.name)
-            else:
-                pending.append((runner, done))
-        for runner, done in pending:
-            if not done.wait(remaining(deadline)):
-                ok = False
-                logger.warning("goodput monitor %s: exporter %s did not close in time",
-                               self.run, runner.name)
-        return ok
+        return close_all(self._runners, deadline, self.run) and ok
 
     def __enter__(self) -> "Monitor":
         return self.start()
