@@ -40,12 +40,13 @@ and counted); they raise ``ValueError`` only for impossible arguments (a
 window that ends before it starts, NaN bounds, a negative rolling size).
 Semantics: ``docs/semantics.md`` in the repository (every rule, with a
 worked example and its test); the spans: :mod:`goodput_core.timeline.spans`.
-The calculator is thread-safe (one lock around updates and queries).
+The calculator is thread-safe (one lock around updates and queries). Its
+queries beyond runtime goodput (slice efficiency, metadata, metrics, program
+goodput, insights) are in :mod:`goodput_core.queries.beyond_goodput`.
 """
 
 from __future__ import annotations
 
-import datetime as _dt
 import math
 import threading
 import time
@@ -53,29 +54,28 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 
 import numpy as np
 
-from goodput_core.timeline.buckets import CUSTOM_BASE, IDLE, PRODUCTIVE, BadputType
-from goodput_core.queries.diagnostics import MetricSeries, merged_metadata, metric_series, metrics_since
-from goodput_core.queries.elastic import SliceCounts, SliceEfficiency, slice_counts, slice_efficiency
-from goodput_core.events import SkipReason, from_payload, to_timestamp
-from goodput_core.queries.checkpoint_advice import CheckpointAdvice, advice_of_run
-from goodput_core.queries.hangs import Hang, hangs_of_run
-from goodput_core.queries.host_outliers import HostBreakdown, HostTracker
-from goodput_core.timeline.payload_columns import payload_page
-from goodput_core.queries.program_goodput import ProgramGoodput, program_goodput_of_run
-from goodput_core.record.hooks import flush_before_read
+from goodput_core.events import SkipReason, from_payload
+from goodput_core.queries.arguments import Interval, exclusion_intervals, time_arg
+from goodput_core.queries.beyond_goodput import BeyondGoodputMixin
+from goodput_core.queries.diagnostics import MetricSeries
+from goodput_core.queries.elastic import SliceCounts, SliceEfficiency
+from goodput_core.queries.host_outliers import HostTracker
+from goodput_core.queries.program_goodput import ProgramGoodput
 from goodput_core.queries.results import GoodputResult, build_result, empty_result
-from goodput_core.timeline.segments import CLOSE_JOB_END, CLOSE_STEP_END, NO_RESTART
 from goodput_core.queries.step_stats import StepStats, compute_step_stats
+from goodput_core.record.hooks import flush_before_read
+from goodput_core.timeline.buckets import CUSTOM_BASE, IDLE, PRODUCTIVE, BadputType
+from goodput_core.timeline.payload_columns import payload_page
+from goodput_core.timeline.segments import CLOSE_JOB_END, CLOSE_STEP_END, NO_RESTART
 from goodput_core.timeline.spans import Timeline
 
 __all__ = ["Calculator", "GoodputResult", "MetricSeries", "ProgramGoodput", "SliceCounts",
            "SliceEfficiency", "StepStats"]
 
-Interval = Tuple[Any, Any]
 _PAGE = 262_144  # events per store read in refresh()
 
 
-class Calculator:
+class Calculator(BeyondGoodputMixin):
     """Incremental goodput calculator for one run.
 
     Args:
@@ -222,10 +222,10 @@ class Calculator:
         Raises:
           ValueError: NaN bounds, ``end < start``, or such an exclusion.
         """
-        a, b = _time_arg(start, "start"), _time_arg(end, "end")
+        a, b = time_arg(start, "start"), time_arg(end, "end")
         if b < a:
             raise ValueError(f"window ends before it starts: [{a}, {b}]")
-        excl = _intervals(exclude)
+        excl = exclusion_intervals(exclude)
         with self._lock:
             t = self._now(now)
             tl = self._tl
@@ -273,7 +273,7 @@ class Calculator:
 
     def _labelled(self, start: Any, end: Any, now: Any):
         """``(starts, ends, codes, custom names)`` of the spans of ``[start, end]``."""
-        a, b = _time_arg(start, "start"), _time_arg(end, "end")
+        a, b = time_arg(start, "start"), time_arg(end, "end")
         if b < a:
             raise ValueError(f"window ends before it starts: [{a}, {b}]")
         life = self.lifetime(now)
@@ -294,147 +294,8 @@ class Calculator:
             ideal = ideal_step_time if ideal_step_time is not None else self._ideal
             return compute_step_stats(self._tl, ideal)
 
-    # ------------------------------------------- elastic and diagnostics
-    def slice_counts(self) -> SliceCounts:
-        """The recorded elastic slice counts, in time order (arrays)."""
-        with self._lock:
-            return slice_counts(self._tl.tables)
-
-    def slice_efficiency(self, start: Any = None, end: Any = None, now: Any = None
-                         ) -> Optional[SliceEfficiency]:
-        """Time-weighted stepping and available slice efficiency over a window
-        clipped to the lifetime, idle time excepted (:mod:`goodput_core.queries.elastic`).
-
-        Args:
-          start, end: the window (None: the whole lifetime on that side).
-          now: the query time (default: the clock).
-
-        Returns:
-          A SliceEfficiency, or None without a job start or slice counts.
-
-        Raises:
-          ValueError: NaN bounds or ``end < start``.
-        """
-        a = -math.inf if start is None else _time_arg(start, "start")
-        b = math.inf if end is None else _time_arg(end, "end")
-        if b < a:
-            raise ValueError(f"window ends before it starts: [{a}, {b}]")
-        with self._lock:
-            t = self._now(now)
-            tl = self._tl
-            tl.update()
-            if not len(tl.attempts):
-                return None
-            lo = float(tl.attempts.start[0])
-            wa = max(a, lo)
-            wb = max(min(b, max(tl.attempts.lifetime_end(t), lo)), wa)
-            return slice_efficiency(slice_counts(tl.tables), (wa, wb), tl.attempts.idle())
-
-    def metadata(self) -> Dict[str, Any]:
-        """Run metadata: the latest recorded value of each key."""
-        with self._lock:
-            return merged_metadata(self._tl.tables)
-
-    def metrics(self, name: str) -> MetricSeries:
-        """The time series of one model metric (``recorder.record_metric``).
-
-        Returns:
-          ``MetricSeries(steps, times, values)`` numpy arrays in time order;
-          steps are -1 where none was recorded; empty for an unknown name.
-        """
-        with self._lock:
-            return metric_series(self._tl.tables, name)
-
-    def metrics_since(self, cursor: int = -1) -> Tuple[Dict[str, MetricSeries], int]:
-        """The metric points added since the previous call (the monitor's feed).
-
-        Args:
-          cursor: what the previous call returned (-1: every point so far).
-
-        Returns:
-          ``({name: MetricSeries}, cursor)``: each series in time order; pass
-          the cursor to the next call.
-        """
-        with self._lock:
-            return metrics_since(self._tl.tables, cursor)
-
-    def program_goodput(self, now: Any = None, *, flops_per_step: Optional[float] = None,
-                        peak_flops: Optional[float] = None, num_devices: Optional[int] = None,
-                        result: Optional[GoodputResult] = None) -> Optional[ProgramGoodput]:
-        """Program goodput (MFU) and ML productivity goodput, cumulative
-        (:mod:`goodput_core.queries.program_goodput`).
-
-        Args:
-          now: the query time (default: the clock).
-          flops_per_step, peak_flops, num_devices: override the run metadata
-            (``flops_per_step``, ``peak_flops_per_device`` or the peak table
-            entry of ``device_kind``, ``num_devices``).
-          result: this calculator's cumulative result at ``now``, when the
-            caller has it already (the monitor): saves computing it again.
-
-        Returns:
-          A ProgramGoodput, or None when a figure is missing or no step has
-          been productive yet.
-        """
-        with self._lock:
-            if result is None:
-                result = self.cumulative(now=now)
-            self._tl.update()  # a given result may predate the last refresh
-            return program_goodput_of_run(
-                self._tl, result, merged_metadata(self._tl.tables, deep_copy=False),
-                flops_per_step=flops_per_step, peak_flops=peak_flops, num_devices=num_devices)
-
-    # ------------------------------------------- insights (docs/insights.md)
-    def hangs(self, now: Any = None) -> List[Hang]:
-        """The hangs the watchdog recorded, in time order (:mod:`goodput_core.queries.hangs`).
-
-        Args:
-          now: the query time (the length of a hang still open).
-        """
-        with self._lock:
-            t = self._now(now)
-            self._tl.update()
-            return hangs_of_run(self._tl.tables, self._tl.attempts.start, t)
-
-    def checkpoint_advice(self, now: Any = None) -> CheckpointAdvice:
-        """Checkpoint-interval advice from this run's failures, saves and
-        restarts (:mod:`goodput_core.queries.checkpoint_advice`); ``available`` is False
-        with a reason when the run had no failure or no save."""
-        with self._lock:
-            result = self.cumulative(now=now)
-            return advice_of_run(self._tl, result, self.step_stats())
-
-    def hosts(self, now: Any = None, **kwargs: Any) -> HostBreakdown:
-        """Per-host host-local time and the outlier hosts
-        (:mod:`goodput_core.queries.host_outliers`), from the store's events split by
-        process index (on multi-host runs, read incrementally beside this
-        calculator's own reads; nothing extra on single-host runs).
-
-        Raises:
-          ValueError: this calculator reads no store (use
-            :class:`~goodput_core.queries.host_outliers.HostTracker` with events).
-        """
-        if self._store is None:
-            raise ValueError("hosts() needs a calculator that reads a store")
-        with self._lock:
-            self.refresh()
-            self._host_tracker.refresh()
-            return self._host_tracker.breakdown(self._now(now), **kwargs)
-
     def _now(self, now: Any) -> float:
-        return _time_arg(self._clock() if now is None else now, "now")
-
-
-def _time_arg(value: Any, name: str) -> float:
-    """A query time as float seconds (infinities allowed, NaN not)."""
-    if isinstance(value, _dt.datetime):
-        return to_timestamp(value)
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise ValueError(f"{name} must be POSIX seconds or a datetime, got {value!r}")
-    f = float(value)
-    if math.isnan(f):
-        raise ValueError(f"{name} is NaN")
-    return f
+        return time_arg(self._clock() if now is None else now, "now")
 
 
 def _label(code: int, custom_names: List[str]) -> str:
@@ -445,21 +306,6 @@ def _label(code: int, custom_names: List[str]) -> str:
     if code >= CUSTOM_BASE:
         return f"CUSTOM_BADPUT_EVENTS:{custom_names[code - CUSTOM_BASE]}"
     return BadputType(code).name
-
-
-def _intervals(exclude: Optional[Sequence[Interval]]) -> List[Tuple[float, float]]:
-    """Validated exclusion intervals."""
-    out = []
-    for item in exclude or ():
-        try:
-            x, y = item
-        except (TypeError, ValueError):
-            raise ValueError(f"an exclusion must be a (start, end) pair, got {item!r}") from None
-        x, y = _time_arg(x, "exclusion start"), _time_arg(y, "exclusion end")
-        if y < x:
-            raise ValueError(f"exclusion ends before it starts: ({x}, {y})")
-        out.append((x, y))
-    return out
 
 
 def _step_summary(tl: Timeline, a: float, b: float) -> Dict[str, int]:
