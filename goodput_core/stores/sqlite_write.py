@@ -1,0 +1,143 @@
+"""The write path of the sqlite store: appending a batch in one transaction,
+registering new runs and writers, and packing full chunks after a write.
+
+A mixin of :class:`goodput_core.stores.sqlite.SqliteStore` (kept apart so each
+module stays small, like :mod:`goodput_core.stores.sqlite_read`): it uses the
+store's ``readonly``, ``chunk_events``, ``path``, ``_handle``, ``_retry`` and
+``_error``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sqlite3
+from operator import itemgetter
+from typing import Any, List, Sequence
+
+from goodput_core.events import EventRecord
+from goodput_core.stores import sqlite_chunks as chunks
+from goodput_core.stores.base import StoreError
+from goodput_core.stores.sqlite_fork import Reopen
+from goodput_core.stores.sqlite_fork import gated as _gated
+from goodput_core.stores.sqlite_json import dumps as _dumps
+
+__all__ = ["WritePath", "write_transaction"]
+
+_INSERT = ("INSERT INTO events (run_id, writer_id, seq, kind, time, step, extra, write_time)"
+           " VALUES (?, ?, ?, ?, ?, ?, ?, ?)")
+_COMPACT_PER_APPEND = 16  # chunks one append may compact (bounds its extra time)
+_writer_key = itemgetter(5, 6, 7, 8)  # (process_index, host, pid, attempt)
+logger = logging.getLogger("goodput")
+
+
+@contextlib.contextmanager
+def write_transaction(conn: sqlite3.Connection):
+    """BEGIN IMMEDIATE ... COMMIT, rolled back on any error.
+
+    IMMEDIATE takes the write lock up front: a deferred transaction that later
+    upgrades to a write can fail with "busy" without SQLite's busy handler ever
+    waiting, which is the classic source of "database is locked" under WAL.
+    """
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield conn
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.rollback()
+        raise
+
+
+class WritePath:
+    """Appending events: one transaction per batch, then packing full chunks."""
+
+    @_gated
+    def append(self, batch: Sequence[EventRecord]) -> None:
+        """Appends events in one transaction (all or none), in the given order.
+
+        Args:
+          batch: EventRecords (any run, any writer metadata).
+
+        Raises:
+          StoreError: the file cannot be written, or stayed locked too long.
+        """
+        if self.readonly:
+            raise StoreError(f"{self.path!r} was opened read-only: cannot append")
+        if not isinstance(batch, (list, tuple)):
+            batch = list(batch)  # iterated twice when a run or writer is new
+        if not batch:
+            return
+        h = self._handle()
+        try:
+            try:
+                rows = self._rows(h, batch)
+            except KeyError:  # a run or writer this connection has not seen yet
+                self._retry(self._register, h, batch)
+                rows = self._rows(h, batch)
+            if self._packable(rows) and self._retry(chunks.insert_packed, h.conn, rows):
+                return
+            self._retry(self._insert, h.conn, rows)
+        except sqlite3.Error as exc:
+            raise self._error(exc) from exc
+        self._maybe_compact(h, rows)
+
+    def _packable(self, rows: List[tuple]) -> bool:
+        """A batch written as a chunk straight away: large, and of one run."""
+        return (self.chunk_events is not None
+                and len(rows) >= max(min(self.chunk_events, chunks.PACK_AT_ONCE), 2)
+                and rows[0][0] == rows[-1][0]
+                and len(set(map(itemgetter(0), rows))) == 1)
+
+    def _maybe_compact(self, h: Any, rows: List[tuple]) -> None:
+        """Packs full chunks of the runs this batch wrote to (sqlite_chunks).
+
+        Counted per connection: once a run got another chunk's worth of rows
+        here, look. The batch is committed already: a failure here (another
+        process holds the lock too long) is logged, never raised, and the
+        rows stay readable as they are."""
+        if self.chunk_events is None:
+            return
+        appended = h.appended
+        appended.update(map(itemgetter(0), rows))
+        for run_id in [r for r, n in appended.items() if n >= self.chunk_events]:
+            appended[run_id] = 0
+            try:
+                self._retry(chunks.compact, h.conn, run_id, _COMPACT_PER_APPEND,
+                            self.chunk_events)
+            except (sqlite3.Error, StoreError, Reopen) as exc:
+                # Reopen too: a fork closed the connection while this waited; the
+                # batch must not be appended again, packing waits for the next one
+                logger.debug("goodput: compacting %s deferred (%r)", self.path, exc)
+
+    @staticmethod
+    def _rows(h: Any, batch: Sequence[EventRecord]) -> List[tuple]:
+        # Built outside the write lock; plain tuples keep executemany on its fast path.
+        run_ids, writer_ids, dumps, wkey = h.run_ids, h.writer_ids, _dumps, _writer_key
+        return [(run_ids[e[0]], writer_ids[wkey(e)], e[9], e[1], e[2], e[3],
+                 None if e[4] is None else dumps(e[4]), e[10]) for e in batch]
+
+    @staticmethod
+    def _register(h: Any, batch: Sequence[EventRecord]) -> None:
+        """Creates the batch's unknown runs and writers and caches their ids."""
+        # dict.fromkeys: unique in first-seen order, so runs() lists runs as they came.
+        runs = [r for r in dict.fromkeys(e[0] for e in batch) if r not in h.run_ids]
+        writers = [w for w in dict.fromkeys(map(_writer_key, batch)) if w not in h.writer_ids]
+        conn = h.conn
+        with write_transaction(conn):
+            conn.executemany("INSERT OR IGNORE INTO runs (name) VALUES (?)",
+                             [(r,) for r in runs])
+            conn.executemany("INSERT OR IGNORE INTO writers (process_index, host, pid, "
+                             "attempt) VALUES (?, ?, ?, ?)", writers)
+            new_runs = {r: conn.execute("SELECT run_id FROM runs WHERE name = ?",
+                                        (r,)).fetchone()[0] for r in runs}
+            new_writers = {w: conn.execute(
+                "SELECT writer_id FROM writers WHERE process_index = ? AND host = ? "
+                "AND pid = ? AND attempt = ?", w).fetchone()[0] for w in writers}
+        # Cached only once committed: a rolled-back id could be reused by others.
+        h.run_ids.update(new_runs)
+        h.writer_ids.update(new_writers)
+
+    @staticmethod
+    def _insert(conn: sqlite3.Connection, rows: List[tuple]) -> None:
+        with write_transaction(conn):
+            conn.executemany(_INSERT, rows)
