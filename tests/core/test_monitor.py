@@ -438,14 +438,14 @@ def test_a_monitor_started_on_a_long_run_hands_out_only_the_recent_deviations(mo
 
     import numpy as np
 
-    import goodput_core.monitor.cycle as monitor_extras
+    import goodput_core.monitor.cycle as cycle
 
-    monkeypatch.setattr(monitor_extras, "MAX_CARRY", 50)
+    monkeypatch.setattr(cycle, "MAX_CARRY", 50)
     steps = np.arange(1000)
     stats = types.SimpleNamespace(steps=steps, deviations=steps * 0.5)
-    new, done = monitor_extras.fresh_deviations(stats, np.empty(0, np.int64))
+    new, done = cycle.fresh_deviations(stats, np.empty(0, np.int64))
     assert new == [(s, s * 0.5) for s in range(950, 1000)]  # the last 50, in order
     assert done.tolist() == steps.tolist()  # the older ones are not handed out later
     more = types.SimpleNamespace(steps=np.arange(1003), deviations=np.arange(1003) * 0.5)
-    assert monitor_extras.fresh_deviations(more, done)[0] == [(1000, 500.0), (1001, 500.5),
+    assert cycle.fresh_deviations(more, done)[0] == [(1000, 500.0), (1001, 500.5),
                                                                (1002, 501.0)]
