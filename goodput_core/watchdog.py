@@ -1,3 +1,4 @@
-"""Alias of :mod:`goodput_core.record.watchdog`, the path ``goodput_core.watchdog`` that earlier
-docs showed for HangSettings (the same module object: attributes and patches are shared)."""
+"""Alias of :mod:`goodput_core.record.watchdog`: ``goodput_core.watchdog``, the path
+earlier docs showed for HangSettings (the same module object: attributes
+and patches are shared)."""
 import sys; import goodput_core.record.watchdog as _m; sys.modules[__name__] = _m  # noqa: E702
