@@ -124,7 +124,17 @@ def _flush_at_multiprocessing_exit(_token: Any = None) -> None:
         logger.debug("goodput: no multiprocessing exit hook", exc_info=True)
 
 
-atexit.register(flush_all)
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(before=_flush_at_multiprocessing_exit,
-                        after_in_child=_after_fork_in_child)
+_installed = []
+
+
+def install() -> None:
+    """Registers the exit and fork hooks, once per process (the recorder module
+    calls this at the end of its import: the hooks run in the same order relative
+    to the modules the recorder imports as before they moved here)."""
+    if _installed:
+        return
+    _installed.append(True)
+    atexit.register(flush_all)
+    if hasattr(os, "register_at_fork"):
+        os.register_at_fork(before=_flush_at_multiprocessing_exit,
+                            after_in_child=_after_fork_in_child)

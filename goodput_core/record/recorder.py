@@ -442,3 +442,6 @@ def _store_for_writer(store: Any) -> Store:
         return store
     url, _, _ = check_store_url(store)
     return DeferredStore(url)
+
+
+hooks.install()  # exit and fork hooks, registered after everything imported above

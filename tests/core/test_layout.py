@@ -119,3 +119,37 @@ def test_the_scan_sees_a_planted_wrong_way_import(rule, tmp_path, monkeypatch):
 def test_compat_reexports_the_engines_metadata_helpers():
     for name in gcp.__all__:
         assert getattr(goodput_utils, name) is getattr(gcp, name), name
+
+
+def test_the_old_documented_paths_still_import():
+    """README Layout: the paths earlier docs showed keep working."""
+    import goodput_core.diagnostics as old_diagnostics
+    import goodput_core.monitor
+    import goodput_core.watchdog as old_watchdog
+    from goodput_core.diagnostics import RunContext, record_config  # noqa: F401
+    from goodput_core.monitor import Monitor
+    from goodput_core.monitor.loop import Monitor as LoopMonitor
+    from goodput_core.queries import diagnostics
+    from goodput_core.record import watchdog
+    from goodput_core.watchdog import HangSettings
+
+    assert old_watchdog is watchdog and HangSettings is watchdog.HangSettings
+    assert old_diagnostics is diagnostics
+    assert Monitor is LoopMonitor is goodput_core.monitor.Monitor
+    assert goodput_core.Calculator.__module__ == "goodput_core.queries.calculator"
+
+
+def test_python_m_cli_and_a_light_monitor_package():
+    """``python -m goodput_core.cli`` runs the command; importing the monitor package
+    for background_start (adapters do at import) loads no numpy."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "goodput_core.cli", "--help"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.startswith("usage: goodput")
+    code = ("import sys, goodput_core.monitor.background_start; "
+            "print('numpy' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.stdout.strip() == "False", out.stderr
