@@ -58,3 +58,22 @@ def test_install_hints_name_the_distribution():
                         if dist != "goodput-core":
                             wrong.append(f"{os.path.relpath(path, ROOT)}:{n}: {dist}")
     assert wrong == []
+
+
+def test_every_package_folder_is_in_the_distribution():
+    """setuptools installs only the packages pyproject lists: a sub-package left out
+    (a new folder of the regrouping, compat/mldiagnostics before it) works from a
+    checkout and is missing from the wheel."""
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+        tool = tomllib.load(f)["tool"]["setuptools"]
+    listed = set(tool["packages"])
+    folders = {"goodput_core": "goodput_core", "integrations": "goodput_integrations"}
+    assert tool["package-dir"] == {"goodput_integrations": "integrations"}
+    found = set()
+    for folder, name in folders.items():
+        for base, dirs, files in os.walk(os.path.join(ROOT, folder)):
+            dirs[:] = [d for d in dirs if d != "__pycache__"]
+            if "__init__.py" in files:
+                rel = os.path.relpath(base, os.path.join(ROOT, folder))
+                found.add(name if rel == "." else name + "." + rel.replace(os.sep, "."))
+    assert found == listed
