@@ -133,3 +133,47 @@ def test_pages_longer_than_one_copy(url, monkeypatch):
         _same(page, i, event)
     assert np.all(np.diff(np.arange(len(page))) == 1)
     store.close()
+
+
+def test_a_page_aggregated_out_of_id_order_is_sorted_by_id(url):
+    """PostgreSQL keeps the subquery's order in the aggregates in practice but
+    does not promise it: the server's real answer, permuted, reads the same."""
+    from goodput_core.stores import postgres_columns as pc
+
+    store = PostgresStore(url)
+    events = _odd_events("perm")
+    store.append(events)
+    assert store.flush(10)
+    want, _ = store.read_columns("perm")
+
+    class Permuting:
+        """The real connection; the columns query's answer permuted."""
+
+        def __init__(self, conn):
+            self.conn = conn
+
+        def execute(self, query, params=None, **kw):
+            cur = self.conn.execute(query, params, **kw)
+            if query != store._sql["columns"]:
+                return cur
+            n, *blobs = cur.fetchone()
+            perm = np.random.default_rng(1).permutation(n)
+            blobs = [np.frombuffer(b, dtype)[perm].tobytes()
+                     for (_, _, dtype), b in zip(pc._COLUMNS, blobs)]
+            return _Row((n, *blobs))
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        (run_id,), = conn.execute("SELECT run_id FROM goodput.runs WHERE name = 'perm'")
+        got, last = pc.read_page(Permuting(conn), store._sql, "perm", run_id, 0, 1000,
+                                 lambda wid: (0, "", 0, ""), store.skipped)
+    assert len(got) == len(want) == len(events)
+    for i in range(len(want)):
+        _same(got, i, want.record(i))
+
+
+class _Row:
+    def __init__(self, row):
+        self.row = row
+
+    def fetchone(self):
+        return self.row
