@@ -2,7 +2,7 @@
 
 The engine imports no ML framework and no cloud client. Start with
 :class:`Recorder` (record events of a run) and, once available,
-:class:`goodput_core.queries.calculator.Calculator` (turn them into goodput).
+:class:`Calculator` (turn them into goodput; :mod:`goodput_core.queries.calculator`).
 Code written against ``ml-goodput-measurement`` imports
 ``goodput_core.compat.goodput`` instead of ``ml_goodput_measurement.goodput``.
 """
