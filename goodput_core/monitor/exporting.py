@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import threading
 from typing import Any, Callable, Dict, List, Sequence
 
 from goodput_core.exporters.base import MonitorSnapshot
@@ -22,12 +23,20 @@ from goodput_core.queries.diagnostics import MetricPoint
 
 __all__ = ["clear_carry", "close_all", "dispatch", "keep_carry", "with_carry"]
 
+#: ``wait_until(event, deadline)``: True once ``event`` is set, False at the deadline.
+WaitUntil = Callable[[threading.Event, float], bool]
+
+
+def _wait_until(event: threading.Event, deadline: float) -> bool:
+    return event.wait(remaining(deadline))
+
 logger = logging.getLogger(__name__)
 
 
 def dispatch(runners: Sequence[Runner], snapshot: MonitorSnapshot, deadline: float,
-             report: Callable[[str, Any], None]) -> bool:
-    """Hands ``snapshot`` to every free exporter; waits for them until ``deadline``.
+             report: Callable[[str, Any], None], wait_until: WaitUntil = _wait_until) -> bool:
+    """Hands ``snapshot`` to every free exporter; waits for them until ``deadline``
+    (``wait_until``: the monitor's time, real by default).
 
     Returns:
       True when every exporter took the snapshot and finished in time.
@@ -45,13 +54,14 @@ def dispatch(runners: Sequence[Runner], snapshot: MonitorSnapshot, deadline: flo
             pending.append((runner, done))
     complete = len(pending) == len(runners)
     for runner, done in pending:
-        if not done.wait(remaining(deadline)):
+        if not wait_until(done, deadline):
             complete = False
             report(f"exporter {runner.name}", "timeout")
     return complete
 
 
-def close_all(runners: Sequence[Runner], deadline: float, run: str) -> bool:
+def close_all(runners: Sequence[Runner], deadline: float, run: str,
+              wait_until: WaitUntil = _wait_until) -> bool:
     """Closes every exporter (on its runner) and retires the runners, until ``deadline``.
 
     Returns:
@@ -68,7 +78,7 @@ def close_all(runners: Sequence[Runner], deadline: float, run: str) -> bool:
         else:
             pending.append((runner, done))
     for runner, done in pending:
-        if not done.wait(remaining(deadline)):
+        if not wait_until(done, deadline):
             ok = False
             logger.warning("goodput monitor %s: exporter %s did not close in time",
                            run, runner.name)
