@@ -13,6 +13,7 @@ import pytest
 
 from goodput_core import Recorder, open_store
 from goodput_core.events import Kind
+from tests.support.children import wait_child
 
 
 def run_python(code: str, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -111,8 +112,7 @@ def test_r7_threads_and_fork(tmp_path):
     for t in threads:
         t.join()
     for pid in children:
-        _, status = os.waitpid(pid, 0)
-        assert os.waitstatus_to_exitcode(status) == 0
+        assert wait_child(pid, what="child recording after fork") == 0
     assert rec.flush(60)
     events, _ = open_store(db).read("r7")
     parent = [e for e in events if e.extra["metric_name"] == "t"]

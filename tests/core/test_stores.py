@@ -23,6 +23,7 @@ from goodput_core.stores import StoreError, open_store
 from goodput_core.stores import sqlite as sqlite_mod
 from goodput_core.stores.memory import MemoryStore
 from goodput_core.stores.sqlite import SCHEMA_VERSION, SqliteStore
+from tests.support.children import wait_child
 
 
 def ev(run="run-a", i=0, kind=Kind.STEP_START, **kw):
@@ -343,8 +344,7 @@ def test_use_after_fork_in_child(tmp_path):
             code = 0 if ok and s.integrity_check() else 2
         finally:
             os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    assert wait_child(pid, what="child using the store after fork") == 0
     s.append([ev(i=3)])  # the parent's connection still works
     events = s.read("run-a")[0]
     assert [e.seq for e in events] == [0, 1, 2, 3]
@@ -381,8 +381,7 @@ def test_fork_while_another_thread_writes(tmp_path):
                     os._exit(code)
             children.append(pid)
     for pid in children:
-        _, status = os.waitpid(pid, 0)
-        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+        assert wait_child(pid, what="child forked while a thread writes") == 0
     stop.set()
     thread.join()
     events = s.read("run-a")[0]
