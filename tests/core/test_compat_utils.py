@@ -18,7 +18,7 @@ import warnings
 
 import pytest
 
-ref = pytest.importorskip("ml_goodput_measurement.src.goodput_utils")
+from ml_goodput_measurement.src import goodput_utils as ref
 
 from goodput_core.compat import goodput_utils as ours  # noqa: E402
 

@@ -6,6 +6,7 @@ import gc
 import json
 import math
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -191,17 +192,50 @@ def test_unusable_paths_raise_store_error(tmp_path):
         open_store("sqlite://")
 
 
-@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() == 0,
-                    reason="permissions do not apply to root")
-def test_unwritable_directory_raises_store_error(tmp_path):
-    locked = tmp_path / "ro"
-    locked.mkdir()
-    locked.chmod(0o500)
+_OPEN_AS = textwrap.dedent("""
+    import sys
+    from goodput_core.stores import StoreError
+    from goodput_core.stores.sqlite import SqliteStore
     try:
-        with pytest.raises(StoreError, match="writable"):
-            SqliteStore(locked / "s.sqlite")
+        SqliteStore(sys.argv[1])
+    except StoreError as exc:
+        print("StoreError:", exc)
+    else:
+        print("opened")
+""")
+
+
+def test_unwritable_directory_raises_store_error(tmp_path):
+    if os.geteuid() != 0:
+        locked = tmp_path / "ro"
+        locked.mkdir()
+        locked.chmod(0o500)
+        try:
+            with pytest.raises(StoreError, match="directory .* is not writable"):
+                SqliteStore(locked / "s.sqlite")
+        finally:
+            locked.chmod(0o700)
+        return
+    # root may write anywhere: open it as an unprivileged user instead
+    drop = (["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+            if shutil.which("setpriv") else ["runuser", "-u", "nobody", "--"])
+    assert shutil.which(drop[0]), "running as root needs setpriv or runuser (util-linux)"
+    base = tempfile.mkdtemp(prefix="goodput-unprivileged-")  # tmp_path's parents are 0700
+    try:
+        os.chmod(base, 0o755)
+        locked = os.path.join(base, "ro")
+        os.mkdir(locked)
+        os.chmod(locked, 0o555)  # the user may enter and read, not write
+        proc = subprocess.run([*drop, sys.executable, "-c", _OPEN_AS,
+                               os.path.join(locked, "s.sqlite")],
+                              capture_output=True, text=True, timeout=120, cwd=base)
     finally:
-        locked.chmod(0o700)
+        shutil.rmtree(base)
+    assert proc.returncode == 0, proc.stderr
+    # the directory check names the cause (the hint at the end of every
+    # store error says "writable" too: not enough)
+    assert proc.stdout.startswith("StoreError:"), proc.stdout
+    assert f"the directory {locked!r} is not writable" in proc.stdout, proc.stdout
 
 
 def test_reopen_keeps_data_and_open_store_url(tmp_path):
@@ -218,7 +252,7 @@ def test_reopen_keeps_data_and_open_store_url(tmp_path):
 
 
 def test_extra_is_strict_json_with_non_finite_floats_as_strings(tmp_path):
-    np = pytest.importorskip("numpy")
+    import numpy as np
     s = SqliteStore(tmp_path / "s.sqlite")
     extra = {"a": math.nan, "b": [math.inf, -math.inf], "np": np.float32(1.5),
              "npnan": np.float64("nan"), "c": {"d": np.int64(3)}}
