@@ -1,0 +1,70 @@
+"""``goodput monitor`` as a long-running process, stopped by a signal.
+
+A real child process runs the command on a finished run; once it has
+printed a cycle (so its signal handlers are in place) it gets SIGTERM (a
+process manager) or SIGINT (Ctrl-C) and must run a final cycle, flush it to
+every exporter and exit 0. Every wait on the child has a deadline.
+"""
+
+from __future__ import annotations
+
+import select
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from goodput_core.recorder import Recorder
+from goodput_core.synthetic import record_synthetic_job
+from tests.support.tfevents import read_scalars
+
+RUN = "monitored"
+DEADLINE_S = 120.0
+
+
+def _first_line(proc, timeout):
+    """The child's first stdout line, or a failure naming what it printed."""
+    ready, _, _ = select.select([proc.stdout], [], [], timeout)
+    if not ready:
+        proc.kill()
+        out, err = proc.communicate(timeout=30)
+        pytest.fail(f"no monitor cycle within {timeout} s; stdout {out!r}, stderr {err!r}")
+    return proc.stdout.readline()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_runs_a_final_cycle_and_exits_zero(tmp_path, signum):
+    url = f"sqlite:///{tmp_path / 'g.sqlite'}"
+    rec = Recorder(RUN, url, clock=lambda: 1_700_000_000.0)
+    record_synthetic_job(rec, 1_700_000_000.0)
+    assert rec.close(30)
+    tb = tmp_path / "tb"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "goodput_core.cli", "monitor", RUN, "--store", url,
+         "--interval", "0.2", "--tensorboard", str(tb)],
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        bufsize=1)
+    try:
+        first = _first_line(proc, DEADLINE_S)
+        assert first.startswith(f"goodput run={RUN} goodput="), first
+        assert "(final)" not in first
+        proc.send_signal(signum)
+        rest, err = proc.communicate(timeout=DEADLINE_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err
+    lines = [first.rstrip("\n")] + rest.splitlines()
+    assert all(line.startswith(f"goodput run={RUN} goodput=") for line in lines), lines
+    # the final cycle ran once, last
+    assert [line.endswith("(final)") for line in lines] == [False] * (len(lines) - 1) + [True]
+    # and reached TensorBoard: one goodput point per cycle, none lost at exit
+    points = read_scalars(str(tb / "goodput"))["goodput/goodput"]
+    assert len(points) == len(lines)
+    goodput = {line.split(" goodput=")[1].split("%")[0] for line in lines}
+    assert len(goodput) == 1  # a finished run: every cycle says the same
+    assert {f"{value:.2f}" for _, value, _ in points} == goodput
+
