@@ -19,6 +19,8 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
+import types
 
 import pytest
 
@@ -28,6 +30,7 @@ from tests.support.fake_cloud_logging import FakeCloudLogging, cloud_store_facto
 
 PROJECT, LOG = "proj-life", "goodput-life"
 T0 = 1_700_000_000.0
+RECENT = float(int(time.time()) - 3600)  # reads look back 7 days from now
 
 
 @pytest.fixture
@@ -43,7 +46,7 @@ def make_store(fake, tmp_path):
 
 
 def _step(run, step, attempt):
-    t = T0 + step
+    t = RECENT + step
     return EventRecord(run, int(Kind.STEP_START), t, step, None, 0, "host", os.getpid(),
                        attempt, step + 1, t)
 
@@ -108,3 +111,79 @@ def test_events_recorded_just_before_exit_are_delivered(fake, tmp_path, how):
     # delivered, not left behind for a later process
     leftovers = [f for _, _, files in os.walk(spill) for f in files] if spill.exists() else []
     assert leftovers == []
+
+
+# ----------------------------------------------------------- edges of the API
+def test_reads_retry_transient_errors_then_give_up_with_a_store_error(fake, make_store):
+    import grpc
+
+    from goodput_core.stores.base import StoreError
+
+    writer = make_store()
+    writer.append([_step("run", 0, "a")])
+    assert writer.flush(30)
+    fake.fail(grpc.StatusCode.UNAVAILABLE)
+    healing = make_store(sleep=lambda s: fake.heal(), read_attempts=2)
+    events, _ = healing.read("run")  # failed once, healed during the backoff
+    assert [e.step for e in events] == [0]
+    fake.fail(grpc.StatusCode.UNAVAILABLE)
+    with pytest.raises(StoreError, match="reading .* failed"):
+        make_store(read_attempts=2).read("run")
+    fake.fail(grpc.StatusCode.PERMISSION_DENIED, "no access")
+    with pytest.raises(StoreError, match="refused the query"):
+        make_store().read("run")
+    fake.heal()
+
+
+def test_an_event_appended_after_close_is_kept_for_the_next_store(fake, make_store):
+    first = make_store()
+    assert first.close(10)
+    first.append([_step("late", 0, "a")])  # nothing sent: kept on disk
+    assert fake.payloads("late") == []
+    second = make_store()  # same spill directory: adopts and delivers it
+    assert second.flush(30)
+    assert [p["step_count"] for p in fake.payloads("late")] == [0]
+
+
+def test_an_event_that_cannot_be_written_is_counted_and_skipped(fake, make_store):
+    store = make_store()
+    bad = _step("mixed", 1, "a")._replace(kind=999)  # no such kind
+    store.append([bad])  # alone: nothing to send
+    store.append([_step("mixed", 0, "a"), bad, _step("mixed", 2, "a")])
+    assert store.flush(30)
+    assert [p["step_count"] for p in fake.payloads("mixed")] == [0, 2]
+    assert store.stats()["rejected"] == 2
+
+
+@pytest.mark.parametrize("resource", [
+    {"type": "k8s_container", "labels": {"cluster_name": "c1", "pod_name": 7}},
+    types.SimpleNamespace(type="k8s_container", labels={"cluster_name": "c1", "pod_name": 7}),
+])
+def test_a_given_monitored_resource_is_used(fake, make_store, resource):
+    store = make_store(resource=resource)
+    store.append([_step("res", 0, "a")])
+    assert store.flush(30)
+    (entry,) = fake.entries()
+    assert entry.resource.type == "k8s_container"
+    assert dict(entry.resource.labels) == {"cluster_name": "c1", "pod_name": "7"}
+
+
+def test_bad_arguments_are_clear_errors_at_construction(fake, tmp_path):
+    from google.auth.credentials import AnonymousCredentials
+
+    from goodput_core.stores.base import StoreError
+    from goodput_core.stores.cloud_logging import CloudLoggingStore
+
+    def make(**kw):
+        kw.setdefault("credentials", AnonymousCredentials())
+        kw.setdefault("client_options", {"api_endpoint": fake.endpoint})
+        return CloudLoggingStore(PROJECT, LOG, spill_dir=str(tmp_path), **kw)
+
+    with pytest.raises(ValueError, match="resource needs a 'type'"):
+        make(resource={"labels": {}})
+    with pytest.raises(ValueError, match="must be >= 1"):
+        make(batch_size=0)
+    # two sources of credentials: the client library refuses to build
+    with pytest.raises(StoreError, match="cannot connect to Cloud Logging"):
+        make(client_options={"api_endpoint": fake.endpoint,
+                             "credentials_file": str(tmp_path / "key.json")})

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import select
 import signal
+import socket
 import subprocess
 import sys
+import urllib.parse
 
 import pytest
 
@@ -68,3 +70,33 @@ def test_a_signal_runs_a_final_cycle_and_exits_zero(tmp_path, signum):
     assert len(goodput) == 1  # a finished run: every cycle says the same
     assert {f"{value:.2f}" for _, value, _ in points} == goodput
 
+
+
+# ------------------------------------------------ start-up errors, in-process
+def test_a_busy_prometheus_port_is_one_line(tmp_path, capsys):
+    from goodput_core.cli import main
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        code = main(["monitor", RUN, "--store", f"sqlite:///{tmp_path / 'g.sqlite'}",
+                     "--quiet", "--prometheus", str(port)])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"goodput monitor: error: cannot serve Prometheus metrics on port {port}")
+    assert err.count("\n") == 1
+
+
+def test_a_bad_interval_frees_the_prometheus_port_it_opened(tmp_path, capsys):
+    from goodput_core.cli import main
+
+    code = main(["monitor", RUN, "--store", f"sqlite:///{tmp_path / 'g.sqlite'}", "--quiet",
+                 "--prometheus", "0", "--interval", "-1"])
+    assert code == 2
+    out, err = capsys.readouterr()
+    assert err.startswith("goodput monitor: error: ") and "interval" in err
+    url = out.split("Serving Prometheus metrics on ")[1].split()[0]
+    port = urllib.parse.urlsplit(url).port
+    with socket.socket() as again:  # the exporter was closed: the port is free
+        again.bind(("127.0.0.1", port))
