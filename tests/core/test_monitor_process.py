@@ -8,6 +8,7 @@ every exporter and exit 0. Every wait on the child has a deadline.
 
 from __future__ import annotations
 
+import os
 import select
 import signal
 import socket
@@ -100,3 +101,37 @@ def test_a_bad_interval_frees_the_prometheus_port_it_opened(tmp_path, capsys):
     port = urllib.parse.urlsplit(url).port
     with socket.socket() as again:  # the exporter was closed: the port is free
         again.bind(("127.0.0.1", port))
+
+
+def test_sigterm_in_process_stops_the_loop_and_restores_the_handler(tmp_path, capsys):
+    """The same loop in this process (measured by coverage): SIGTERM is sent
+    only once the command's handler is in place, never to pytest itself."""
+    import threading
+
+    from goodput_core.cli import main
+
+    url = f"sqlite:///{tmp_path / 'g.sqlite'}"
+    rec = Recorder(RUN, url, clock=lambda: 1_700_000_000.0)
+    record_synthetic_job(rec, 1_700_000_000.0)
+    assert rec.close(30)
+    ours = signal.getsignal(signal.SIGTERM)
+    sent = threading.Event()
+
+    def send_when_handled():
+        for _ in range(int(DEADLINE_S / 0.01)):
+            if signal.getsignal(signal.SIGTERM) is not ours:  # the command's handler
+                os.kill(os.getpid(), signal.SIGTERM)
+                sent.set()
+                return
+            sent.wait(0.01)
+
+    sender = threading.Thread(target=send_when_handled, daemon=True)
+    sender.start()
+    assert main(["monitor", RUN, "--store", url, "--interval", "3600"]) == 0
+    sender.join(DEADLINE_S)
+    assert sent.is_set()
+    assert signal.getsignal(signal.SIGTERM) is ours  # put back
+    lines = capsys.readouterr().out.splitlines()
+    # no cycle was due within the hour: only the final one ran
+    assert len(lines) == 1 and lines[0].startswith(f"goodput run={RUN} goodput=")
+    assert lines[0].endswith("(final)")
