@@ -8,9 +8,10 @@ and the places where a rule has a boundary (a restart inside a sparse span,
 a resume after a step end, loads in the unfinished last step of an open or
 crashed attempt) each have their own case.
 
-Mutations these tests kill (each applied to the source by hand, the suite's
-timeline modules run, the mutation reverted; none of them was caught by the
-suite before these tests):
+Mutations these tests kill (each applied to the source by hand, these tests
+run, the mutation reverted). Survivors of the whole suite before (the
+issue's audit; ours rechecked against test_timeline, test_calculator and
+test_ground_truth):
 
 * ``segments.py`` ``_wasted``: waste from the sparse span that contains the
   restart step (``searchsorted(..., side="right") - 1``) instead of the first
@@ -18,18 +19,24 @@ suite before these tests):
 * ``timeline.py`` ``_levels``: every swap of two adjacent levels (recovery/save,
   save/restore, restore/custom, custom/compile, compile/re-init,
   re-init/scale-up, scale-up/slice-down, slice-down/TPU init, TPU init/prep,
-  prep/sync loading) -> ``test_rule8_adjacent_levels``;
+  prep/sync loading) -> ``test_rule8_adjacent_levels`` and
+  ``test_rule8_recovery_outranks_a_save_inside_it``;
 * ``segments.py`` ``_closes``: loads in the last step of a crashed attempt
-  turned sync (``region_end`` = the step start) -> ``test_load_in_the_last_step_of_a_crashed_attempt_is_async``;
-* the same for the open attempt -> ``test_load_in_the_last_step_of_the_open_attempt_is_async``;
+  turned sync (``region_end`` = the step start) ->
+  ``test_load_in_the_last_step_of_a_crashed_attempt_is_async``;
 * ``segments.py`` ``_closes``: recovery from the last step's start even when
-  its end was recorded -> ``test_resume_after_a_step_end_wastes_nothing``;
+  its end was recorded -> ``test_resume_after_a_step_end_wastes_nothing``.
+
+Caught before only elsewhere (the hypothesis ground truth, or one case of
+test_timeline), now pinned here by a case of their own:
+
+* loads in the last step of the open attempt turned sync ->
+  ``test_load_in_the_last_step_of_the_open_attempt_is_async``;
 * ``segments.py`` ``_restarts``: ``<`` for ``<=`` (re-recording the last step
-  is no restart) -> ``test_re_recording_the_last_step_after_a_clean_end_is_a_restart``;
-* ``segments.py`` ``_closes``: the job end outranking the step end as the
-  close of the last step -> ``test_re_recording_the_last_step_after_a_clean_end_is_a_restart``;
-* ``timeline.py`` ``measure``: wasted progress not taking the save inside
-  it -> ``test_rule8_wasted_outranks_a_save_inside_it``.
+  is no restart), and the job end outranking the step end as the close of
+  the last step -> ``test_re_recording_the_last_step_after_a_clean_end_is_a_restart``;
+* ``timeline.py`` ``measure``: wasted progress not taking what was carved
+  inside it -> ``test_rule8_wasted_outranks_a_save_inside_it``.
 
 Two swaps cannot change any result and are not tested: idle/recovery (idle
 follows a job end, recovery a crash: never the same instant) and sync
