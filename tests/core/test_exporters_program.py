@@ -44,9 +44,11 @@ class Collect(Exporter):
 
     def __init__(self):
         self.snapshots = []
+        self.exported = threading.Semaphore(0)  # one release per export
 
     def export(self, snapshot):
         self.snapshots.append(snapshot)
+        self.exported.release()
 
 
 class Blocking(Exporter):
@@ -164,15 +166,20 @@ def test_a_stuck_exporter_gets_the_metric_points_it_missed():
     # a short export timeout: the cycle must not wait for the stuck exporter
     m = Monitor(RUN, store, [slow, good], clock=lambda: T0 + 10, export_timeout_s=0.01)
     try:
+        # the cycles do not wait for the exporters (0.01 s): the test does,
+        # for the good one after each cycle and for both at the end
         m.run_once()  # slow blocks on point 0
+        assert good.exported.acquire(timeout=GUARD_S)
         rec.record_metric("loss", 2.0, step=1, time=T0 + 2)
         assert rec.flush(GUARD_S)
         m.run_once()  # slow is busy: point 1 is kept for it
+        assert good.exported.acquire(timeout=GUARD_S)
         slow.release.set()
         assert m.wait_idle(GUARD_S)
         rec.record_metric("loss", 1.0, step=2, time=T0 + 3)
         assert rec.flush(GUARD_S)
         m.run_once()
+        assert m.wait_idle(GUARD_S)
     finally:
         slow.release.set()
     assert [[p.step for p in s.new_metric_points.get("loss", [])] for s in slow.snapshots] == [
