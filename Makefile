@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PIP := $(VENV)/bin/pip
 
-.PHONY: demo test
+.PHONY: demo test postgres-server
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -15,8 +15,16 @@ demo: $(VENV)/bin/python
 
 # The tests run in a random order (pytest-randomly); the seed is printed first.
 # Repeat an order: make test SEED=<the printed seed>.
-test: $(VENV)/bin/python
+test: $(VENV)/bin/python postgres-server
 	$(PIP) install -q -e '.[all,test]'
 	@seed="$(SEED)"; seed="$${seed:-$$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}"; \
 	echo "test order: --randomly-seed=$$seed (repeat: make test SEED=$$seed)"; \
 	$(VENV)/bin/python -m pytest -q -p randomly --randomly-seed="$$seed"
+
+# The PostgreSQL store's tests start throwaway servers from Debian's package
+# (no daemon is started here). Installed when missing and we may (root).
+postgres-server:
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null || \
+	  { [ "$$(id -u)" = 0 ] && apt-get update -q && DEBIAN_FRONTEND=noninteractive \
+	    apt-get install -y -q postgresql; } || \
+	  echo "note: PostgreSQL is not installed; its store's tests will be skipped"

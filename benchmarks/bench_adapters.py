@@ -24,6 +24,7 @@ printed first: divided by the step time it is the overhead a quiet machine
 would show.
 
     python benchmarks/bench_adapters.py [--pairs 12] [--steps 100] [--hidden 1024 ...]
+        [--no-input-stalls]   # "on" without the input-stall readiness checks
 """
 
 from __future__ import annotations
@@ -91,6 +92,9 @@ def batches(pool, n):
         yield pool[i % len(pool)]
 
 
+INPUT_STALLS = True  # --no-input-stalls: "on" runs without the readiness checks
+
+
 def run(on, step, state, pool, steps, save_every, sync_each_step, workdir, store):
     """One training run; returns per-step seconds (sync) or [total seconds] (async)."""
     ckpt_dir = os.path.join(workdir, uuid.uuid4().hex)
@@ -98,7 +102,7 @@ def run(on, step, state, pool, steps, save_every, sync_each_step, workdir, store
     rec = adapter = monitoring = None
     if on:
         rec = Recorder(f"bench-{uuid.uuid4().hex[:8]}", store)
-        adapter = gjax.instrument(rec)
+        adapter = gjax.instrument(rec, input_stalls=INPUT_STALLS)
         monitoring = gorbax.instrument(rec)
         rec.record_job_start_time()
         manager = gorbax.goodput_checkpoint_manager(
@@ -138,7 +142,7 @@ def hook_cost(step, state, pool, n=20_000):
     """
     with tempfile.TemporaryDirectory() as workdir:
         rec = Recorder("hook-cost", "sqlite:///" + os.path.join(workdir, "h.sqlite").lstrip("/"))
-        with gjax.instrumented(rec):
+        with gjax.instrumented(rec, input_stalls=INPUT_STALLS):
             noop = gjax.train_step(lambda *a: None)
             best = float("inf")
             for _ in range(5):
@@ -170,7 +174,7 @@ def alternating(step, state, pool, steps, runs, workdir, store):
     pc = time.perf_counter
     for _ in range(runs):
         rec = Recorder(f"alt-{uuid.uuid4().hex[:8]}", store)
-        with gjax.instrumented(rec):
+        with gjax.instrumented(rec, input_stalls=INPUT_STALLS):
             wrapped_step = gjax.train_step(step)
             wrapped_it = gjax.instrument_iterator(batches(pool, steps))
             bare_it = batches(pool, steps)
@@ -198,7 +202,10 @@ def main(argv=None):
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--features", type=int, default=512)
     ap.add_argument("--save-every", type=int, default=25)
+    ap.add_argument("--no-input-stalls", action="store_true")
     args = ap.parse_args(argv)
+    global INPUT_STALLS
+    INPUT_STALLS = not args.no_input_stalls
 
     print(f"machine: {machine()}; jax {jax.__version__}, devices {jax.devices()}")
     step, state, pool = build(args.hidden, args.batch, args.features)

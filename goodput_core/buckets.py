@@ -6,7 +6,8 @@ works as a plain dict key or array code). The timeline labels every instant
 of a job's lifetime with one *category code*:
 
 * ``PRODUCTIVE`` (0): training progress that was kept;
-* a :class:`BadputType` value (1-14);
+* a :class:`BadputType` value (1-15; ``HANG`` (15) is ours, after the
+  reference's fourteen);
 * ``IDLE`` (100): between an attempt's job end and the next job start, not
   part of total time;
 * ``CUSTOM_BASE + k`` (1000 + k): the custom badput event type number ``k``
@@ -29,6 +30,7 @@ __all__ = [
     "CUSTOM_BASE",
     "BASE_BADPUT",
     "ELASTIC_BADPUT",
+    "HANG_BADPUT",
     "PARTITION_BADPUT",
     "PRIORITY",
     "is_custom",
@@ -53,6 +55,7 @@ class BadputType(enum.IntEnum):
     ELASTIC_SLICE_DOWN = 12
     ELASTIC_SCALE_UP = 13
     ELASTIC_REINITIALIZATION = 14
+    HANG = 15  # ours: a training loop that stopped making progress (insights)
 
     # Spell like the reference's plain Enum ('BadputType.OTHER'), not like an
     # int ('11', IntEnum's default since Python 3.11): logs, metric labels and
@@ -76,6 +79,8 @@ ELASTIC_BADPUT: Tuple[BadputType, ...] = (
     BadputType.ELASTIC_SCALE_UP,
     BadputType.ELASTIC_REINITIALIZATION,
 )
+#: Present in results only for runs that recorded a hang.
+HANG_BADPUT: Tuple[BadputType, ...] = (BadputType.HANG,)
 #: Buckets that take part in the partition (all but the async annotation).
 PARTITION_BADPUT: Tuple[BadputType, ...] = tuple(
     b for b in BadputType if b is not BadputType.DATA_LOADING_ASYNC)
@@ -89,6 +94,7 @@ PRIORITY: Tuple[int, ...] = (
     IDLE,
     _B.INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION,
     _B.WASTED_PROGRESS_FROM_DISRUPTION,
+    _B.HANG,
     _B.UNPRODUCTIVE_CHECKPOINT_SAVE_TIME,
     _B.UNPRODUCTIVE_CHECKPOINT_RESTORE_TIME,
     _B.CUSTOM_BADPUT_EVENTS,

@@ -24,17 +24,21 @@ API summary::
     new, cursor = calc.metrics_since(cursor)     # points new since the last call, by name
     calc.metadata()                     # run metadata, latest value per key
     calc.program_goodput()              # ProgramGoodput(mfu, ...) or None
+    calc.hangs()                        # [Hang(step, start, end, seconds, stack), ...]
+    calc.checkpoint_advice()            # CheckpointAdvice (Young/Daly) or its reason
+    calc.hosts()                        # HostBreakdown: per-host host-local time, outliers
 
     r.goodput, r.productive_seconds, r.total_seconds, r.idle_seconds,
     r.excluded_seconds, r.badput_seconds[BadputType.X], r.badput_percent,
     r.custom_badput_seconds["EVAL"], r.data_loading_async_seconds,
     r.disruptions, r.max_productive_step, r.last_step, r.skipped, r.window
 
-Times are POSIX seconds (or datetimes; naive = UTC). ``now`` defaults to the
+Times are POSIX seconds (or datetimes; naive = local time). ``now`` defaults to the
 injected ``clock``. Queries never raise on bad data (bad events are skipped
 and counted); they raise ``ValueError`` only for impossible arguments (a
 window that ends before it starts, NaN bounds, a negative rolling size).
-Semantics: ``shared/spec/semantics.md``; the spans: :mod:`goodput_core.timeline`.
+Semantics: ``docs/semantics.md`` in the repository (every rule, with a
+worked example and its test); the spans: :mod:`goodput_core.timeline`.
 The calculator is thread-safe (one lock around updates and queries).
 """
 
@@ -52,7 +56,11 @@ from goodput_core.buckets import CUSTOM_BASE, IDLE, PRODUCTIVE, BadputType
 from goodput_core.diagnostics import MetricSeries, merged_metadata, metric_series, metrics_since
 from goodput_core.elastic import SliceCounts, SliceEfficiency, slice_counts, slice_efficiency
 from goodput_core.events import SkipReason, from_payload, to_timestamp
+from goodput_core.checkpoint_advice import CheckpointAdvice, advice_of_run
+from goodput_core.hangs import Hang, hangs_of_run
+from goodput_core.host_outliers import HostBreakdown, HostTracker
 from goodput_core.program_goodput import ProgramGoodput, program_goodput_of_run
+from goodput_core.recorder import flush_before_read
 from goodput_core.results import GoodputResult, build_result, empty_result
 from goodput_core.segments import CLOSE_JOB_END, CLOSE_STEP_END, NO_RESTART
 from goodput_core.step_stats import StepStats, compute_step_stats
@@ -98,6 +106,7 @@ class Calculator:
         self._ideal = None if ideal_step_time is None else float(ideal_step_time)
         self._tl = Timeline()
         self._lock = threading.RLock()
+        self._host_tracker = HostTracker(run or "", self._store, clock=clock)
 
     # --------------------------------------------------------------- input
     def add(self, events: Iterable[Any]) -> int:
@@ -120,15 +129,21 @@ class Calculator:
     def refresh(self) -> int:
         """Reads the events appended to the store since the last refresh.
 
+        Events recorded for this run in this process by a :class:`Recorder`
+        writing to the same store are stored first (read-your-writes; a
+        bounded wait, none when nothing is pending).
+
         Returns:
           The number of events read (0 without a store).
         """
         if self._store is None:
             return 0
+        flush_before_read(self.run, self._store)
         with self._lock:
             events, self._cursor = self._store.read(self.run, since=self._cursor)
             if events:
                 self._tl.add(events, self.run)
+                self._host_tracker.observe(events)
             return len(events)
 
     # ------------------------------------------------------------- queries
@@ -320,6 +335,43 @@ class Calculator:
                 self._tl, result, merged_metadata(self._tl.tables, deep_copy=False),
                 flops_per_step=flops_per_step, peak_flops=peak_flops, num_devices=num_devices)
 
+    # ------------------------------------------- insights (docs/insights.md)
+    def hangs(self, now: Any = None) -> List[Hang]:
+        """The hangs the watchdog recorded, in time order (:mod:`goodput_core.hangs`).
+
+        Args:
+          now: the query time (the length of a hang still open).
+        """
+        with self._lock:
+            t = self._now(now)
+            self._tl.update()
+            return hangs_of_run(self._tl.tables, self._tl.attempts.start, t)
+
+    def checkpoint_advice(self, now: Any = None) -> CheckpointAdvice:
+        """Checkpoint-interval advice from this run's failures, saves and
+        restarts (:mod:`goodput_core.checkpoint_advice`); ``available`` is False
+        with a reason when the run had no failure or no save."""
+        with self._lock:
+            result = self.cumulative(now=now)
+            return advice_of_run(self._tl, result, self.step_stats())
+
+    def hosts(self, now: Any = None, **kwargs: Any) -> HostBreakdown:
+        """Per-host host-local time and the outlier hosts
+        (:mod:`goodput_core.host_outliers`), from the store's events split by
+        process index (on multi-host runs, read incrementally beside this
+        calculator's own reads; nothing extra on single-host runs).
+
+        Raises:
+          ValueError: this calculator reads no store (use
+            :class:`~goodput_core.host_outliers.HostTracker` with events).
+        """
+        if self._store is None:
+            raise ValueError("hosts() needs a calculator that reads a store")
+        with self._lock:
+            self.refresh()
+            self._host_tracker.refresh()
+            return self._host_tracker.breakdown(self._now(now), **kwargs)
+
     def _now(self, now: Any) -> float:
         return _time_arg(self._clock() if now is None else now, "now")
 
@@ -367,12 +419,14 @@ def _step_summary(tl: Timeline, a: float, b: float) -> Dict[str, int]:
     seg = tl.segments
     st = tl.tables["step_start"]
     t, s = st["t"], st["step"]
-    out = {"disruptions": 0, "max_productive_step": 0, "last_step": 0}
+    restarts = tl.stepless_restarts[1]  # rule 2: disrupted attempts without steps
+    out = {"disruptions": int(((restarts >= a) & (restarts <= b)).sum()),
+           "max_productive_step": 0, "last_step": 0}
     if not len(seg):
         return out
     i0, i1 = seg["i0"], seg["i1"]
     t0 = t[i0]
-    out["disruptions"] = int((seg["restart"] & (t0 >= a) & (t0 <= b)).sum())
+    out["disruptions"] += int((seg["restart"] & (t0 >= a) & (t0 <= b)).sum())
     sel = t0 <= b
     if not sel.any():
         return out

@@ -2,16 +2,24 @@
 
 Each subcommand lives in its own module under ``goodput_core.commands`` and
 is imported only when used, so ``goodput --help`` stays fast. A module
-exposes ``add_arguments(parser)`` and ``run(args) -> int``. Errors a user can
-fix are one line on stderr and a non-zero exit code.
+exposes ``add_arguments(parser)`` and ``run(args) -> int``.
+
+No command shows a traceback: every failure is one line on stderr,
+``goodput COMMAND: error: ...``, and a non-zero exit code: 2 for bad
+arguments and problems the user can fix (:class:`CliError`, unusable
+stores), 1 for I/O errors (an unwritable output) and anything unexpected
+(``GOODPUT_DEBUG=1`` adds the traceback), 141 when the reader of the output
+went away (``goodput events RUN | head -1``; 128 + SIGPIPE, as a shell shows
+a process killed by SIGPIPE).
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
-from typing import List, Optional
+from typing import List, NoReturn, Optional
 
 __all__ = ["main", "CliError"]
 
@@ -23,6 +31,7 @@ COMMANDS = {
     "events": ("events", "print the recorded events of a run as JSON lines"),
     "monitor": ("monitor", "export a run's goodput periodically (TensorBoard, Prometheus, GCM)"),
     "report": ("report", "goodput, every badput bucket, steps and step times of a run"),
+    "compare": ("compare", "runs side by side, bucket by bucket (a run group or named runs)"),
     "timeline": ("timeline", "draw a run's attributed spans over time (PNG or HTML)"),
     "export": ("export", "write a run's events to a JSONL file, one reference payload per line"),
     "import": ("import_", "copy a run between stores and JSONL files, skipping what is there"),
@@ -33,8 +42,37 @@ class CliError(Exception):
     """A problem the user can fix; printed as one line, exit code 2."""
 
 
+EXIT_BROKEN_PIPE = 141
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (the usage is one ``--help`` away)."""
+
+    def error(self, message: str) -> NoReturn:
+        _error_line(f"{self.prog}: error: {message} (see: {self.prog} --help)")
+        sys.exit(2)
+
+
+def _error_line(text: str) -> None:
+    """Prints one line on stderr; a closed stderr is not worth a traceback either."""
+    from goodput_core.text import printable
+
+    try:
+        print(printable(" ".join(text.split("\n"))), file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
+
+
+def _silence_stdout() -> None:
+    """Points stdout at /dev/null: Python's flush at exit must not fail again."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="goodput", description="Measure the goodput of ML training jobs.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module, help_text) in COMMANDS.items():
@@ -57,13 +95,30 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 2
     from goodput_core.stores import StoreError
 
+    prefix = f"goodput {args.command}: error:"
     try:
-        return int(_load(args._module).run(args) or 0)
+        code = int(_load(args._module).run(args) or 0)
+        sys.stdout.flush()  # a closed pipe shows here for output still buffered
+        return code
     except (CliError, StoreError, ValueError) as exc:
-        print(f"goodput {args.command}: error: {exc}", file=sys.stderr)
+        _error_line(f"{prefix} {exc}")
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        _silence_stdout()
+        _error_line(f"{prefix} the output was closed before everything was written")
+        return EXIT_BROKEN_PIPE
+    except OSError as exc:  # an unwritable output, a full disk
+        where = f": {exc.filename}" if exc.filename else ""
+        _error_line(f"{prefix} {exc.strerror or exc}{where}")
+        return 1
+    except Exception as exc:  # a bug: still one line (the traceback on request)
+        if os.environ.get("GOODPUT_DEBUG"):
+            raise
+        _error_line(f"{prefix} unexpected {type(exc).__name__}: {exc} "
+                    "(set GOODPUT_DEBUG=1 for a traceback)")
+        return 1
 
 
 if __name__ == "__main__":  # pragma: no cover

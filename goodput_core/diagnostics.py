@@ -217,7 +217,10 @@ class RunContext:
         backends, so enter after ``jax.distributed.initialize()``).
       record_job: also record job start on enter and job end on a clean exit
         (an exception records a disruption, as ``recorder.job()``).
-      **fields: extra metadata fields (e.g. ``experiment="lr-sweep-3"``).
+      **fields: extra metadata fields (e.g. ``experiment="lr-sweep-3"``);
+        ``run_group="G"`` puts the run in group G (:mod:`goodput_core.run_groups`:
+        ``goodput runs --group G``, ``goodput compare --group G``); a bad
+        group name raises ``ValueError`` here.
 
     Example::
 
@@ -231,6 +234,12 @@ class RunContext:
         self.recorder = recorder
         self.configs = configs
         self.providers = list(providers)
+        if "run_group" in fields:
+            from goodput_core.run_groups import check_run_group
+
+            group = check_run_group(fields.pop("run_group"))
+            if group:
+                fields["run_group"] = group
         self.fields = fields
         self._job = recorder.job() if record_job else None
         self.recorded: Dict[str, Any] = {}

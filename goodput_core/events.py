@@ -13,8 +13,9 @@ and the writer metadata that is not part of the payload (process index, host,
 pid, attempt id, sequence number, write time).
 
 Timestamps given as :class:`datetime.datetime` are converted with
-``.timestamp()``; a *naive* datetime is taken as UTC (the reference silently
-treats it as local time, which shifts events by the UTC offset).
+``.timestamp()``: a *naive* datetime is local time, Python's own convention
+and the reference's, so ``datetime.now()`` gives the same numbers on every
+machine whatever its time zone (:func:`to_timestamp`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from __future__ import annotations
 import datetime as _dt
 import enum
 import math
+import numbers
 from typing import Any, Dict, Mapping, NamedTuple, Optional, Tuple
 
 __all__ = [
@@ -46,6 +48,9 @@ ORBAX_STEP = "step"
 CUSTOM_BADPUT_EVENT_TYPE = "custom_badput_event_type"
 ELASTIC_WAIT_EVENT_TYPE = "elastic_wait_event_type"
 ORBAX_EVENT_TYPE = "event_type"
+HANG_LAST_PROGRESS = "last_progress_time"
+HANG_EXPECTED_STEP = "expected_step_seconds"
+HANG_STACK = "hang_stack"
 
 
 class Kind(enum.IntEnum):
@@ -78,6 +83,10 @@ class Kind(enum.IntEnum):
     DISRUPTION = 25
     METADATA = 26
     METRIC = 27
+    INPUT_STALL_START = 28  # the accelerator waited for input (semantics rule 7)
+    INPUT_STALL_END = 29
+    HANG = 30  # a hang detected by the watchdog (insights)
+    HANG_END = 31  # progress resumed after a hang
 
 
 class KindSpec(NamedTuple):
@@ -146,6 +155,13 @@ KINDS: Dict[Kind, KindSpec] = {
         _spec(Kind.METADATA, "metadata_time", reference=False),
         _spec(Kind.METRIC, "metric_time", STEP_COUNT,
               required=("metric_name", "metric_value"), reference=False),
+        _spec(Kind.INPUT_STALL_START, "input_stall_start_time", reference=False),
+        _spec(Kind.INPUT_STALL_END, "input_stall_end_time", reference=False),
+        # hang_time is the detection; the span starts when the hung step should
+        # have ended: last_progress_time + expected_step_seconds.
+        _spec(Kind.HANG, "hang_time", STEP_COUNT,
+              required=(HANG_LAST_PROGRESS, HANG_EXPECTED_STEP), reference=False),
+        _spec(Kind.HANG_END, "hang_end_time", reference=False),
     )
 }
 
@@ -200,14 +216,13 @@ class SkipReason(str, enum.Enum):
     MISSING_ORBAX_DURATION = "missing_orbax_duration"
 
 
-_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
-
-
 def to_timestamp(value: Any) -> float:
     """Converts a user-given time to POSIX seconds.
 
     Args:
-      value: a number of POSIX seconds, or a datetime (naive = UTC).
+      value: a number of POSIX seconds, or a datetime. A naive datetime is
+        local time (``datetime.now()``, as in Python and the reference); an
+        aware one is exact in any time zone.
 
     Returns:
       A finite float.
@@ -217,18 +232,24 @@ def to_timestamp(value: Any) -> float:
     """
     t = type(value)
     if t is float or t is int:
-        f = float(value)
+        f = _real_to_float(value)
     elif isinstance(value, _dt.datetime):
-        if value.tzinfo is None:
-            return (value.replace(tzinfo=_dt.timezone.utc) - _EPOCH).total_seconds()
-        return value.timestamp()
-    elif isinstance(value, (int, float)) and not isinstance(value, bool):
-        f = float(value)  # numpy scalars and other real numbers
+        return value.timestamp()  # naive = local time, as Python and the reference
+    elif isinstance(value, numbers.Real) and not isinstance(value, bool):
+        f = _real_to_float(value)  # numpy scalars (np.int64, np.float32...), Fractions
     else:
         raise ValueError(f"time must be POSIX seconds or a datetime, got {value!r}")
     if not math.isfinite(f):
         raise ValueError(f"time must be finite, got {value!r}")
     return f
+
+
+def _real_to_float(value: Any) -> float:
+    """``float(value)``; a number too large for a float is a ValueError, not OverflowError."""
+    try:
+        return float(value)
+    except (OverflowError, TypeError) as exc:
+        raise ValueError(f"time must be POSIX seconds, got {value!r} ({exc})") from None
 
 
 def to_payload(event: EventRecord) -> Dict[str, Any]:

@@ -28,6 +28,9 @@ import numpy as np
 from goodput_core.events import (
     CUSTOM_BADPUT_EVENT_TYPE,
     ELASTIC_WAIT_EVENT_TYPE,
+    HANG_EXPECTED_STEP,
+    HANG_LAST_PROGRESS,
+    HANG_STACK,
     ORBAX_EVENT_TYPE,
     Kind,
     orbax_span_keys,
@@ -52,6 +55,9 @@ PAIR_FAMILIES: Dict[int, Tuple[str, int]] = {
     Kind.PROGRAM_STARTUP_START: ("compile", 0), Kind.PROGRAM_STARTUP_END: ("compile", 1),
     Kind.CUSTOM_BADPUT_START: ("custom", 0), Kind.CUSTOM_BADPUT_END: ("custom", 1),
     Kind.ELASTIC_WAIT_START: ("wait", 0), Kind.ELASTIC_WAIT_END: ("wait", 1),
+    Kind.INPUT_STALL_START: ("stall", 0), Kind.INPUT_STALL_END: ("stall", 1),
+    # A hang's start is derived from its payload (see EventTables._add_hang).
+    Kind.HANG_END: ("hang", 1),
 }
 _KEYED = {"custom", "wait"}
 _TABLE_COLUMNS = {
@@ -65,6 +71,7 @@ _SLICE_KEYS = ("active_slices", "available_slices", "total_slices")
 _SIMPLE_KINDS = {Kind.JOB_START: "job_start", Kind.JOB_END: "job_end"}
 _SIDE_KINDS = {int(Kind.METADATA), int(Kind.METRIC), int(Kind.ELASTIC_SLICE_COUNTS)}
 _KNOWN = {int(k) for k in Kind}
+_MAX_STACK_CHARS = 4000  # a hang's stack summary kept for the report
 # kinds handled column-wise on large batches (no extra payload needed)
 _VECTOR_KINDS = {int(k) for k, (fam, _) in PAIR_FAMILIES.items() if fam not in _KEYED}
 _VECTOR_KINDS |= {int(Kind.JOB_START), int(Kind.JOB_END), int(Kind.STEP_START), int(Kind.STEP_END)}
@@ -93,6 +100,10 @@ class EventTables:
         self._side_stored = 0
         self._codes: Dict[str, Dict[str, int]] = {k: {} for k in self.names}
         self.elastic_seen = False
+        #: Hangs as the watchdog saw them: dicts with ``detected``, ``start``
+        #: (when the hung step should have ended), ``last_progress``, ``step``,
+        #: ``expected_step_seconds`` and ``stack``, in arrival order.
+        self.hangs: List[Dict[str, Any]] = []
         self.order = 0  # arrival counter (ties in time are broken by arrival)
 
     def __getitem__(self, name: str) -> Table:
@@ -219,6 +230,11 @@ class EventTables:
         if kind == Kind.CHECKPOINT_STATS:
             self._add_orbax(ev, order, rows)
             return
+        if kind == Kind.HANG:
+            reason = self._add_hang(ev, t, order, rows)
+            if reason:
+                self.skipped[reason] += 1
+            return
         if not (math.isfinite(t) and abs(t) <= MAX_ABS_TIME):
             self.skipped["non_finite" if not math.isfinite(t) else "out_of_range"] += 1
             return
@@ -294,6 +310,8 @@ class EventTables:
             if not math.isfinite(v):
                 return "non_finite"
             values.append(v)
+        if name == "slices" and min(values) < 0:  # a count of slices: older writers let these in
+            return "negative_count"
         cols = rows[name]
         if step is None:
             for col, v in zip(("active", "avail", "total"), values):
@@ -353,6 +371,31 @@ class EventTables:
         cols["o"].append(order)
         cols["end"].append(start + duration)
         cols["key"].append(ORBAX_SAVE if event_type == "save" else ORBAX_RESTORE)
+
+
+    def _add_hang(self, ev: Any, t: float, order: int, rows) -> Optional[str]:
+        """A hang: its span starts when the hung step should have ended
+        (last progress + expected step time), at the detection at the latest."""
+        extra = ev[4] if len(ev) > 4 else None
+        if not isinstance(extra, dict):
+            return "missing_field"
+        last, expected = extra.get(HANG_LAST_PROGRESS), extra.get(HANG_EXPECTED_STEP)
+        for v in (last, expected):
+            if type(v) is bool or not isinstance(v, (int, float)):
+                return "missing_field"
+        start = min(float(last) + max(float(expected), 0.0), t)
+        if not (math.isfinite(t) and math.isfinite(start) and abs(start) <= MAX_ABS_TIME):
+            return "non_finite"
+        step = _step(ev[3]) if len(ev) > 3 and ev[3] is not None else None
+        stack = extra.get(HANG_STACK)
+        self.hangs.append({"detected": t, "start": start, "last_progress": float(last),
+                           "step": step, "expected_step_seconds": float(expected),
+                           "stack": stack[:_MAX_STACK_CHARS] if isinstance(stack, str) else ""})
+        cols = rows["hang"]
+        cols["e"].append(0)
+        cols["t"].append(start)
+        cols["o"].append(order)
+        return None
 
 
 def _route(kind: int) -> Tuple[str, Optional[int]]:

@@ -104,6 +104,8 @@ class Monitor:
       include_program_goodput: add program goodput (MFU) when the run
         metadata allows it.
       include_metrics: add the model-metric points new since the last cycle.
+      include_insights: add hangs, checkpoint-interval advice and the
+        per-host breakdown (docs/insights.md).
 
     Raises:
       ValueError: a bad interval, timeout, window size or ideal step time.
@@ -122,7 +124,7 @@ class Monitor:
                  skip_final_flush: bool = False,
                  recorder: Any = None, calculator: Any = None,
                  include_slice_efficiency: bool = True, include_program_goodput: bool = True,
-                 include_metrics: bool = True):
+                 include_metrics: bool = True, include_insights: bool = True):
         self._interval = {"goodput": _positive(interval_s, "interval_s"),
                           "rolling": float(interval_s)}
         self._interval["step_deviation"] = _positive(
@@ -148,7 +150,7 @@ class Monitor:
         self._exported = np.empty(0, np.int64)  # steps whose deviation was handed out
         self._extras = Extras(slice_efficiency=include_slice_efficiency,
                               program_goodput=include_program_goodput, metrics=include_metrics,
-                              on_error=self._report)
+                              insights=include_insights, on_error=self._report)
         self._cycle_lock = threading.Lock()
         self._state_lock = threading.Lock()
         self._stats_lock = threading.Lock()

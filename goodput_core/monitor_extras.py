@@ -8,6 +8,9 @@ exporter is owed.
   run metadata has flops per step, a peak FLOP/s and the device count) and
   the model metrics (the points new since the last cycle, and the latest
   point of each metric);
+  and the insights (hangs, checkpoint-interval advice, per-host breakdown:
+  :mod:`goodput_core.hangs`, :mod:`goodput_core.checkpoint_advice`,
+  :mod:`goodput_core.host_outliers`);
 * with the ``"rolling"`` part: the slice efficiency of each rolling window.
 
 Each is switched on or off by the monitor's ``include_slice_efficiency``,
@@ -54,8 +57,9 @@ class Extras:
     """
 
     def __init__(self, *, slice_efficiency: bool = True, program_goodput: bool = True,
-                 metrics: bool = True,
+                 metrics: bool = True, insights: bool = True,
                  on_error: Optional[Callable[[str, BaseException], None]] = None):
+        self.insights = bool(insights)
         self.slice_efficiency = bool(slice_efficiency)
         self.program_goodput = bool(program_goodput)
         self.metrics = bool(metrics)
@@ -83,6 +87,8 @@ class Extras:
             self._guard("slice efficiency", self._efficiency, out, calc, goodput, now, windows)
         if goodput and self.program_goodput and cumulative is not None:
             self._guard("program goodput", self._program, out, calc, now, cumulative)
+        if goodput and self.insights:
+            self._guard("insights", self._insights, out, calc, now)
         if goodput and self.metrics:
             # last: the cursor moves only once everything else was computed
             self._guard("metrics", self._metrics, out, calc)
@@ -107,6 +113,13 @@ class Extras:
         effs = {size: _reported(calc.slice_efficiency(now - float(size), now, now), counts)
                 for size in windows}
         out["rolling_slice_efficiency"] = {k: v for k, v in effs.items() if v is not None}
+
+    def _insights(self, out: Dict[str, Any], calc: Any, now: float) -> None:
+        out["hangs"] = calc.hangs(now)
+        out["checkpoint_advice"] = calc.checkpoint_advice(now)
+        if getattr(calc, "_store", None) is not None:
+            hosts = calc.hosts(now)
+            out["hosts"] = hosts if len(hosts.hosts) >= 2 else None
 
     def _program(self, out: Dict[str, Any], calc: Any, now: float, cumulative: Any) -> None:
         out["program_goodput"] = calc.program_goodput(now, result=cumulative)

@@ -2,9 +2,11 @@
 
 Method names, parameters, positional order and defaults follow
 ``ml-goodput-measurement`` 0.2.3 where the reference has the method; the rest
-follow the same style. Every method is a one-line wrapper over ``_record``
-(defined by the class that mixes this in), which validates, enqueues and
-never raises into the caller unless the recorder is strict.
+follow the same style. Every method is a thin wrapper over ``_record`` (defined by the class that
+mixes this in), which validates, enqueues and never raises into the caller
+unless the recorder is strict. Whatever a method is given (a number too large
+for a float, an object whose ``str()`` or ``__int__`` raises, a deleted
+accelerator array), it counts and drops the event instead of raising.
 
 Context managers (each also works as a decorator)::
 
@@ -24,7 +26,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from typing import Any, Callable, Dict, Optional
+import math
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from goodput_core.events import (
     CUSTOM_BADPUT_EVENT_TYPE,
@@ -124,14 +127,14 @@ class PhaseMixin:
     def record_custom_badput_event_start_time(self, start_time=None,
                                               custom_badput_event_type="unknown"):
         """Records the start of a blocking custom event (evaluation, SDC check...)."""
-        self._record(Kind.CUSTOM_BADPUT_START, start_time, None,
-                     {CUSTOM_BADPUT_EVENT_TYPE: _event_type(custom_badput_event_type)})
+        self._record_text(Kind.CUSTOM_BADPUT_START, start_time, CUSTOM_BADPUT_EVENT_TYPE,
+                          custom_badput_event_type)
 
     def record_custom_badput_event_end_time(self, end_time=None,
                                             custom_badput_event_type="unknown"):
         """Records the end of a blocking custom event."""
-        self._record(Kind.CUSTOM_BADPUT_END, end_time, None,
-                     {CUSTOM_BADPUT_EVENT_TYPE: _event_type(custom_badput_event_type)})
+        self._record_text(Kind.CUSTOM_BADPUT_END, end_time, CUSTOM_BADPUT_EVENT_TYPE,
+                          custom_badput_event_type)
 
     def record_checkpoint_progress(self, step, checkpoint_start_time):
         """Accepted for compatibility; the reference ignores it too."""
@@ -140,24 +143,24 @@ class PhaseMixin:
     # --- the reference's elastic methods
     def record_elastic_slice_counts(self, active_slices, total_slices, available_slices,
                                     timestamp=None):
-        """Records the slice counts of an elastic job."""
+        """Records the slice counts of an elastic job (non-negative integers)."""
         try:
-            extra = {"active_slices": int(active_slices), "total_slices": int(total_slices),
-                     "available_slices": int(available_slices)}
-        except (TypeError, ValueError, OverflowError) as exc:
+            extra = {"active_slices": _count(active_slices, "active_slices"),
+                     "total_slices": _count(total_slices, "total_slices"),
+                     "available_slices": _count(available_slices, "available_slices")}
+        except Exception as exc:  # also an __int__ or __eq__ that raises
             self._reject_or_raise(Kind.ELASTIC_SLICE_COUNTS, exc)
             return
         self._record(Kind.ELASTIC_SLICE_COUNTS, timestamp, None, extra)
 
     def record_elastic_wait_start_time(self, event_type, start_time=None):
         """Records the start of an elastic wait (slice down or scale up)."""
-        self._record(Kind.ELASTIC_WAIT_START, start_time, None,
-                     {ELASTIC_WAIT_EVENT_TYPE: _event_type(event_type)})
+        self._record_text(Kind.ELASTIC_WAIT_START, start_time, ELASTIC_WAIT_EVENT_TYPE,
+                          event_type)
 
     def record_elastic_wait_end_time(self, event_type, end_time=None):
         """Records the end of an elastic wait."""
-        self._record(Kind.ELASTIC_WAIT_END, end_time, None,
-                     {ELASTIC_WAIT_EVENT_TYPE: _event_type(event_type)})
+        self._record_text(Kind.ELASTIC_WAIT_END, end_time, ELASTIC_WAIT_EVENT_TYPE, event_type)
 
     def record_elastic_reinit_start_time(self, start_time=None):
         """Records the start of an elastic re-initialisation."""
@@ -174,11 +177,11 @@ class PhaseMixin:
 
     def record_program_startup_start_time(self, start_time=None, fun_name=None):
         """Records the start of tracing/compilation (``fun_name`` optional)."""
-        self._record(Kind.PROGRAM_STARTUP_START, start_time, None, _fun(fun_name))
+        self._record_text(Kind.PROGRAM_STARTUP_START, start_time, "fun_name", fun_name)
 
     def record_program_startup_end_time(self, end_time=None, fun_name=None):
         """Records the end of tracing/compilation."""
-        self._record(Kind.PROGRAM_STARTUP_END, end_time, None, _fun(fun_name))
+        self._record_text(Kind.PROGRAM_STARTUP_END, end_time, "fun_name", fun_name)
 
     def record_checkpoint_save_start_time(self, step=None, start_time=None):
         """Records the start of the blocking part of a checkpoint save."""
@@ -196,9 +199,18 @@ class PhaseMixin:
         """Records the end of a checkpoint restore."""
         self._record(Kind.CHECKPOINT_RESTORE_END, end_time, step)
 
+    def record_input_stall_start_time(self, start_time=None):
+        """Records the start of an input stall: the accelerator idle, waiting
+        for a batch (adapters that observe the device record these)."""
+        self._record(Kind.INPUT_STALL_START, start_time)
+
+    def record_input_stall_end_time(self, end_time=None):
+        """Records the end of an input stall."""
+        self._record(Kind.INPUT_STALL_END, end_time)
+
     def record_disruption(self, cause: str, time=None):
         """Records that the job was disrupted (``preemption``, ``sigterm``, ...)."""
-        self._record(Kind.DISRUPTION, time, None, {"disruption_cause": str(cause)})
+        self._record_text(Kind.DISRUPTION, time, "disruption_cause", cause, optional=False)
 
     def record_checkpoint_stats(self, entry: Dict[str, Any]):
         """Records an Orbax checkpoint-manager statistics dict (copied, not mutated).
@@ -208,24 +220,41 @@ class PhaseMixin:
         ``checkpoint_manager_start_time`` for restores); without one the
         span ends at this call's time.
         """
-        if not isinstance(entry, dict):
-            self._reject_or_raise(Kind.CHECKPOINT_STATS, ValueError("entry must be a dict"))
+        try:
+            if not isinstance(entry, dict):
+                raise ValueError("entry must be a dict")
+            extra = self._storable({k: v for k, v in entry.items() if k != "job_name"})
+            start_key = ("checkpoint_manager_blocking_start_time"
+                         if extra.get("event_type") == "save" else "checkpoint_manager_start_time")
+            start, step = extra.get(start_key), extra.get("step")
+        except Exception as exc:
+            self._reject_or_raise(Kind.CHECKPOINT_STATS, exc)
             return
-        extra = {k: v for k, v in entry.items() if k != "job_name"}
-        start_key = ("checkpoint_manager_blocking_start_time"
-                     if extra.get("event_type") == "save" else "checkpoint_manager_start_time")
-        start = extra.get(start_key)
-        self._record_orbax(extra, start, extra.get("step"))
+        self._record_orbax(extra, start, step)
 
     def record_metadata(self, **fields: Any):
-        """Records run metadata (framework, device kind, FLOPs per step, configs...)."""
-        self._record(Kind.METADATA, None, None, dict(fields) or None)
+        """Records run metadata (framework, device kind, FLOPs per step, configs...).
+
+        ``num_devices`` and ``num_processes`` must be positive integers,
+        ``flops_per_step`` and ``peak_flops_per_device`` positive finite
+        numbers; a field that is not is dropped and counted (strict: raises),
+        and the fields must be JSON-serialisable (no cycles, string keys).
+        """
+        try:
+            extra, bad = _checked_metadata(fields)
+            extra = self._storable(extra)
+        except Exception as exc:
+            self._reject_or_raise(Kind.METADATA, exc)
+            return
+        for error in bad:  # strict: raises here
+            self._reject_or_raise(Kind.METADATA, error)
+        self._record(Kind.METADATA, None, None, extra or None)
 
     def record_metric(self, name: str, value: float, step=None, time=None):
         """Records a model metric (loss, throughput, MFU...) next to goodput."""
         try:
-            extra = {"metric_name": str(name), "metric_value": float(value)}
-        except (TypeError, ValueError) as exc:
+            extra = {"metric_name": _text(name), "metric_value": float(value)}
+        except Exception as exc:  # 10**400, a deleted jax array, a raising __float__
             self._reject_or_raise(Kind.METRIC, exc)
             return
         self._record(Kind.METRIC, time, step, extra)
@@ -308,13 +337,73 @@ class PhaseMixin:
         if reject is not None:
             reject(kind, exc)
 
+    def _storable(self, extra: dict) -> dict:
+        """``extra`` when the stores can hold it (the recorder checks; see there)."""
+        return extra
+
+    def _record_text(self, kind: Kind, when: Any, key: str, value: Any,
+                     optional: bool = True) -> None:
+        """Records ``kind`` with ``{key: str(value)}`` (nothing when optional and None)."""
+        if value is None and optional:
+            extra = None
+        else:
+            try:
+                extra = {key: _text(value)}
+            except Exception as exc:  # a str() that raises, a lone surrogate
+                self._reject_or_raise(kind, exc)
+                return
+        self._record(kind, when, None, extra)
+
     def _record_orbax(self, extra: dict, start: Any, step: Any) -> None:
         self._record(Kind.CHECKPOINT_STATS, start, step, extra)
 
 
-def _event_type(value: Any) -> str:
-    return value if type(value) is str else str(value)
+def _text(value: Any) -> str:
+    """``str(value)``; ValueError for text UTF-8 cannot encode (a lone surrogate)."""
+    text = value if type(value) is str else str(value)
+    if not text.isascii():
+        text.encode("utf-8")  # UnicodeEncodeError is a ValueError
+    return text
 
 
-def _fun(fun_name: Optional[str]) -> Optional[dict]:
-    return None if fun_name is None else {"fun_name": str(fun_name)}
+def _count(value: Any, name: str) -> int:
+    """A slice count: a non-negative integer (integral floats and numpy ints too)."""
+    if isinstance(value, bool) or value is None:
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    as_int = int(value)
+    if as_int != value or as_int < 0:
+        raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
+    return as_int
+
+
+_POSITIVE_INTS = ("num_devices", "num_processes")
+_POSITIVE_REALS = ("flops_per_step", "peak_flops_per_device")
+
+
+def _checked_metadata(fields: Dict[str, Any]) -> Tuple[dict, List[ValueError]]:
+    """``fields`` without the numeric fields the calculator cannot use, and why each went."""
+    out, bad = dict(fields), []
+    for key in _POSITIVE_INTS + _POSITIVE_REALS:
+        if key not in out:
+            continue
+        value = out[key]
+        integer = key in _POSITIVE_INTS
+        try:
+            ok = not isinstance(value, bool) and value is not None and (
+                int(value) == value and value >= 1 if integer
+                else math.isfinite(float(value)) and float(value) > 0)
+        except Exception:
+            ok = False
+        if not ok:
+            del out[key]
+            what = "integer" if integer else "finite number"
+            bad.append(ValueError(f"metadata {key} must be a positive {what}, "
+                                  f"got {_safe_repr(value)}"))
+    return out, bad
+
+
+def _safe_repr(value: Any) -> str:
+    try:
+        return repr(value)[:80]
+    except Exception:
+        return f"<unprintable {type(value).__name__}>"

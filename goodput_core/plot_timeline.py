@@ -31,7 +31,8 @@ from goodput_core.buckets import BadputType
 from goodput_core.timespec import format_duration, format_time
 
 __all__ = ["TimelineData", "Lane", "Marker", "PlotUnavailable", "collect", "render_image",
-           "COLOURS", "MARKER_STYLE", "lane_name", "titles", "stagger", "nice_ticks"]
+           "COLOURS", "MARKER_STYLE", "lane_name", "titles", "stagger", "nice_ticks",
+           "insight_notes"]
 
 CUSTOM_PREFIX = "CUSTOM_BADPUT_EVENTS:"
 #: Fixed colours per category (matplotlib's tab10/tab20 hues, chosen so that
@@ -50,6 +51,7 @@ COLOURS: Dict[str, str] = {
     "ELASTIC_SLICE_DOWN": "#393b79",
     "ELASTIC_SCALE_UP": "#6b6ecf",
     "ELASTIC_REINITIALIZATION": "#9c9ede",
+    "HANG": "#000000",
     "IDLE": "#d4d4d4",
 }
 # custom event types: pinks and purples, picked by a stable hash of the type
@@ -70,6 +72,7 @@ _NAMES = {
     "ELASTIC_SLICE_DOWN": "Elastic slice down",
     "ELASTIC_SCALE_UP": "Elastic scale up",
     "ELASTIC_REINITIALIZATION": "Elastic re-init",
+    "HANG": "Hang (no progress)",
     "IDLE": "Idle between attempts",
 }
 #: marker kind -> (colour, matplotlib line style)
@@ -121,6 +124,7 @@ class TimelineData:
     lanes: List[Lane]
     markers: List[Marker]
     spans: List[Tuple[float, float, str]]       # all, in time order (overview lane)
+    notes: List[str] = dataclasses.field(default_factory=list)  # hangs, checkpoint advice
 
 
 def lane_name(key: str) -> str:
@@ -174,6 +178,8 @@ def _markers(calc, a: float, b: float) -> List[Marker]:
     for t, key in zip(crash_times, dis["key"].tolist()):
         cause = causes[key] if 0 <= key < len(causes) else "unknown"
         out.append(Marker(t, "crash", f"crash: {cause}"))
+    for t in tl.stepless_restarts[1].tolist():  # rule 2: disrupted before any step
+        out.append(Marker(t, "restart", "restart (the attempt before had no step)"))
     seg = tl.segments
     if len(seg):
         st = tl.tables["step_start"]
@@ -225,7 +231,26 @@ def collect(calc, start: float = -math.inf, end: float = math.inf,
         run=calc.run or "", goodput=result.goodput, total_seconds=total,
         productive_seconds=result.productive_seconds, disruptions=result.disruptions,
         window=window, t0=t0, lanes=lanes, markers=_markers(calc, *window),
-        spans=[(s, e, k) for s, e, k in spans if e > s])
+        spans=[(s, e, k) for s, e, k in spans if e > s], notes=insight_notes(calc, now))
+
+
+def insight_notes(calc, now: Optional[float] = None) -> List[str]:
+    """One line per insight worth a look: hangs and checkpoint-interval advice."""
+    notes = []
+    hangs = calc.hangs(now)
+    if hangs:
+        total = sum(h.seconds for h in hangs)
+        steps = ", ".join(str(h.step) for h in hangs[:5])
+        notes.append(f"Hangs: {len(hangs)} ({format_duration(total)}; at step {steps})")
+    advice = calc.checkpoint_advice(now)
+    if advice.available:
+        now_part = ("" if advice.current_interval_seconds is None else
+                    f" (now every {format_duration(advice.current_interval_seconds)})")
+        gain = ("" if advice.goodput_gain_points is None else
+                f": {advice.goodput_gain_points:+.2f} goodput points")
+        notes.append(f"Checkpoint every {format_duration(advice.recommended_interval_seconds)}"
+                     f"{now_part}{gain}" + (f" [{advice.reason}]" if advice.reason else ""))
+    return notes
 
 
 # ---------------------------------------------------------------- helpers
@@ -314,7 +339,7 @@ def render_image(data: TimelineData, path: str) -> None:
         from matplotlib.ticker import FixedLocator, FuncFormatter
     except ImportError as exc:
         raise PlotUnavailable(
-            f"drawing {os.path.basename(path)} needs matplotlib: pip install 'goodput[plot]' "
+            f"drawing {os.path.basename(path)} needs matplotlib: pip install 'goodput-core[plot]' "
             f"(or write .html, which needs nothing) ({exc})") from None
 
     a, b = data.window
@@ -376,6 +401,8 @@ def render_image(data: TimelineData, path: str) -> None:
     head, sub = titles(data)
     fig.suptitle(head, x=0.02, ha="left", fontsize=13, fontweight="bold",
                  y=1 - 0.12 / fig_h)
+    if data.notes:  # hangs and checkpoint advice, on the subtitle line
+        sub = sub + "   |   " + "   |   ".join(data.notes)
     fig.text(0.02, 1 - 0.45 / fig_h, sub, fontsize=9, color="#444444", ha="left")
     try:
         fig.savefig(path)

@@ -44,6 +44,7 @@ __all__ = [
     "productive_steps",
     "program_goodput_of_run",
     "register_peak_flops",
+    "unusable_metadata",
 ]
 
 # Dense bf16 peak FLOP/s of one chip, matched against the lower-cased
@@ -199,6 +200,23 @@ def _positive(value: Any) -> Optional[float]:
     return f if math.isfinite(f) and f > 0 else None
 
 
+def unusable_metadata(metadata: Mapping[str, Any]) -> List[str]:
+    """The program-goodput fields of ``metadata`` present but unusable, as ``key=value``.
+
+    Such fields (``num_devices=0.5``, an infinite ``flops_per_step``) leave
+    program goodput uncomputed; the report names them instead of failing.
+    """
+    out = []
+    for key in ("flops_per_step", "peak_flops_per_device", "num_devices"):
+        if key not in metadata:
+            continue
+        value = metadata[key]
+        number = _positive(value)
+        if number is None or (key == "num_devices" and number != int(number)):
+            out.append(f"{key}={value!r}"[:80])
+    return out
+
+
 def productive_steps(timeline, end: float = math.inf) -> int:
     """Number of steps whose time is productive, among spans that ended by ``end``.
 
@@ -251,6 +269,8 @@ def program_goodput_of_run(timeline, result, metadata: Mapping[str, Any], *,
     if peak is None and peak_flops is None:
         peak = _positive(peak_flops_per_device(metadata.get("device_kind")))
     devices = _positive(num_devices if num_devices is not None else metadata.get("num_devices"))
+    if devices is not None and devices != int(devices):
+        devices = None  # 0.5 devices: unusable metadata, not a reason to fail the report
     if flops is None or peak is None or devices is None:
         return None
     steps = productive_steps(timeline, result.window[1])
@@ -259,6 +279,8 @@ def program_goodput_of_run(timeline, result, metadata: Mapping[str, Any], *,
         return None
     rate = steps / seconds
     value = mfu(flops, rate, peak, int(devices))
+    if not math.isfinite(value):  # metadata fields each fine, their product overflows
+        return None
     runtime = result.goodput / 100.0
     return ProgramGoodput(value, runtime, runtime * value, flops, peak, int(devices), steps,
                           seconds, rate)

@@ -7,8 +7,12 @@ kind and dropped, unless ``strict=True``). A daemon writer thread drains the
 queue in batches into the store. :meth:`Recorder.flush` is a fence: it returns
 once everything recorded before it is stored. An ``atexit`` hook flushes every
 live recorder, so a ``record_job_end_time()`` just before the interpreter
-exits is not lost. After ``os.fork()`` the child gets a fresh queue, writer and
-attempt id; the parent's pending events stay the parent's.
+exits is not lost. ``multiprocessing`` ends its children with ``os._exit``
+(no atexit), so the recorder also flushes from multiprocessing's own exit
+finalizers: workers (``Process``, ``Pool`` after ``close()``/``join()``;
+fork and spawn) that end normally keep their events. After ``os.fork()`` the
+child gets a fresh queue, writer and attempt id; the parent's pending events
+stay the parent's.
 
 Example::
 
@@ -29,6 +33,7 @@ import logging
 import math
 import os
 import socket
+import sys
 import threading
 import time
 import uuid
@@ -37,10 +42,14 @@ from typing import Any, Callable, Dict, Optional
 
 from goodput_core.events import EventRecord, Kind, to_timestamp
 from goodput_core.phases import PhaseMixin
+from goodput_core.storable import (
+    INT64_MAX, INT64_MIN, check_extra, check_int, check_text, describe_error)
 from goodput_core.stores import Store, open_store
+from goodput_core.watchdog import watchdog_for
 from goodput_core.writer import WriterMixin
+from goodput_core.zone_offset import MIN_OFFSET_S, zone_offset_hours
 
-__all__ = ["Recorder", "NullRecorder", "NULL_RECORDER", "flush_all"]
+__all__ = ["Recorder", "NullRecorder", "NULL_RECORDER", "flush_all", "flush_before_read"]
 
 logger = logging.getLogger("goodput")
 
@@ -48,6 +57,8 @@ _LIVE: "weakref.WeakSet[Recorder]" = weakref.WeakSet()
 
 _DEFAULT_QUEUE_SIZE = 200_000
 _EXIT_FLUSH_TIMEOUT_S = 10.0
+#: The longest a query waits for this process's unstored events (seconds).
+READ_FLUSH_TIMEOUT_S = 5.0
 
 
 _STEP_REQUIRED = frozenset((Kind.STEP_START, Kind.STEP_END))
@@ -67,6 +78,7 @@ def _bad_step(step: Any) -> int:
         raise ValueError(f"step must be an int, got {step!r}") from None
     if as_int != step:
         raise ValueError(f"step must be an int, got {step!r}")
+    check_int(as_int, "step")
     return as_int
 
 
@@ -87,6 +99,10 @@ class Recorder(PhaseMixin, WriterMixin):
         instead of being queued for the store.
       enabled: False makes every call a no-op (no store is opened, no thread
         started): e.g. on processes other than the one that should write.
+      hang_detection: the hang watchdog (:mod:`goodput_core.watchdog`): True
+        (default settings, ``GOODPUT_HANG_*`` variables applied), False, or a
+        :class:`~goodput_core.watchdog.HangSettings`. Its thread starts at the
+        first job start; nothing of it runs on the caller's thread.
 
     Raises:
       StoreError: the store URL or path is unusable.
@@ -105,11 +121,17 @@ class Recorder(PhaseMixin, WriterMixin):
         process_index: int = 0,
         cloud_logger: Any = None,
         enabled: bool = True,
+        hang_detection: Any = True,
     ):
         if not isinstance(run, str) or not run:
             raise ValueError(f"run name must be a non-empty string, got {run!r}")
+        check_text(run, "run name")
         if queue_size < 1:
             raise ValueError("queue_size must be >= 1")
+        if isinstance(process_index, bool) or not (
+                isinstance(process_index, int) or hasattr(process_index, "__index__")) \
+                or not INT64_MIN <= int(process_index) <= INT64_MAX:
+            raise ValueError(f"process_index must be a 64-bit integer, got {process_index!r}")
         self.run = run
         self.job_name = run  # the reference's attribute name
         self._clock = clock
@@ -125,27 +147,34 @@ class Recorder(PhaseMixin, WriterMixin):
             self._record = self._emit = _noop  # type: ignore[method-assign]
         self._store: Optional[Store] = (
             open_store(store) if enabled and cloud_logger is None else None)
+        self._watchdog = (watchdog_for(self, hang_detection)
+                          if enabled and cloud_logger is None else None)
         self._rejected: Dict[str, int] = collections.Counter()
         self._drop_lock = threading.Lock()
         self._dropped = 0
         self._written = 0
         self._write_errors = 0
+        self._unstorable = 0  # events the store refused for their content (writer.py)
         self._closed = False
+        self._zone_warned = False
         self._init_process_state()
         if cloud_logger is not None:
             self._emit = self._emit_to_cloud_logger  # type: ignore[method-assign]
         _LIVE.add(self)
+        _flush_at_multiprocessing_exit()
 
     # ----------------------------------------------------------------- state
     def _init_process_state(self) -> None:
         """Per-process state: rebuilt in a forked child."""
         self._queue: collections.deque = collections.deque()
         self._wake = threading.Event()
+        self._backoff = threading.Event()  # set by close(): ends the writer's backoff wait
         self._pid = os.getpid()
         self._host = socket.gethostname()
         self._attempt = uuid.uuid4().hex[:16]
         self._seq = itertools.count(1)
         self._pending = None
+        self._draining = False
         self._writer: Optional[threading.Thread] = None
         if self._store is not None:
             self._writer = threading.Thread(
@@ -167,11 +196,17 @@ class Recorder(PhaseMixin, WriterMixin):
         return self._attempt
 
     def stats(self) -> Dict[str, Any]:
-        """Counters: events written, dropped (queue full), rejected per kind, errors."""
+        """Counters: events written, dropped (queue full), rejected per kind, errors.
+
+        ``unstorable`` counts events accepted at record time that the store
+        still refused for their content (each dropped alone, the rest of its
+        batch written); ``write_errors`` counts failed attempts that were retried.
+        """
         return {
             "written": self._written,
             "dropped": self._dropped,
             "rejected": dict(self._rejected),
+            "unstorable": self._unstorable,
             "write_errors": self._write_errors,
             "queued": len(self._queue),
         }
@@ -209,12 +244,23 @@ class Recorder(PhaseMixin, WriterMixin):
 
     def _reject(self, kind: Kind, error: Exception) -> None:
         if self._strict:
-            raise ValueError(f"record {kind.name.lower()}: {error}") from error
+            raise ValueError(f"record {kind.name.lower()}: {describe_error(error)}") from error
         name = kind.name.lower()
         self._rejected[name] += 1
         if self._rejected[name] == 1:
             logger.warning("goodput: dropped a %s event with bad arguments: %s "
-                           "(further ones are counted silently)", name, error)
+                           "(further ones are counted silently)", name, describe_error(error))
+
+    def _storable(self, extra: dict) -> dict:
+        """Returns ``extra`` when the stores can hold it, else raises ValueError.
+
+        Run at record time for payloads the user builds (metadata, Orbax
+        entries, ``record(**extra)``): one the store cannot encode (a cycle,
+        a tuple key, an object whose ``str()`` raises, a lone surrogate)
+        must be rejected here, not fail the writer's batch later.
+        """
+        check_extra(extra)
+        return extra
 
     def _record(self, kind: Kind, when: Any, step: Any = None,
                 extra: Optional[dict] = None) -> None:
@@ -227,15 +273,37 @@ class Recorder(PhaseMixin, WriterMixin):
                 # t - t is 0.0 exactly for finite floats, NaN for NaN and inf.
                 t = when if type(when) is float and when - when == 0.0 else to_timestamp(when)
                 write_time = self._clock()
-            if type(step) is not int and (step is not None or kind in _STEP_REQUIRED):
+            if type(step) is int:
+                if not INT64_MIN <= step <= INT64_MAX:
+                    step = _bad_step(step)  # raises: the store holds 64-bit steps
+            elif step is not None or kind in _STEP_REQUIRED:
                 step = _bad_step(step)
-        except (ValueError, TypeError) as exc:
+        except Exception as exc:  # bad input, or a broken clock: never break training
             self._reject(kind, exc)
             return
-        except Exception as exc:  # a broken clock must not break training
-            self._reject(kind, exc)
-            return
+        if when is not None:  # a given time: is it a time-zone offset away from the clock?
+            try:
+                if not -MIN_OFFSET_S <= t - write_time <= MIN_OFFSET_S:
+                    self._check_zone_offset(kind, t, write_time)
+            except Exception:  # a clock that returns no number is the writer's problem
+                pass
         self._emit(int(kind), t, step, extra, write_time)
+
+    def _check_zone_offset(self, kind: Kind, t: float, clock: float) -> None:
+        """Warns once per recorder about a time shifted by a time-zone offset
+        (:mod:`goodput_core.zone_offset`); the event is kept either way."""
+        if self._zone_warned:
+            return
+        hours = zone_offset_hours(t, clock)
+        if hours is None:
+            return
+        self._zone_warned = True
+        logger.warning(
+            "goodput: run %r: a %s time is %+g h away from the recorder's clock, a "
+            "time-zone offset. A naive datetime is local time (datetime.now()); "
+            "datetime.utcnow() or a naive time of another zone shifts events out of "
+            "the job. Pass an aware datetime. The event is kept; this is said once.",
+            self.run, kind.name.lower(), hours)
 
     def _record_orbax(self, extra: dict, start: Any, step: Any) -> None:
         if start is not None:
@@ -256,24 +324,31 @@ class Recorder(PhaseMixin, WriterMixin):
 
         Args:
           kind: a :class:`goodput_core.events.Kind`.
-          time: POSIX seconds or a datetime (naive = UTC); None = now.
+          time: POSIX seconds or a datetime (naive = local time); None = now.
           step: the step number for kinds that have one.
           **extra: further payload keys (JSON-serialisable).
         """
         try:
             kind = Kind(kind)
-        except ValueError:
+        except Exception:
             if self._strict:
-                raise
+                raise ValueError(f"unknown event kind {kind!r}") from None
             self._rejected["unknown_kind"] += 1
             return
+        if extra:
+            try:
+                extra = self._storable(extra)
+            except ValueError as exc:
+                self._reject(kind, exc)
+                return
         self._record(kind, time, step, extra or None)
 
     def close(self, timeout: Optional[float] = 10.0) -> bool:
         """Flushes and stops the writer. Later ``record_*`` calls are dropped."""
         ok = self.flush(timeout)
         self._closed = True
-        self._cap = 0  # further events are counted as dropped
+        self._cap = self._high = 0  # further events are counted as dropped
+        self._backoff.set()
         self._wake.set()
         return ok
 
@@ -304,7 +379,8 @@ class NullRecorder(PhaseMixin):
         return True
 
     def stats(self) -> Dict[str, Any]:
-        return {"written": 0, "dropped": 0, "rejected": {}, "write_errors": 0, "queued": 0}
+        return {"written": 0, "dropped": 0, "rejected": {}, "unstorable": 0, "write_errors": 0,
+                "queued": 0}
 
 
 NULL_RECORDER = NullRecorder()
@@ -323,6 +399,40 @@ def flush_all(timeout: float = _EXIT_FLUSH_TIMEOUT_S) -> bool:
     return ok
 
 
+def flush_before_read(run: str, store: Any, timeout: Optional[float] = None) -> bool:
+    """Read-your-writes: stores what this process recorded for ``run`` in ``store``.
+
+    Called by the calculators before they read a store, so a query right
+    after ``record_job_end_time()`` in the same process sees it. Only this
+    process's recorders of that run writing to that store (the same object,
+    or one with the same URL) that still hold unstored events are flushed;
+    with nothing pending this costs a scan of the live recorders and no wait.
+
+    Args:
+      run: the run about to be read.
+      store: the Store about to be read.
+      timeout: seconds to wait at most in all (default
+        :data:`READ_FLUSH_TIMEOUT_S`): a store that is down must not hang a
+        query; what is not stored by then is read next time.
+
+    Returns:
+      True when everything recorded before the call is stored.
+    """
+    url = getattr(store, "url", None)
+    deadline = time.monotonic() + (READ_FLUSH_TIMEOUT_S if timeout is None else timeout)
+    ok = True
+    for rec in list(_LIVE):
+        own = rec._store
+        if (own is None or rec.run != run or not (own is store or (url and own.url == url))
+                or rec._pid != os.getpid() or not rec.has_unstored()):
+            continue
+        try:
+            ok = rec.flush(max(0.0, deadline - time.monotonic())) and ok
+        except Exception:
+            ok = False
+    return ok
+
+
 def _after_fork_in_child() -> None:
     for rec in list(_LIVE):
         try:
@@ -331,6 +441,39 @@ def _after_fork_in_child() -> None:
             logger.exception("goodput: could not reset a recorder after fork")
 
 
+class _Token:
+    """A weak-referenceable key for multiprocessing's after-fork registry."""
+
+
+_MP_TOKEN = _Token()
+_mp_hooked = {"pid": 0, "after_fork": False}
+
+
+def _flush_at_multiprocessing_exit(_token: Any = None) -> None:
+    """Registers :func:`flush_all` as a multiprocessing exit finalizer in this process.
+
+    A multiprocessing child runs ``multiprocessing.util._exit_function`` (the
+    finalizers) after its target returns and then calls ``os._exit``: atexit
+    never runs there. A fork child starts with the registry emptied, so the
+    after-fork hook (kept across forks) registers again in each child; a spawn
+    child registers when its first recorder is created. Does nothing until
+    the program has imported multiprocessing (checked at each recorder
+    creation and before each fork), so ``import goodput_core`` stays light.
+    """
+    util = sys.modules.get("multiprocessing.util")
+    if util is None or _mp_hooked["pid"] == os.getpid():
+        return
+    try:
+        util.Finalize(None, flush_all, exitpriority=10)
+        if not _mp_hooked["after_fork"]:
+            util.register_after_fork(_MP_TOKEN, _flush_at_multiprocessing_exit)
+            _mp_hooked["after_fork"] = True
+        _mp_hooked["pid"] = os.getpid()
+    except Exception:  # a multiprocessing without these hooks: atexit still covers the rest
+        logger.debug("goodput: no multiprocessing exit hook", exc_info=True)
+
+
 atexit.register(flush_all)
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+    os.register_at_fork(before=_flush_at_multiprocessing_exit,
+                        after_in_child=_after_fork_in_child)

@@ -12,6 +12,7 @@ from goodput_core.buckets import (
     BASE_BADPUT,
     CUSTOM_BASE,
     ELASTIC_BADPUT,
+    HANG_BADPUT,
     IDLE,
     PRODUCTIVE,
     BadputType,
@@ -37,7 +38,8 @@ class GoodputResult:
       idle_seconds: time between an attempt's job end and the next job start.
       excluded_seconds: time removed by the query's exclusions (idle excepted).
       badput_seconds: every base bucket (elastic ones when the run has
-        elastic events); ``CUSTOM_BADPUT_EVENTS`` is the sum of the types.
+        elastic events, ``HANG`` when it recorded a hang);
+        ``CUSTOM_BADPUT_EVENTS`` is the sum of the types.
       badput_percent: the same in percent of ``total_seconds``.
       custom_badput_seconds / custom_badput_percent: per upper-cased type.
       data_loading_async_seconds: loads overlapped by steps (not badput).
@@ -125,6 +127,7 @@ def build_result(timeline, a: float, b: float, excl: List[Tuple[float, float]],
     custom = {names[c - CUSTOM_BASE]: _clamp(v, total) for c, v in kept.items() if c >= CUSTOM_BASE}
     badput: Dict[BadputType, float] = {}
     keys = BASE_BADPUT + (ELASTIC_BADPUT if timeline.tables.elastic_seen else ())
+    keys += HANG_BADPUT if timeline.tables.hangs else ()
     for k in keys:
         badput[k] = _clamp(kept.get(int(k), 0.0), total)
     badput[BadputType.CUSTOM_BADPUT_EVENTS] = _clamp(float(sum(custom.values())), total)

@@ -75,6 +75,75 @@ def record_synthetic_job(rec: Recorder, start: float,
       {"start": ..., "end": ..., "restart_step": ...} of what was played.
     """
     t = _attempt(rec, job, start, 0, job.crash_at_step + 1, crash=True)
-    restart = (job.crash_at_step // job.checkpoint_every) * job.checkpoint_every
+    every = job.checkpoint_every
+    restart = (job.crash_at_step // every) * every if every else 0
     t = _attempt(rec, job, t + job.recovery_gap, restart, job.steps, crash=False)
     return {"start": start, "end": t, "restart_step": restart}
+
+
+@dataclass(frozen=True)
+class FailingJob:
+    """A long job with failures at a known rate, for checkpoint-interval studies.
+
+    Failures arrive at exponential intervals of mean ``mtbf`` (wall-clock,
+    saves included; none during a restart). A failure loses the work since
+    the last completed save; the restart costs ``recovery`` (crash to job
+    start) plus a ``restore`` span, then training resumes from the saved step.
+    """
+
+    mtbf: float = 3600.0
+    save: float = 30.0
+    recovery: float = 90.0
+    restore: float = 30.0
+    step: float = 10.0
+    save_every: int = 45           # steps between saves
+    duration: float = 40 * 3600.0  # wall-clock length of the job
+
+
+def record_failing_job(rec: Recorder, start: float, job: FailingJob, seed: int
+                       ) -> Dict[str, float]:
+    """Plays ``job`` on ``rec`` from ``start``; returns its true figures:
+    ``failures``, ``useful`` (seconds of kept steps) and ``end``."""
+    import random
+
+    rnd = random.Random(seed)
+    t, end = start, start + job.duration
+    saved = 0          # the step training resumes from
+    useful = 0.0
+    failures = 0
+    rec.record_job_start_time(t)
+    fail_at = t + rnd.expovariate(1.0 / job.mtbf)
+    while t < end:
+        step = saved
+        crashed = False
+        while t < end:
+            if t + job.step > fail_at:
+                crashed = True
+                break
+            rec.record_step_start_time(step, t)
+            t += job.step
+            step += 1
+            if (step - saved) % job.save_every == 0 and step > saved:
+                if t + job.save > fail_at:
+                    crashed = True
+                    break
+                rec.record_checkpoint_save_start_time(step, t)
+                t += job.save
+                rec.record_checkpoint_save_end_time(step, t)
+                useful += (step - saved) * job.step
+                saved = step
+        if not crashed:
+            rec.record_step_end_time(step - 1, t)
+            rec.record_job_end_time(t)
+            useful += (step - saved) * job.step
+            break
+        failures += 1
+        t = fail_at
+        rec.record_disruption("exception:SimulatedFailure", t)
+        t += job.recovery
+        rec.record_job_start_time(t)
+        rec.record_checkpoint_restore_start_time(saved, t)
+        t += job.restore
+        rec.record_checkpoint_restore_end_time(saved, t)
+        fail_at = t + rnd.expovariate(1.0 / job.mtbf)
+    return {"failures": failures, "useful": useful, "end": t}

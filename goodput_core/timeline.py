@@ -21,10 +21,16 @@ Two labels depend on events that may arrive much later and are applied as
 
 Incremental updates: the timeline keeps a *freeze time* ``F`` before which
 nothing can change any more (it is at most the start of the last step and
-no paired interval or pending start crosses it). New events at or after
-``F`` only re-examine the tail ``[F, ...)``: the per-category lists are cut
-at ``F`` and the tail is repainted. An event older than ``F`` (a late or
-backfilled write) makes the next update a full recomputation.
+no paired interval or pending start crosses it). New events only re-examine
+the tail ``[F, ...)`` when they cannot change anything before ``F``: the
+per-category lists are cut at ``F`` and the tail is repainted. An event
+changes the spans of the step it falls in, from that step's start (a late
+job end turns the last step of a "crashed" attempt into a finished one, a
+step end closes it, a disruption moves the start of recovery), so the
+update is incremental only when the start of the step before the earliest
+new event is at or after ``F``; otherwise (a late or backfilled write) it is
+a full recomputation. Either way the result is the one a single pass over
+all the events gives.
 
 Ties the rules leave open: overlapping custom events of different types go
 to the type seen first; a save outranks a restore; among the elastic
@@ -32,7 +38,14 @@ buckets re-initialisation outranks scale-up, which outranks slice-down.
 Explicit program-startup spans switch the first-step heuristic off for every
 segment of their attempt. Loads count as overlapped (DATA_LOADING_ASYNC)
 inside step spans and inside the unfinished last step of an open or crashed
-attempt; elsewhere they block (DATA_LOADING_SYNC).
+attempt; elsewhere they block (DATA_LOADING_SYNC). Input-stall spans (rule 7)
+are DATA_LOADING_SYNC wherever they lie, at the level of blocking loads, and
+are cut out of the overlapped-load annotation.
+
+A disruption recorded in an attempt without steps and without a job end
+(rule 2: a preemption during initialisation or compilation) makes the next
+job start a restart: the time from the attempt's first disruption to that
+job start is recovery, and nothing is wasted.
 """
 
 from __future__ import annotations
@@ -45,7 +58,8 @@ import numpy as np
 
 from goodput_core.buckets import CUSTOM_BASE, IDLE, PRODUCTIVE, BadputType
 from goodput_core.ingest import ORBAX_SAVE, EventTables
-from goodput_core.intervals import Growable, IntervalList, complement, paint, split_by_regions
+from goodput_core.intervals import (Growable, IntervalList, complement, paint, split_by_regions,
+                                    union)
 from goodput_core.segments import Attempts, SegmentTable
 
 __all__ = ["Timeline"]
@@ -56,7 +70,8 @@ _INF = math.inf
 _FAMILY_CODES = (("tpu", B.TPU_INITIALIZATION), ("prep", B.TRAINING_PREP),
                  ("reinit", B.ELASTIC_REINITIALIZATION), ("compile", B.PROGRAM_STARTUP))
 FREEZE_LAG_STEPS = 32  # how many recent steps every update re-examines
-_FAMILIES = ("tpu", "prep", "dl", "reinit", "save", "restore", "compile", "custom", "wait")
+_FAMILIES = ("tpu", "prep", "dl", "reinit", "save", "restore", "compile", "custom", "wait",
+             "stall", "hang")
 
 
 class Timeline:
@@ -77,6 +92,8 @@ class Timeline:
         self.dirty_from = _INF
         self.version = 0
         self.full_rebuilds = 0  # diagnostics: updates that could not be incremental
+        # rule 2: (first disruption, next job start) of each disrupted attempt without steps
+        self.stepless_restarts: Tuple[np.ndarray, np.ndarray] = (_E, _E)
         self.frozen_skips: collections.Counter = collections.Counter()
         self.tail_skips: collections.Counter = collections.Counter()
         self._overlay: Optional[dict] = None
@@ -93,8 +110,15 @@ class Timeline:
         """Brings the spans up to date with the events added so far."""
         if self.dirty_from == _INF:
             return
-        self._rebuild(self.F if self.dirty_from >= self.F else -_INF)
+        self._rebuild(self.F if self._affected_from(self.dirty_from) >= self.F else -_INF)
         self.dirty_from = _INF
+
+    def _affected_from(self, t: float) -> float:
+        """The earliest time events at or after ``t`` can change: the start of the
+        step in progress just before ``t`` (module docstring), else ``t``."""
+        starts = self.tables["step_start"]["t"]
+        i = int(np.searchsorted(starts, t, side="left")) - 1
+        return min(t, float(starts[i])) if i >= 0 else t
 
     def _rebuild(self, F: float) -> None:
         T = self.tables
@@ -113,6 +137,7 @@ class Timeline:
                 il.truncate_at(F)
             self.compile_starts.truncate(np.searchsorted(self.compile_starts.a, F, side="left"))
         first = self.segments.rebuild_tail(T, att, F)
+        self.stepless_restarts = _stepless_restarts(T["disruption"]["t"], att, self.segments)
         rows = {c: a[first:] for c, a in self.segments.cols.items()}
         skip_times: Dict[str, List[np.ndarray]] = collections.defaultdict(list)
         skip_times["outside_lifetime"].append(self.segments.tail_invalid_times)
@@ -138,7 +163,8 @@ class Timeline:
         t = T["step_start"]["t"]
         t0 = t[rows["i0"]]
         crashed = rows["crashed"]
-        rec = (rows["rec_start"][crashed], att.next_start[rows["att"][crashed]])
+        rec = _cat((rows["rec_start"][crashed], att.next_start[rows["att"][crashed]]),
+                   self.stepless_restarts)
         idle = att.idle()
         ob = T["orbax"]
         k = int(np.searchsorted(ob["t"], F, side="left"))
@@ -155,10 +181,16 @@ class Timeline:
         reg_e = rows["region_end"]
         ok = reg_e > reg_s
         ins, ine, outs, oute = split_by_regions(*pairs["dl"][:2], reg_s[ok], reg_e[ok])
+        # input stalls block wherever they lie; the rest of a load stays overlapped
+        sts, ste = union(*pairs["stall"][:2])
+        if len(sts):
+            ins, ine = split_by_regions(ins, ine, sts, ste)[2:]
+            outs, oute = _cat((outs, oute), (sts, ste))
         fam = {name: pairs[name][:2] for name, _ in _FAMILY_CODES}
         levels = [
             (*idle, IDLE),
             (*rec, B.INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION),
+            (*pairs["hang"][:2], B.HANG),
             (*save, B.UNPRODUCTIVE_CHECKPOINT_SAVE_TIME),
             (*restore, B.UNPRODUCTIVE_CHECKPOINT_RESTORE_TIME),
             (cs, ce, CUSTOM_BASE + ck.astype(np.int64)),
@@ -312,6 +344,23 @@ class Timeline:
 
 def _cat(*pairs) -> Tuple[np.ndarray, np.ndarray]:
     return np.concatenate([p[0] for p in pairs]), np.concatenate([p[1] for p in pairs])
+
+
+def _stepless_restarts(d: np.ndarray, att: Attempts, seg: SegmentTable
+                       ) -> Tuple[np.ndarray, np.ndarray]:
+    """Rule 2 for attempts without steps: ``(first disruption, next job start)``
+    of each attempt that recorded a disruption, has no step and no job end,
+    and was followed by another attempt."""
+    n = len(att)
+    if not n or not len(d):
+        return _E, _E
+    has_steps = np.zeros(n, bool)
+    has_steps[seg["att"]] = True
+    a = att.of(d)
+    d, a = d[a >= 0], a[a >= 0]
+    ok = ~has_steps[a] & np.isnan(att.end[a]) & ~np.isnan(att.next_start[a])
+    a, first = np.unique(a[ok], return_index=True)  # disruptions are sorted by time
+    return d[ok][first], att.next_start[a]
 
 
 def _pairs(table, F: float, keyed: bool, skip_times):

@@ -7,7 +7,8 @@ Shared by the command-line tools (``goodput report``, ``goodput timeline``,
   ``1w``, ``250ms``, or a sum of them, ``1h30m`` / ``1h 30m``; a bare number
   is seconds. Never negative.
 * **time**: an ISO-8601 datetime (``2024-05-01T12:00:00``, ``...Z``,
-  ``...+02:00``, or a date; naive means UTC, as everywhere in goodput), or
+  ``...+02:00``, or a date; naive means the machine's local time, as
+  everywhere in goodput and in Python), or
   POSIX seconds (``1714564800`` or ``1714564800.25``).
 * **interval** ``START/END``: two times; either side may instead be a
   duration with a unit, counted from the other side (``2024-05-01T12:00/1h``
@@ -27,6 +28,8 @@ import math
 import re
 from typing import Optional, Tuple
 
+from goodput_core.events import to_timestamp
+
 __all__ = [
     "TimeSpecError",
     "Window",
@@ -44,7 +47,7 @@ _NUMBER = r"(?:\d+(?:\.\d*)?|\.\d+)"
 _TERM = re.compile(rf"\s*({_NUMBER})\s*(ms|s|m|h|d|w)\s*", re.IGNORECASE)
 _BARE_NUMBER = re.compile(rf"^\s*[+-]?{_NUMBER}(?:[eE][+-]?\d+)?\s*$")
 _DURATION_HELP = "a duration like 30s, 15m, 1h, 2d or 1h30m"
-_TIME_HELP = "an ISO-8601 datetime (naive = UTC) or POSIX seconds"
+_TIME_HELP = "an ISO-8601 datetime (naive = local time) or POSIX seconds"
 _UTC = _dt.timezone.utc
 
 
@@ -85,7 +88,7 @@ def parse_duration(text: str) -> float:
 
 
 def parse_time(text: str) -> float:
-    """POSIX seconds of an ISO-8601 datetime (naive = UTC) or of POSIX seconds.
+    """POSIX seconds of an ISO-8601 datetime (naive = local time) or of POSIX seconds.
 
     Raises:
       TimeSpecError: unreadable or non-finite.
@@ -105,9 +108,7 @@ def parse_time(text: str) -> float:
         when = _dt.datetime.fromisoformat(iso)
     except ValueError:
         raise TimeSpecError(f"cannot read time {text!r}: expected {_TIME_HELP}") from None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=_UTC)
-    return when.timestamp()
+    return to_timestamp(when)
 
 
 def parse_interval(text: str) -> Tuple[float, float]:

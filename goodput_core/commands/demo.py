@@ -14,12 +14,18 @@ where everything is::
 Without jax, flax, optax or orbax-checkpoint it says so in one line and plays
 the synthetic job (:mod:`goodput_core.synthetic`) instead. This module never
 imports jax: the training runs in child processes.
+
+``--run`` is a name, never a path: it may not contain a path separator, be
+``.`` or ``..``, or hold control characters. The demo deletes only the
+checkpoint directory it created itself (``DIR/checkpoints/RUN``, which must
+not exist beforehand), never anything a name could point to.
 """
 
 from __future__ import annotations
 
 import collections
 import os
+import shlex
 import shutil
 import sys
 import time
@@ -52,9 +58,30 @@ def add_arguments(parser) -> None:
                         help="keep the checkpoints (default: removed at the end)")
 
 
+def _check_arguments(args) -> None:
+    if args.run is not None:
+        check_run_name(args.run)
+    if not 0 < args.steps or not 0 < args.save_every:
+        raise CliError("--steps and --save-every must be positive")
+    if not 0 <= args.crash_at < args.steps:
+        raise CliError(f"--crash-at must lie in [0, {args.steps - 1}] (the steps trained)")
+
+
+def check_run_name(name: str) -> None:
+    """Raises CliError unless ``name`` can name a directory under the output dir."""
+    if (not name or name in (".", "..") or "/" in name or "\\" in name
+            or (os.altsep and os.altsep in name) or not name.isprintable()):
+        raise CliError(f"--run must be a plain name (no path separators, '.', '..' or "
+                       f"control characters), got {name!r}")
+
+
 def run(args) -> int:
+    _check_arguments(args)
     outdir = os.path.abspath(args.outdir)
-    os.makedirs(outdir, exist_ok=True)
+    try:
+        os.makedirs(outdir, exist_ok=True)
+    except OSError as exc:
+        raise CliError(f"cannot create --outdir {outdir}: {exc.strerror or exc}") from None
     store = args.store or os.path.join(outdir, "goodput.sqlite")
     run_name = args.run or _fresh_run_name(store)
     synthetic = args.synthetic
@@ -64,15 +91,11 @@ def run(args) -> int:
         missing = frameworks_missing()
         if missing:
             print(f"goodput demo: {', '.join(missing)} not installed (pip install "
-                  f"'goodput[jax]'): playing the synthetic job instead", flush=True)
+                  f"'goodput-core[jax]'): playing the synthetic job instead", flush=True)
             synthetic = True
     if synthetic:
         _play_synthetic(run_name, store)
     else:
-        if not 0 < args.steps or not 0 < args.save_every:
-            raise CliError("--steps and --save-every must be positive")
-        if not 0 <= args.crash_at < args.steps:
-            raise CliError(f"--crash-at must lie in [0, {args.steps - 1}] (the steps trained)")
         if str(store).startswith("memory:"):
             raise CliError("the demo trains in child processes: a memory:// store would "
                            "not outlive them; use a sqlite path")
@@ -115,8 +138,16 @@ def _play_synthetic(run_name: str, store: str) -> None:
 def _play_real(args, run_name: str, store: str, outdir: str) -> None:
     from goodput_integrations.demo.driver import DemoConfig, DemoError, run_crash_and_restart
 
-    workdir = os.path.join(outdir, "checkpoints", run_name)
-    shutil.rmtree(workdir, ignore_errors=True)  # a fresh job: nothing to resume from
+    parent = os.path.join(outdir, "checkpoints")
+    workdir = os.path.join(parent, run_name)
+    parent_existed = os.path.isdir(parent)
+    try:  # a fresh job: nothing to resume from; and the only directory we may delete
+        os.makedirs(workdir, exist_ok=False)
+    except FileExistsError:
+        raise CliError(f"{workdir} already exists (checkpoints of an earlier demo?): "
+                       "remove it or choose another --run") from None
+    except OSError as exc:
+        raise CliError(f"cannot create {workdir}: {exc.strerror or exc}") from None
     cfg = DemoConfig(store=store, run=run_name, workdir=workdir, steps=args.steps,
                      save_every=args.save_every, crash_at=args.crash_at,
                      log_dir=os.path.join(outdir, "logs", run_name))
@@ -132,11 +163,12 @@ def _play_real(args, run_name: str, store: str, outdir: str) -> None:
         raise CliError(str(exc)) from None
     finally:
         if not args.keep_checkpoints:
-            shutil.rmtree(workdir, ignore_errors=True)
-            try:
-                os.rmdir(os.path.dirname(workdir))  # only when no other run keeps some
-            except OSError:
-                pass
+            shutil.rmtree(workdir, ignore_errors=True)  # created above, by this demo
+            if not parent_existed:
+                try:
+                    os.rmdir(parent)  # ours too, unless another demo put checkpoints there
+                except OSError:
+                    pass
     bar.close()
     loss = summary.get("final_loss")
     print(f"Trained in {time.monotonic() - started:.1f} s over {len(summary['attempts'])} "
@@ -234,7 +266,6 @@ def _finish(run_name: str, store: str, outdir: str, synthetic: bool) -> None:
     print(format_table(rep))
     print()
     where = [("store", f"{opened.url}   (run {run_name})")]
-    where.append(("report", f"goodput report {run_name} --store {store}"))
     where.append(_write_tensorboard(calc, run_name, outdir))
     where.append(_write_timeline(calc, now, outdir))
     if not synthetic:
@@ -242,6 +273,12 @@ def _finish(run_name: str, store: str, outdir: str, synthetic: bool) -> None:
     print("Where everything is:")
     for key, value in where:
         print(f"  {key:<12} {value}")
+    # The demo's store is not the default one: every command needs --store.
+    url = shlex.quote(opened.url)
+    print("Look again (copy and paste; the demo's store is not the default store):")
+    print(f"  goodput report {shlex.quote(run_name)} --store {url}")
+    print(f"  goodput runs --store {url}")
+    print(f"  goodput timeline {shlex.quote(run_name)} --store {url} -o timeline.html")
     sys.stdout.flush()
 
 
@@ -253,7 +290,7 @@ def _write_tensorboard(calc, run_name: str, outdir: str):
 
         exporter = TensorBoardExporter(os.path.join(base, run_name))
     except ImportError as exc:
-        return ("tensorboard", f"not written: pip install 'goodput[tensorboard]' ({exc})")
+        return ("tensorboard", f"not written: pip install 'goodput-core[tensorboard]' ({exc})")
     # One monitor cycle with the TensorBoard exporter, through the warm calculator.
     monitor = Monitor(run_name, exporters=[exporter], calculator=calc)
     snapshot = monitor.run_once(final=True)
@@ -276,4 +313,4 @@ def _write_timeline(calc, now: float, outdir: str):
 
         page = os.path.join(outdir, "timeline.html")
         render_html(data, page)
-        return ("timeline", f"{page}   (no matplotlib for a PNG: pip install 'goodput[plot]')")
+        return ("timeline", f"{page}   (no matplotlib for a PNG: pip install 'goodput-core[plot]')")

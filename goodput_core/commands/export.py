@@ -4,7 +4,10 @@ One reference-format payload per line (ml-goodput-measurement reads them as
 they are); ``--meta`` adds the writer metadata under ``_writer``, which
 ``goodput import`` restores. A file is written under a temporary name and
 renamed when complete, so an interrupted export never leaves half a file
-under the requested name. ``-o -`` (the default) writes to stdout. The format:
+under the requested name. The temporary file is created in the target's
+directory with ``O_EXCL`` and a random name (:func:`tempfile.mkstemp`, mode
+0600), so a file or symlink planted at a predictable name is never followed
+or overwritten. ``-o -`` (the default) writes to stdout. The format:
 :mod:`goodput_core.commands.transfer`.
 """
 
@@ -13,6 +16,7 @@ from __future__ import annotations
 import itertools
 import os
 import sys
+import tempfile
 
 from goodput_core.cli import CliError
 from goodput_core.commands.common import add_store_argument
@@ -43,25 +47,34 @@ def run(args) -> int:
             raise CliError(f"no run named {args.run!r} in {store.url} (see: goodput runs)")
         pages = itertools.chain([first] if first else [], batches)
         progress = progress_bar(args, f"export {args.run}")
-        if args.output == "-":
-            try:
-                write_batches(pages, sys.stdout, args.meta, progress)
-            except BrokenPipeError:  # `goodput export RUN | head`: the reader has enough
-                # Python's own flush of stdout at exit would fail again: point it at devnull.
-                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        if args.output == "-":  # a closed pipe (`| head`): goodput_core.cli reports it
+            write_batches(pages, sys.stdout, args.meta, progress)
             return 0
-        tmp = f"{args.output}.tmp-{os.getpid()}"
-        try:
-            with open(tmp, "w", encoding="utf-8", newline="\n") as out:
-                n = write_batches(pages, out, args.meta, progress)
-            os.replace(tmp, args.output)
-        except OSError as exc:
-            raise CliError(f"cannot write {args.output}: {exc.strerror or exc}") from exc
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+        n = _write_file(args.output, pages, args.meta, progress)
     finally:
         store.close()
     print(f"exported {n} events of {args.run!r} from {store.url} to {args.output}",
           file=sys.stderr)
     return 0
+
+
+def _write_file(path: str, pages, meta: bool, progress) -> int:
+    """Writes the pages to a fresh temporary file beside ``path``, then renames it."""
+    target = os.path.abspath(path)
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(target)}.",
+                                   suffix=".tmp", dir=os.path.dirname(target))
+        with open(fd, "w", encoding="utf-8", newline="\n") as out:
+            n = write_batches(pages, out, meta, progress)
+        os.replace(tmp, target)
+        tmp = None
+        return n
+    except OSError as exc:
+        raise CliError(f"cannot write {path}: {exc.strerror or exc}") from exc
+    finally:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass

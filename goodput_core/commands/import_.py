@@ -37,7 +37,7 @@ from goodput_core.commands.transfer import (
     PAGE_SIZE, ProgressBar, Skips, add_common_arguments, dumps_line, has_writer, is_jsonl,
     metadata_present, page_size, progress_bar, read_jsonl, read_store)
 from goodput_core.events import EventRecord, to_payload
-from goodput_core.stores import Store, open_store
+from goodput_core.stores import Store, StoreError, open_store
 
 __all__ = ["Present", "StoreSink", "JsonlSink", "copy_run", "payload_digest",
            "add_arguments", "run"]
@@ -93,12 +93,14 @@ class StoreSink:
     def __init__(self, store: Store, run: str, page_size: int = PAGE_SIZE):
         self.store, self.run, self.page_size = store, run, page_size
         self.name = store.url or type(store).__name__
+        self.written = 0  # events committed so far (each page is one transaction)
 
     def existing(self) -> Iterator[List[EventRecord]]:
         return read_store(self.store, self.run, self.page_size)
 
     def write(self, batch: List[EventRecord]) -> None:
         self.store.append(batch)
+        self.written += len(batch)
 
     def finish(self, timeout_s: float) -> None:
         """Raises CliError when queued events are not delivered in time."""
@@ -240,12 +242,14 @@ def run(args) -> int:
         else:
             sink_store = open_store(dst)
             sink = StoreSink(sink_store, name, page)
+        # A closed pipe (`--to - | head`) is reported by goodput_core.cli.
         try:
             copied, already = copy_run(source, sink, position=position,
                                        progress=progress_bar(args, f"import {name}"))
-        except BrokenPipeError:  # `--to - | head`; Python's exit flush must not fail again
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-            return 0
+        except StoreError as exc:  # the destination failed halfway (disk full...)
+            done = getattr(sink, "written", 0)
+            raise CliError(f"{exc}; {done} events were imported before the failure: running "
+                           "the same import again is safe (it skips them)") from None
         if copied + already == 0:
             detail = (f" ({sum(skips.values())} lines skipped: {skips.describe()})" if skips
                       else " (see: goodput runs)" if source_store is not None else "")

@@ -43,20 +43,51 @@ def add_arguments(parser) -> None:
     gcm.add_argument("--accelerator-type", help="accelerator type label (default: detected)")
 
 
-def _exporters(args) -> list:
+class _Stdout:
+    """The console line per cycle on stdout; a closed pipe ends the command.
+
+    ``goodput monitor RUN | head -3``: once the reader is gone, the console
+    exporter goes quiet (instead of failing every cycle) and ``on_broken`` runs.
+    """
+
+    def __init__(self, on_broken):
+        self.broken = False
+        self._on_broken = on_broken
+
+    def write(self, text: str) -> None:
+        if not self.broken:
+            self._guard(sys.stdout.write, text)
+
+    def flush(self) -> None:
+        if not self.broken:
+            self._guard(sys.stdout.flush)
+
+    def _guard(self, fn, *args) -> None:
+        try:
+            fn(*args)
+        except BrokenPipeError:
+            self.broken = True
+            self._on_broken()
+
+
+def _exporters(args, stdout: "_Stdout") -> list:
     from goodput_core.cli import CliError
 
     out = []
     if not args.quiet:
         from goodput_core.exporters.console import ConsoleExporter
 
-        out.append(ConsoleExporter(sys.stdout))
+        out.append(ConsoleExporter(stdout))
     if args.tensorboard:
         try:
             from goodput_core.exporters.tensorboard import TensorBoardExporter
         except ImportError as exc:
             raise CliError(f"--tensorboard needs tensorboardX: pip install tensorboardX ({exc})")
-        out.append(TensorBoardExporter(args.tensorboard))
+        try:
+            out.append(TensorBoardExporter(args.tensorboard))
+        except OSError as exc:
+            raise CliError(f"cannot write TensorBoard files to {args.tensorboard}: "
+                           f"{exc.strerror or exc}") from None
     if args.prometheus is not None:
         try:
             from goodput_core.exporters.prometheus import PrometheusExporter
@@ -74,7 +105,7 @@ def _exporters(args) -> list:
             from goodput_core.compat.goodput_utils import GCPOptions
             from goodput_core.exporters.cloud_monitoring import CloudMonitoringExporter
         except ImportError as exc:
-            raise CliError(f"--gcm needs the 'gcp' extra: pip install 'goodput[gcp]' ({exc})")
+            raise CliError(f"--gcm needs the 'gcp' extra: pip install 'goodput-core[gcp]' ({exc})")
         options = GCPOptions(project_id=args.project, location=args.location,
                              acc_type=args.accelerator_type)
         out.append(CloudMonitoringExporter(args.run, options))
@@ -87,7 +118,9 @@ def run(args) -> int:
     from goodput_core.cli import CliError
 
     windows = parse_windows(args.rolling) if args.rolling else ()
-    exporters = _exporters(args)
+    done = threading.Event()
+    stdout = _Stdout(done.set)
+    exporters = _exporters(args, stdout)
     try:
         monitor = Monitor(args.run, args.store, exporters, interval_s=args.interval,
                           rolling_windows=windows,
@@ -100,13 +133,14 @@ def run(args) -> int:
     if args.once:
         snapshot = monitor.run_once(final=True)
         monitor.stop(skip_final_flush=True)
+        if stdout.broken:
+            raise BrokenPipeError()  # reported by goodput_core.cli
         if snapshot is None:
             raise CliError(f"could not read run {args.run!r}; see the messages above")
         if monitor.calculator.lifetime(snapshot.query_time) is None:
             raise CliError(f"run {args.run!r} has no job start in the store "
                            "(list the runs with: goodput runs)")
         return 0
-    done = threading.Event()
     previous = _on_sigterm(done.set)
     monitor.start()
     try:
@@ -121,6 +155,8 @@ def run(args) -> int:
     finally:
         monitor.stop()  # the final cycle, bounded
         _restore_sigterm(previous)
+    if stdout.broken:
+        raise BrokenPipeError()
     return 0
 
 

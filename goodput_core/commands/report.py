@@ -7,7 +7,7 @@ Usage::
 
 ``--window`` is a duration (``30s``, ``15m``, ``1h``, ``2d``: the last N,
 ending at the run's end, or now while its last attempt is open) or an
-interval ``START/END`` (ISO-8601 datetimes, naive = UTC, or POSIX seconds);
+interval ``START/END`` (ISO-8601 datetimes, naive = local time, or POSIX seconds);
 ``--exclude START/END`` (repeatable) removes intervals from every bucket and
 from total time. The syntax is :mod:`goodput_core.timespec`'s.
 
@@ -34,13 +34,19 @@ key                            value
 ``idle_seconds``               between an attempt's job end and the next start
 ``excluded_seconds``           removed by ``--exclude`` (inside the window)
 ``badput_seconds``             ``{BUCKET: seconds}``, BadputType names: the
-                               eleven base buckets always, elastic ones when
-                               the run has elastic events
+                               ten base buckets of the partition always
+                               (``DATA_LOADING_ASYNC`` is not one: see
+                               below), elastic ones when the run has elastic
+                               events. ``productive_seconds`` + the sum of
+                               these = ``total_seconds``
 ``badput_percent``             ``{BUCKET: percent of total}``, same keys
-``custom_badput_seconds``      ``{TYPE: seconds}`` (upper-cased event types)
+``custom_badput_seconds``      ``{TYPE: seconds}`` (upper-cased event types;
+                               their sum is ``CUSTOM_BADPUT_EVENTS``)
 ``custom_badput_percent``      ``{TYPE: percent of total}``
-``data_loading_async_seconds`` loads overlapped by steps (annotation only,
-                               not part of total)
+``data_loading_async_seconds`` loads overlapped by steps: an annotation,
+                               not part of the partition (that time is also
+                               productive or another bucket)
+``data_loading_async_percent`` the same in percent of total
 ``disruptions``                restarts whose segment began in the window
 ``max_productive_step``        the largest step whose progress was kept
 ``last_step``                  the last step recorded in the window
@@ -59,6 +65,9 @@ key                            value
                                peak_flops_per_device, num_devices}``, the
                                three goodputs as fractions (0-1), over the
                                whole run (not windowed, no exclusions)
+``program_goodput_unusable``   the program-goodput metadata fields present but
+                               unusable (``["num_devices=0.5"]``), which
+                               leave ``program_goodput`` null; ``[]`` if none
 ``slice_efficiency``           null unless the run recorded elastic slice
                                counts in force during the window; else
                                ``{stepping, available, seconds}``, time-weighted
@@ -67,10 +76,13 @@ key                            value
 ``metrics``                    ``{name: {step, time, time_iso, value}}``: the
                                latest point of each recorded model metric
                                (``step`` null when recorded without one)
+``insights``                   ``{hangs, checkpoint, hosts}``: hangs,
+                               checkpoint-interval advice and host outliers
+                               (keys in :mod:`goodput_core.commands.report_insights`)
 =============================  ==============================================
 
-Numbers mean what ``shared/spec/semantics.md`` says; seconds satisfy
-``productive + Σ badput (DATA_LOADING_ASYNC excepted) = total``.
+Numbers mean what ``docs/semantics.md`` says; seconds satisfy
+``productive_seconds + Σ badput_seconds = total_seconds``.
 """
 
 from __future__ import annotations
@@ -84,8 +96,11 @@ from typing import Any, Dict, List, Optional, Tuple
 from goodput_core.buckets import BadputType
 from goodput_core.cli import CliError
 from goodput_core.commands.common import add_store_argument
+from goodput_core.commands.report_insights import insights_report, insights_table
 from goodput_core.elastic import reportable
+from goodput_core.program_goodput import unusable_metadata
 from goodput_core.step_stats import percentile
+from goodput_core.text import printable
 from goodput_core.timespec import (
     TimeSpecError,
     format_duration,
@@ -106,7 +121,7 @@ def add_arguments(parser) -> None:
     parser.add_argument(
         "--window", default=None, metavar="SPEC",
         help="the last N (30s, 15m, 1h, 2d) ending at the run's end or now, or START/END "
-             "(ISO-8601, naive = UTC, or POSIX seconds)")
+             "(ISO-8601, naive = local time, or POSIX seconds)")
     parser.add_argument(
         "--exclude", action="append", default=[], metavar="A/B",
         help="remove the interval A/B from every bucket and from total time (repeatable)")
@@ -133,6 +148,10 @@ def resolve_window(calc, spec: Optional[str], now: float) -> Tuple[float, float]
     A relative window ends at the run's end (or ``now`` while it is open),
     so ``--window 1h`` on a finished run means its last hour, not the hour
     before the report was asked for (which might hold nothing).
+
+    Raises:
+      CliError: an unreadable spec, or a window that does not overlap the
+        run's lifetime (a report of 0 % would read as a measurement).
     """
     if spec is None:
         return -math.inf, math.inf
@@ -141,7 +160,13 @@ def resolve_window(calc, spec: Optional[str], now: float) -> Tuple[float, float]
     except TimeSpecError as exc:
         raise CliError(f"bad --window: {exc}") from None
     life = calc.lifetime(now)
-    return window.resolve(life[1] if life else now)
+    a, b = window.resolve(life[1] if life else now)
+    if life and not (a < life[1] and b > life[0]):
+        raise CliError(
+            f"the window {format_time(a)} -> {format_time(b)} does not overlap the lifetime "
+            f"of run {calc.run!r} ({format_time(life[0])} -> {format_time(life[1])}): "
+            f"nothing to measure")
+    return a, b
 
 
 def _finite(x: Any) -> Any:
@@ -157,6 +182,13 @@ def _finite(x: Any) -> Any:
 
 def _span(a: Optional[float], b: Optional[float]) -> Dict[str, Any]:
     return {"start": a, "end": b, "start_iso": format_time(a), "end_iso": format_time(b)}
+
+
+def _partition(buckets: Dict[BadputType, float]) -> Dict[str, float]:
+    """The buckets that partition total time, by name in enum order (so the
+    JSON and the table list them the same way every time): overlapped loading
+    is an annotation, reported apart."""
+    return {k.name: v for k, v in sorted(buckets.items()) if k is not _ASYNC}
 
 
 def build_report(calc, result, stats, *, store_url: str, window_spec: Optional[str],
@@ -182,12 +214,12 @@ def build_report(calc, result, stats, *, store_url: str, window_spec: Optional[s
         "total_seconds": result.total_seconds,
         "idle_seconds": result.idle_seconds,
         "excluded_seconds": result.excluded_seconds,
-        # enum order, so the JSON (and the table) list buckets the same way every time
-        "badput_seconds": {k.name: v for k, v in sorted(result.badput_seconds.items())},
-        "badput_percent": {k.name: v for k, v in sorted(result.badput_percent.items())},
+        "badput_seconds": _partition(result.badput_seconds),
+        "badput_percent": _partition(result.badput_percent),
         "custom_badput_seconds": dict(sorted(result.custom_badput_seconds.items())),
         "custom_badput_percent": dict(sorted(result.custom_badput_percent.items())),
         "data_loading_async_seconds": result.data_loading_async_seconds,
+        "data_loading_async_percent": result.badput_percent.get(_ASYNC, 0.0),
         "disruptions": result.disruptions,
         "max_productive_step": result.max_productive_step,
         "last_step": result.last_step,
@@ -201,6 +233,7 @@ def build_report(calc, result, stats, *, store_url: str, window_spec: Optional[s
         "skipped": dict(sorted(result.skipped.items())),
     }
     report.update(_diagnostics(calc, result, has_life))
+    report["insights"] = insights_report(calc, result.query_time)
     return _finite(report)
 
 
@@ -216,6 +249,7 @@ def _diagnostics(calc, result, has_life: bool) -> Dict[str, Any]:
         metrics[name] = {"step": step if step >= 0 else None, "time": t,
                          "time_iso": format_time(t), "value": value}
     return {
+        "program_goodput_unusable": unusable_metadata(calc.metadata()) if prog is None else [],
         "program_goodput": None if prog is None else {
             "mfu": prog.mfu,
             "runtime_goodput": prog.runtime_goodput,
@@ -271,15 +305,13 @@ def format_table(rep: Dict[str, Any]) -> str:
     out.append(_row("PRODUCTIVE", rep["productive_seconds"], rep["goodput_percent"]))
     pct = rep["badput_percent"]
     for name, secs in rep["badput_seconds"].items():
-        if name == _ASYNC.name:
-            continue  # not part of the partition: listed below the total
         out.append(_row(name, secs, pct[name]))
         if name == _CUSTOM.name:
             for kind, v in rep["custom_badput_seconds"].items():
                 out.append(_row(f"  {kind}", v, rep["custom_badput_percent"][kind]))
     out.append(_row("TOTAL", rep["total_seconds"], 100.0 if rep["total_seconds"] > 0 else 0.0))
     out.append(_row(_ASYNC.name, rep["data_loading_async_seconds"],
-                    pct.get(_ASYNC.name), "   (overlapped by steps; not in total)"))
+                    rep["data_loading_async_percent"], "   (overlapped by steps; not in total)"))
     out.append("")
     st = rep["step_time"]
     out.append("Steps")
@@ -293,21 +325,31 @@ def format_table(rep: Dict[str, Any]) -> str:
     out.append(f"  p90 step time            {_secs(st['p90_seconds'])}")
     out.append(f"  deviation (aggregate)    {_secs(st['deviation_aggregate_seconds'])}")
     out.extend(_diagnostics_table(rep))
+    out.extend(insights_table(rep.get("insights") or {}))
     skipped = rep["skipped"]
     out.append("Skipped inputs" + ("" if skipped else ": none"))
     for reason, n in skipped.items():
         out.append(f"  {reason:<24} {n}")
-    return "\n".join(out)
+    # Run names, custom event types and metric names are user data.
+    return "\n".join(printable(line) for line in out)
 
 
-def _pct(fraction: float) -> str:
-    return f"{100 * fraction:.2f} %"
+def _pct(fraction: Optional[float]) -> str:
+    return "-" if fraction is None else f"{100 * fraction:.2f} %"
+
+
+def _num(value: Optional[float], spec: str = ".4g") -> str:
+    """A number of the report (None where it was NaN or infinite) as text."""
+    return "-" if value is None else format(value, spec)
 
 
 def _diagnostics_table(rep: Dict[str, Any]) -> List[str]:
     """Table lines for program goodput, slice efficiency and metrics (when present)."""
     out: List[str] = []
     prog = rep.get("program_goodput")
+    unusable = rep.get("program_goodput_unusable")
+    if prog is None and unusable:
+        out.append(f"Program goodput: not computed, unusable metadata: {', '.join(unusable)}")
     if prog is not None:
         out.append("Program goodput (whole run)")
         out.append(f"  runtime goodput          {_pct(prog['runtime_goodput'])}")
@@ -315,9 +357,10 @@ def _diagnostics_table(rep: Dict[str, Any]) -> List[str]:
         out.append(f"  ML productivity goodput  {_pct(prog['ml_productivity_goodput'])}"
                    "   (runtime x program)")
         out.append(f"  productive steps         {prog['productive_steps']} in "
-                   f"{_secs(prog['productive_seconds'])} ({prog['steps_per_second']:.4g} steps/s)")
-        out.append(f"  FLOPs per step           {prog['flops_per_step']:.4g} on "
-                   f"{prog['num_devices']} devices of {prog['peak_flops_per_device']:.4g} "
+                   f"{_secs(prog['productive_seconds'])} ({_num(prog['steps_per_second'])} "
+                   "steps/s)")
+        out.append(f"  FLOPs per step           {_num(prog['flops_per_step'])} on "
+                   f"{prog['num_devices']} devices of {_num(prog['peak_flops_per_device'])} "
                    "FLOP/s peak")
     eff = rep.get("slice_efficiency")
     if eff is not None:
@@ -329,7 +372,7 @@ def _diagnostics_table(rep: Dict[str, Any]) -> List[str]:
         out.append("Metrics (latest)")
         for name, m in metrics.items():
             where = f"step {m['step']}" if m["step"] is not None else m["time_iso"]
-            out.append(f"  {name:<24} {m['value']:.6g}   ({where})")
+            out.append(f"  {name:<24} {_num(m['value'], '.6g')}   ({where})")
     return out
 
 

@@ -1,17 +1,33 @@
-"""``goodput runs``: list the runs in a store."""
+"""``goodput runs``: list the runs in a store (``--group G``: one run group,
+with goodput, total time, disruptions and last step; see ``commands.compare``)."""
 
 from __future__ import annotations
 
+import json
+
 from goodput_core.commands.common import add_store_argument
 from goodput_core.stores import open_store
+from goodput_core.text import printable
 
 
 def add_arguments(parser) -> None:
     add_store_argument(parser)
+    parser.add_argument("--group", default=None, metavar="G",
+                        help="only the runs of run group G, with goodput, total time, "
+                             "disruptions and last step")
+    parser.add_argument("--json", action="store_true",
+                        help="one JSON object: {store, runs} (with --group: see compare.py)")
 
 
 def run(args) -> int:
     store = open_store(args.store, create=False)
+    if args.group is not None:
+        from goodput_core.commands.compare import list_group
+
+        return list_group(store, args.group, as_json=args.json)
+    if args.json:
+        print(json.dumps({"store": store.url, "runs": store.runs()}))
+        return 0
     for name in store.runs():
-        print(name)
+        print(printable(name))  # a name is user data: no raw terminal escapes
     return 0

@@ -39,7 +39,7 @@ def add_arguments(parser) -> None:
     parser.add_argument(
         "--window", default=None, metavar="SPEC",
         help="the last N (30s, 15m, 1h, 2d) ending at the run's end or now, or START/END "
-             "(ISO-8601, naive = UTC, or POSIX seconds)")
+             "(ISO-8601, naive = local time, or POSIX seconds)")
 
 
 def run(args) -> int:
@@ -157,7 +157,9 @@ def html_page(data: pt.TimelineData) -> str:
            f'font-family="sans-serif" font-size="12">' + "".join(parts) + "</svg>")
     return ("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">"
             f"<title>{esc(head)}</title></head>\n<body style=\"font-family:sans-serif\">"
-            f"<h2>{esc(head)}</h2><p>{esc(sub)}</p>\n{svg}\n"
+            f"<h2>{esc(head)}</h2><p>{esc(sub)}</p>\n"
+            + "".join(f'<p class="insight"><b>{esc(n)}</b></p>\n' for n in data.notes)
+            + f"{svg}\n"
             "<p style=\"color:#666;font-size:12px\">Hover a bar for its times. "
             "Lines: attempt starts and job ends (black), crashes and restarts (red).</p>"
             "</body></html>\n")

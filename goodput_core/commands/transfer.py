@@ -19,9 +19,12 @@ spec ending in ``.jsonl`` (or ``-``, stdin/stdout) is a JSONL file, anything
 else a store URL.
 
 Everything is read and written ``--page-size`` events at a time, so memory
-does not grow with the run. Unusable JSONL lines (not JSON, not a payload,
-another run, a malformed ``_writer``) are skipped and counted, with the first
-line number of each reason, never fatal. The progress bar is drawn on stderr
+does not grow with the run. Unusable JSONL lines (not JSON or nested too
+deep, not a payload, another run, a malformed ``_writer``, or an event no
+store can hold: a step or sequence number beyond 64 bits, e.g. a
+``"step_count": 1e19`` from Cloud Logging's doubles) are skipped and counted,
+with the first line number of each reason, never fatal: they are found
+before anything is written, so one bad line never stops an import halfway. The progress bar is drawn on stderr
 when it is a terminal or with ``--progress``; its total is known for JSONL
 files (bytes read), a store source shows a running count.
 """
@@ -38,6 +41,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional
 
 from goodput_core.cli import CliError
 from goodput_core.events import EventRecord, SkipReason, from_payload, to_payload
+from goodput_core.storable import check_event
 from goodput_core.stores import Store
 
 __all__ = [
@@ -192,13 +196,14 @@ def parse_line(raw: Any, run: str):
 
     Returns:
       An :class:`EventRecord`, ``None`` for a blank line, or a reason string
-      (``not_json``, a :class:`SkipReason` value, ``other_run``, ``bad_writer``).
+      (``not_json``, a :class:`SkipReason` value, ``other_run``, ``bad_writer``,
+      ``unstorable``).
     """
     if not raw.strip():
         return None
     try:
         obj = json.loads(raw)
-    except ValueError:  # also invalid UTF-8 (UnicodeDecodeError)
+    except (ValueError, RecursionError):  # also invalid UTF-8; nesting too deep
         return "not_json"
     if not isinstance(obj, dict):
         return SkipReason.NOT_A_DICT.value
@@ -213,6 +218,10 @@ def parse_line(raw: Any, run: str):
             event = event._replace(**_parse_writer(meta))
         except ValueError:
             return "bad_writer"
+    try:
+        check_event(event)
+    except ValueError:
+        return "unstorable"
     return event
 
 

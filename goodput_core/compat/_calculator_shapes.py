@@ -19,13 +19,14 @@ Shapes (docs/reference-notes.md, "Return shapes"):
 
 from __future__ import annotations
 
-import datetime as _dt
 from typing import Any, Dict, Optional, Tuple, Union
 
-from goodput_core.buckets import BASE_BADPUT, ELASTIC_BADPUT, BadputType
+from goodput_core.buckets import BASE_BADPUT, ELASTIC_BADPUT
+from goodput_core.compat._badput import BadputType
 from goodput_core.compat.goodput_utils import GoodputType, IntervalMetricType, MetricType
 from goodput_core.events import to_timestamp
 from goodput_core.results import GoodputResult
+from goodput_core.recorder import flush_before_read
 from goodput_core.stores import open_store
 
 __all__ = [
@@ -41,7 +42,6 @@ __all__ = [
 Breakdown = Dict[BadputType, Union[float, Dict[str, float]]]
 
 _CUSTOM = BadputType.CUSTOM_BADPUT_EVENTS
-_UTC = _dt.timezone.utc
 
 
 # --------------------------------------------------------------- shapes
@@ -71,8 +71,11 @@ def breakdown(result: GoodputResult, seconds: bool = False, elastic: bool = Fals
     custom = result.custom_badput_seconds if seconds else result.custom_badput_percent
     out: Breakdown = {}
     for key in bucket_keys(result, elastic):
-        out[key] = {k: float(v) for k, v in custom.items()} if key is _CUSTOM \
+        ref_key = BadputType(int(key))  # the reference's enum, not the engine's
+        out[ref_key] = {k: float(v) for k, v in custom.items()} if key == _CUSTOM \
             else float(flat.get(key, 0.0))
+    # The reference has no HANG bucket: its keys stay, and hang time is OTHER.
+    out[BadputType.OTHER] += float(flat.get(15, 0.0))  # the engine's BadputType.HANG
     return out
 
 
@@ -158,7 +161,10 @@ class StoreFeed:
 
         ``query_time`` is unused: a store holds no events from the future
         that a reader must hide (those are clipped by the query's ``now``).
+        What this process recorded for the run in that store is stored first
+        (:func:`goodput_core.recorder.flush_before_read`).
         """
+        flush_before_read(self.run, self.store)
         events, self._cursor = self.store.read(self.run, since=self._cursor)
         if events:
             calc.add(events)
@@ -170,10 +176,16 @@ class CloudLoggerFeed:
 
     The contract is ``read_cloud_logging_entries(start_time=None,
     end_time=None, last_entry_info=None) -> (payloads, (last_timestamp,
-    last_insert_id))``. Every read passes ``end_time`` (the query time) and,
-    after the first, ``start_time``/``last_entry_info`` from the previous
-    answer; a query at or before the cursor reads nothing. Nothing is cached
-    on disk (the reference's file cache can go stale across processes).
+    last_insert_id))``, entries in ascending order. The first read passes no
+    bounds, as the reference's does: everything logged so far, also entries
+    stamped later than the query time (a host whose clock runs ahead, a job
+    laid out ahead of time). Later reads pass the cursor of the previous
+    answer as ``start_time``/``last_entry_info`` and no ``end_time``: the
+    cursor can then never move past an entry that was not returned, so no
+    entry is lost, whatever the query time (the reference bounds later reads
+    by the query time and skips them while the query time is before its
+    cursor). Nothing is cached on disk (the reference's file cache can go
+    stale across processes).
 
     Args:
       run: the job name (payloads of other jobs are skipped and counted).
@@ -185,29 +197,18 @@ class CloudLoggerFeed:
         self.cloud_logger = cloud_logger
         self._last: Optional[Tuple[Any, Any]] = None
 
-    def pull(self, calc, query_time: float) -> int:
+    def pull(self, calc, query_time: float) -> int:  # noqa: ARG002
         """Adds the entries new since the last pull to ``calc``; returns how
         many were read (slice counts among them feed the calculator's
-        slice efficiency like every other event)."""
-        end = _dt.datetime.fromtimestamp(query_time, _UTC)
+        slice efficiency like every other event). ``query_time`` bounds
+        nothing: events after it are clipped by the query's ``now``."""
         if self._last is None:
-            payloads, info = self.cloud_logger.read_cloud_logging_entries(end_time=end)
+            payloads, info = self.cloud_logger.read_cloud_logging_entries()
         else:
-            last_ts = self._last[0]
-            if _not_after(end, last_ts):
-                return 0
             payloads, info = self.cloud_logger.read_cloud_logging_entries(
-                start_time=last_ts, end_time=end, last_entry_info=self._last)
+                start_time=self._last[0], last_entry_info=self._last)
         if info and info[0] is not None:
             self._last = (info[0], info[1])
         payloads = list(payloads or ())
         calc.add_payloads(payloads)
         return len(payloads)
-
-
-def _not_after(end: _dt.datetime, last_ts: Any) -> bool:
-    """``end <= last_ts`` for a datetime or POSIX cursor; False if incomparable."""
-    try:
-        return end.timestamp() <= to_timestamp(last_ts)
-    except (TypeError, ValueError):
-        return False

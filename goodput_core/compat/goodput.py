@@ -8,7 +8,7 @@ embedded store by default (pass ``store=`` for another, e.g.
 recorder built with ``logging_enabled=False`` is a null object.
 
 :class:`GoodputCalculator` returns the reference's tuples and dicts, but its
-numbers are the engine's (``shared/spec/semantics.md``); every case where
+numbers are the engine's (the rules of ``docs/semantics.md``); every case where
 they differ from the reference is listed, with its test, in
 ``docs/differences.md``.
 """
@@ -24,6 +24,21 @@ from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 from goodput_core import events as _events
 from goodput_core.calculator import Calculator
 from goodput_core.compat import _calculator_shapes as _shapes
+# Names the reference's module imports from its goodput_utils, and users reach
+# through it (``goodput.BadputType``): the same objects here.
+from goodput_core.compat.goodput_utils import (  # noqa: F401
+    BadputType,
+    GoodputInfo,
+    GoodputType,
+    IntervalMetricType,
+    IntervalWorkloadMetricDetails,
+    MetricType,
+    StepInfo,
+    WorkloadMetricDetails,
+    compute_ideal_step_time,
+    get_extra_time_from_anomalous_steps,
+    get_timestamp_from_log_entry,
+)
 from goodput_core.recorder import Recorder
 from goodput_core.results import GoodputResult
 
@@ -214,7 +229,7 @@ class GoodputCalculator:
 
         Args:
           exclusion_intervals: ``(start, end)`` pairs (datetimes of any time
-            zone, naive = UTC, or POSIX seconds).
+            zone, naive = local time, or POSIX seconds).
           include_badput_breakdown: also return the badput breakdown.
           configured_ideal_step_time: as :meth:`get_job_goodput`.
 
@@ -249,7 +264,7 @@ class GoodputCalculator:
         window, semantics.md rule 10).
 
         Args:
-          interval_start, interval_end: datetimes (naive = UTC) or POSIX seconds.
+          interval_start, interval_end: datetimes (naive = local time) or POSIX seconds.
 
         Returns:
           ``(goodput_percent, breakdown_percent, max_productive_step,

@@ -35,7 +35,7 @@ from typing import Any, Optional, TypedDict, Union
 
 # The same class as the engine's (an IntEnum with the reference's names and
 # numbers; the reference's is a plain Enum): results of either layer share keys.
-from goodput_core.buckets import BadputType
+from goodput_core.compat._badput import BadputType
 
 __all__ = [
     "ACTIVITY_EXCLUSION_LIST", "BadputType", "ElasticIntervalWorkloadMetricDetails",

@@ -46,8 +46,16 @@ import threading
 import time
 from typing import Any, Callable, Iterable, List, Optional
 
-from goodput_core.buckets import BadputType
+from goodput_core.compat._badput import BadputType
 from goodput_core.compat import goodput_utils
+from goodput_core.compat.goodput import GoodputCalculator  # noqa: F401  (the reference's name here)
+from goodput_core.compat.goodput_utils import (  # noqa: F401  (reached as monitoring.X)
+    IntervalMetricType,
+    IntervalWorkloadMetricDetails,
+    MetricType,
+    MonitoringWindowType,
+    WorkloadMetricDetails,
+)
 from goodput_core.exporters.base import Exporter, MonitorSnapshot
 from goodput_core.monitor import Monitor
 
@@ -222,7 +230,8 @@ class GoodputMonitor:
             configured_ideal_step_time=self._ideal, clock=self._clock, wait=self._wait,
             final_flush_timeout_s=self._final_flush_timeout_seconds,
             skip_final_flush=self._skip_final_flush,
-            include_slice_efficiency=self._include_slice_efficiency)
+            include_slice_efficiency=self._include_slice_efficiency,
+            include_insights=False)  # the reference's output, tag for tag
 
     def _gcm_failure(self) -> None:
         self._gcm_failed = True

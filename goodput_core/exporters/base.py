@@ -12,7 +12,10 @@ import abc
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
+from goodput_core.checkpoint_advice import CheckpointAdvice
 from goodput_core.diagnostics import MetricPoint
+from goodput_core.hangs import Hang
+from goodput_core.host_outliers import HostBreakdown
 from goodput_core.elastic import SliceEfficiency
 from goodput_core.program_goodput import ProgramGoodput
 from goodput_core.results import GoodputResult
@@ -45,6 +48,9 @@ class MonitorSnapshot:
       new_metric_points: ``{name: [MetricPoint, ...]}`` that arrived since the
         last cycle, in time order (exporters that write series, like
         TensorBoard, write only these).
+      hangs: the run's hangs so far (:class:`~goodput_core.hangs.Hang`).
+      checkpoint_advice: checkpoint-interval advice (None: insights off).
+      hosts: per-host breakdown (None: insights off or fewer than two hosts).
     """
 
     run: str
@@ -60,6 +66,19 @@ class MonitorSnapshot:
     program_goodput: Optional[ProgramGoodput] = None
     metrics: Dict[str, MetricPoint] = field(default_factory=dict)
     new_metric_points: Dict[str, List[MetricPoint]] = field(default_factory=dict)
+    hangs: List[Hang] = field(default_factory=list)
+    checkpoint_advice: Optional[CheckpointAdvice] = None
+    hosts: Optional[HostBreakdown] = None
+
+    @property
+    def hung(self) -> bool:
+        """True while a hang is open (no progress since the watchdog fired)."""
+        return any(h.end is None for h in self.hangs)
+
+    @property
+    def hang_seconds(self) -> float:
+        """Seconds of every hang so far (open ones up to the query time)."""
+        return float(sum(h.seconds for h in self.hangs))
 
 
 class Exporter(abc.ABC):

@@ -18,6 +18,7 @@ from typing import Any, List, Optional, TextIO
 
 from goodput_core.buckets import BadputType
 from goodput_core.exporters.base import Exporter, MonitorSnapshot
+from goodput_core.text import printable
 
 __all__ = ["ConsoleExporter", "format_snapshot"]
 
@@ -66,6 +67,15 @@ def format_snapshot(snap: MonitorSnapshot) -> str:
         if s.ideal_step_time is not None:
             parts.append(f"ideal_step={s.ideal_step_time:.3f}s")
         parts.append(f"new_deviations={len(snap.new_step_deviations)}")
+    if snap.hung:
+        parts.append(f"HUNG hang_seconds={snap.hang_seconds:.0f}s")
+    advice = snap.checkpoint_advice
+    if advice is not None and advice.available and advice.goodput_gain_points is not None \
+            and advice.goodput_gain_points >= 0.5:
+        parts.append(f"checkpoint_every={advice.recommended_interval_seconds:.0f}s"
+                     f"(+{advice.goodput_gain_points:.1f}pt)")
+    if snap.hosts is not None and snap.hosts.outliers:
+        parts.append("outlier_hosts=" + ",".join(f"{i}:{b}" for i, b, _ in snap.hosts.outliers))
     if snap.recorder_dropped:
         parts.append(f"dropped_events={snap.recorder_dropped}")
     if snap.final:
@@ -88,7 +98,7 @@ class ConsoleExporter(Exporter):
 
     def export(self, snapshot: MonitorSnapshot) -> None:
         """Writes (or logs) the snapshot's summary line."""
-        line = format_snapshot(snapshot)
+        line = printable(format_snapshot(snapshot))  # custom event types are user data
         if self._stream is None:
             logger.info("%s", line)
         else:

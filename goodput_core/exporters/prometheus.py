@@ -23,6 +23,14 @@ Metrics (all labelled by ``run``), from the latest snapshot of each run:
 ``goodput_program_ratio``                  program goodput (MFU), 0-1
 ``goodput_ml_productivity_ratio``          runtime goodput × program goodput, 0-1
 ``goodput_metric{name}``                   the latest value of each model metric
+``goodput_hung``                           1 while a hang is open, else 0
+``goodput_hang_seconds``                   seconds of every hang so far
+``goodput_checkpoint_interval_seconds``    checkpoint interval: ``kind`` ``current``
+``{kind}``                                 or ``recommended`` (runs with advice)
+``goodput_host_local_seconds``             host-local time of the top 10 hosts and
+``{process_index}``                        the median host (``median``)
+``goodput_host_outlier{process_index,``    1 for each outlier host, with its bucket
+``bucket}``
 =========================================  ==========================================
 
 The metrics live on a private ``CollectorRegistry`` (never the global one,
@@ -66,6 +74,7 @@ class _RunState:
         self.efficiency: Dict[str, Any] = {}  # "cumulative" / "<N>s" -> SliceEfficiency
         self.program: Any = None
         self.metrics: Dict[str, float] = {}
+        self.insights: Optional[MonitorSnapshot] = None  # the last snapshot that had them
 
 
 class _SnapshotCollector:
@@ -118,6 +127,14 @@ class _SnapshotCollector:
             "mlp": gauge("goodput_ml_productivity_ratio",
                          "ML productivity goodput: runtime x program goodput (0-1)."),
             "metric": gauge("goodput_metric", "Latest value of a model metric.", ("name",)),
+            "hung": gauge("goodput_hung", "1 while the run is hung (no progress), else 0."),
+            "hang": gauge("goodput_hang_seconds", "Seconds of every hang so far."),
+            "ckpt": gauge("goodput_checkpoint_interval_seconds", "Checkpoint interval in "
+                          "seconds: current and recommended.", ("kind",)),
+            "host": gauge("goodput_host_local_seconds", "Host-local badput seconds of the "
+                          "top hosts and the median host.", ("process_index",)),
+            "outlier": gauge("goodput_host_outlier", "1 for a host whose host-local time "
+                             "makes it an outlier.", ("process_index", "bucket")),
             "drop": CounterMetricFamily("goodput_recorder_dropped_events",
                                         "Events the local recorder dropped (queue full).",
                                         labels=("run",)),
@@ -153,7 +170,25 @@ class _SnapshotCollector:
                 fams["mlp"].add_metric([run], s.program.ml_productivity_goodput)
             for name, value in sorted(s.metrics.items()):
                 fams["metric"].add_metric([run, name], value)
+            if s.insights is not None:
+                _collect_insights(fams, run, s.insights)
         yield from fams.values()
+
+
+def _collect_insights(fams: Dict[str, Any], run: str, snap: MonitorSnapshot) -> None:
+    fams["hung"].add_metric([run], 1.0 if snap.hung else 0.0)
+    fams["hang"].add_metric([run], snap.hang_seconds)
+    advice = snap.checkpoint_advice
+    if advice is not None and advice.available:
+        if advice.current_interval_seconds is not None:
+            fams["ckpt"].add_metric([run, "current"], advice.current_interval_seconds)
+        fams["ckpt"].add_metric([run, "recommended"], advice.recommended_interval_seconds)
+    if snap.hosts is not None:
+        for host in snap.hosts.top(10):
+            fams["host"].add_metric([run, str(host.process_index)], host.host_local_seconds)
+        fams["host"].add_metric([run, "median"], snap.hosts.median["host_local_seconds"])
+        for index, bucket, _ in snap.hosts.outliers:
+            fams["outlier"].add_metric([run, str(index), bucket], 1.0)
 
 
 def _update_extras(state: _RunState, snap: MonitorSnapshot) -> None:
@@ -176,6 +211,8 @@ def _update_extras(state: _RunState, snap: MonitorSnapshot) -> None:
         state.efficiency = eff
     for name, point in snap.metrics.items():
         state.metrics[name] = point.value
+    if snap.checkpoint_advice is not None:
+        state.insights = snap
 
 
 class PrometheusExporter(Exporter):

@@ -20,6 +20,13 @@ including ``data_loading_async``)
 ``efficiency`` (ours)
 ``metrics/<name>`` (ours: model metrics,       the metric's step (0 when it was
 raw values)                                    recorded without one)
+``insights/hung`` (1 while a hang is open),    the largest productive step
+``insights/hang_seconds``,
+``insights/checkpoint_recommended_interval_``
+``seconds``, ``insights/checkpoint_goodput_``
+``gain_points``, ``insights/host_<i>/host_``
+``local_seconds`` (top 10 hosts) and
+``insights/host_median/...`` (ours)
 =============================================  ==================================
 
 The reference has no program goodput, slice efficiency or metric scalars
@@ -180,6 +187,27 @@ class TensorBoardExporter(Exporter):
                          100.0 * prog.ml_productivity_goodput, step, wall)
         if snapshot.slice_efficiency is not None:
             self._efficiency(efficiency_tags(), snapshot.slice_efficiency, step, wall)
+        self._insights(snapshot, step, wall)
+
+    def _insights(self, snapshot: MonitorSnapshot, step: int, wall: float) -> None:
+        """Hangs, checkpoint advice and the top hosts (docs/insights.md)."""
+        if snapshot.checkpoint_advice is None and not snapshot.hangs:
+            return  # insights off
+        self._scalar("insights/hung", 1.0 if snapshot.hung else 0.0, step, wall)
+        self._scalar("insights/hang_seconds", snapshot.hang_seconds, step, wall)
+        advice = snapshot.checkpoint_advice
+        if advice is not None and advice.available:
+            self._scalar("insights/checkpoint_recommended_interval_seconds",
+                         advice.recommended_interval_seconds, step, wall)
+            if advice.goodput_gain_points is not None:
+                self._scalar("insights/checkpoint_goodput_gain_points",
+                             advice.goodput_gain_points, step, wall)
+        if snapshot.hosts is not None:
+            for host in snapshot.hosts.top(10):
+                self._scalar(f"insights/host_{host.process_index}/host_local_seconds",
+                             host.host_local_seconds, step, wall)
+            self._scalar("insights/host_median/host_local_seconds",
+                         snapshot.hosts.median["host_local_seconds"], step, wall)
 
     def _efficiency(self, tags: Tuple[str, str], eff: Any, step: int, wall: float) -> None:
         self._scalar(tags[0], 100.0 * eff.stepping, step, wall)

@@ -8,6 +8,8 @@ URL                                        store
 ``/some/path.sqlite`` or ``x.sqlite``      a bare path means sqlite
 ``memory://NAME``                          in-process, shared by NAME
 ``cloud-logging://PROJECT/LOG``            Google Cloud Logging (multi-host)
+``postgresql://USER:PW@HOST:PORT/DB``      PostgreSQL (multi-host, any cluster;
+                                           ``?schema=NAME``, also ``postgres://``)
 ========================================  =====================================
 
 The default store is ``$GOODPUT_STORE`` when set, else the sqlite file
@@ -81,11 +83,21 @@ def open_store(url: Union[str, os.PathLike, Store, None] = None, *, create: bool
             from goodput_core.stores.cloud_logging import CloudLoggingStore
         except ImportError as exc:
             raise StoreError(
-                f"the cloud-logging store needs the 'gcp' extra: pip install 'goodput[gcp]' ({exc})"
+                f"the cloud-logging store needs the 'gcp' extra: pip install 'goodput-core[gcp]' ({exc})"
             ) from exc
         try:
             return CloudLoggingStore(project=project, log_name=log)
         except ValueError as exc:  # a malformed project id or log name
             raise StoreError(f"store URL {url!r}: {exc}") from exc
-    raise StoreError(
-        f"unknown store scheme {scheme!r} in {url!r}: use sqlite://, memory:// or cloud-logging://")
+    if scheme in ("postgresql", "postgres"):
+        try:
+            from goodput_core.stores.postgres import PostgresStore
+        except ImportError as exc:
+            raise StoreError(
+                "the postgresql store needs the 'postgres' extra: "
+                f"pip install 'goodput-core[postgres]' ({exc})") from exc
+        return PostgresStore(url)
+    from goodput_core.stores.postgres_sql import redact
+
+    raise StoreError(f"unknown store scheme {scheme!r} in {redact(url)!r}: use sqlite://, "
+                     "memory://, cloud-logging:// or postgresql://")

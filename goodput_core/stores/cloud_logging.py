@@ -32,15 +32,11 @@ also matches ``run``: such entries are dropped here and counted as
 
 from __future__ import annotations
 
-import atexit
 import collections
 import datetime as _dt
 import logging
-import os
 import random
-import sys
 import time
-import weakref
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import google.api.monitored_resource_pb2 as _mr_pb2
@@ -50,9 +46,9 @@ from google.cloud.logging_v2.types import ListLogEntriesRequest, WriteLogEntries
 
 from goodput_core.events import EventRecord
 from goodput_core.stores import cloud_logging_wire as wire
+from goodput_core.stores.background import QueuedStoreMixin
 from goodput_core.stores.base import Cursor, Store, StoreError
-from goodput_core.stores.cloud_logging_sender import BatchSender
-from goodput_core.stores.cloud_logging_spill import SpillBuffer, default_spill_dir, spill_tag
+from goodput_core.stores.cloud_logging_spill import default_spill_dir, spill_tag
 
 __all__ = ["CloudLoggingStore", "TRANSIENT_ERRORS"]
 
@@ -67,8 +63,6 @@ TRANSIENT_ERRORS = (
     _gexc.ServiceUnavailable, _gexc.DeadlineExceeded, _gexc.InternalServerError,
     _gexc.ResourceExhausted, _gexc.Aborted, _gexc.Unknown, ConnectionError, TimeoutError,
 )
-_LIVE: "weakref.WeakSet[CloudLoggingStore]" = weakref.WeakSet()
-_EXIT_TIMEOUT_S = 5.0
 
 
 def _resource_pb(project: str, resource: Any):
@@ -85,7 +79,7 @@ def _resource_pb(project: str, resource: Any):
     return _mr_pb2.MonitoredResource(type=rtype, labels={str(k): str(v) for k, v in labels.items()})
 
 
-class CloudLoggingStore(Store):
+class CloudLoggingStore(QueuedStoreMixin, Store):
     """Events as Google Cloud Logging entries, written in the background.
 
     Args:
@@ -151,9 +145,11 @@ class CloudLoggingStore(Store):
         #: Entries skipped by reads, per reason (SkipReason values, "diagnostic",
         #: "other_run", "not_json").
         self.skipped: Dict[str, int] = collections.Counter()
-        self._closed = False
-        self._init_process_state(adopt=True)
-        _LIVE.add(self)
+        self._start_sending(
+            spill_dir=self._spill_dir, spill_tag=spill_tag(project, log_name),
+            required=("p", "i"), max_buffer=self._max_buffer, batch_size=self._batch_size,
+            flush_interval_s=self._interval, sleep=sleep, backoff=self._backoff,
+            permanent=(_gexc.InvalidArgument,), transient=TRANSIENT_ERRORS)
 
     # ----------------------------------------------------------- set-up
     def _make_client(self):
@@ -176,20 +172,9 @@ class CloudLoggingStore(Store):
             self._client = self._make_client()
         return self._client
 
-    def _init_process_state(self, adopt: bool) -> None:
-        """The send buffer and thread, owned by one process (rebuilt in a forked child)."""
-        self._pid = os.getpid()
-        buffer = SpillBuffer(self._spill_dir, spill_tag(self.project, self.log_name),
-                             self._max_buffer)
-        self._sender = BatchSender(
-            buffer, self._write_rpc, name=self.url, batch_size=self._batch_size,
-            flush_interval_s=self._interval, sleep=self._user_sleep, backoff=self._backoff,
-            permanent=(_gexc.InvalidArgument,), transient=TRANSIENT_ERRORS)
-        if adopt:
-            try:
-                self._sender.adopted(buffer.adopt_orphans())
-            except OSError:
-                logger.exception("goodput: could not read old spill files in %s", self._spill_dir)
+    def _forget_connections(self) -> None:
+        if self._own_client:
+            self._client = None  # rebuilt on first use (gRPC channels do not survive fork)
 
     # ----------------------------------------------------------- writes
     def append(self, batch: Sequence[EventRecord]) -> None:
@@ -207,20 +192,9 @@ class CloudLoggingStore(Store):
                 entries.append(wire.make_entry(event, self._clock))
             except Exception:
                 self._rejected += 1
-        if not entries:
-            return
-        if os.getpid() != self._pid:  # forked child: the parent's buffer is not ours
-            self._init_process_state(adopt=False)
-        if self._closed:
-            # Kept on disk for the next store opened on this log to deliver.
-            late = SpillBuffer(self._spill_dir, spill_tag(self.project, self.log_name), 1)
-            late.put(entries)
-            logger.warning("goodput: %d events appended after close kept in %s",
-                           len(entries), late.close())
-            return
-        self._sender.put(entries)
+        self._queue(entries)
 
-    def _write_rpc(self, batch: List[Dict[str, Any]]) -> None:
+    def _send(self, batch: List[Dict[str, Any]]) -> None:
         """One ``WriteLogEntries`` call for a batch (runs on the sender thread)."""
         request = _WriteRequestPB(log_name=self._log_path, resource=self._resource,
                                   partial_success=True)
@@ -234,45 +208,12 @@ class CloudLoggingStore(Store):
         self._get_client().write_log_entries(request=WriteLogEntriesRequest(request),
                                              retry=None, timeout=self._rpc_timeout)
 
-    def flush(self, timeout: Optional[float] = 10.0) -> bool:
-        """Waits until every event appended before this call is delivered.
-
-        Args:
-          timeout: seconds to wait at most (None: no limit).
-
-        Returns:
-          True when delivered, False on timeout (the events stay queued).
-        """
-        return self._sender.flush(timeout)
-
-    def close(self, timeout: Optional[float] = 10.0) -> bool:
-        """Delivers what it can within ``timeout``, then stops the sender.
-
-        Entries still undelivered are left in a spill file, delivered by the
-        next store opened on the same project and log (in this or a later process).
-
-        Returns:
-          True when everything was delivered.
-        """
-        if self._closed:
-            return True
-        self._closed = True
-        ok, left_in = self._sender.close(timeout)
-        if left_in:
-            logger.warning("goodput: %s unreachable; undelivered events kept in %s",
-                           self.url, left_in)
+    def _release(self) -> None:
         if self._own_client and self._client is not None:
             try:
                 self._client.transport.close()
             except Exception:
                 pass
-        return ok
-
-    def stats(self) -> Dict[str, Any]:
-        """Counters: delivered, pending (in memory / on disk), retries, rejected, ..."""
-        out = self._sender.stats()
-        out["rejected"] = self._rejected
-        return out
 
     # ----------------------------------------------------------- reads
     def _list_page(self, request) -> Any:
@@ -353,33 +294,3 @@ class CloudLoggingStore(Store):
             if name is not None and name.WhichOneof("kind") == "string_value":
                 seen.setdefault(name.string_value, None)
         return list(seen)
-
-
-def _close_all() -> None:
-    """At exit: push the recorders' queues into the stores, then deliver (bounded)."""
-    recorder = sys.modules.get("goodput_core.recorder")
-    if recorder is not None:  # its own atexit hook runs after ours (LIFO)
-        try:
-            recorder.flush_all(_EXIT_TIMEOUT_S)
-        except Exception:
-            pass
-    deadline = time.monotonic() + _EXIT_TIMEOUT_S
-    for store in list(_LIVE):
-        try:
-            store.close(max(0.0, deadline - time.monotonic()))
-        except Exception:
-            logger.exception("goodput: closing %s at exit failed", store.url)
-
-
-def _after_fork_in_child() -> None:
-    for store in list(_LIVE):
-        if store._closed:
-            continue
-        if store._own_client:
-            store._client = None  # rebuilt on first use (gRPC channels do not survive fork)
-        store._init_process_state(adopt=False)
-
-
-atexit.register(_close_all)
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -29,7 +29,7 @@ import os
 import threading
 import uuid
 from pathlib import Path
-from typing import Any, Deque, Dict, List, Optional
+from typing import Any, Deque, Dict, List, Optional, Tuple
 
 __all__ = ["SpillBuffer", "default_spill_dir", "spill_tag"]
 
@@ -57,8 +57,9 @@ class _SpillFile:
     write can be cut off cleanly); reads use a separate buffered handle.
     """
 
-    def __init__(self, path: str, adopt: bool = False):
+    def __init__(self, path: str, adopt: bool = False, required: Tuple[str, ...] = ("p", "i")):
         self.path = path
+        self._required = required
         flags = os.O_RDWR | (0 if adopt else os.O_CREAT | os.O_EXCL)
         fd = os.open(path, flags, 0o600)
         try:
@@ -107,7 +108,7 @@ class _SpillFile:
                 entry = json.loads(line)
             except ValueError:
                 entry = None
-            if not isinstance(entry, dict) or "p" not in entry or "i" not in entry:
+            if not isinstance(entry, dict) or any(k not in entry for k in self._required):
                 self.bad_lines += 1  # e.g. a line cut short by a crash
                 continue
             out.append(entry)
@@ -140,14 +141,18 @@ class SpillBuffer:
       tag: names this store's (project, log) pair in file names
         (:func:`spill_tag`); orphans with the same tag are adopted.
       max_memory: entries held in memory at most; further ones are spilled.
+      required: keys every entry read back from a file must have; a line
+        without them (e.g. cut short by a crash) is skipped and counted.
     """
 
-    def __init__(self, directory: str, tag: str, max_memory: int):
+    def __init__(self, directory: str, tag: str, max_memory: int,
+                 required: Tuple[str, ...] = ("p", "i")):
         if max_memory < 1:
             raise ValueError("max_buffer must be >= 1")
         self.directory = directory
         self.tag = tag
         self.max_memory = int(max_memory)
+        self._required = required
         self._lock = threading.Lock()
         self._mem: Deque[Entry] = collections.deque()
         self._orphans: Deque[_SpillFile] = collections.deque()
@@ -182,14 +187,14 @@ class SpillBuffer:
                 if self._own is not None and path == self._own.path:
                     continue
                 try:
-                    spill = _SpillFile(path, adopt=True)
+                    spill = _SpillFile(path, adopt=True, required=self._required)
                 except OSError:
                     continue  # held by a live store (or vanished)
                 self._orphans.append(spill)
                 count += spill.unread
             self.adopted += count
         if count:
-            logger.warning("goodput: replaying %d Cloud Logging entries left in %s by an "
+            logger.warning("goodput: replaying %d unsent entries left in %s by an "
                            "earlier process", count, self.directory)
         return count
 
@@ -197,7 +202,7 @@ class SpillBuffer:
         if self._own is None:
             self._ensure_dir()
             name = f"{self.tag}.{os.getpid()}.{uuid.uuid4().hex[:12]}.jsonl"
-            self._own = _SpillFile(os.path.join(self.directory, name))
+            self._own = _SpillFile(os.path.join(self.directory, name), required=self._required)
         return self._own
 
     # ------------------------------------------------------------ queue
@@ -289,7 +294,7 @@ class SpillBuffer:
                 # between duplicates entries on disk, which insert ids make harmless.
                 self._ensure_dir()
                 name = f"{self.tag}.{os.getpid()}.{uuid.uuid4().hex[:12]}.jsonl"
-                spill = _SpillFile(os.path.join(self.directory, name))
+                spill = _SpillFile(os.path.join(self.directory, name), required=self._required)
                 spill.write(self._orphan_head)
                 for orphan in self._orphans:
                     _copy(orphan, spill)

@@ -32,14 +32,16 @@ Concurrency guarantees:
 * Every append is one ``BEGIN IMMEDIATE`` transaction: all or nothing, never
   interleaved with another writer's batch. Ids grow in commit order, so a
   reader's cursor (the last id it saw) never skips a later commit.
-* "database is locked/busy" never reaches the caller: SQLite's busy handler
-  waits, and a retry loop with jittered backoff covers the cases where SQLite
-  answers busy without waiting (WAL recovery, concurrent schema creation).
+* "database is locked/busy" never reaches the caller: a retry loop with
+  jittered backoff waits for other writers. SQLite's own busy handler is off
+  (connections have no busy timeout) so that the waiting happens in Python,
+  outside the fork gate: ``os.fork()`` never waits on another process's lock.
   After ``busy_timeout_s`` of failure an operation raises :class:`StoreError`.
 * One connection per thread and per process, opened lazily. No connection
-  crosses ``os.fork()``: a fork waits for store operations in flight (each is
-  bounded by ``busy_timeout_s``), then all connections are closed and every
-  thread of parent and child reopens its own on next use.
+  crosses ``os.fork()``: a fork waits for the SQLite calls in flight (never
+  for one waiting on another process's lock: those wait outside the gate,
+  see :mod:`goodput_core.stores.sqlite_fork`), then all connections are
+  closed and every thread of parent and child reopens its own on next use.
 """
 
 from __future__ import annotations
@@ -59,8 +61,9 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from goodput_core.events import EventRecord
 from goodput_core.stores.base import Cursor, Store, StoreError
+from goodput_core.stores.sqlite_fork import Reopen
 from goodput_core.stores.sqlite_fork import gated as _gated
-from goodput_core.stores.sqlite_fork import register_store
+from goodput_core.stores.sqlite_fork import register_store, released
 from goodput_core.stores.sqlite_json import dumps as _dumps
 
 __all__ = ["SqliteStore", "SCHEMA_VERSION"]
@@ -152,15 +155,20 @@ class SqliteStore(Store):
         and a relative path is made absolute once, here.
       busy_timeout_s: how long one operation may wait for other writers before
         it gives up with :class:`StoreError`.
+      mode: permissions of a file this creates (default 0600: run configs
+        and host names are nobody else's business; SQLite gives its -wal and
+        -shm files the same). An existing file keeps its own.
 
     Raises:
       StoreError: the path cannot be created, opened or written, is not a
         SQLite file, or was written by a newer version of this package.
     """
 
-    def __init__(self, path: "str | os.PathLike[str]", *, busy_timeout_s: float = 30.0):
+    def __init__(self, path: "str | os.PathLike[str]", *, busy_timeout_s: float = 30.0,
+                 mode: int = 0o600):
         path = os.path.abspath(os.path.expanduser(os.fspath(path)))
         self.path = path
+        self._mode = mode
         self.url = "sqlite:///" + path.lstrip("/")
         self.busy_timeout_s = float(busy_timeout_s)
         self._local = threading.local()
@@ -196,6 +204,12 @@ class SqliteStore(Store):
             raise self._error("the file is not writable")
         if not os.access(parent, os.W_OK | os.X_OK):  # WAL keeps -wal/-shm files beside it
             raise self._error(f"the directory {parent!r} is not writable")
+        try:  # created here, with our mode, before SQLite creates it with the umask's
+            os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, self._mode))
+        except FileExistsError:
+            pass
+        except OSError as exc:
+            raise self._error(exc) from exc
 
     def _handle(self) -> _Handle:
         """This thread's connection, opened on first use in each thread and process."""
@@ -216,7 +230,9 @@ class SqliteStore(Store):
     def _connect(self) -> sqlite3.Connection:
         # check_same_thread=False only so that close() may close the connection
         # of a thread that has ended; a live connection is used by its thread only.
-        conn = sqlite3.connect(self.path, timeout=self.busy_timeout_s,
+        # timeout=0: a locked file answers "busy" at once and _retry waits
+        # outside the fork gate (a wait inside SQLite would hold forks back).
+        conn = sqlite3.connect(self.path, timeout=0,
                                isolation_level=None, check_same_thread=False)
         try:  # switching a fresh file to WAL takes a brief exclusive lock: may be busy
             conn.execute("PRAGMA journal_mode=WAL").fetchall()
@@ -260,7 +276,11 @@ class SqliteStore(Store):
             int(row[0]) if str(row[0]).isdigit() else SCHEMA_VERSION + 1)
 
     def _retry(self, fn, *args):
-        """Calls ``fn(*args)``, retrying with jittered backoff while SQLite is busy."""
+        """Calls ``fn(*args)``, retrying with jittered backoff while SQLite is busy.
+
+        Runs inside a gated operation and sleeps outside the fork gate; raises
+        :class:`Reopen` when a fork closed this thread's connection meanwhile.
+        """
         deadline = time.monotonic() + self.busy_timeout_s
         delay = 0.001
         while True:
@@ -274,7 +294,10 @@ class SqliteStore(Store):
                         f"{self.path!r} stayed locked by other writers for more than "
                         f"{self.busy_timeout_s:g} s; raise busy_timeout_s or write less "
                         f"often") from exc
-            time.sleep(delay * (0.5 + random.random()))
+            with released() as gate:
+                time.sleep(delay * (0.5 + random.random()))
+            if gate.reopen:
+                raise Reopen()
             delay = min(delay * 2, 0.1)
 
     @_gated

@@ -13,7 +13,8 @@ START_JOB / END_JOB             job start / job end (see below)
 START_STEP (step positional)    step start
 *_ACCELERATOR_INIT              tpu_init start / end
 *_TRAINING_PREPARATION          training_prep start / end
-*_DATA_LOADING                  data_loading start / end
+*_DATA_LOADING                  data_loading start / end (and the input stall inside
+                                it when an instrumented JAX adapter tracks the steps)
 *_CUSTOM_BADPUT_EVENT           custom badput start / end (``custom_badput_event_type=``)
 record_event(EventType.X)       X's start, and X's end when the block did not raise;
                                 STEP also records the step end (ours)
@@ -72,6 +73,7 @@ _LEGACY: Dict[str, _Entry] = {
     "END_CUSTOM_BADPUT_EVENT": ("record_custom_badput_event_end_time", "end_time", 0),
 }
 _DISRUPTION: _Entry = ("record_disruption", "time", 1)
+_LOAD_METHODS = ("record_data_loading_start_time", "record_data_loading_end_time")
 # EventType names (and values) -> the legacy suffix of its start/end events
 _PHASES = {"JOB": "JOB", "STEP": "STEP", "ACCELERATOR_INIT": "ACCELERATOR_INIT",
            "TRAINING_PREPARATION": "TRAINING_PREPARATION", "DATA_LOADING": "DATA_LOADING",
@@ -226,6 +228,8 @@ class GoodputSuiteRecorder(_base.RecorderBase):
                                              **kwargs)
                     if self._process_index is not None and self.spec.per_host:
                         engine.process_index = self._process_index
+                    if self.spec.run_group:
+                        engine.record_metadata(run_group=self.spec.run_group)
                 except Exception:
                     self._warn("engine", "goodput: cannot open the store %r; recording "
                                "nothing", self.spec.store)
@@ -239,6 +243,8 @@ class GoodputSuiteRecorder(_base.RecorderBase):
     def _submit(self, entry: _Entry, args: tuple, kwargs: dict) -> None:
         """Stamps the time now (the call may be buffered) and records; never raises."""
         method, time_kw, pos = entry
+        if method in _LOAD_METHODS:
+            self._observe_load(method == _LOAD_METHODS[0])
         try:
             if len(args) <= pos and time_kw not in kwargs:
                 kwargs = dict(kwargs)
@@ -247,6 +253,24 @@ class GoodputSuiteRecorder(_base.RecorderBase):
         except Exception:
             self._warn(method, "goodput: %s%r failed (further failures are silent)",
                        method, args)
+
+    def _observe_load(self, starts: bool) -> None:
+        """Input stalls, through an instrumented JAX adapter that tracks the
+        steps (see goodput_integrations.jax.stalls); never raises."""
+        try:
+            from goodput_integrations.jax import stalls
+
+            if starts:
+                self._stall_load = stalls.begin_observed_load()
+            else:
+                handle, self._stall_load = getattr(self, "_stall_load", None), None
+                stalls.end_observed_load(handle, self._record_stall)
+        except Exception:
+            self._warn("stall", "goodput: observing an input stall failed")
+
+    def _record_stall(self, start: float, end: float) -> None:
+        self._gate.submit(self._call, "record_input_stall_start_time", (start,), {})
+        self._gate.submit(self._call, "record_input_stall_end_time", (end,), {})
 
     def _warn(self, key: str, msg: str, *args: Any) -> None:
         if key not in self._warned:

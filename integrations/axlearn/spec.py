@@ -29,6 +29,7 @@ end_job_on_crash                   false     record END_JOB even when sent while
 per_host                           false     every process records (process 0 monitors)
 eager_monitoring                   false     ``start_monitoring()`` starts the monitors
                                              (AXLearn versions without maybe_monitor_all)
+run_group                          --        the run's group (``goodput runs --group G``)
 =================================  ========  ==========================================
 """
 
@@ -40,6 +41,7 @@ import os
 from typing import Any, Dict, Iterable, Optional, Sequence, Tuple
 
 from goodput_core import settings
+from goodput_core.run_groups import check_run_group
 
 __all__ = ["AXLEARN_KEYS", "OUR_KEYS", "RecorderSpec", "parse_spec", "spec_items"]
 
@@ -52,7 +54,7 @@ AXLEARN_KEYS = ("name", "upload_dir", "upload_interval", "rolling_window_size",
 OUR_KEYS = ("store", "prometheus_port", "include_step_deviation", "step_deviation_interval",
             "ideal_step_time", "enable_gcp_goodput_metrics",
             "enable_gcp_step_deviation_metrics", "end_job_on_crash", "per_host",
-            "eager_monitoring")
+            "eager_monitoring", "run_group")
 
 _STORE_SCHEMES = ("sqlite", "memory", "cloud-logging")
 
@@ -77,6 +79,7 @@ class RecorderSpec:
     end_job_on_crash: bool = False
     per_host: bool = False
     eager_monitoring: bool = False
+    run_group: str = ""
     unknown: Tuple[Tuple[str, str], ...] = ()
 
     @property
@@ -158,6 +161,7 @@ _PARSERS = {
     "end_job_on_crash": _bool,
     "per_host": _bool,
     "eager_monitoring": _bool,
+    "run_group": lambda key, value: check_run_group(value, _name(key)),
 }
 
 

@@ -9,9 +9,11 @@ Example::
 
 :class:`Attempt` runs one child process (:mod:`goodput_integrations.demo.train`)
 and yields its protocol messages as they arrive; the parent can kill it with
-SIGKILL at any message (the R1 test does, at random ones). The child's
-stderr (absl, Orbax and JAX logging) goes to a log file, never to a pipe
-nobody reads. Nothing here imports jax: the parent stays light.
+SIGKILL at any message (the R1 test does, at random ones). Everything the
+child prints goes to its log file: stderr (absl, Orbax and JAX logging)
+directly, never to a pipe nobody reads, and every stdout line (protocol
+messages included) as the parent reads it. Nothing here imports jax: the
+parent stays light.
 """
 
 from __future__ import annotations
@@ -121,7 +123,7 @@ class Attempt:
 
     Args:
       options: the child's command-line options (see :meth:`DemoConfig.options`).
-      log_path: where the child's stderr goes (appended).
+      log_path: where everything the child prints goes (appended).
       env: the environment (default :func:`child_env`).
 
     Attributes:
@@ -140,6 +142,9 @@ class Attempt:
                 child_command(options), stdout=subprocess.PIPE, stderr=log,
                 stdin=subprocess.DEVNULL, env=env if env is not None else child_env(),
                 text=True, bufsize=1)
+        # the child's stdout, line by line as we read it (line-buffered: a
+        # crash of the parent loses nothing already read)
+        self._log = open(log_path, "a", encoding="utf-8", buffering=1)
 
     @property
     def pid(self) -> int:
@@ -149,6 +154,8 @@ class Attempt:
         """Yields protocol messages as the child writes them, until its stdout closes."""
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
+            if not self._log.closed:
+                self._log.write(line)
             msg = parse_line(line.rstrip("\n"))
             if msg is None:
                 continue
@@ -173,6 +180,7 @@ class Attempt:
         rc = self.proc.wait(timeout)
         if self.proc.stdout is not None:
             self.proc.stdout.close()
+        self._log.close()
         return rc
 
     def last(self, event: str) -> Optional[Dict[str, Any]]:
@@ -183,7 +191,7 @@ class Attempt:
         return None
 
     def log_tail(self, lines: int = 20) -> str:
-        """The end of the child's stderr log (for error messages)."""
+        """The end of the child's log (for error messages)."""
         try:
             with open(self.log_path, encoding="utf-8", errors="replace") as f:
                 return "".join(f.readlines()[-lines:])

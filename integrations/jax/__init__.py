@@ -10,7 +10,9 @@ Turn it on in one line, around the whole job::
 
 What it records: accelerator init (``tpu_init``), every compile
 (``program_startup`` spans from ``jax.monitoring``; re-compilations too),
-data loading around ``next()``, steps (start = dispatch), ``sigterm`` and
+data loading around ``next()`` and the input stalls inside it (the part
+with the device idle, see :mod:`goodput_integrations.jax.stalls`), steps
+(start = dispatch), ``sigterm`` and
 ``exception:<Type>`` disruptions, run metadata (versions, devices) and, on
 request, FLOPs per step. Importing this module does not import jax; asking
 for the adapter without jax raises :class:`AdapterUnavailable`.

@@ -38,7 +38,7 @@ def require_jax():
         import jax
     except ImportError as exc:
         raise AdapterUnavailable(
-            "the JAX adapter needs jax: pip install 'goodput[jax]'") from exc
+            "the JAX adapter needs jax: pip install 'goodput-core[jax]'") from exc
     return jax
 
 

@@ -25,6 +25,7 @@ from goodput_integrations.jax.gate import ProcessGate
 from goodput_integrations.jax.listeners import ListenerSet, compile_listeners
 from goodput_integrations.jax.metadata import record_flops, run_metadata
 from goodput_integrations.jax.signals import DisruptionHooks
+from goodput_integrations.jax.stalls import StallWatch, record_stall
 from goodput_integrations.jax.steps import gated_step, track_steps
 
 __all__ = ["JaxAdapter"]
@@ -65,7 +66,7 @@ class JaxAdapter:
       sync_every: tracked steps wait for their result every N steps and then
         record a step end (None: never wait, no step ends).
       clock: POSIX-seconds clock for spans we time ourselves; default: the
-        recorder's clock.
+        recorder's clock (also read by the input-stall watcher thread).
       accelerator_init: time the first backend init and ``jax.distributed.initialize``.
       compile_spans: record ``jax.monitoring`` compile phases as program startup.
       compile_on_any_thread: also record compiles emitted on other threads
@@ -75,6 +76,9 @@ class JaxAdapter:
       excepthook: record ``exception:<Type>`` for an uncaught exception.
       metadata: record run metadata once the backends exist.
       flush_timeout_s: how long a disruption hook waits for the store.
+      input_stalls: record the part of each load during which the device
+        was idle as an input stall (a watcher thread observes when each
+        tracked step's outputs become ready; see stalls.py).
 
     Raises:
       AdapterUnavailable: jax is not installed.
@@ -86,7 +90,7 @@ class JaxAdapter:
                  accelerator_init: bool = True, compile_spans: bool = True,
                  compile_on_any_thread: bool = False, cache_metrics: bool = True,
                  sigterm: bool = True, excepthook: bool = True, metadata: bool = True,
-                 flush_timeout_s: float = 2.0):
+                 flush_timeout_s: float = 2.0, input_stalls: bool = True):
         _probe.require_jax()
         if recorder is None:
             raise ValueError("recorder is required (use NULL_RECORDER to record nothing)")
@@ -110,6 +114,7 @@ class JaxAdapter:
         self._hooks = DisruptionHooks(self, sigterm=sigterm, excepthook=excepthook,
                                       flush_timeout_s=flush_timeout_s)
         self._metadata_done = False
+        self.stalls = StallWatch(self.now) if input_stalls else None
         self.gate = ProcessGate(recorder, per_host=per_host, on_decided=self._on_decided)
 
     # ------------------------------------------------------------- lifecycle
@@ -153,6 +158,8 @@ class JaxAdapter:
         self._listeners.remove_all()
         self._accel.uninstall()
         self._hooks.uninstall()
+        if self.stalls is not None:
+            self.stalls.stop()
         if _active.current is self:
             _active.current = None
 
@@ -186,10 +193,26 @@ class JaxAdapter:
             _probe.log_once("clock", "goodput: the clock failed")
             return None
 
-    def loaded(self, t0: float) -> None:
-        """Records a data-loading span from ``t0`` to now (never raises)."""
+    def load_started(self, t0: float) -> Any:
+        """A load begins at ``t0``: a token for :meth:`loaded` (never raises)."""
+        stalls = self.stalls
+        if stalls is None:
+            return None
         try:
-            if self.gate.decision and self._recorder_stamps:
+            return stalls.begin(t0)
+        except Exception:
+            _probe.log_once("stall-begin", "goodput: observing the device failed")
+            return None
+
+    def loaded(self, t0: float, token: Any = None) -> None:
+        """Records a data-loading span from ``t0`` to now, and the input stall
+        inside it when ``token`` observed the device (never raises)."""
+        try:
+            if token is not None:
+                t1 = self.clock()
+                self.gate.submit(_record_load, self.recorder, t0, t1)
+                self.stalls.end(token, t1, self.record_stall)
+            elif self.gate.decision and self._recorder_stamps:
                 rec = self.recorder
                 rec.record_data_loading_start_time(t0)
                 rec.record_data_loading_end_time()
@@ -197,6 +220,10 @@ class JaxAdapter:
                 self.gate.submit(_record_load, self.recorder, t0, self.clock())
         except Exception:
             _probe.log_once("data-record", "goodput: recording a data-loading span failed")
+
+    def record_stall(self, start: float, end: float) -> None:
+        """Records an input stall ``[start, end)`` (raises what the recorder raises)."""
+        self.gate.submit(record_stall, self.recorder, start, end)
 
     def step_started(self, step: int) -> None:
         """Records the start (dispatch) of ``step`` now (never raises)."""

@@ -2,8 +2,13 @@
 
 Each batch becomes one ``data_loading`` start/end pair. The calculator decides
 whether it blocked the loop (outside step spans: ``DATA_LOADING_SYNC``) or was
-overlapped (inside: ``DATA_LOADING_ASYNC``). ``StopIteration`` is the end of
-the data, not a batch, and records nothing; nor does a failed ``next()``.
+overlapped (inside: ``DATA_LOADING_ASYNC``). With asynchronous dispatch a
+load inside a step span can still leave the device idle: the adapter
+observes when the previous tracked step's outputs became ready and records
+that idle part as an ``input_stall`` span, which counts as
+``DATA_LOADING_SYNC`` (see :mod:`goodput_integrations.jax.stalls` for how
+and for the error bound). ``StopIteration`` is the end of the data, not a
+batch, and records nothing; nor does a failed ``next()``.
 """
 
 from __future__ import annotations
@@ -39,9 +44,10 @@ class InstrumentedIterator(Iterator[T]):
         if adapter is None or not adapter.active:
             return next(self._it)
         t0 = adapter.now()
+        token = None if t0 is None else adapter.load_started(t0)
         batch = next(self._it)  # StopIteration and errors propagate, unrecorded
         if t0 is not None:
-            adapter.loaded(t0)
+            adapter.loaded(t0, token)
         return batch
 
     def __getattr__(self, name: str) -> Any:
@@ -94,9 +100,10 @@ def timed_load_batch(fn: Optional[Callable[..., T]] = None, *,
         def wrapper(*args: Any, **kwargs: Any) -> T:
             active = _active.get(adapter)
             t0 = None if active is None else active.now()
+            token = None if t0 is None else active.load_started(t0)
             batch = func(*args, **kwargs)  # a raising call records nothing
             if t0 is not None:
-                active.loaded(t0)
+                active.loaded(t0, token)
             return batch
 
         return wrapper

@@ -117,12 +117,10 @@ class ProfileCapture:
             try:
                 if not _chosen(self.process_indices, self._index):
                     return None
-                import jax
-
-                path = os.path.join(self.log_dir, sid)
+                path = self._session_path(sid)
                 if "://" not in path:
                     os.makedirs(path, exist_ok=True)
-                jax.profiler.start_trace(path, create_perfetto_trace=self._perfetto)
+                self._start_trace(path, sid)
             except Exception:
                 _probe.log_once("profile-start", "goodput: starting a profile failed")
                 return None
@@ -144,11 +142,27 @@ class ProfileCapture:
                 import jax
 
                 jax.profiler.stop_trace()
+                path = self._finish(path, self.session_id)
             except Exception:
                 _probe.log_once("profile-stop", "goodput: stopping a profile failed")
                 return None
             self.sessions.append(path)
             return path
+
+    # Hooks for subclasses that lay sessions out differently (the ML-diagnostics
+    # interface's xprof: goodput_integrations.jax.xprof_sessions).
+    def _session_path(self, session_id: str) -> str:
+        """The directory ``jax.profiler.start_trace`` writes the session to."""
+        return os.path.join(self.log_dir, session_id)
+
+    def _start_trace(self, path: str, session_id: str) -> None:
+        import jax
+
+        jax.profiler.start_trace(path, create_perfetto_trace=self._perfetto)
+
+    def _finish(self, path: str, session_id: str) -> str:
+        """Called after ``stop_trace``; returns the session's final directory."""
+        return path
 
     @contextlib.contextmanager
     def session(self, session_id: Optional[str] = None) -> Iterator[Optional[str]]:

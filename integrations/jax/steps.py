@@ -77,6 +77,9 @@ def track_steps(fn: Optional[Callable] = None, *, first_step: int = 0,
                 return func(*args, **kwargs)
             active.step_started(k)
             result = func(*args, **kwargs)
+            stalls = active.stalls
+            if stalls is not None:
+                stalls.dispatched(result)  # when it is ready, the device is idle
             every = sync_every or active.sync_every
             if every and (k + 1 - counter.first_step) % every == 0:
                 _block(result)

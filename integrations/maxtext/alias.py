@@ -330,7 +330,7 @@ def enable_reference_alias(*, store: Optional[str] = None,
         if checkpoint_stats:
             if importlib.util.find_spec("orbax") is None:
                 raise AdapterUnavailable("checkpoint statistics need orbax-checkpoint: pip "
-                                         "install 'goodput[jax]', or turn them off")
+                                         "install 'goodput-core[jax]', or turn them off")
             from goodput_integrations.maxtext.orbax_patch import OrbaxPatch
 
             session.orbax_patch = OrbaxPatch(lambda: session.recorder if session.active else None)

@@ -30,6 +30,7 @@ Ours (absent from MaxText's ``base.yml``: add them to your config file)::
     goodput_prometheus_port  serve Prometheus metrics on 127.0.0.1:<port>
                              (unset or negative: off; 0: a free port)
     goodput_ideal_step_time  configured ideal step time in seconds
+    goodput_run_group        the run's group (``goodput runs --group G``)
 
 Test hooks (attributes, not flags): ``_goodput_clock`` (a ``() -> float``
 time source) and ``_goodput_process_index`` (an int, or a callable).
@@ -43,6 +44,7 @@ import os
 from typing import Any, Callable, Mapping, Optional, Tuple
 
 from goodput_core import settings
+from goodput_core.run_groups import check_run_group
 
 __all__ = ["MaxTextGoodputSettings", "read_settings", "parse_bool", "parse_windows"]
 
@@ -96,7 +98,7 @@ def parse_seconds(value: Any, name: str) -> Optional[float]:
 
 
 _OURS = ("goodput_store", "goodput_rolling_windows", "goodput_prometheus_port",
-         "goodput_ideal_step_time")
+         "goodput_ideal_step_time", "goodput_run_group")
 _warned_keys: set = set()
 
 
@@ -158,6 +160,7 @@ class MaxTextGoodputSettings:
     rolling_windows: Tuple[int, ...] = ()
     prometheus_port: Optional[int] = None
     ideal_step_time: Optional[float] = None
+    run_group: str = ""
     clock: Optional[Callable[[], float]] = None
     process_index: Any = None
 
@@ -227,6 +230,8 @@ def read_settings(config: Any) -> MaxTextGoodputSettings:
                                    "goodput_prometheus_port"),
         ideal_step_time=parse_seconds(_get(config, "goodput_ideal_step_time", None),
                                       "goodput_ideal_step_time"),
+        run_group=check_run_group(_get(config, "goodput_run_group", None),
+                                  "goodput flag goodput_run_group"),
         clock=clock,
         process_index=_get(config, "_goodput_process_index", None),
         **flags,

@@ -31,12 +31,17 @@ Differences from MaxText's helpers (all deliberate):
   flushed, so the last numbers include the job end.
 * ``elastic_enabled`` picks the elastic recorder and monitor, but MaxText's
   own ``elastic_utils.record_slice_state`` is not called (it is MaxText code).
+* A ``DATA_LOADING`` block also records the input stall inside it (the part
+  of the load with the device idle) when an instrumented JAX adapter tracks
+  the train step (``gjax.train_step``); MaxText's own calls carry no step
+  outputs, so without it loads keep the positional rule.
 """
 
 from __future__ import annotations
 
 import contextlib
 import enum
+import functools
 import logging
 from typing import Any, Iterator, Optional
 
@@ -145,7 +150,10 @@ def create_goodput_recorder(config: Any) -> Any:
     else:
         from goodput_core.compat.goodput import GoodputRecorder as cls
     writes = process_index(settings) == 0
-    return cls(settings.run_name, settings.logger_name, writes, **_clock_kwargs(settings))
+    recorder = cls(settings.run_name, settings.logger_name, writes, **_clock_kwargs(settings))
+    if settings.run_group:
+        recorder.record_metadata(run_group=settings.run_group)
+    return recorder
 
 
 def record_goodput(recorder: Any, event_name: str, *args: Any) -> None:
@@ -183,6 +191,7 @@ def maybe_record_goodput(recorder: Any, event_name: Any, *args: Any) -> Iterator
     """
     value = _event_value(event_name)
     record_goodput(recorder, f"record_{value}_start_time", *args)
+    stall = _observe_load() if value == GoodputEvent.DATA_LOADING.value and recorder else None
     completed = False
     try:
         yield
@@ -194,6 +203,21 @@ def maybe_record_goodput(recorder: Any, event_name: Any, *args: Any) -> Iterator
     finally:
         if completed:
             record_goodput(recorder, f"record_{value}_end_time", *args)
+            if stall is not None:
+                from goodput_integrations.jax.stalls import end_observed_load, record_stall
+
+                end_observed_load(stall, functools.partial(record_stall, recorder))
+
+
+def _observe_load() -> Any:
+    """Input stalls (issue 11): observed through an instrumented JAX adapter
+    that tracks the steps; None otherwise (see goodput_integrations.jax.stalls)."""
+    try:
+        from goodput_integrations.jax.stalls import begin_observed_load
+
+        return begin_observed_load()
+    except Exception:
+        return None
 
 
 def _record_crash(recorder: Any, exc: BaseException) -> None:

@@ -82,7 +82,7 @@ class OrbaxPatch:
             from goodput_integrations.orbax.logger import GoodputLogger
         except ImportError as exc:
             raise AdapterUnavailable(
-                "checkpoint statistics need orbax-checkpoint: pip install 'goodput[jax]', "
+                "checkpoint statistics need orbax-checkpoint: pip install 'goodput-core[jax]', "
                 f"or turn them off ({exc})") from exc
         cls = ocp.CheckpointManager
         original = cls.__dict__.get("__init__")

@@ -57,7 +57,7 @@ def __getattr__(name: str) -> Any:
     except ImportError as exc:
         raise AdapterUnavailable(
             f"the Orbax adapter needs jax and orbax-checkpoint: pip install "
-            f"'goodput[jax]' ({exc})") from exc
+            f"'goodput-core[jax]' ({exc})") from exc
     globals()[name] = value
     return value
 

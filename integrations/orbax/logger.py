@@ -19,7 +19,7 @@ try:
     from orbax.checkpoint.logging import AbstractLogger
 except ImportError as exc:  # pragma: no cover - exercised only without orbax
     raise AdapterUnavailable(
-        "the Orbax adapter needs orbax-checkpoint: pip install 'goodput[jax]'") from exc
+        "the Orbax adapter needs orbax-checkpoint: pip install 'goodput-core[jax]'") from exc
 
 from goodput_integrations.jax import _probe
 from goodput_integrations.jax.gate import ProcessGate

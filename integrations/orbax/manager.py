@@ -10,9 +10,11 @@ attribute is missing it raises instead of silently recording nothing.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Optional
 
 from goodput_integrations.orbax.logger import GoodputLogger, unwrap
+from goodput_integrations.orbax.monitoring import note_save
 
 __all__ = ["attach", "detach", "goodput_checkpoint_manager"]
 
@@ -46,7 +48,9 @@ def goodput_checkpoint_manager(directory: Any, options: Any = None, *, recorder:
 
     ours = GoodputLogger(recorder, (logger if logger is not None else _default_logger(),),
                          per_host=per_host)
-    return ocp.CheckpointManager(directory, options=options, logger=ours, **kwargs)
+    manager = ocp.CheckpointManager(directory, options=options, logger=ours, **kwargs)
+    _note_saves(manager)
+    return manager
 
 
 def attach(manager: Any, recorder: Any, *, per_host: bool = False) -> GoodputLogger:
@@ -75,6 +79,7 @@ def attach(manager: Any, recorder: Any, *, per_host: bool = False) -> GoodputLog
     previous = current if current is not None else _default_logger()
     ours = GoodputLogger(recorder, (previous,), per_host=per_host)
     _replace(manager, current, ours)
+    _note_saves(manager)
     return ours
 
 
@@ -89,7 +94,31 @@ def detach(manager: Any) -> Optional[Any]:
         return None
     previous = unwrap(current)
     _replace(manager, current, previous)
+    if getattr(manager.__dict__.get("save"), _NOTES_STEPS, False):
+        del manager.save  # the class's own save again
     return previous
+
+
+_NOTES_STEPS = "_goodput_notes_save_steps"
+
+
+def _note_saves(manager: Any) -> None:
+    """Makes ``manager.save(step, ...)`` note its step when it starts, so that
+    Orbax's async-save metrics get their step (see monitoring.py)."""
+    original = getattr(manager, "save", None)
+    if original is None or getattr(original, _NOTES_STEPS, False):
+        return
+
+    @functools.wraps(original)
+    def save(step: Any, *args: Any, **kwargs: Any) -> Any:
+        note_save(step)
+        return original(step, *args, **kwargs)
+
+    setattr(save, _NOTES_STEPS, True)
+    try:
+        manager.save = save
+    except Exception:  # a manager that refuses instance attributes: no steps
+        pass
 
 
 def _replace(manager: Any, old: Any, new: Any) -> None:

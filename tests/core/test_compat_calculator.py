@@ -271,14 +271,18 @@ def test_cloud_logger_is_read_incrementally_with_its_cursor():
     fresh = ours(payloads, query_time).get_job_goodput(True)
     assert (goodput, breakdown, step) == fresh
     assert len(fake.reads) == 2
-    assert fake.reads[0]["last_entry_info"] is None
-    assert fake.reads[1]["last_entry_info"] is not None
-    assert fake.reads[1]["end_time"] == dt.datetime.fromtimestamp(query_time, UTC)
-    # A query at or before the cursor does not read.
+    # the first read has no bounds (as the reference's); later ones start at the cursor
+    assert fake.reads[0] == {"start_time": None, "end_time": None, "last_entry_info": None}
+    cursor = fake.reads[1]["last_entry_info"]
+    assert cursor is not None and fake.reads[1]["start_time"] == cursor[0]
+    assert fake.reads[1]["end_time"] is None
+    # A query before the cursor still reads (what is new: nothing) and changes nothing.
     now[0] = T0
     with pytest.raises(ValueError):
         calc.get_job_goodput_interval(T0 + 1e6, T0 + 2e6)
-    assert len(fake.reads) == 2
+    assert len(fake.reads) == 3 and fake.reads[2]["last_entry_info"][0] > cursor[0]
+    now[0] = query_time
+    assert calc.get_job_goodput(True) == fresh
 
 
 def test_store_is_read_incrementally():

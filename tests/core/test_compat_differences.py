@@ -270,10 +270,13 @@ def test_exclusions_in_any_time_zone_count():
     calc = ours(_prep_job(), T0 + 10)
     assert calc.get_job_goodput_with_exclusions(excl)[3] == 2.0
     assert_truth(measured(calc, excl), total=6, productive=4, TRAINING_PREP=2)
+    naive = [(dt.datetime.fromtimestamp(T0 + 1), dt.datetime.fromtimestamp(T0 + 3))]  # local
+    assert ours(_prep_job(), T0 + 10).get_job_goodput_with_exclusions(naive)[3] == 2.0
     # (the harness converts exclusions to UTC: call the reference directly)
-    with reference(_prep_job(), T0 + 10) as ref_calc:
-        goodput, _, _, excluded = ref_calc.get_job_goodput_with_exclusions(excl)
-    assert (goodput, excluded) == (50.0, 0.0)  # silently skipped
+    for given in (excl, naive):
+        with reference(_prep_job(), T0 + 10) as ref_calc:
+            goodput, _, _, excluded = ref_calc.get_job_goodput_with_exclusions(given)
+        assert (goodput, excluded) == (50.0, 0.0)  # silently skipped
 
 
 def test_a_reversed_exclusion_is_an_error():

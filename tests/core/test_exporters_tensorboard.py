@@ -51,6 +51,12 @@ def test_every_tag_and_value_matches_the_calculator(tmp_path):
         if bucket in r.badput_percent and bucket is not BadputType.CUSTOM_BADPUT_EVENTS:
             expected[f"badput/{bucket.name.lower()}"] = r.badput_percent[bucket]
     expected["badput/custom_badput_events/eval"] = r.custom_badput_percent["EVAL"]
+    advice = calc.checkpoint_advice(now)  # one crash and saves: advice is available
+    assert advice.available and advice.goodput_gain_points is not None
+    expected.update({"insights/hung": 0.0, "insights/hang_seconds": 0.0,
+                     "insights/checkpoint_recommended_interval_seconds":
+                         advice.recommended_interval_seconds,
+                     "insights/checkpoint_goodput_gain_points": advice.goodput_gain_points})
     for tag, value in expected.items():
         assert _values(scalars, tag) == [(step, pytest.approx(value, **F32))], tag
     for size, w in zip((60, 3600), calc.rolling([60, 3600], now)):
@@ -107,7 +113,8 @@ def test_step_deviation_is_written_incrementally(tmp_path):
 def test_without_breakdown_and_before_any_job_start(tmp_path):
     store, played = _synthetic_store()
     tb = TensorBoardExporter(str(tmp_path), include_badput_breakdown=False)
-    m = Monitor("syn", store, [tb], include_step_deviation=False, clock=lambda: played["end"])
+    m = Monitor("syn", store, [tb], include_step_deviation=False, include_insights=False,
+                clock=lambda: played["end"])
     m.run_once()
     assert set(read_scalars(str(tmp_path / "goodput"))) == {"goodput/goodput"}
     m.stop(10)

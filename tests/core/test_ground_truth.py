@@ -4,8 +4,9 @@ A synthetic job with known phase durations (accelerator init, preparation
 with a checkpoint restore, a sync load, compile (explicit spans or a slow
 first step), steps with overlapped loads, evaluations as custom events,
 saves (Orbax statistics or explicit spans), crashes at chosen steps with or
-without a recorded disruption, recovery gaps, restarts from the last
-checkpoint, planned stops with idle gaps) is played through the public
+without a recorded disruption, crashes before the first step (during
+accelerator init, preparation or compilation; rule 2), recovery gaps,
+restarts from the last checkpoint, planned stops with idle gaps) is played through the public
 :class:`~goodput_core.recorder.Recorder` with a fake clock into a memory
 store, read back by a :class:`Calculator` (refreshed at random points, so
 the incremental path is exercised), and every bucket must equal the true
@@ -74,6 +75,11 @@ class AttemptPlan:
     orbax: bool           # Orbax statistics (else explicit checkpoint spans)
     orbax_no_start: bool  # Orbax save entries without a start time
     step_ends: bool       # record_step_end_time after every step
+    stall: int = 0        # the load's last ticks with the device idle (<= load; rule 7)
+    early_crash: str = ""  # not last: crash before any step, in 'init', 'prep' or 'compile'
+    early_at: int = 0     # ticks into that phase when it crashes
+    early_end: bool = False  # the phase's end is recorded at the crash (a context
+                             # manager unwinding); else its start stays unmatched
 
 
 class Span:
@@ -99,6 +105,8 @@ class Simulator:
         self.segments: List[dict] = []
         self.ckpt: Optional[int] = None
         self.disruptions = 0
+        self.unmatched = 0          # starts replaced by a later start of their kind
+        self.pending: Dict[str, bool] = {}
 
     def spend(self, ticks: int, label: Optional[str] = None) -> float:
         d = ticks * TICK
@@ -114,14 +122,37 @@ class Simulator:
             self.calc.cumulative()  # forces an incremental update
 
     # ------------------------------------------------------------ phases
+    def phase(self, kind: str, p: AttemptPlan, ticks: int, label: str, crashes: bool) -> bool:
+        """A start/end phase; returns False when the attempt crashed in it."""
+        getattr(self.rec, f"record_{kind}_start_time")()
+        self.unmatched += self.pending.get(kind, False)
+        self.pending[kind] = True
+        if crashes:
+            ticks = min(p.early_at, ticks)
+        self.spend(ticks, label if not crashes or p.early_end else "OTHER")
+        if not crashes or p.early_end:
+            getattr(self.rec, f"record_{kind}_end_time")()
+            self.pending[kind] = False
+        if crashes:  # rule 2: a recorded disruption counts, the gap is recovery
+            if p.disruption:
+                self.rec.record_disruption("preemption")
+                self.disruptions += 1
+            self.spend(p.gap_after, "INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION"
+                       if p.disruption else "OTHER")
+        return not crashes
+
     def attempt(self, p: AttemptPlan, first_step: int) -> None:
         rec = self.rec
         rec.record_job_start_time()
         self.spend(p.gap, "OTHER")
-        rec.record_tpu_init_start_time()
-        self.spend(p.tpu, "TPU_INITIALIZATION")
-        rec.record_tpu_init_end_time()
+        if not self.phase("tpu_init", p, p.tpu, "TPU_INITIALIZATION", p.early_crash == "init"):
+            return
+        if p.early_crash == "prep":
+            self.phase("training_preparation", p, p.prep_a, "TRAINING_PREP", True)
+            return
         rec.record_training_preparation_start_time()
+        self.unmatched += self.pending.get("training_preparation", False)
+        self.pending["training_preparation"] = False
         self.spend(p.prep_a, "TRAINING_PREP")
         if p.restore:
             self.checkpoint(p, "restore", p.restore, self.ckpt)
@@ -130,6 +161,9 @@ class Simulator:
         rec.record_data_loading_start_time()
         self.spend(p.sync_load, "DATA_LOADING_SYNC")
         rec.record_data_loading_end_time()
+        if p.early_crash == "compile":  # compiled ahead of the first step
+            self.phase("program_startup", p, p.compile, "PROGRAM_STARTUP", True)
+            return
         self.maybe_refresh()
         seg = {"spans": [], "heuristic": p.compile_mode == "heuristic"}
         self.segments.append(seg)
@@ -150,11 +184,17 @@ class Simulator:
         rec.record_step_start_time(s)
         if first and p.compile_mode == "explicit":
             rec.record_program_startup_start_time(fun_name="train_step")
+            self.unmatched += self.pending.get("program_startup", False)
+            self.pending["program_startup"] = False
             span.parts["PROGRAM_STARTUP"] += self.spend(p.compile)
             rec.record_program_startup_end_time(fun_name="train_step")
         rec.record_data_loading_start_time()
-        span.parts[PROD] += self.spend(p.load)
-        self.async_load += p.load * TICK
+        span.parts[PROD] += self.spend(p.load - p.stall)
+        self.async_load += (p.load - p.stall) * TICK
+        if p.stall:  # an input stall: sync loading wherever it lies, even in an open step
+            rec.record_input_stall_start_time()
+            span.parts["DATA_LOADING_SYNC"] += self.spend(p.stall)
+            rec.record_input_stall_end_time()
         rec.record_data_loading_end_time()
         span.parts[PROD] += self.spend(p.step - p.load)
         if first and p.compile_mode == "heuristic":
@@ -254,24 +294,29 @@ class Simulator:
 
     def play(self, plans: List[AttemptPlan]) -> None:
         """Plays the attempts; decides where each one resumes."""
+        before: Optional[AttemptPlan] = None  # the plan of the last attempt with steps
         for i, p in enumerate(plans):
             first, restart = 0, False
-            if i:
-                prev, before = self.segments[-1], plans[i - 1]
+            if before is not None:
+                prev = self.segments[-1]
                 prev_step = prev["spans"][-1].step
                 crashed = prev["spans"][-1].kind.startswith("crash")
                 ckpt = self.ckpt
                 if crashed:  # restart from the last checkpoint (or from scratch)
                     first = ckpt + 1 if ckpt is not None else 0
                 else:  # planned stop: idle, then resume after the last step
-                    self.idle += self.spend(before.gap_after)
+                    if plans[i - 1] is before:  # (an early crash already spent its gap)
+                        self.idle += self.spend(before.gap_after)
                     first = prev_step + 1
                     if before.resume_from_ckpt and ckpt is not None and ckpt < prev_step:
                         first = ckpt + 1
                 restart = crashed or first <= prev_step
-                self.disruptions += restart
             self.attempt(p, first)
+            if p.early_crash:
+                continue  # no steps: no segment (its disruption is counted in phase())
+            self.disruptions += restart
             self.segments[-1]["restart"] = restart
+            before = p
 
 
 def _plan(draw, last: bool) -> AttemptPlan:
@@ -283,13 +328,16 @@ def _plan(draw, last: bool) -> AttemptPlan:
         restore=draw(st.sampled_from([0, 0, 30, 90])), prep_b=draw(ticks),
         sync_load=draw(st.integers(1, 100)),
         compile_mode=draw(st.sampled_from(["explicit", "heuristic", "none"])),
-        compile=draw(st.integers(1, 600)), step=step, load=draw(st.integers(0, step)),
+        compile=draw(st.integers(1, 600)), step=step, load=(load := draw(st.integers(0, step))),
+        stall=draw(st.sampled_from([0, 0, load // 2, load])),
         eval_every=draw(st.sampled_from([0, 3, 5])), eval=draw(st.integers(1, 100)),
         save_every=draw(st.sampled_from([0, 2, 4])), save=draw(st.integers(1, 50)),
         n_steps=draw(st.integers(1, 12)), ending=ending, partial=draw(st.integers(0, step)),
         disruption=draw(st.booleans()), gap_after=draw(st.integers(1, 500)),
         resume_from_ckpt=draw(st.booleans()), orbax=draw(st.booleans()),
-        orbax_no_start=draw(st.booleans()), step_ends=draw(st.booleans()))
+        orbax_no_start=draw(st.booleans()), step_ends=draw(st.booleans()),
+        early_crash="" if last else draw(st.sampled_from(["", "", "init", "prep", "compile"])),
+        early_at=draw(ticks), early_end=draw(st.booleans()))
 
 
 @st.composite
@@ -315,7 +363,7 @@ def check(plans: List[AttemptPlan], seed: int) -> None:
     results.append(cold.cumulative())
     expected_total = sum(sim.truth.values())
     for r in results:
-        assert r.skipped == {}
+        assert r.skipped == ({"unmatched_start": sim.unmatched} if sim.unmatched else {})
         got = {b.name: v for b, v in r.badput_seconds.items() if b is not B.DATA_LOADING_ASYNC}
         got[PROD] = r.productive_seconds
         want = {name: sim.truth.get(name, 0.0) for name in got}
@@ -350,3 +398,21 @@ def test_a_fixed_job_with_crash_restart_and_planned_stop():
                             "orbax": False, "step_ends": True, "resume_from_ckpt": True}),
              AttemptPlan(**{**base, "ending": "end", "disruption": False})]
     check(plans, 7)
+
+
+@pytest.mark.parametrize("phase", ["init", "prep", "compile"])
+@pytest.mark.parametrize("disruption", [True, False])
+def test_a_crash_before_the_first_step(phase, disruption):
+    """Attempt 1 runs steps and stops; attempt 2 is preempted in ``phase``
+    (its phase end unrecorded); attempt 3 crashes in ``phase`` with the end
+    recorded; attempt 4 resumes from the last checkpoint and ends."""
+    base = dict(gap=8, tpu=320, prep_a=64, restore=32, prep_b=64, sync_load=32,
+                compile_mode="explicit", compile=256, step=64, load=16, eval_every=0, eval=1,
+                save_every=2, save=32, n_steps=5, ending="end", partial=0,
+                disruption=disruption, gap_after=1280, resume_from_ckpt=True, orbax=True,
+                orbax_no_start=False, step_ends=True)
+    plans = [AttemptPlan(**base),
+             AttemptPlan(**base, early_crash=phase, early_at=40, early_end=False),
+             AttemptPlan(**base, early_crash=phase, early_at=20, early_end=True),
+             AttemptPlan(**base)]
+    check(plans, 3)

@@ -110,13 +110,6 @@ def test_payloads_match_the_reference_recorder_byte_for_byte():
         json.dumps(e) for e in ref_logger.entries]
 
 
-def test_naive_datetime_is_utc(store):
-    rec = Recorder("run", store, strict=True)
-    rec.record_job_start_time(dt.datetime(1970, 1, 1, 0, 1))
-    rec.flush(5)
-    assert store.read("run")[0][0].time == 60.0
-
-
 @pytest.mark.parametrize("bad_step", [1.5, "3", None, True, object()])
 def test_bad_step_is_dropped_counted_and_warned_once(store, caplog, bad_step):
     rec = Recorder("run", store)

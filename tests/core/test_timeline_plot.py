@@ -86,7 +86,7 @@ def test_missing_matplotlib_is_one_line(tmp_path, store, capsys, monkeypatch):
     out = tmp_path / "syn.png"
     assert main(["timeline", "syn", "--store", store, "-o", str(out)]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "pip install 'goodput[plot]'" in err
+    assert err.count("\n") == 1 and "pip install 'goodput-core[plot]'" in err
     assert not out.exists()
 
 

@@ -36,13 +36,15 @@ def test_our_keys_and_defaults():
                        "prometheus_port=9100", "include_step_deviation=yes",
                        "step_deviation_interval=45", "ideal_step_time=1.25",
                        "enable_gcp_goodput_metrics=0", "enable_gcp_step_deviation_metrics=off",
-                       "end_job_on_crash=true", "per_host=true", "eager_monitoring=true"])
+                       "end_job_on_crash=true", "per_host=true", "eager_monitoring=true",
+                       "run_group=sweep"])
     assert spec.store == "sqlite:///tmp/g.sqlite" and spec.prometheus_port == 9100
     assert spec.include_step_deviation and spec.step_deviation_interval == 45
     assert spec.ideal_step_time == 1.25
     assert not spec.enable_gcp_goodput_metrics and not spec.enable_gcp_step_deviation_metrics
     assert spec.end_job_on_crash and spec.per_host and spec.eager_monitoring
-    assert len(OUR_KEYS) == 10
+    assert spec.run_group == "sweep"
+    assert len(OUR_KEYS) == 11
 
 
 def test_later_key_wins_and_values_may_hold_equals():

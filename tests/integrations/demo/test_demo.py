@@ -84,7 +84,11 @@ def test_the_real_demo_crashes_restarts_and_reports(tmp_path):
     assert "badput/wasted_progress_from_disruption" in scalars
     # the checkpoints are removed at the end, the children's logs are kept
     assert not (outdir / "checkpoints" / run).exists()
-    assert len(list((outdir / "logs" / run).iterdir())) == 2
+    logs = outdir / "logs" / run
+    assert len(list(logs.iterdir())) == 2
+    # each attempt's log holds what its child printed
+    assert '"event": "crash"' in (logs / "attempt-1.log").read_text()
+    assert '"event": "done"' in (logs / "attempt-2.log").read_text()
 
 
 def test_synthetic_demo_uses_the_default_outdir(tmp_path, monkeypatch, capsys):
@@ -125,3 +129,20 @@ def test_bad_arguments_are_a_one_line_error(tmp_path, capsys, argv, message):
     assert cli.main(["demo", "--outdir", str(tmp_path), *argv]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"goodput demo: error: {message}") and err.count("\n") == 1
+
+
+def test_an_attempt_log_holds_what_the_child_printed(tmp_path, monkeypatch):
+    """A real child process printing to stdout (protocol and other lines) and
+    stderr: the parent reads the messages, the log keeps every line."""
+    from goodput_integrations.demo import PROTOCOL_PREFIX, driver
+
+    script = ("import sys; print('plain stdout line'); "
+              f"print({PROTOCOL_PREFIX!r} + '{{\"event\": \"step\", \"step\": 3}}'); "
+              "print('to stderr', file=sys.stderr)")
+    monkeypatch.setattr(driver, "child_command", lambda options: [sys.executable, "-c", script])
+    log = tmp_path / "logs" / "attempt-1.log"
+    att = driver.Attempt([], str(log))
+    assert [m["event"] for m in att.read()] == ["step"]
+    assert att.wait(30) == 0
+    text = log.read_text()
+    assert "plain stdout line" in text and '"step": 3' in text and "to stderr" in text

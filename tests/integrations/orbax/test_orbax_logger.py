@@ -95,7 +95,9 @@ def test_detach_puts_the_previous_logger_back(orec, tmp_path):
     spy = SpyLogger()
     manager = ocp.CheckpointManager(tmp_path / "ckpt", logger=spy)
     gorbax.attach(manager, orec.recorder)
+    assert "save" in vars(manager)  # notes save steps for the async-save metrics
     assert gorbax.detach(manager) is spy
+    assert "save" not in vars(manager)  # the class's own save again
     assert gorbax.detach(manager) is None
     manager.save(0, args=ocp.args.StandardSave(state()))
     manager.wait_until_finished()
@@ -193,15 +195,21 @@ def test_async_commit_metrics(orec, tmp_path):
     manager = gorbax.goodput_checkpoint_manager(tmp_path / "ckpt", recorder=orec.recorder)
     save_and_restore(manager, steps=(0, 1))
     metrics = [p for p in orec.payloads() if "metric_name" in p]
-    totals = [p for p in metrics
-              if p["metric_name"] == "/jax/checkpoint/write/async/total_duration_secs"]
+    totals = [p for p in metrics if p["metric_name"] == "checkpoint/async_save_total_seconds"]
     assert len(totals) == 2
     saves = orec.stats("save")
     for save, total in zip(saves, totals):
-        # the commit ends after the blocking part that started it
+        # the commit ends after the blocking part that started it, and the
+        # metric carries the step of that save
         assert total["metric_time"] >= save[SAVE_SPAN[0]]
         assert total["metric_value"] >= 0
-    assert not any(p["metric_name"].startswith("/jax/orbax/write/async/total") for p in metrics)
+        assert total["step_count"] == save["step"]
+    assert [t["step_count"] for t in totals] == [0, 1]
+    # clean names (TensorBoard tags metrics/<name>: no double slash), one per event
+    assert {p["metric_name"] for p in metrics} <= {
+        "checkpoint/async_save_total_seconds", "checkpoint/async_save_background_seconds",
+        "checkpoint/save_gbytes"}
+    assert all(p["step_count"] in (0, 1) for p in metrics)
     gorbax.uninstrument()
     manager = gorbax.goodput_checkpoint_manager(tmp_path / "ckpt2", recorder=orec.recorder)
     save_and_restore(manager, steps=(0,))

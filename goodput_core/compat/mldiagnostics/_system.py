@@ -1,0 +1,126 @@
+"""What ``machinelearning_run`` collects by itself: process index, software
+and hardware configs, the GKE run-name suffix.
+
+jax is never imported here: it is asked only when the program has imported
+it already (``"jax" in sys.modules``), and its devices only once its
+backends exist (asking earlier would break ``jax.distributed.initialize``).
+Versions are read from installed package metadata, without importing.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+import os
+import sys
+from importlib import metadata as _pkg
+from typing import Any, Dict, Optional
+
+logger = logging.getLogger("goodput")
+
+_RANK_ENV = ("NODE_RANK", "GROUP_RANK", "RANK", "JOB_COMPLETION_INDEX")
+
+
+def _version(*dists: str) -> Optional[str]:
+    for dist in dists:
+        try:
+            return _pkg.version(dist)
+        except _pkg.PackageNotFoundError:
+            continue
+    return None
+
+
+def _jax_probe():
+    """goodput_integrations.jax._probe when jax is already imported, else None."""
+    if "jax" not in sys.modules:
+        return None
+    try:
+        from goodput_integrations.jax import _probe
+    except Exception:
+        return None
+    return _probe
+
+
+def process_index() -> int:
+    """This process's index: jax's when known without starting a backend,
+    else the first of ``NODE_RANK``, ``GROUP_RANK``, ``RANK``,
+    ``JOB_COMPLETION_INDEX`` that is set (as the SDK), else 0."""
+    probe = _jax_probe()
+    if probe is not None:
+        try:
+            index = probe.current_process_index()
+            if index is not None:
+                return int(index)
+        except Exception:
+            pass
+    for env in _RANK_ENV:
+        try:
+            return int(os.environ[env])
+        except (KeyError, ValueError):
+            continue
+    return 0
+
+
+def software_configs(framework: str) -> Dict[str, str]:
+    """The SDK's ``softwareConfigs``: framework, its version, XLA flags, libtpu version."""
+    version = _version("jax") if framework == "JAX" else _version("torch")
+    return {
+        "framework": framework,
+        "framework_version": version or "unknown",
+        "xla_flags": os.environ.get("XLA_FLAGS", "default"),
+        "libtpu_version": _version("libtpu", "libtpu-nightly") or "n/a",
+    }
+
+
+def jax_metadata() -> Dict[str, Any]:
+    """``goodput_integrations.jax.run_metadata()`` once jax's backends exist, else {}."""
+    probe = _jax_probe()
+    if probe is None or probe.backends_initialized() is False:
+        return {}
+    try:
+        from goodput_integrations.jax.metadata import run_metadata
+
+        return run_metadata()
+    except Exception:
+        logger.warning("goodput: reading jax's devices failed; hardware configs unknown",
+                       exc_info=True)
+        return {}
+
+
+def hardware_configs(meta: Dict[str, Any]) -> Dict[str, str]:
+    """The SDK's ``hardwareConfigs`` from :func:`jax_metadata` ("unknown" where not known)."""
+    if not meta:
+        return dict.fromkeys(("device_type", "num_slices", "devices_per_slice",
+                              "accelerator_type"), "unknown")
+    slices = int(meta.get("num_slices") or 1)
+    platform = str(meta.get("platform") or "unknown").lower()
+    return {
+        "device_type": str(meta.get("device_kind") or "unknown"),
+        "num_slices": str(slices),
+        "devices_per_slice": str(int(meta.get("num_devices") or 0) // slices or "unknown"),
+        "accelerator_type": platform if platform in ("tpu", "gpu", "cpu") else "unknown",
+    }
+
+
+def gke_suffix() -> str:
+    """``-YYYYmmdd-HHMMSS`` (UTC) of the GKE workload's creation time, from the
+    ``GKE_DIAGON_METADATA`` variable the SDK's GKE webhook sets; "" elsewhere.
+
+    Every pod of a workload, and every restart of a pod, sees the same
+    creation time, so they all record into one run (restarts become
+    disruptions of that run), while a new submission gets a new run.
+    """
+    raw = os.environ.get("GKE_DIAGON_METADATA")
+    if not raw:
+        return ""
+    try:
+        stamp = json.loads(raw).get("creation-timestamp") or ""
+        when = datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    except (ValueError, AttributeError, TypeError):
+        logger.warning("goodput: GKE_DIAGON_METADATA has no usable creation-timestamp; "
+                       "the run name gets no suffix")
+        return ""
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=datetime.timezone.utc)
+    return "-" + when.astimezone(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")

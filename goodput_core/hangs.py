@@ -1,0 +1,83 @@
+"""Hangs as the calculator reports them (docs/insights.md, "Hang detection").
+
+The watchdog (:mod:`goodput_core.watchdog`) records a ``hang`` event when no
+step started or ended for too long, and a ``hang_end`` event when progress
+resumes. A hang's span runs from the time the hung step should have ended
+(its last progress + the expected step time) to the end of the hang; inside
+the partition that time is the ``HANG`` bucket, below infrastructure
+recovery and wasted progress (a hang that ends in a crash is part of the
+recovery from that crash).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import List, Optional
+
+import numpy as np
+
+__all__ = ["Hang", "hangs_of_run"]
+
+ENDED_BY_PROGRESS = "progress"
+ENDED_BY_RESTART = "restart"
+STILL_OPEN = "open"
+
+
+@dataclasses.dataclass(frozen=True)
+class Hang:
+    """One hang of a run.
+
+    Attributes:
+      step: the step that hung (the last one that started), or None.
+      last_progress: when a step last started or ended before the hang.
+      start: when the hung step should have ended (the span's start).
+      detected: when the watchdog noticed.
+      end: when progress resumed or the job restarted; None while open.
+      ended_by: ``"progress"``, ``"restart"`` (the job was restarted: the
+        time is infrastructure recovery) or ``"open"``.
+      seconds: ``end - start`` (``now - start`` while open).
+      stack: the summary of every Python thread's stack at detection.
+    """
+
+    step: Optional[int]
+    last_progress: float
+    start: float
+    detected: float
+    end: Optional[float]
+    ended_by: str
+    seconds: float
+    stack: str
+
+    def top_frames(self, n: int = 3) -> List[str]:
+        """The first ``n`` non-empty lines of the stack summary."""
+        return [line for line in self.stack.splitlines() if line.strip()][:n]
+
+
+def hangs_of_run(tables, attempt_starts: np.ndarray, now: float) -> List[Hang]:
+    """The hangs of a run, in time order.
+
+    Args:
+      tables: the run's :class:`~goodput_core.ingest.EventTables`.
+      attempt_starts: job start times, sorted.
+      now: the query time (the length of an open hang).
+    """
+    if not tables.hangs:
+        return []
+    table = tables["hang"]
+    ends = np.sort(table["t"][table["e"] == 1])
+    out = []
+    for h in sorted(tables.hangs, key=lambda h: h["start"]):
+        j = int(np.searchsorted(ends, h["detected"], side="left"))
+        end = float(ends[j]) if j < len(ends) else None
+        k = int(np.searchsorted(attempt_starts, h["detected"], side="right"))
+        restart = float(attempt_starts[k]) if k < len(attempt_starts) else None
+        if restart is not None and (end is None or restart < end):
+            end, ended_by = restart, ENDED_BY_RESTART
+        elif end is not None:
+            ended_by = ENDED_BY_PROGRESS
+        else:
+            ended_by = STILL_OPEN
+        stop = now if end is None else end
+        out.append(Hang(h["step"], h["last_progress"], h["start"], h["detected"], end, ended_by,
+                        max(stop - h["start"], 0.0), h["stack"]))
+    return out

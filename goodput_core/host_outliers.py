@@ -1,0 +1,188 @@
+"""Host outliers: which host slows everyone down (docs/insights.md).
+
+In synchronous training every host waits for the slowest, so the job-level
+buckets cannot say which host it is. With per-host recording (each process
+writes its events with its process index), each host's events make a
+timeline of their own; this module compares the *host-local* time of the
+hosts: data loading (blocking and overlapped, input stalls included),
+checkpoint save and restore blocking time, accelerator init and training
+preparation, and the step-time statistics per host.
+
+A host is an **outlier** when its host-local badput exceeds the median
+host's by more than ``ratio`` (2x) *and* by more than ``min_share`` (1 %) of
+the median host's total time; the bucket with the largest excess over the
+median host names the cause.
+
+:class:`HostTracker` keeps one incremental calculator per process index.
+It costs nothing on single-host runs: the run's calculator shows it the
+events it reads (:meth:`HostTracker.observe`, one set of process indices per
+batch), and only once a second process index appears does the tracker read
+the store itself (from the beginning, then incrementally with its own
+cursor) and build per-host calculators.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import threading
+import time
+from operator import itemgetter
+from typing import Any, Dict, Iterable, List, Optional, Sequence
+
+import numpy as np
+
+from goodput_core.buckets import BadputType as B
+
+__all__ = ["HOST_LOCAL_BUCKETS", "HostStats", "HostBreakdown", "HostTracker", "breakdown_of"]
+
+#: Buckets that measure time spent by one host on its own (data loading
+#: counts overlapped loads too: a slow loader makes the others wait).
+HOST_LOCAL_BUCKETS = ("DATA_LOADING", B.UNPRODUCTIVE_CHECKPOINT_SAVE_TIME.name,
+                      B.UNPRODUCTIVE_CHECKPOINT_RESTORE_TIME.name, B.TPU_INITIALIZATION.name,
+                      B.TRAINING_PREP.name)
+
+
+@dataclasses.dataclass(frozen=True)
+class HostStats:
+    """One host's host-local time.
+
+    Attributes:
+      process_index: the host's process index.
+      seconds: ``{bucket: seconds}`` over :data:`HOST_LOCAL_BUCKETS`.
+      host_local_seconds: their sum.
+      total_seconds: the host's own total time.
+      steps: step times measured on this host.
+      median_step_seconds, p90_step_seconds: None without step times.
+    """
+
+    process_index: int
+    seconds: Dict[str, float]
+    host_local_seconds: float
+    total_seconds: float
+    steps: int
+    median_step_seconds: Optional[float]
+    p90_step_seconds: Optional[float]
+
+
+@dataclasses.dataclass(frozen=True)
+class HostBreakdown:
+    """Per-host host-local time and the outliers among the hosts.
+
+    Attributes:
+      hosts: every host, by process index.
+      median: the median host's value per bucket and ``host_local_seconds``.
+      outliers: ``[(process_index, bucket, excess seconds), ...]``, largest first.
+    """
+
+    hosts: List[HostStats]
+    median: Dict[str, float]
+    outliers: List[tuple]
+
+    def top(self, n: int = 10) -> List[HostStats]:
+        """The ``n`` hosts with the most host-local time (what monitors publish)."""
+        return sorted(self.hosts, key=lambda h: -h.host_local_seconds)[:n]
+
+
+def _host_stats(index: int, calc: Any, now: float) -> HostStats:
+    r = calc.cumulative(now=now)
+    seconds = {"DATA_LOADING": r.badput_seconds[B.DATA_LOADING_SYNC] + r.data_loading_async_seconds}
+    for name in HOST_LOCAL_BUCKETS[1:]:
+        seconds[name] = r.badput_seconds[B[name]]
+    times = calc.step_stats().step_times
+    has = len(times) > 0
+    return HostStats(index, seconds, float(sum(seconds.values())), r.total_seconds, int(len(times)),
+                     float(np.median(times)) if has else None,
+                     float(np.percentile(times, 90)) if has else None)
+
+
+def breakdown_of(calculators: Dict[int, Any], now: float, *, ratio: float = 2.0,
+                 min_share: float = 0.01) -> HostBreakdown:
+    """The breakdown of per-host calculators (``{process_index: Calculator}``)."""
+    hosts = [_host_stats(i, c, now) for i, c in sorted(calculators.items())]
+    if not hosts:
+        return HostBreakdown([], {}, [])
+    median = {name: float(np.median([h.seconds[name] for h in hosts]))
+              for name in HOST_LOCAL_BUCKETS}
+    median["host_local_seconds"] = float(np.median([h.host_local_seconds for h in hosts]))
+    median["total_seconds"] = float(np.median([h.total_seconds for h in hosts]))
+    outliers = []
+    if len(hosts) >= 3:  # with two hosts there is no majority to compare against
+        floor = min_share * median["total_seconds"]
+        for h in hosts:
+            excess = h.host_local_seconds - median["host_local_seconds"]
+            if h.host_local_seconds > ratio * median["host_local_seconds"] and excess > floor:
+                bucket = max(HOST_LOCAL_BUCKETS, key=lambda n: h.seconds[n] - median[n])
+                outliers.append((h.process_index, bucket, excess))
+    outliers.sort(key=lambda o: -o[2])
+    return HostBreakdown(hosts, median, outliers)
+
+
+class HostTracker:
+    """Per-host incremental calculators for one run.
+
+    Args:
+      run: the run name.
+      store: an open store to read with :meth:`refresh` (None: use :meth:`add`).
+      clock: the query time source.
+    """
+
+    def __init__(self, run: str, store: Any = None, *, clock: Any = None):
+        from goodput_core.calculator import Calculator  # the calculator imports us lazily
+
+        self._calc_type = Calculator
+        self.run = run
+        self._store = store
+        self._cursor = None
+        self._clock = clock
+        self._hosts: Dict[int, Any] = {}
+        self._lock = threading.Lock()
+        self._seen: set = set()
+        self.multi_host = store is None  # fed by add(): always per host
+
+    def add(self, events: Iterable[Any]) -> None:
+        """Routes EventRecords to their host's calculator."""
+        groups: Dict[int, list] = {}
+        for ev in events:
+            try:
+                index = int(ev[5])
+            except (TypeError, ValueError, IndexError):
+                continue
+            groups.setdefault(index, []).append(ev)
+        with self._lock:
+            for index, evs in groups.items():
+                calc = self._hosts.get(index)
+                if calc is None:
+                    kwargs = {} if self._clock is None else {"clock": self._clock}
+                    calc = self._hosts[index] = self._calc_type(self.run, **kwargs)
+                calc.add(evs)
+
+    def observe(self, events: Sequence[Any]) -> None:
+        """Notes the process indices of events the run's calculator read."""
+        if self.multi_host or not events:
+            return
+        try:
+            self._seen.update(map(itemgetter(5), events))
+        except (TypeError, IndexError):
+            return
+        if len(self._seen) > 1:
+            self.multi_host = True  # the next refresh reads the run from the start
+
+    def refresh(self) -> int:
+        """Reads what the store got since the last refresh (multi-host runs
+        only); returns how many events."""
+        if self._store is None or not self.multi_host:
+            return 0
+        events, self._cursor = self._store.read(self.run, since=self._cursor)
+        self.add(events)
+        return len(events)
+
+    def breakdown(self, now: Optional[float] = None, **kwargs: Any) -> HostBreakdown:
+        """The breakdown at ``now`` (see :func:`breakdown_of`)."""
+        with self._lock:
+            hosts = dict(self._hosts)
+        if now is None:
+            now = (self._clock or time.time)()
+        if not math.isfinite(float(now)):
+            raise ValueError(f"now must be finite, got {now!r}")
+        return breakdown_of(hosts, float(now), **kwargs)

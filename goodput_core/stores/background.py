@@ -1,0 +1,175 @@
+"""What the stores that send from a background thread share.
+
+The Cloud Logging and PostgreSQL stores queue events and deliver them from a
+sender thread of their own (:class:`~goodput_core.stores.cloud_logging_sender.BatchSender`
+over a :class:`~goodput_core.stores.cloud_logging_spill.SpillBuffer`: bounded
+memory, then a local spill file). :class:`QueuedStoreMixin` holds the parts
+that do not depend on the service: queueing, fences, close, counters, and the
+two moments that need care:
+
+* **Interpreter exit**: the recorders' queues are pushed into the stores
+  first, then every live store delivers what it can within a bounded time
+  and leaves the rest in its spill file for the next process.
+* **``os.fork()``**: threads and network connections do not survive into the
+  child, so each live store rebuilds its per-process state there and never
+  touches the parent's connections.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import sys
+import time
+import weakref
+from typing import Any, Callable, Dict, List, Optional, Tuple, Type
+
+from goodput_core.stores.cloud_logging_sender import BatchSender
+from goodput_core.stores.cloud_logging_spill import SpillBuffer
+
+__all__ = ["QueuedStoreMixin", "EXIT_TIMEOUT_S"]
+
+logger = logging.getLogger("goodput")
+
+#: How long the exit hook waits for the stores' deliveries, all together.
+EXIT_TIMEOUT_S = 5.0
+_LIVE: "weakref.WeakSet" = weakref.WeakSet()
+
+
+class QueuedStoreMixin:
+    """Queueing, fences, close and counters of a store with a sender thread.
+
+    A store using it calls :meth:`_start_sending` at the end of its
+    constructor and :meth:`_queue` from ``append``, and provides ``url``,
+    ``_send(entries)`` (one batch, on the sender thread; raises to retry) and,
+    where needed, ``_release()`` (close its clients) and
+    ``_forget_connections()`` (drop, without closing, what the parent owns).
+    """
+
+    _closed = False
+    _rejected = 0
+
+    def _start_sending(self, *, spill_dir: str, spill_tag: str, required: Tuple[str, ...],
+                       max_buffer: int, batch_size: int, flush_interval_s: float,
+                       sleep: Optional[Callable[[float], Any]], backoff: Tuple[float, float],
+                       permanent: Tuple[Type[BaseException], ...] = (),
+                       transient: Tuple[Type[BaseException], ...] = ()) -> None:
+        self._sending = dict(spill_dir=spill_dir, spill_tag=spill_tag, required=required,
+                             max_buffer=max_buffer, batch_size=batch_size,
+                             flush_interval_s=flush_interval_s, sleep=sleep, backoff=backoff,
+                             permanent=permanent, transient=transient)
+        self._init_process_state(adopt=True)
+        _LIVE.add(self)
+
+    def _buffer(self, max_memory: int) -> SpillBuffer:
+        s = self._sending
+        return SpillBuffer(s["spill_dir"], s["spill_tag"], max_memory, required=s["required"])
+
+    def _init_process_state(self, adopt: bool) -> None:
+        """The send buffer and thread, owned by one process (rebuilt in a forked child)."""
+        s = self._sending
+        self._pid = os.getpid()
+        buffer = self._buffer(s["max_buffer"])
+        self._sender = BatchSender(
+            buffer, self._send, name=self.url, batch_size=s["batch_size"],
+            flush_interval_s=s["flush_interval_s"], sleep=s["sleep"], backoff=s["backoff"],
+            permanent=s["permanent"], transient=s["transient"])
+        if adopt:
+            try:
+                self._sender.adopted(buffer.adopt_orphans())
+            except OSError:
+                logger.exception("goodput: could not read old spill files in %s",
+                                 s["spill_dir"])
+
+    def _queue(self, entries: List[Dict[str, Any]]) -> None:
+        """Hands entries to the sender (after a fork: this process's own sender).
+
+        Raises:
+          OSError: the spill file cannot be written (the caller retries).
+        """
+        if not entries:
+            return
+        if os.getpid() != self._pid:  # forked child: the parent's buffer is not ours
+            self._init_process_state(adopt=False)
+        if self._closed:
+            # Kept on disk for the next store opened on the same destination.
+            late = self._buffer(1)
+            late.put(entries)
+            logger.warning("goodput: %d events appended after close kept in %s",
+                           len(entries), late.close())
+            return
+        self._sender.put(entries)
+
+    def flush(self, timeout: Optional[float] = 10.0) -> bool:
+        """Waits until every event appended before this call is delivered.
+
+        Args:
+          timeout: seconds to wait at most (None: no limit).
+
+        Returns:
+          True when delivered, False on timeout (the events stay queued).
+        """
+        return self._sender.flush(timeout)
+
+    def close(self, timeout: Optional[float] = 10.0) -> bool:
+        """Delivers what it can within ``timeout``, then stops the sender.
+
+        Events still undelivered are left in a spill file, delivered by the
+        next store opened on the same destination (in this or a later process).
+
+        Returns:
+          True when everything was delivered.
+        """
+        if self._closed:
+            return True
+        self._closed = True
+        ok, left_in = self._sender.close(timeout)
+        if left_in:
+            logger.warning("goodput: %s unreachable; undelivered events kept in %s",
+                           self.url, left_in)
+        self._release()
+        return ok
+
+    def _release(self) -> None:
+        """Closes the store's own clients (after the sender stopped)."""
+
+    def _forget_connections(self) -> None:
+        """In a forked child: drops, without closing, the connections of the parent."""
+
+    def _after_fork_in_child(self) -> None:
+        self._forget_connections()
+        self._init_process_state(adopt=False)
+
+    def stats(self) -> Dict[str, Any]:
+        """Counters: delivered, pending (in memory / on disk), retries, rejected, ..."""
+        out = self._sender.stats()
+        out["rejected"] = self._rejected
+        return out
+
+
+def _close_all() -> None:
+    """At exit: push the recorders' queues into the stores, then deliver (bounded)."""
+    recorder = sys.modules.get("goodput_core.recorder")
+    if recorder is not None:  # its own atexit hook runs after ours (LIFO)
+        try:
+            recorder.flush_all(EXIT_TIMEOUT_S)
+        except Exception:
+            pass
+    deadline = time.monotonic() + EXIT_TIMEOUT_S
+    for store in list(_LIVE):
+        try:
+            store.close(max(0.0, deadline - time.monotonic()))
+        except Exception:
+            logger.exception("goodput: closing %s at exit failed", store.url)
+
+
+def _after_fork_in_child() -> None:
+    for store in list(_LIVE):
+        if not store._closed:
+            store._after_fork_in_child()
+
+
+atexit.register(_close_all)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

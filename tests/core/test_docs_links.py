@@ -1,0 +1,88 @@
+"""The documentation lives in the repository and says true things about it.
+
+* no file points outside the repository (to the design notes it was built from);
+* every relative link in README.md and docs/*.md leads to a file that exists;
+* every test that docs/semantics.md and docs/differences.md name as pinning a
+  rule exists in the test tree.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SKIP_DIRS = {".git", ".venv", "__pycache__", ".pytest_cache", "goodput_demo_output"}
+TEXT_SUFFIXES = (".py", ".md", ".toml", ".cfg", ".txt", ".yaml", ".yml", ".sh", "Makefile", "run")
+DOCS = ["README.md", "benchmarks/README.md"] + [
+    os.path.join("docs", f) for f in sorted(os.listdir(os.path.join(ROOT, "docs")))
+    if f.endswith(".md")]
+
+
+def repository_text_files():
+    for base, dirs, files in os.walk(ROOT):
+        dirs[:] = [d for d in dirs if d not in SKIP_DIRS and not d.endswith(".egg-info")]
+        for name in files:
+            if name.endswith(TEXT_SUFFIXES):
+                yield os.path.join(base, name)
+
+
+def test_no_file_points_outside_the_repository():
+    me = os.path.abspath(__file__)
+    outside = re.compile(r"\.\./shared|shared/spec")
+    found = []
+    for path in repository_text_files():
+        if os.path.abspath(path) == me:
+            continue
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for n, line in enumerate(f, 1):
+                if outside.search(line):
+                    found.append(f"{os.path.relpath(path, ROOT)}:{n}: {line.strip()}")
+    assert found == []
+
+
+@pytest.mark.parametrize("doc", DOCS)
+def test_relative_links_resolve(doc):
+    with open(os.path.join(ROOT, doc), encoding="utf-8") as f:
+        text = f.read()
+    text = re.sub(r"```.*?```", "", text, flags=re.DOTALL)  # code is not links
+    text = re.sub(r"`[^`\n]*`", "", text)
+    broken = []
+    for target in re.findall(r"\]\(([^)\s]+)\)", text):
+        if re.match(r"[a-z]+://|#|mailto:", target):
+            continue
+        path = os.path.normpath(os.path.join(ROOT, os.path.dirname(doc), target.split("#")[0]))
+        if not path.startswith(ROOT + os.sep) or not os.path.exists(path):
+            broken.append(target)
+    assert broken == []
+
+
+def _test_names():
+    names = set()
+    for base, dirs, files in os.walk(os.path.join(ROOT, "tests")):
+        dirs[:] = [d for d in dirs if d not in SKIP_DIRS]
+        for name in files:
+            if name.startswith("test_") and name.endswith(".py"):
+                with open(os.path.join(base, name), encoding="utf-8") as f:
+                    names.update(re.findall(r"^def (test_\w+)", f.read(), re.MULTILINE))
+    return names
+
+
+@pytest.mark.parametrize("doc", ["docs/semantics.md", "docs/differences.md"])
+def test_every_named_test_exists(doc):
+    with open(os.path.join(ROOT, doc), encoding="utf-8") as f:
+        text = f.read()
+    named = set(re.findall(r"\b(test_\w+)`", text))
+    assert named, "the page names no test"
+    assert sorted(named - _test_names()) == []
+
+
+def test_semantics_page_covers_every_rule():
+    with open(os.path.join(ROOT, "docs", "semantics.md"), encoding="utf-8") as f:
+        text = f.read()
+    for n in range(1, 13):
+        section = text.split(f"## Rule {n} ")[1].split("\n## ")[0]
+        assert "*Example" in section, f"rule {n} has no worked example"
+        assert "Pinned by" in section, f"rule {n} names no test"

@@ -1,0 +1,58 @@
+"""The distribution is ``goodput-core`` (PyPI's ``goodput`` is an unrelated
+project); the import package is ``goodput_core`` and the command ``goodput``."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import re
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    tomllib = pytest.importorskip("tomli")
+
+
+def pyproject():
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+        return tomllib.load(f)["project"]
+
+
+def test_the_distribution_name_and_the_all_extra():
+    project = pyproject()
+    assert project["name"] == "goodput-core"
+    (everything,) = project["optional-dependencies"]["all"]
+    name, extras = re.fullmatch(r"([\w-]+)\[([\w,]+)\]", everything).groups()
+    assert name == "goodput-core"
+    assert set(extras.split(",")) == set(project["optional-dependencies"]) - {"all", "test"}
+    assert project["scripts"] == {"goodput": "goodput_core.cli:main"}
+
+
+def test_the_installed_distribution_provides_the_goodput_command():
+    dist = importlib.metadata.distribution("goodput-core")
+    scripts = {e.name: e.value for e in dist.entry_points if e.group == "console_scripts"}
+    assert scripts == {"goodput": "goodput_core.cli:main"}
+
+
+def test_install_hints_name_the_distribution():
+    """Every `pip install '...[extra]'` in code and docs names goodput-core."""
+    hint = re.compile(r"pip install\s+['\"]?([\w.-]+)\[")
+    wrong = []
+    for base, dirs, files in os.walk(ROOT):
+        dirs[:] = [d for d in dirs if not d.startswith(".") and d != "__pycache__"
+                   and not d.endswith(".egg-info")]
+        for name in files:
+            if not name.endswith((".py", ".md")) or name == "test_packaging.py":
+                continue
+            path = os.path.join(base, name)
+            with open(path, encoding="utf-8", errors="replace") as f:
+                for n, line in enumerate(f, 1):
+                    for dist in hint.findall(line):
+                        if dist != "goodput-core":
+                            wrong.append(f"{os.path.relpath(path, ROOT)}:{n}: {dist}")
+    assert wrong == []
