@@ -1,9 +1,11 @@
-# The two commands of the README. Both create ./.venv and install into it.
+# The commands of the README. `demo` and `test` create ./.venv and install into it;
+# `test-maxtext` (opt-in, not part of `test`) builds its own Python 3.12 environment
+# under build/ and runs real MaxText on CPU (tests/external/maxtext_e2e.py).
 PYTHON ?= python3
 VENV ?= .venv
 PIP := $(VENV)/bin/pip
 
-.PHONY: demo test postgres-server
+.PHONY: demo test test-maxtext postgres-server
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +22,9 @@ test: $(VENV)/bin/python postgres-server
 	@seed="$(SEED)"; seed="$${seed:-$$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}"; \
 	echo "test order: --randomly-seed=$$seed (repeat: make test SEED=$$seed)"; \
 	$(VENV)/bin/python -m pytest -q -p randomly --randomly-seed="$$seed"
+
+test-maxtext:
+	$(PYTHON) tests/external/maxtext_e2e.py
 
 # The PostgreSQL store's tests start throwaway servers from Debian's package
 # (no daemon is started here). Installed when missing and we may (root).

@@ -44,41 +44,49 @@ def workload(n_events: int, restarts: int = 100, tail: int = 0):
     Returns:
       (events, extra_events): two lists of EventRecords in write order.
     """
+    out = list(stream(n_events, restarts, tail))
+    return out[:n_events], out[n_events:n_events + tail]
+
+
+def stream(n_events: int, restarts: int = 100, tail: int = 0):
+    """Yields the events of :func:`workload` one by one (``n_events + tail``
+    of them), so that a large run can be written without holding it."""
     per_step = 3 + 2 / 100
     steps_per_attempt = int((n_events - 8 * (restarts + 1)) / per_step) // (restarts + 1)
-    out, t, step, ckpt = [], 1_700_000_000.0, 0, 0
-
-    def add(kind, when, s=None, extra=None):
-        out.append(EventRecord(RUN, int(kind), when, s, extra))
-
+    t, step, ckpt, count = 1_700_000_000.0, 0, 0, 0
+    start, stop = int(Kind.CUSTOM_BADPUT_START), int(Kind.CUSTOM_BADPUT_END)
+    step_k, dl0, dl1 = int(Kind.STEP_START), int(Kind.DATA_LOADING_START), int(Kind.DATA_LOADING_END)
+    total = n_events + tail
     for attempt in range(restarts + 1):
-        add(Kind.JOB_START, t)
-        add(Kind.TPU_INIT_START, t)
-        add(Kind.TPU_INIT_END, t + 20.0)
-        add(Kind.TRAINING_PREP_START, t + 20.0)
-        add(Kind.TRAINING_PREP_END, t + 30.0)
-        add(Kind.DATA_LOADING_START, t + 30.0)
-        add(Kind.DATA_LOADING_END, t + 31.0)
+        for kind, dt in ((Kind.JOB_START, 0.0), (Kind.TPU_INIT_START, 0.0),
+                         (Kind.TPU_INIT_END, 20.0), (Kind.TRAINING_PREP_START, 20.0),
+                         (Kind.TRAINING_PREP_END, 30.0), (Kind.DATA_LOADING_START, 30.0),
+                         (Kind.DATA_LOADING_END, 31.0)):
+            yield EventRecord(RUN, int(kind), t + dt)
+        count += 7
         t += 31.0
-        n = steps_per_attempt if attempt < restarts else 10 ** 9
+        n = steps_per_attempt if attempt < restarts else 10 ** 12
         for _ in range(n):
-            if attempt == restarts and len(out) >= n_events + tail:
-                break
-            add(Kind.STEP_START, t, step)
-            add(Kind.DATA_LOADING_START, t + 0.05)
-            add(Kind.DATA_LOADING_END, t + 0.25)
+            if attempt == restarts and count >= total:
+                return
+            yield EventRecord(RUN, step_k, t, step)
+            yield EventRecord(RUN, dl0, t + 0.05)
+            yield EventRecord(RUN, dl1, t + 0.25)
+            count += 3
             if step % 100 == 0:
-                add(Kind.CUSTOM_BADPUT_START, t + 0.5, None, CUSTOM)
-                add(Kind.CUSTOM_BADPUT_END, t + 2.5, None, CUSTOM)
+                yield EventRecord(RUN, start, t + 0.5, None, CUSTOM)
+                yield EventRecord(RUN, stop, t + 2.5, None, CUSTOM)
+                count += 2
                 ckpt = step
                 t += 2.0
             t += 1.0
             step += 1
         if attempt < restarts:
-            add(Kind.DISRUPTION, t + 0.5, None, {"disruption_cause": "preemption"})
+            yield EventRecord(RUN, int(Kind.DISRUPTION), t + 0.5, None,
+                              {"disruption_cause": "preemption"})
+            count += 1
             t += 60.0
             step = ckpt + 1
-    return out[:n_events], out[n_events:n_events + tail]
 
 
 def cold(events):

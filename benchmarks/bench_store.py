@@ -6,8 +6,8 @@ Usage::
 
 Each repeat writes ``--events`` events into a fresh temporary file with
 ``append`` in batches of ``--batch`` (what the recorder's writer thread does),
-then reads them all back with one ``read`` (what a cold calculator does) and
-in increments of 10,000 (what the monitor does), and once more with the
+then reads them all back with one ``read``, in increments of 10,000, as numpy
+columns with one ``read_columns`` (what the calculator reads), and once more with the
 store's GC pause switched off (to show what it buys). Events are step starts and
 step ends from one writer, with a custom badput event (an ``extra`` dict) every
 100 steps. Prints the machine and the median (min-max) of each rate.
@@ -29,7 +29,7 @@ import tempfile
 import time
 
 from goodput_core.events import EventRecord, Kind
-from goodput_core.stores import sqlite as sqlite_store
+from goodput_core.stores import sqlite_read as sqlite_store
 from goodput_core.stores.sqlite import SqliteStore
 
 
@@ -61,8 +61,22 @@ def make_events(n: int, run: str = "bench") -> list:
     return events[:n]
 
 
+def ingest_rate(events: list, batch: int, **options) -> float:
+    """Events/s of ``append`` into a fresh file (``options``: SqliteStore's)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        store = SqliteStore(os.path.join(tmp, "bench.sqlite"), **options)
+        gc.collect()
+        t0 = time.perf_counter()
+        for i in range(0, len(events), batch):
+            store.append(events[i:i + batch])
+        rate = len(events) / (time.perf_counter() - t0)
+        store.close()
+    return rate
+
+
 def one_repeat(events: list, batch: int) -> tuple:
-    """Returns events/s for: ingest, full read, incremental read, full read with GC on."""
+    """Returns events/s for: ingest, full read, incremental read, full read with
+    GC on, and a full read as numpy columns (what the calculator reads)."""
     n = len(events)
     with tempfile.TemporaryDirectory() as tmp:
         store = SqliteStore(os.path.join(tmp, "bench.sqlite"))
@@ -91,6 +105,13 @@ def one_repeat(events: list, batch: int) -> tuple:
         read_inc = total / (time.perf_counter() - t0)
         assert total == n
 
+        gc.collect()
+        t0 = time.perf_counter()
+        page, _ = store.read_columns("bench")
+        read_columns = n / (time.perf_counter() - t0)
+        assert len(page) == n
+        del page
+
         sqlite_store.gc = _GcLeftOn  # the same full read, measured without the pause
         try:
             gc.collect()
@@ -101,7 +122,7 @@ def one_repeat(events: list, batch: int) -> tuple:
         finally:
             sqlite_store.gc = gc
         store.close()
-    return ingest, read_all, read_inc, read_gc_on
+    return ingest, read_all, read_inc, read_gc_on, read_columns
 
 
 def _fmt(values: list) -> str:
@@ -121,11 +142,17 @@ def main(argv=None) -> None:
           f"SQLite {sqlite3.sqlite_version}")
     print(f"{args.events:,} events, batches of {args.batch:,}, {args.repeats} repeats")
     events = make_events(args.events)
-    results = [one_repeat(events, args.batch) for _ in range(args.repeats)]
-    ingest, read_all, read_inc, read_gc_on = (list(col) for col in zip(*results))
+    results, unpacked = [], []
+    for _ in range(args.repeats):  # interleaved: both see the same machine load
+        results.append(one_repeat(events, args.batch))
+        unpacked.append(ingest_rate(events, args.batch, chunk_events=None))
+    ingest, read_all, read_inc, read_gc_on, read_cols = (list(col) for col in zip(*results))
     print(f"ingest (append)          : {_fmt(ingest)}   target >= 200,000")
+    ratio = statistics.median(a / b for a, b in zip(ingest, unpacked))
+    print(f"ingest, rows only        : {_fmt(unpacked)}   packed / rows-only x{ratio:.2f}")
     print(f"read (one call)          : {_fmt(read_all)}   target >= 500,000")
     print(f"read (10,000 per call)   : {_fmt(read_inc)}")
+    print(f"read as columns (one call): {_fmt(read_cols)}")
     ratio = statistics.median(a / b for a, b in zip(read_all, read_gc_on))
     print(f"read (one call), GC on   : {_fmt(read_gc_on)}   pause speed-up x{ratio:.2f}")
 

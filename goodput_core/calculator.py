@@ -7,6 +7,7 @@ API summary::
 
     calc = Calculator("run-1", "sqlite:///goodput.sqlite")  # reads the store
     calc.refresh()                      # reads only the events new since last time
+    n, cursor = calc.pull(store, cursor)  # or read any store yourself, in pages
     calc = Calculator()                 # or feed events yourself:
     calc.add(events)                    #   EventRecords (any order, duplicates ok)
     calc.add_payloads(dicts)            #   reference-format payloads
@@ -59,6 +60,7 @@ from goodput_core.events import SkipReason, from_payload, to_timestamp
 from goodput_core.checkpoint_advice import CheckpointAdvice, advice_of_run
 from goodput_core.hangs import Hang, hangs_of_run
 from goodput_core.host_outliers import HostBreakdown, HostTracker
+from goodput_core.payload_columns import payload_page
 from goodput_core.program_goodput import ProgramGoodput, program_goodput_of_run
 from goodput_core.recorder import flush_before_read
 from goodput_core.results import GoodputResult, build_result, empty_result
@@ -70,6 +72,7 @@ __all__ = ["Calculator", "GoodputResult", "MetricSeries", "ProgramGoodput", "Sli
            "SliceEfficiency", "StepStats"]
 
 Interval = Tuple[Any, Any]
+_PAGE = 262_144  # events per store read in refresh()
 
 
 class Calculator:
@@ -116,6 +119,13 @@ class Calculator:
 
     def add_payloads(self, payloads: Iterable[Any]) -> int:
         """Adds reference-format payload dicts; unparsable ones are counted."""
+        payloads = payloads if isinstance(payloads, list) else list(payloads)
+        columns = payload_page(payloads, self.run)
+        if columns is not None:  # a large batch: read column-wise, shape by shape
+            page, skipped = columns
+            with self._lock:
+                self._tl.tables.skipped.update(skipped)
+                return self._tl.add_page(page)
         records = []
         with self._lock:
             for payload in payloads:
@@ -140,11 +150,35 @@ class Calculator:
             return 0
         flush_before_read(self.run, self._store)
         with self._lock:
-            events, self._cursor = self._store.read(self.run, since=self._cursor)
-            if events:
-                self._tl.add(events, self.run)
-                self._host_tracker.observe(events)
-            return len(events)
+            n, self._cursor = self.pull(self._store, self._cursor)
+            return n
+
+    def pull(self, store: Any, cursor: Any = None) -> Tuple[int, Any]:
+        """Adds this run's events appended to ``store`` after ``cursor``.
+
+        Read in pages, so that memory does not grow with the run beyond the
+        engine's compact tables; as numpy columns where the store has them
+        (``read_columns``: no Python object per event).
+
+        Returns:
+          ``(events read, cursor)``: pass the cursor to the next pull.
+        """
+        read_columns = getattr(store, "read_columns", None)
+        total = 0
+        with self._lock:
+            while True:
+                if read_columns is not None:
+                    page, cursor = read_columns(self.run, since=cursor, limit=_PAGE)
+                    self._tl.add_page(page)  # also counts the corrupt rows skipped
+                    self._host_tracker.observe_indices(page.process_indices)
+                else:
+                    page, cursor = store.read(self.run, since=cursor, limit=_PAGE)
+                    if page:
+                        self._tl.add(page, self.run)
+                        self._host_tracker.observe(page)
+                total += len(page)
+                if len(page) < _PAGE:
+                    return total, cursor
 
     # ------------------------------------------------------------- queries
     @property
@@ -222,17 +256,32 @@ class Calculator:
           ``(start, end, label)`` tuples; labels are ``PRODUCTIVE``, ``IDLE``,
           a BadputType name, or ``CUSTOM_BADPUT_EVENTS:<TYPE>``.
         """
+        s, e, c, names = self._labelled(start, end, now)
+        return [(x, y, _label(code, names)) for x, y, code in zip(s.tolist(), e.tolist(),
+                                                                  c.tolist())]
+
+    def span_arrays(self, start: Any = -math.inf, end: Any = math.inf, now: Any = None
+                    ) -> Dict[str, Tuple[np.ndarray, np.ndarray]]:
+        """As :meth:`spans`, as ``{label: (starts, ends)}`` numpy arrays in time
+        order (no Python object per span: pictures of long runs)."""
+        s, e, c, names = self._labelled(start, end, now)
+        out = {}
+        for code in np.unique(c).tolist():
+            sel = c == code
+            out[_label(code, names)] = (s[sel], e[sel])
+        return out
+
+    def _labelled(self, start: Any, end: Any, now: Any):
+        """``(starts, ends, codes, custom names)`` of the spans of ``[start, end]``."""
         a, b = _time_arg(start, "start"), _time_arg(end, "end")
         if b < a:
             raise ValueError(f"window ends before it starts: [{a}, {b}]")
         life = self.lifetime(now)
         with self._lock:
             if life is None:
-                return []
+                return np.empty(0), np.empty(0), np.empty(0, np.int64), []
             s, e, c = self._tl.labelled(max(a, life[0]), min(b, life[1]))
-            names = self._tl.tables.names["custom"]
-            return [(x, y, _label(code, names)) for x, y, code in zip(s.tolist(), e.tolist(),
-                                                                      c.tolist())]
+            return s, e, c, list(self._tl.tables.names["custom"])
 
     def step_stats(self, ideal_step_time: Optional[float] = None) -> StepStats:
         """Step times, ideal step time and deviations (semantics.md rule 12).

@@ -254,7 +254,9 @@ def _real_to_float(value: Any) -> float:
 
 def to_payload(event: EventRecord) -> Dict[str, Any]:
     """Builds the reference-format payload of an event (key order as the reference)."""
-    spec = KINDS[Kind(event.kind)]
+    spec = KINDS.get(event.kind)  # Kind is an IntEnum: plain int codes find it too
+    if spec is None:
+        spec = KINDS[Kind(event.kind)]  # ValueError for an unknown code
     payload: Dict[str, Any] = {JOB_NAME: event.run}
     if event.kind == Kind.CHECKPOINT_STATS:
         # Orbax entries: the extra dict is the entry as Orbax logged it.

@@ -168,6 +168,13 @@ class HostTracker:
         if len(self._seen) > 1:
             self.multi_host = True  # the next refresh reads the run from the start
 
+    def observe_indices(self, indices) -> None:
+        """As :meth:`observe`, given the process indices of the events read
+        (a store's column read has no records)."""
+        if not self.multi_host:
+            self._seen.update(indices)
+            self.multi_host = len(self._seen) > 1
+
     def refresh(self) -> int:
         """Reads what the store got since the last refresh (multi-host runs
         only); returns how many events."""

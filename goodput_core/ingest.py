@@ -35,6 +35,7 @@ from goodput_core.events import (
     Kind,
     orbax_span_keys,
 )
+from goodput_core.stores.columns import EventPage
 from goodput_core.table import DTYPES as _DTYPES
 from goodput_core.table import Table
 
@@ -78,6 +79,9 @@ _VECTOR_KINDS |= {int(Kind.JOB_START), int(Kind.JOB_END), int(Kind.STEP_START), 
 _ELASTIC_KINDS = {int(Kind.ELASTIC_SLICE_COUNTS), int(Kind.ELASTIC_WAIT_START),
                   int(Kind.ELASTIC_WAIT_END), int(Kind.ELASTIC_REINIT_START),
                   int(Kind.ELASTIC_REINIT_END)}
+_LUT_SIZE = 256
+_VECTOR_LUT = np.zeros(_LUT_SIZE, bool)
+_VECTOR_LUT[sorted(_VECTOR_KINDS)] = True
 _INT_TYPES = {int, Kind}  # exact types: bools are not kinds
 NO_STEP = -1  # metric recorded without a step number
 ORBAX_SAVE, ORBAX_RESTORE = 0, 1
@@ -136,16 +140,44 @@ class EventTables:
         events = events if isinstance(events, list) else list(events)
         if not events:
             return _INF, 0
-        rows: Dict[str, Dict[str, list]] = collections.defaultdict(lambda: collections.defaultdict(list))
-        arrays: Dict[str, Dict[str, list]] = collections.defaultdict(lambda: collections.defaultdict(list))
+        rows, arrays = _buckets(), _buckets()
         base = self.order
         self.order += len(events)
         rest: Iterable[int] = range(len(events))
         if len(events) >= 256:
-            rest = self._add_columns(events, run, base, arrays)
+            columns = _columns_of(events, run)
+            if columns is not None:
+                rest = self._route(*columns, base, arrays)
         side0 = self._side_stored
         for i in rest:
             self._add_one(events[i], run, base + i, rows)
+        return self._commit(rows, arrays, side0)
+
+    def add_page(self, page: EventPage) -> Tuple[float, int]:
+        """Validates and stores a page of columns read from a store (no Python
+        object per event: only rows with an ``extra`` payload, or odd values,
+        are built into records and judged one by one).
+
+        Returns:
+          As :meth:`add`.
+        """
+        self.skipped.update(page.corrupt)
+        n = len(page)
+        if not n:
+            return _INF, 0
+        rows, arrays = _buckets(), _buckets()
+        base = self.order
+        self.order += n
+        is_step = (page.kind == Kind.STEP_START) | (page.kind == Kind.STEP_END)
+        rest = self._route(page.kind, page.time, page.step, ~is_step | page.has_step, base,
+                           arrays)
+        side0 = self._side_stored
+        for i in rest:
+            self._add_one(page.record(i), None, base + i, rows)
+        return self._commit(rows, arrays, side0)
+
+    def _commit(self, rows, arrays, side0: int) -> Tuple[float, int]:
+        """Inserts the routed rows and arrays into their tables."""
         earliest, stored = _INF, self._side_stored - side0
         for name in set(rows) | set(arrays):
             table = self.tables[name]
@@ -161,41 +193,25 @@ class EventTables:
                 self.skipped["duplicate"] += dups
         return earliest, stored
 
-    def _add_columns(self, events: List[Any], run, base: int, arrays) -> Iterable[int]:
-        """Column-wise fast path for the common kinds of a large batch.
+    def _route(self, k: np.ndarray, t: np.ndarray, step_all: np.ndarray, step_ok: np.ndarray,
+               base: int, arrays) -> List[int]:
+        """Column-wise path for the common kinds: routes them into ``arrays``.
 
-        Returns the indices left for the per-event path (other kinds, or all
-        of them when the batch has odd types)."""
-        everything = range(len(events))
-        try:
-            kinds = list(map(itemgetter(1), events))
-            times = list(map(itemgetter(2), events))
-            if not set(map(type, kinds)) <= _INT_TYPES or not set(map(type, times)) <= {float, int}:
-                return everything
-            if run is not None and set(map(itemgetter(0), events)) != {run}:
-                return everything
-            k = np.array(kinds, np.int64)
-            t = np.array(times, np.float64)
-        except (TypeError, IndexError, KeyError, OverflowError, ValueError):
-            return everything
-        fast = np.isin(k, list(_VECTOR_KINDS))
-        step_all = np.zeros(len(events), np.int64)
-        step_idx = np.flatnonzero(fast & ((k == Kind.STEP_START) | (k == Kind.STEP_END)))
-        if len(step_idx):
-            raw = [events[i][3] for i in step_idx.tolist()]
-            try:
-                if set(map(type, raw)) != {int}:
-                    raise TypeError
-                step_all[step_idx] = np.array(raw, np.int64)
-            except (TypeError, OverflowError, ValueError):
-                fast[step_idx] = False  # odd step values: the per-event path judges them
+        Args:
+          k, t, step_all: kinds, times and steps (steps only read for step kinds).
+          step_ok: False where the step is odd (the per-event path judges it).
+
+        Returns the indices left for the per-event path (other kinds, odd steps).
+        """
+        # a lookup table instead of isin/unique: kinds are small codes (no sort)
+        fast = _VECTOR_LUT[np.clip(k, 0, _LUT_SIZE - 1)] & (k >= 0) & (k < _LUT_SIZE) & step_ok
         bad_t = fast & ~(np.isfinite(t) & (np.abs(t) <= MAX_ABS_TIME))
         if bad_t.any():
             nonfin = int((bad_t & ~np.isfinite(t)).sum())
             self.skipped["non_finite"] += nonfin
             self.skipped["out_of_range"] += int(bad_t.sum()) - nonfin
         fast &= ~bad_t
-        present = np.unique(k[fast]).tolist()
+        present = np.flatnonzero(np.bincount(k[fast], minlength=1)).tolist()
         if _ELASTIC_KINDS.intersection(present):
             self.elastic_seen = True
         for kind in present:
@@ -396,6 +412,40 @@ class EventTables:
         cols["t"].append(start)
         cols["o"].append(order)
         return None
+
+
+def _buckets():
+    """name -> column -> list of values or arrays, created on first use."""
+    return collections.defaultdict(lambda: collections.defaultdict(list))
+
+
+def _columns_of(events: List[Any], run):
+    """(kinds, times, steps, step_ok) arrays of a batch of records, or None
+    when its kinds or times have odd types or it mixes runs (then every event
+    takes the per-event path)."""
+    try:
+        kinds = list(map(itemgetter(1), events))
+        times = list(map(itemgetter(2), events))
+        if not set(map(type, kinds)) <= _INT_TYPES or not set(map(type, times)) <= {float, int}:
+            return None
+        if run is not None and set(map(itemgetter(0), events)) != {run}:
+            return None
+        k = np.array(kinds, np.int64)
+        t = np.array(times, np.float64)
+    except (TypeError, IndexError, KeyError, OverflowError, ValueError):
+        return None
+    step_all = np.zeros(len(events), np.int64)
+    step_ok = np.ones(len(events), bool)
+    step_idx = np.flatnonzero((k == Kind.STEP_START) | (k == Kind.STEP_END))
+    if len(step_idx):
+        raw = [events[i][3] for i in step_idx.tolist()]
+        try:
+            if set(map(type, raw)) != {int}:
+                raise TypeError
+            step_all[step_idx] = np.array(raw, np.int64)
+        except (TypeError, OverflowError, ValueError, IndexError):
+            step_ok[step_idx] = False  # odd step values: the per-event path judges them
+    return k, t, step_all, step_ok
 
 
 def _route(kind: int) -> Tuple[str, Optional[int]]:

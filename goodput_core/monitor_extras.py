@@ -156,7 +156,8 @@ def fresh_deviations(stats: Any, done: np.ndarray
       done: the sorted steps whose deviation was handed out already.
 
     Returns:
-      ``([(step, deviation), ...], done with those steps added)``.
+      ``([(step, deviation), ...], done with those steps added)``: at most
+      the last :data:`MAX_CARRY` pairs when more are new at once.
     """
     steps = np.asarray(stats.steps, np.int64)
     dev = np.asarray(stats.deviations, np.float64)
@@ -168,11 +169,15 @@ def fresh_deviations(stats: Any, done: np.ndarray
     else:
         mask = np.ones(len(steps), bool)
     fresh = steps[mask]
+    fresh_dev = dev[mask]
+    # A monitor started on a long run (millions of steps) hands out the most
+    # recent ones only, as a busy exporter's carry keeps: the older are done.
+    out = list(zip(fresh[-MAX_CARRY:].tolist(), fresh_dev[-MAX_CARRY:].tolist()))
     if len(fresh):
         # steps usually only grow: append instead of re-sorting the whole history
         done = (np.concatenate((done, fresh)) if not len(done) or fresh[0] > done[-1]
                 else np.union1d(done, fresh))
-    return list(zip(fresh.tolist(), dev[mask].tolist())), done
+    return out, done
 
 
 def with_carry(runner: Any, snapshot: MonitorSnapshot) -> MonitorSnapshot:

@@ -88,12 +88,18 @@ class PhaseMixin:
         raise NotImplementedError
 
     # --- the reference's methods (same names, parameters and order)
+    #: True between a recorded job end and the next job start: an exception
+    #: after a graceful end is not a crash of the job (the JAX excepthook asks).
+    job_ended = False
+
     def record_job_start_time(self, start_time=None):
         """Records the start of the job (or of a new attempt of it)."""
+        self.job_ended = False
         self._record(Kind.JOB_START, start_time)
 
     def record_job_end_time(self, end_time=None):
         """Records a graceful end of the job."""
+        self.job_ended = True
         self._record(Kind.JOB_END, end_time)
 
     def record_step_start_time(self, step, start_time=None):

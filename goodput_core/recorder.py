@@ -17,7 +17,7 @@ stay the parent's.
 Example::
 
     from goodput_core import Recorder
-    rec = Recorder("my-run")                 # default embedded sqlite store
+    rec = Recorder("my-run")                 # default embedded sqlite store, opened by the writer
     rec.record_job_start_time()
     with rec.step(0):
         train_step()
@@ -44,7 +44,8 @@ from goodput_core.events import EventRecord, Kind, to_timestamp
 from goodput_core.phases import PhaseMixin
 from goodput_core.storable import (
     INT64_MAX, INT64_MIN, check_extra, check_int, check_text, describe_error)
-from goodput_core.stores import Store, open_store
+from goodput_core.stores import Store, check_store_url
+from goodput_core.stores.deferred import DeferredStore
 from goodput_core.watchdog import watchdog_for
 from goodput_core.writer import WriterMixin
 from goodput_core.zone_offset import MIN_OFFSET_S, zone_offset_hours
@@ -105,7 +106,9 @@ class Recorder(PhaseMixin, WriterMixin):
         first job start; nothing of it runs on the caller's thread.
 
     Raises:
-      StoreError: the store URL or path is unusable.
+      StoreError: the store URL is malformed (the store itself is opened by
+        the writer thread: an error there is logged, counted in
+        :meth:`stats` and makes :meth:`flush` return False).
       ValueError: a bad argument.
     """
 
@@ -146,7 +149,7 @@ class Recorder(PhaseMixin, WriterMixin):
             cloud_logger = None
             self._record = self._emit = _noop  # type: ignore[method-assign]
         self._store: Optional[Store] = (
-            open_store(store) if enabled and cloud_logger is None else None)
+            _store_for_writer(store) if enabled and cloud_logger is None else None)
         self._watchdog = (watchdog_for(self, hang_detection)
                           if enabled and cloud_logger is None else None)
         self._rejected: Dict[str, int] = collections.Counter()
@@ -178,12 +181,62 @@ class Recorder(PhaseMixin, WriterMixin):
         self._writer: Optional[threading.Thread] = None
         if self._store is not None:
             self._writer = threading.Thread(
-                target=self._writer_loop, name=f"goodput-writer-{self.run}", daemon=True)
+                target=self._writer_main, name=f"goodput-writer-{self.run}", daemon=True)
             self._writer.start()
 
     def _after_fork_in_child(self) -> None:
         self._drop_lock = threading.Lock()
+        if isinstance(self._store, DeferredStore):  # before the child's writer starts
+            self._store.after_fork_in_child()
         self._init_process_state()
+
+    # ------------------------------------------------- the store, off-thread
+    def _writer_main(self) -> None:
+        """The writer thread: opens the store at its first wake-up (never on
+        the caller's thread, quality.md P9), then drains the queue until closed.
+
+        The first wake-up is one flush interval after construction, or at
+        once when flushed or half full: the open's CPU work (imports, schema)
+        then does not compete for the GIL with the statements that follow
+        the constructor."""
+        store = self._store
+        if isinstance(store, DeferredStore):
+            self._wake.wait(self._interval)  # not cleared: the loop drains right after
+            try:
+                store.open()
+            except Exception:  # noqa: BLE001 - logged by the store; stats(), flush(); retried
+                pass
+        self._writer_loop()
+
+    def _store_error(self) -> Optional[str]:
+        store = self._store
+        if isinstance(store, DeferredStore) and not store.is_open and store.error is not None:
+            return f"cannot open the store {store.url}: {store.error}"
+        return None
+
+    def flush(self, timeout: Optional[float] = 10.0, wait_for_delivery: bool = True) -> bool:
+        """Blocks until every event recorded before this call is stored.
+
+        While the store is not open yet, the writer is asked to open it now
+        (a fence may block; this call is one); if it cannot, one more try is
+        made here and False returned at once when that fails too (see
+        :meth:`stats` for why). Otherwise as :meth:`WriterMixin.flush`.
+        """
+        store = self._store
+        if isinstance(store, DeferredStore) and not store.is_open:
+            start = time.monotonic()
+            writer = self._writer
+            if writer is not None and writer.is_alive():
+                self._wake.set()  # open now, not at the first interval
+                store.wait_tried(timeout)
+            if not store.is_open:
+                try:
+                    store.open()  # the cause may have gone (a directory created, ...)
+                except Exception:  # noqa: BLE001 - logged by the store, in stats()
+                    return False
+            if timeout is not None:
+                timeout = max(0.0, timeout - (time.monotonic() - start))
+        return super().flush(timeout, wait_for_delivery)
 
     @property
     def clock(self) -> Callable[[], float]:
@@ -200,7 +253,8 @@ class Recorder(PhaseMixin, WriterMixin):
 
         ``unstorable`` counts events accepted at record time that the store
         still refused for their content (each dropped alone, the rest of its
-        batch written); ``write_errors`` counts failed attempts that were retried.
+        batch written); ``write_errors`` counts failed attempts that were
+        retried; ``store_error`` says why the store cannot be opened (else None).
         """
         return {
             "written": self._written,
@@ -209,6 +263,7 @@ class Recorder(PhaseMixin, WriterMixin):
             "unstorable": self._unstorable,
             "write_errors": self._write_errors,
             "queued": len(self._queue),
+            "store_error": self._store_error(),
         }
 
     @property
@@ -380,10 +435,18 @@ class NullRecorder(PhaseMixin):
 
     def stats(self) -> Dict[str, Any]:
         return {"written": 0, "dropped": 0, "rejected": {}, "unstorable": 0, "write_errors": 0,
-                "queued": 0}
+                "queued": 0, "store_error": None}
 
 
 NULL_RECORDER = NullRecorder()
+
+
+def _store_for_writer(store: Any) -> Store:
+    """An open Store as is; a URL is validated here and opened by the writer thread."""
+    if isinstance(store, Store):
+        return store
+    url, _, _ = check_store_url(store)
+    return DeferredStore(url)
 
 
 def flush_all(timeout: float = _EXIT_FLUSH_TIMEOUT_S) -> bool:

@@ -50,8 +50,9 @@ class Table:
         t = batch["t"]
         if not len(t):
             return _INF, 0
-        order = np.lexsort((batch["o"], t))
-        batch = {k: v[order] for k, v in batch.items()}
+        if not _sorted(t, batch["o"]):  # batches mostly arrive in order: no copy then
+            order = np.lexsort((batch["o"], t))
+            batch = {k: v[order] for k, v in batch.items()}
         keep = self._novel(batch) if self.dedup else np.ones(len(t), bool)
         dups = int(len(keep) - keep.sum())
         if dups:
@@ -95,3 +96,9 @@ class Table:
                         break
         # a later copy of a dropped row is a copy of a kept one: already False
         return keep
+
+
+def _sorted(t: np.ndarray, o: np.ndarray) -> bool:
+    """True when rows are in (time, arrival) order already (NaN-free times)."""
+    dt = np.diff(t)
+    return bool(((dt > 0) | ((dt == 0) & (np.diff(o) > 0))).all())

@@ -106,6 +106,13 @@ class Timeline:
             self.dirty_from = min(self.dirty_from, earliest)
         return stored
 
+    def add_page(self, page) -> int:
+        """Stores a page of columns read from a store (:class:`EventPage`)."""
+        earliest, stored = self.tables.add_page(page)
+        if stored:
+            self.dirty_from = min(self.dirty_from, earliest)
+        return stored
+
     def update(self) -> None:
         """Brings the spans up to date with the events added so far."""
         if self.dirty_from == _INF:

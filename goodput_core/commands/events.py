@@ -7,14 +7,15 @@ under a ``_writer`` key.
 
 from __future__ import annotations
 
-import json
-import math
+import itertools
 import sys
 
 from goodput_core.cli import CliError
 from goodput_core.commands.common import add_store_argument
-from goodput_core.events import to_payload
+from goodput_core.commands.transfer import read_store, write_batches
 from goodput_core.stores import open_store
+
+_PAGE = 10_000
 
 
 def add_arguments(parser) -> None:
@@ -23,21 +24,11 @@ def add_arguments(parser) -> None:
     parser.add_argument("--meta", action="store_true", help="include writer metadata")
 
 
-def _writer(e) -> dict:
-    return {"process_index": e.process_index, "host": e.host, "pid": e.pid,
-            "attempt": e.attempt, "seq": e.seq,
-            "write_time": None if math.isnan(e.write_time) else e.write_time}
-
-
 def run(args) -> int:
     store = open_store(args.store, create=False)
-    events, _ = store.read(args.run)
-    if not events and args.run not in store.runs():
+    pages = read_store(store, args.run, _PAGE)  # streamed: memory does not grow with the run
+    first = next(pages, None)
+    if first is None and args.run not in store.runs():
         raise CliError(f"no run named {args.run!r} in {store.url} (see: goodput runs)")
-    out = sys.stdout
-    for e in events:
-        payload = to_payload(e)
-        if args.meta:
-            payload["_writer"] = _writer(e)
-        out.write(json.dumps(payload) + "\n")
+    write_batches(itertools.chain([first] if first else [], pages), sys.stdout, args.meta, None)
     return 0

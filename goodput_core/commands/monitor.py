@@ -122,7 +122,13 @@ def run(args) -> int:
     stdout = _Stdout(done.set)
     exporters = _exporters(args, stdout)
     try:
-        monitor = Monitor(args.run, args.store, exporters, interval_s=args.interval,
+        from goodput_core.stores import StoreError, open_store
+
+        try:
+            store = open_store(args.store, create=False)  # read-only: it only reads
+        except StoreError:
+            store = open_store(args.store)  # no store yet: the run may start later
+        monitor = Monitor(args.run, store, exporters, interval_s=args.interval,
                           rolling_windows=windows,
                           configured_ideal_step_time=args.ideal_step_time,
                           final_flush_timeout_s=_FINAL_TIMEOUT_S)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import html
 import os
 import time
-from typing import List, Tuple
+from typing import List
 
 from goodput_core import plot_timeline as pt
 from goodput_core.cli import CliError
@@ -28,7 +28,6 @@ __all__ = ["add_arguments", "run", "html_page", "render_html"]
 
 _IMAGE_SUFFIXES = (".png", ".svg", ".pdf")
 _HTML_SUFFIXES = (".html", ".htm")
-_MAX_RECTS = 4000  # per lane: beyond this, spans closer than a pixel merge
 
 
 def add_arguments(parser) -> None:
@@ -71,19 +70,6 @@ def run(args) -> int:
 
 
 # ------------------------------------------------------------------ HTML
-def _coalesce(starts: List[float], ends: List[float], gap: float) -> List[Tuple[float, float, int]]:
-    """Merges spans separated by less than ``gap`` (keeps the SVG small for
-    long runs: a pixel cannot show them apart anyway); ``(s, e, count)``."""
-    out: List[List[float]] = []
-    for s, e in zip(starts, ends):
-        if out and s - out[-1][1] < gap:
-            out[-1][1] = max(out[-1][1], e)
-            out[-1][2] += 1
-        else:
-            out.append([s, e, 1])
-    return [(s, e, int(c)) for s, e, c in out]
-
-
 def render_html(data: pt.TimelineData, path: str) -> None:
     """Writes a self-contained HTML page (inline SVG, hover titles, no URLs)."""
     with open(path, "w", encoding="utf-8") as f:
@@ -104,8 +90,8 @@ def html_page(data: pt.TimelineData) -> str:
     head, sub = pt.titles(data)
 
     def rects(lane: pt.Lane, y: float, h: float, min_w: float) -> None:
-        gap = 0.0 if len(lane.starts) <= _MAX_RECTS else span / plot_w
-        for s, e, count in _coalesce(lane.starts, lane.ends, gap):
+        # collect() merged the spans closer than a pixel already
+        for s, e, count in zip(lane.starts, lane.ends, lane.counts):
             w = max(px(e) - px(s), min_w)  # keep sub-pixel spans visible
             merged = f", {count} spans" if count > 1 else ""
             tip = (f"{lane.name}: +{rel(s)} → +{rel(e)} ({e - s:,.3f} s){merged}\n"

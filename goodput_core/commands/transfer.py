@@ -138,6 +138,10 @@ def _jsonable(value: Any) -> Any:
     return item() if callable(item) else str(value)
 
 
+# One encoder for every line (json.dumps with ``default=`` builds one per call).
+_encode = json.JSONEncoder(default=_jsonable).encode
+
+
 def has_writer(e: EventRecord) -> bool:
     """An event names its writer when it has an attempt id and a sequence number."""
     return bool(e.attempt) and e.seq > 0
@@ -188,7 +192,7 @@ def dumps_line(e: EventRecord, meta: bool) -> str:
     payload = to_payload(e)
     if meta:
         payload[WRITER_KEY] = writer_metadata(e)
-    return json.dumps(payload, default=_jsonable) + "\n"
+    return _encode(payload) + "\n"
 
 
 def parse_line(raw: Any, run: str):

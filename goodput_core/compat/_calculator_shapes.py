@@ -165,10 +165,8 @@ class StoreFeed:
         (:func:`goodput_core.recorder.flush_before_read`).
         """
         flush_before_read(self.run, self.store)
-        events, self._cursor = self.store.read(self.run, since=self._cursor)
-        if events:
-            calc.add(events)
-        return len(events)
+        n, self._cursor = calc.pull(self.store, self._cursor)  # paged, as columns
+        return n
 
 
 class CloudLoggerFeed:

@@ -22,7 +22,6 @@ import time
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 from goodput_core import events as _events
-from goodput_core.calculator import Calculator
 from goodput_core.compat import _calculator_shapes as _shapes
 # Names the reference's module imports from its goodput_utils, and users reach
 # through it (``goodput.BadputType``): the same objects here.
@@ -166,6 +165,9 @@ class GoodputCalculator:
         self.logger_name = logger_name
         self.using_pathways = using_pathways
         self._clock = clock
+        # Imported here: recorders (built at a job's start) do not pay for it.
+        from goodput_core.calculator import Calculator
+
         self._calc = Calculator(job_name, clock=clock)
         self._feed = (_shapes.CloudLoggerFeed(job_name, cloud_logger) if cloud_logger is not None
                       else _shapes.StoreFeed(job_name, store))

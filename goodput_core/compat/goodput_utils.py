@@ -12,6 +12,11 @@ Deliberate differences (each tested in tests/core/test_compat_utils.py):
   unreachable server is not retried, proxies are bypassed, and the host is
   ``GCE_METADATA_HOST`` (as google-auth reads it) or the link-local address,
   so no DNS lookup can hang. ``GCPOptions()`` looks nothing up.
+* Off Google Cloud nothing probes the metadata server by itself:
+  :func:`metadata_server_expected` (local files and environment only) is
+  False there, and the Cloud Monitoring exporter then skips its lookups
+  (an explicit ``GCE_METADATA_HOST`` turns them back on). Calling
+  ``get_gcp_metadata`` yourself still asks the server.
 * ``GoodputInfo()`` stamps its own construction time (the reference's default
   is evaluated once, at import).
 * ``get_timestamp_from_log_entry`` returns ``None`` where the reference raises
@@ -47,6 +52,7 @@ __all__ = [
     "get_anomalous_and_normal_step_times", "get_cluster_name",
     "get_extra_time_from_anomalous_steps", "get_gcp_metadata", "get_gcp_project_id",
     "get_node_zone", "get_timestamp_from_log_entry", "metadata_base_url",
+    "metadata_server_expected",
 ]
 
 logger = logging.getLogger(__name__)
@@ -365,6 +371,32 @@ def metadata_base_url() -> str:
     if "://" not in host:
         host = "http://" + host
     return f"{host}/computeMetadata/v1/"
+
+
+# Google Cloud VMs (GCE, GKE nodes, Cloud TPU VMs) say so in their DMI data,
+# readable without the network (google-auth reads the same file).
+_DMI_FILES = ("/sys/class/dmi/id/product_name", "/sys/class/dmi/id/sys_vendor")
+
+
+def metadata_server_expected() -> bool:
+    """True when a GCE metadata server should answer here, decided without the network.
+
+    True when ``GCE_METADATA_HOST`` (or ``GCE_METADATA_ROOT``) names one, or
+    when the machine's DMI data says it is a Google Cloud VM. Automatic
+    lookups (the Cloud Monitoring exporter's project, zone and accelerator
+    type) happen only then, so that a job off Google Cloud never sends a
+    packet to 169.254.169.254.
+    """
+    if os.environ.get(METADATA_HOST_ENV) or os.environ.get(_LEGACY_METADATA_HOST_ENV):
+        return True
+    for path in _DMI_FILES:
+        try:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                if f.read(256).strip().startswith("Google"):
+                    return True
+        except OSError:
+            continue
+    return False
 
 
 def get_gcp_metadata(category: str, attribute: str, timeout=5, retries=3):

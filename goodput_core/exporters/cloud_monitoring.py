@@ -14,8 +14,12 @@ these deliberate differences:
 * Nothing is looked up at construction. A missing project id, zone or
   accelerator type is fetched from the GCE metadata server on the first
   :meth:`~CloudMonitoringExporter.export` (the monitor's thread), once, with
-  the short deadlines of :mod:`goodput_core.compat.goodput_utils`; the
-  caller's ``GCPOptions`` is copied, never filled in.
+  the short deadlines of :mod:`goodput_core.compat.goodput_utils`, and only
+  where a metadata server is expected
+  (:func:`~goodput_core.compat.goodput_utils.metadata_server_expected`: a
+  Google Cloud VM, or ``GCE_METADATA_HOST`` set). Off Google Cloud the
+  exporter disables itself with a warning instead of probing
+  169.254.169.254. The caller's ``GCPOptions`` is copied, never filled in.
 * A point's end time is the snapshot's query time (capped at ``clock()``),
   forced strictly above the previous cycle's so that two snapshots with the
   same query time never write two points at one instant; the reference
@@ -309,16 +313,20 @@ class CloudMonitoringExporter(Exporter):
         if not self._resolved:
             self._resolved = True
             # Here, not in __init__: these may take seconds off Google Cloud
-            # and must never run on the training thread.
-            if not opts.project_id:
+            # and must never run on the training thread. Off Google Cloud
+            # (decided from local files) the metadata server is not asked.
+            lookups = goodput_utils.metadata_server_expected()
+            if lookups and not opts.project_id:
                 opts.project_id = goodput_utils.get_gcp_project_id()
-            if not opts.location:
+            if lookups and not opts.location:
                 opts.location = goodput_utils.get_node_zone()
             if not opts.acc_type:
-                opts.acc_type = goodput_utils.get_accelerator_type()
+                opts.acc_type = goodput_utils.get_accelerator_type() if lookups else "UNKNOWN"
             if not (opts.project_id and opts.location):
-                return self._disable("project id or location unknown (not on Google Cloud? "
-                                     "set GCPOptions.project_id and location)")
+                return self._disable(
+                    "project id or location unknown (set GCPOptions.project_id and location)"
+                    if lookups else "not on Google Cloud, so no metadata lookups (set "
+                    "GCPOptions.project_id and location, or GCE_METADATA_HOST)")
             opts.replica_id = str(opts.replica_id)
             self._resource_labels = {"location": str(opts.location),
                                      "workload_id": self._run,

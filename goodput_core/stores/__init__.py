@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Union
+from typing import Tuple, Union
 
 from goodput_core.stores.base import Cursor, Store, StoreError
 
-__all__ = ["Store", "StoreError", "Cursor", "open_store", "default_store_url"]
+__all__ = ["Store", "StoreError", "Cursor", "open_store", "check_store_url", "default_store_url",
+           "canonical_store_url"]
 
 STORE_ENV = "GOODPUT_STORE"
 
@@ -38,21 +39,20 @@ def default_store_url() -> str:
     return "sqlite:///" + os.path.join(base, "goodput", "goodput.sqlite").lstrip("/")
 
 
-def open_store(url: Union[str, os.PathLike, Store, None] = None, *, create: bool = True) -> Store:
-    """Opens the store named by ``url`` (see the module docstring).
+def check_store_url(url: Union[str, os.PathLike, None] = None) -> Tuple[str, str, str]:
+    """Validates a store URL without opening anything (no I/O, no client import).
 
     Args:
-      url: a store URL, a filesystem path (sqlite), an already open Store
-        (returned as is), or None for :func:`default_store_url`.
-      create: False for readers: a sqlite file that does not exist is an
-        error instead of a new empty store (a mistyped path must not look
-        like a store without runs).
+      url: a store URL, a filesystem path (sqlite), or None for
+        :func:`default_store_url`.
+
+    Returns:
+      ``(url, scheme, rest)``: the URL as text, its scheme and what follows ``://``.
 
     Raises:
-      StoreError: the URL is malformed, its scheme unknown, or the path unusable.
+      StoreError: the URL is malformed, its scheme unknown, or its store's
+        extra is not installed.
     """
-    if isinstance(url, Store):
-        return url
     if url is None:
         url = default_store_url()
     url = os.fspath(url)
@@ -61,43 +61,106 @@ def open_store(url: Union[str, os.PathLike, Store, None] = None, *, create: bool
     scheme, sep, rest = url.partition("://")
     if not sep:
         scheme, rest = "sqlite", url
-    if scheme == "memory":
-        from goodput_core.stores.memory import open_named
-
-        return open_named(rest)
-    if scheme == "sqlite":
-        if not rest:
-            raise StoreError(f"store URL {url!r} names no file: use sqlite:///path/to/file.sqlite")
-        from goodput_core.stores.sqlite import SqliteStore
-
-        if not create and not os.path.exists(os.path.expanduser(rest)):
-            raise StoreError(f"no goodput store at {rest!r}: record a run first or pass "
-                             "--store with the path of an existing store")
-        return SqliteStore(rest)
+    if scheme == "sqlite" and not rest:
+        raise StoreError(f"store URL {url!r} names no file: use sqlite:///path/to/file.sqlite")
     if scheme == "cloud-logging":
+        from goodput_core.stores import cloud_logging_wire as wire
+
         project, _, log = rest.partition("/")
         if not project or not log or "/" in log:
             raise StoreError(
                 f"store URL {url!r} is not cloud-logging://PROJECT/LOG_NAME")
         try:
-            from goodput_core.stores.cloud_logging import CloudLoggingStore
-        except ImportError as exc:
-            raise StoreError(
-                f"the cloud-logging store needs the 'gcp' extra: pip install 'goodput-core[gcp]' ({exc})"
-            ) from exc
-        try:
-            return CloudLoggingStore(project=project, log_name=log)
+            wire.validate_names(project, log)
         except ValueError as exc:  # a malformed project id or log name
             raise StoreError(f"store URL {url!r}: {exc}") from exc
-    if scheme in ("postgresql", "postgres"):
+        if not _importable("google.cloud.logging_v2"):
+            raise StoreError("the cloud-logging store needs the 'gcp' extra: "
+                             "pip install 'goodput-core[gcp]'")
+    elif scheme in _POSTGRES:
+        from goodput_core.stores.postgres_sql import parse_url
+
         try:
-            from goodput_core.stores.postgres import PostgresStore
-        except ImportError as exc:
-            raise StoreError(
-                "the postgresql store needs the 'postgres' extra: "
-                f"pip install 'goodput-core[postgres]' ({exc})") from exc
-        return PostgresStore(url)
+            parse_url(url)
+        except ValueError as exc:  # the message shows the URL without its password
+            raise StoreError(str(exc)) from None
+        if not _importable("psycopg"):
+            raise StoreError("the postgresql store needs the 'postgres' extra: "
+                             "pip install 'goodput-core[postgres]'")
+    elif scheme not in ("memory", "sqlite"):
+        from goodput_core.stores.postgres_sql import redact
+
+        raise StoreError(f"unknown store scheme {scheme!r} in {redact(url)!r}: use sqlite://, "
+                         "memory://, cloud-logging:// or postgresql://")
+    return url, scheme, rest
+
+
+_POSTGRES = ("postgresql", "postgres")
+
+
+def canonical_store_url(url: str) -> str:
+    """The URL an opened store will report as its ``url`` (no I/O): a sqlite
+    path made absolute as :class:`~goodput_core.stores.sqlite.SqliteStore`
+    does; other URLs as they are, a password replaced by ``***``."""
     from goodput_core.stores.postgres_sql import redact
 
-    raise StoreError(f"unknown store scheme {scheme!r} in {redact(url)!r}: use sqlite://, "
-                     "memory://, cloud-logging:// or postgresql://")
+    scheme, sep, rest = str(url).partition("://")
+    if not sep:
+        scheme, rest = "sqlite", str(url)
+    if scheme == "sqlite" and rest:
+        return "sqlite:///" + os.path.abspath(os.path.expanduser(rest)).lstrip("/")
+    return redact(str(url))
+
+
+def _importable(module: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ImportError:  # a parent package is missing
+        return False
+
+
+def open_store(url: Union[str, os.PathLike, Store, None] = None, *, create: bool = True) -> Store:
+    """Opens the store named by ``url`` (see the module docstring).
+
+    Args:
+      url: a store URL, a filesystem path (sqlite), an already open Store
+        (returned as is), or None for :func:`default_store_url`.
+      create: False for readers: a sqlite file that does not exist is an
+        error instead of a new empty store (a mistyped path must not look
+        like a store without runs), and an existing one is opened read-only
+        (so a store the user may read but not write can be read).
+
+    Raises:
+      StoreError: the URL is malformed, its scheme unknown, or the path unusable.
+    """
+    if isinstance(url, Store):
+        return url
+    url, scheme, rest = check_store_url(url)
+    if scheme == "memory":
+        from goodput_core.stores.memory import open_named
+
+        return open_named(rest)
+    if scheme == "sqlite":
+        from goodput_core.stores.sqlite import SqliteStore
+
+        if not create and not os.path.exists(os.path.expanduser(rest)):
+            raise StoreError(f"no goodput store at {rest!r}: record a run first or pass "
+                             "--store with the path of an existing store")
+        return SqliteStore(rest, readonly=not create)
+    if scheme in _POSTGRES:
+        from goodput_core.stores.postgres import PostgresStore
+
+        return PostgresStore(url)
+    project, _, log = rest.partition("/")
+    try:
+        from goodput_core.stores.cloud_logging import CloudLoggingStore
+    except ImportError as exc:
+        raise StoreError(
+            f"the cloud-logging store needs the 'gcp' extra: pip install 'goodput-core[gcp]' ({exc})"
+        ) from exc
+    try:
+        return CloudLoggingStore(project=project, log_name=log)
+    except ValueError as exc:  # a malformed project id or log name
+        raise StoreError(f"store URL {url!r}: {exc}") from exc

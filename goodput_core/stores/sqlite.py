@@ -5,7 +5,8 @@ Opened by ``sqlite:///abs/path.sqlite`` or a bare path (see
 ``$XDG_DATA_HOME/goodput/goodput.sqlite`` (``~/.local/share/goodput/...``).
 
 Schema (version :data:`SCHEMA_VERSION`, kept in ``meta``; a file written by a
-newer version is refused with :class:`StoreError`)::
+newer version is refused with :class:`StoreError`; a version-1 file is
+upgraded by the first writer that opens it, and read as it is by readers)::
 
     meta    (key TEXT PRIMARY KEY, value TEXT)          -- 'schema_version'
     runs    (run_id INTEGER PRIMARY KEY, name TEXT UNIQUE)
@@ -16,6 +17,16 @@ newer version is refused with :class:`StoreError`)::
              extra TEXT,                    -- JSON of EventRecord.extra, or NULL
              write_time REAL)
     INDEX events_run ON events (run_id, id)
+    chunks  -- (version 2) older events of a run packed as columns, see
+            -- goodput_core.stores.sqlite_chunks: writers move every full
+            -- chunk of rows there, readers read both in one snapshot
+
+Opened with ``readonly=True`` (what the read-only commands do) the file is
+opened with SQLite's ``mode=ro``: a store the user may read but not write
+(owned by someone else, a read-only mount) can be read. Rows that are
+corrupt (a hand-edited or damaged file) are skipped, counted in
+:attr:`SqliteStore.corrupt` and reported once per reason as a warning that
+names the file.
 
 A NaN ``time`` or ``write_time`` is stored as NULL (SQLite has no NaN) and read
 back as ``float('nan')``. ``extra`` is strict JSON: non-finite floats in it are
@@ -46,10 +57,9 @@ Concurrency guarantees:
 
 from __future__ import annotations
 
+import collections
 import contextlib
-import gc
-import json
-import math
+import logging
 import os
 import random
 import sqlite3
@@ -60,15 +70,18 @@ from operator import itemgetter
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from goodput_core.events import EventRecord
-from goodput_core.stores.base import Cursor, Store, StoreError
+from goodput_core.stores import sqlite_chunks as chunks
+from goodput_core.stores.base import Store, StoreError
 from goodput_core.stores.sqlite_fork import Reopen
 from goodput_core.stores.sqlite_fork import gated as _gated
 from goodput_core.stores.sqlite_fork import register_store, released
 from goodput_core.stores.sqlite_json import dumps as _dumps
+from goodput_core.stores.sqlite_read import ReadPath
+from goodput_core.stores.sqlite_read import is_busy as _is_busy
 
 __all__ = ["SqliteStore", "SCHEMA_VERSION"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
@@ -80,17 +93,14 @@ _SCHEMA = (
     " run_id INTEGER NOT NULL, writer_id INTEGER NOT NULL, seq INTEGER NOT NULL,"
     " kind INTEGER NOT NULL, time REAL, step INTEGER, extra TEXT, write_time REAL)",
     "CREATE INDEX IF NOT EXISTS events_run ON events (run_id, id)",
-)
+) + chunks.SCHEMA
 _INSERT = ("INSERT INTO events (run_id, writer_id, seq, kind, time, step, extra, write_time)"
            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)")
-_SELECT = ("SELECT kind, time, step, extra, writer_id, seq, write_time, id FROM events"
-           " WHERE run_id = ? AND id > ? ORDER BY id LIMIT ?")
-_FETCH = 10_000  # rows per fetchmany: bounds the transient row tuples while reading
+_COMPACT_PER_APPEND = 16  # chunks one append may compact (bounds its extra time)
 _HINT = "set GOODPUT_STORE=sqlite:///path/to/goodput.sqlite to a writable location"
 
 _writer_key = itemgetter(5, 6, 7, 8)  # (process_index, host, pid, attempt)
-_NAN = math.nan
-_new = tuple.__new__
+logger = logging.getLogger("goodput")
 
 
 @contextlib.contextmanager
@@ -108,13 +118,6 @@ def _write_transaction(conn: sqlite3.Connection):
     except BaseException:
         conn.rollback()
         raise
-
-
-def _is_busy(exc: sqlite3.OperationalError) -> bool:
-    code = getattr(exc, "sqlite_errorcode", None)  # Python >= 3.11; else the message
-    if code is not None:
-        return code & 0xFF in (5, 6)  # SQLITE_BUSY, SQLITE_LOCKED (+ extended codes)
-    return "locked" in str(exc) or "busy" in str(exc)
 
 
 class _WriterMap(dict):
@@ -136,7 +139,7 @@ class _WriterMap(dict):
 class _Handle:
     """One thread's connection plus its caches (ids never change once committed)."""
 
-    __slots__ = ("conn", "pid", "thread", "run_ids", "writer_ids", "writers")
+    __slots__ = ("conn", "pid", "thread", "run_ids", "writer_ids", "writers", "appended")
 
     def __init__(self, conn: sqlite3.Connection):
         self.conn = conn
@@ -145,9 +148,10 @@ class _Handle:
         self.run_ids: Dict[str, int] = {}
         self.writer_ids: Dict[Tuple[Any, ...], int] = {}
         self.writers = _WriterMap(conn)
+        self.appended: collections.Counter = collections.Counter()  # run id -> rows
 
 
-class SqliteStore(Store):
+class SqliteStore(ReadPath, Store):
     """Events in one SQLite file, shared by threads and processes.
 
     Args:
@@ -158,19 +162,29 @@ class SqliteStore(Store):
       mode: permissions of a file this creates (default 0600: run configs
         and host names are nobody else's business; SQLite gives its -wal and
         -shm files the same). An existing file keeps its own.
+      readonly: open an existing file for reading only (SQLite ``mode=ro``);
+        :meth:`append` then raises :class:`StoreError`.
+      chunk_events: events per packed chunk (see the module docstring);
+        None: never pack (rows only, as version 1 wrote them).
 
     Raises:
-      StoreError: the path cannot be created, opened or written, is not a
-        SQLite file, or was written by a newer version of this package.
+      StoreError: the path cannot be created, opened or written (read, when
+        ``readonly``), is not a SQLite file, or was written by a newer
+        version of this package.
     """
 
     def __init__(self, path: "str | os.PathLike[str]", *, busy_timeout_s: float = 30.0,
-                 mode: int = 0o600):
+                 mode: int = 0o600, readonly: bool = False,
+                 chunk_events: Optional[int] = chunks.CHUNK_EVENTS):
         path = os.path.abspath(os.path.expanduser(os.fspath(path)))
         self.path = path
         self._mode = mode
         self.url = "sqlite:///" + path.lstrip("/")
         self.busy_timeout_s = float(busy_timeout_s)
+        self.readonly = bool(readonly)
+        self.chunk_events = None if chunk_events is None else max(1, int(chunk_events))
+        #: corrupt rows skipped by this store's reads, per reason
+        self.corrupt: collections.Counter = collections.Counter()
         self._local = threading.local()
         self._lock = threading.Lock()
         self._handles: Dict[int, _Handle] = {}  # id(handle) -> handle, this process only
@@ -194,6 +208,10 @@ class SqliteStore(Store):
 
     def _check_path(self) -> None:
         parent = os.path.dirname(self.path)
+        if self.readonly:
+            if not os.path.isfile(self.path) or not os.access(self.path, os.R_OK):
+                raise self._error("no readable file there")
+            return
         try:
             os.makedirs(parent, exist_ok=True)
         except OSError as exc:
@@ -232,6 +250,8 @@ class SqliteStore(Store):
         # of a thread that has ended; a live connection is used by its thread only.
         # timeout=0: a locked file answers "busy" at once and _retry waits
         # outside the fork gate (a wait inside SQLite would hold forks back).
+        if self.readonly:
+            return self._connect_readonly()
         conn = sqlite3.connect(self.path, timeout=0,
                                isolation_level=None, check_same_thread=False)
         try:  # switching a fresh file to WAL takes a brief exclusive lock: may be busy
@@ -251,15 +271,19 @@ class SqliteStore(Store):
 
     def _ensure_schema(self, conn: sqlite3.Connection) -> None:
         version = self._schema_version(conn)
-        if version is None or version < SCHEMA_VERSION:
+        if not self.readonly and (version is None or version < SCHEMA_VERSION):
             # Several processes may create a fresh file at once: the write lock
-            # serialises them and IF NOT EXISTS / OR IGNORE make it idempotent.
+            # serialises them and IF NOT EXISTS makes it idempotent; a
+            # version-1 file gains the chunks table (its rows stay valid).
             with _write_transaction(conn):
                 for statement in _SCHEMA:
                     conn.execute(statement)
-                conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)",
-                             (str(SCHEMA_VERSION),))
+                if (self._schema_version(conn) or 0) < SCHEMA_VERSION:
+                    conn.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)",
+                                 (str(SCHEMA_VERSION),))
             version = self._schema_version(conn)
+        if self.readonly and version in (None, 1):
+            return  # not written yet, or by version 1: readable as it is
         if version != SCHEMA_VERSION:
             raise StoreError(
                 f"{self.path!r} has store schema version {version}, newer than the "
@@ -310,6 +334,8 @@ class SqliteStore(Store):
         Raises:
           StoreError: the file cannot be written, or stayed locked too long.
         """
+        if self.readonly:
+            raise StoreError(f"{self.path!r} was opened read-only: cannot append")
         if not isinstance(batch, (list, tuple)):
             batch = list(batch)  # iterated twice when a run or writer is new
         if not batch:
@@ -321,9 +347,40 @@ class SqliteStore(Store):
             except KeyError:  # a run or writer this connection has not seen yet
                 self._retry(self._register, h, batch)
                 rows = self._rows(h, batch)
+            if self._packable(rows) and self._retry(chunks.insert_packed, h.conn, rows):
+                return
             self._retry(self._insert, h.conn, rows)
         except sqlite3.Error as exc:
             raise self._error(exc) from exc
+        self._maybe_compact(h, rows)
+
+    def _packable(self, rows: List[tuple]) -> bool:
+        """A batch written as a chunk straight away: large, and of one run."""
+        return (self.chunk_events is not None
+                and len(rows) >= max(min(self.chunk_events, chunks.PACK_AT_ONCE), 2)
+                and rows[0][0] == rows[-1][0]
+                and len(set(map(itemgetter(0), rows))) == 1)
+
+    def _maybe_compact(self, h: _Handle, rows: List[tuple]) -> None:
+        """Packs full chunks of the runs this batch wrote to (sqlite_chunks).
+
+        Counted per connection: once a run got another chunk's worth of rows
+        here, look. The batch is committed already: a failure here (another
+        process holds the lock too long) is logged, never raised, and the
+        rows stay readable as they are."""
+        if self.chunk_events is None:
+            return
+        appended = h.appended
+        appended.update(map(itemgetter(0), rows))
+        for run_id in [r for r, n in appended.items() if n >= self.chunk_events]:
+            appended[run_id] = 0
+            try:
+                self._retry(chunks.compact, h.conn, run_id, _COMPACT_PER_APPEND,
+                            self.chunk_events)
+            except (sqlite3.Error, StoreError, Reopen) as exc:
+                # Reopen too: a fork closed the connection while this waited; the
+                # batch must not be appended again, packing waits for the next one
+                logger.debug("goodput: compacting %s deferred (%r)", self.path, exc)
 
     @staticmethod
     def _rows(h: _Handle, batch: Sequence[EventRecord]) -> List[tuple]:
@@ -358,67 +415,6 @@ class SqliteStore(Store):
         with _write_transaction(conn):
             conn.executemany(_INSERT, rows)
 
-    @_gated
-    def read(self, run: str, since: Cursor = None,
-             limit: Optional[int] = None) -> Tuple[List[EventRecord], Cursor]:
-        """Returns events of ``run`` with an id greater than ``since``, in append order.
-
-        Args:
-          run: the run name.
-          since: a cursor from an earlier read (the last id read), or None.
-          limit: at most this many events (None: all).
-
-        Returns:
-          (events, cursor): ``cursor`` is the id of the last event returned, or
-          ``since`` unchanged when there is nothing new.
-        """
-        if limit is not None and limit <= 0:
-            return [], since
-        h = self._handle()
-        run_id = h.run_ids.get(run)
-        if run_id is None:
-            found = self._query("SELECT run_id FROM runs WHERE name = ?", (run,))
-            if not found:
-                return [], since
-            run_id = h.run_ids[run] = found[0][0]
-        args = (run_id, 0 if since is None else int(since),
-                -1 if limit is None else int(limit))
-        try:
-            events, last = self._retry(self._select, h, run, args)
-        except sqlite3.Error as exc:
-            raise self._error(exc) from exc
-        return events, (since if last is None else last)
-
-    @staticmethod
-    def _select(h: _Handle, run: str, args: tuple) -> Tuple[List[EventRecord], Optional[int]]:
-        out: List[EventRecord] = []
-        last = None
-        cur = h.conn.execute(_SELECT, args)
-        writers, loads, nan, new, ER = h.writers, json.loads, _NAN, _new, EventRecord
-        # EventRecords are tuple subclasses, which the cyclic GC never untracks:
-        # building a million of them would trigger repeated full collections
-        # (about half the read time). They cannot form cycles, so collection is
-        # paused while they are built and the previous state restored after.
-        gc_was_enabled = gc.isenabled()
-        gc.disable()
-        try:
-            while True:
-                rows = cur.fetchmany(_FETCH)
-                if not rows:
-                    break
-                last = rows[-1][7]
-                # tuple.__new__ on a tuple in field order: no Python-level __new__ call.
-                out += [new(ER, (run, k, nan if t is None else t, s,
-                                 None if x is None else loads(x), pi, host, pid, att, q,
-                                 nan if wt is None else wt))
-                        for k, t, s, x, w, q, wt, _ in rows
-                        for pi, host, pid, att in [writers[w]]]
-        finally:
-            if gc_was_enabled:
-                gc.enable()
-            cur.close()
-        return out, last
-
     def _query(self, sql: str, args: tuple = ()) -> List[tuple]:
         """All rows of one statement on this thread's connection, retried while busy."""
         conn = self._handle().conn
@@ -430,6 +426,8 @@ class SqliteStore(Store):
     @_gated
     def runs(self) -> List[str]:
         """Names of the runs in this store, oldest first."""
+        if self.readonly and self._schema_version(self._handle().conn) is None:
+            return []  # an empty file: no run yet
         return [r[0] for r in self._query("SELECT name FROM runs ORDER BY run_id")]
 
     @_gated

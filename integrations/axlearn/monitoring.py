@@ -5,6 +5,12 @@ asked) goes to TensorBoard under ``{upload_dir}/goodput``; rolling windows
 go to a second monitor under ``{upload_dir}/rolling_window_{name}/goodput``;
 both through :class:`goodput_core.compat.monitoring.GoodputMonitor`, reading
 the run's store. Prometheus, when asked, is served by the first one only.
+
+They are built and started on a thread of their own
+(:class:`goodput_core.background_start.BackgroundStart`): entering
+``maybe_monitor_all()`` costs the training thread one thread start
+(quality.md P9). A monitor that cannot be built (an unwritable directory, a
+port in use) is logged there and the run goes on without it.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ import logging
 import threading
 from typing import Any, Callable, Dict, Optional
 
+from goodput_core.background_start import BackgroundStart
 from goodput_integrations.axlearn.spec import RecorderSpec
 
 __all__ = ["RunMonitors"]
@@ -20,6 +27,7 @@ __all__ = ["RunMonitors"]
 logger = logging.getLogger("goodput")
 
 _FLUSH_BEFORE_FINAL_UPLOAD_S = 5.0
+_START_WAIT_AT_STOP_S = 30.0  # a start still running at stop is waited for this long
 _STOPS = (("rolling", "stop_rolling_window_goodput_uploader"),
           ("step_deviation", "stop_step_deviation_uploader"),
           ("goodput", "stop_goodput_uploader"))
@@ -37,12 +45,12 @@ class RunMonitors:
         self._spec = spec
         self._clock = clock
         self._lock = threading.Lock()
-        self._started: Dict[str, Any] = {}
+        self._start: Optional[BackgroundStart] = None
 
     @property
     def running(self) -> bool:
         """True between :meth:`start` and :meth:`stop`."""
-        return bool(self._started)
+        return self._start is not None
 
     def _monitor(self, tensorboard_dir: str, prometheus: bool) -> Any:
         from goodput_core.compat.goodput_utils import GCPOptions
@@ -67,39 +75,47 @@ class RunMonitors:
             **extra)
 
     def start(self) -> None:
-        """Builds and starts the monitors (no-op while running).
-
-        Raises:
-          ValueError, StoreError, OSError: a monitor cannot be built; what
-            was already started is stopped again.
-        """
-        spec = self._spec
+        """Builds and starts the monitors on their own thread (no-op while running);
+        returns at once. A failure is logged there; what was started is stopped."""
         with self._lock:
-            if self._started:
-                return
-            started: Dict[str, Any] = {}
-            try:
-                main = self._monitor(spec.upload_dir, prometheus=True)
-                main.start_goodput_uploader()
-                started["goodput"] = main
-                if spec.include_step_deviation:
-                    main.start_step_deviation_uploader()
-                    started["step_deviation"] = main
-                if spec.rolling_window_size:
-                    rolling = self._monitor(spec.rolling_window_dir, prometheus=False)
-                    rolling.start_rolling_window_goodput_uploader(list(spec.rolling_window_size))
-                    started["rolling"] = rolling
-            except BaseException:
-                self._stop(started, skip_final_flush=True)
-                raise
-            self._started = started
+            if self._start is None:
+                self._start = BackgroundStart(f"goodput-monitor-start-{self._spec.name}",
+                                              self._build, abandon=_stop_late).begin()
+
+    def _build(self) -> Dict[str, Any]:
+        """Runs on the start thread: the monitors, built and started."""
+        spec = self._spec
+        started: Dict[str, Any] = {}
+        try:
+            main = self._monitor(spec.upload_dir, prometheus=True)
+            main.start_goodput_uploader()
+            started["goodput"] = main
+            if spec.include_step_deviation:
+                main.start_step_deviation_uploader()
+                started["step_deviation"] = main
+            if spec.rolling_window_size:
+                rolling = self._monitor(spec.rolling_window_dir, prometheus=False)
+                rolling.start_rolling_window_goodput_uploader(list(spec.rolling_window_size))
+                started["rolling"] = rolling
+        except BaseException:
+            self._stop(started, skip_final_flush=True)
+            raise
         logger.info("goodput: monitoring %s to %s", spec.name, spec.upload_dir)
+        return started
+
+    def wait_started(self, timeout: Optional[float] = None) -> bool:
+        """Waits until the start thread finished; True when monitors are running."""
+        start = self._start
+        return start is not None and start.wait(timeout) is not None
 
     def stop(self, flush: Optional[Callable[[float], Any]] = None) -> None:
         """Flushes pending events (``flush(timeout)``), then stops every
         uploader after its final upload; never raises."""
         with self._lock:
-            started, self._started = self._started, {}
+            start, self._start = self._start, None
+        if start is None:
+            return
+        started = start.finish(_START_WAIT_AT_STOP_S)
         if not started:
             return
         if flush is not None:
@@ -120,3 +136,8 @@ class RunMonitors:
                 except Exception:
                     logger.warning("goodput: stopping the %s uploader failed", part,
                                    exc_info=True)
+
+
+def _stop_late(started: Dict[str, Any]) -> None:
+    """A start that finished after stop() gave up on it: stop it, no final upload."""
+    RunMonitors._stop(started, skip_final_flush=True)

@@ -26,6 +26,10 @@ would count as idle time, not recovery), so while an exception propagates
 (other than ``SystemExit(0)``) END_JOB records a ``disruption`` with cause
 ``exception:<Type>`` instead; ``end_job_on_crash=true`` restores AXLearn's
 behaviour. A ``record_event(EventType.JOB)`` block that raises does the same.
+"Propagates" means an exception other than the one already being handled
+when START_JOB was recorded: a whole job run inside an unrelated ``except``
+block sees that block's exception in ``sys.exc_info()`` at END_JOB, and
+still ends cleanly.
 
 Rules kept from AXLearn's contract: ``record`` never raises (misuse is
 logged once); ``from_flags`` makes no JAX call (the process index is read
@@ -79,6 +83,7 @@ _PHASES = {"JOB": "JOB", "STEP": "STEP", "ACCELERATOR_INIT": "ACCELERATOR_INIT",
            "TRAINING_PREPARATION": "TRAINING_PREPARATION", "DATA_LOADING": "DATA_LOADING",
            "CUSTOM_BADPUT_EVENT": "CUSTOM_BADPUT_EVENT", "TPU_INIT": "ACCELERATOR_INIT"}
 _DISRUPTION_RECORDED_ATTR = "_goodput_disruption_recorded"
+_ENGINE_BUILD_DELAY_S = 0.5  # the engine is built this long after the first event
 _HAS_JAX: Optional[bool] = None
 
 
@@ -141,17 +146,23 @@ class GoodputSuiteRecorder(_base.RecorderBase):
         self._forcing = False
         self._lock = threading.RLock()
         self._engine: Any = None
+        self._early: list = []
+        self._builder: Optional[threading.Thread] = None
+        self._build_now = threading.Event()
         self._process_index: Optional[int] = None
         self._gate = ProcessGate(self, per_host=spec.per_host, process_index=self._index)
         self._monitors = RunMonitors(spec, self._clock)
         self._warned: set = set()
+        # The exception being handled when START_JOB was recorded (see _crash_at_end_job).
+        self._exc_at_start: Optional[BaseException] = None
 
     # ------------------------------------------------------------ building
     @classmethod
     def from_flags(cls, fv: Any, **hooks: Any) -> "GoodputSuiteRecorder":
         """Builds the recorder from ``fv.recorder_spec`` (``key=value`` strings).
 
-        No JAX call, no I/O: the store is opened at the first recorded event.
+        No JAX call, no I/O: the engine is built, and the store opened, on a
+        thread of their own at the first recorded event.
 
         Args:
           fv: AXLearn's FlagValues, or anything with ``recorder_spec``, or a
@@ -211,34 +222,66 @@ class GoodputSuiteRecorder(_base.RecorderBase):
         return self._decide() and self._gate.process_index == 0
 
     # ------------------------------------------------------------ engine
-    def _get_engine(self) -> Any:
-        engine = self._engine
-        if engine is not None:
-            return engine
-        with self._lock:
-            if self._engine is None:
-                from goodput_core import NULL_RECORDER
-                from goodput_core.compat.goodput import GoodputRecorder
+    # The engine (imports, recorder, store) is built on a thread of its own at
+    # the first event: the first record costs what any other does (quality.md
+    # P9). Events recorded meanwhile wait in ``_early``, already time-stamped.
+    def _build_engine(self) -> None:
+        # Not at once: the statements after the first record run before the
+        # build's imports compete for the GIL (a flush builds it at once).
+        self._build_now.wait(_ENGINE_BUILD_DELAY_S)
+        try:
+            from goodput_core.compat.goodput import GoodputRecorder
 
-                kwargs: Dict[str, Any] = {"clock": self._clock}
-                if self.spec.store:
-                    kwargs["store"] = self.spec.store
-                try:
-                    engine = GoodputRecorder(self.spec.name, self.spec.logger_name, True,
-                                             **kwargs)
-                    if self._process_index is not None and self.spec.per_host:
-                        engine.process_index = self._process_index
-                    if self.spec.run_group:
-                        engine.record_metadata(run_group=self.spec.run_group)
-                except Exception:
-                    self._warn("engine", "goodput: cannot open the store %r; recording "
-                               "nothing", self.spec.store)
-                    engine = NULL_RECORDER
-                self._engine = engine
-            return self._engine
+            kwargs: Dict[str, Any] = {"clock": self._clock}
+            if self.spec.store:
+                kwargs["store"] = self.spec.store
+            engine: Any = GoodputRecorder(self.spec.name, self.spec.logger_name, True,
+                                          **kwargs)
+            if self.spec.run_group:
+                engine.record_metadata(run_group=self.spec.run_group)
+        except Exception:
+            from goodput_core import NULL_RECORDER
+
+            self._warn("engine", "goodput: cannot record to the store %r; recording "
+                       "nothing", self.spec.store)
+            engine = NULL_RECORDER
+        with self._lock:
+            if self._process_index is not None and self.spec.per_host:
+                engine.process_index = self._process_index
+            for method, args, kwargs in self._early:
+                self._call_engine(engine, method, args, kwargs)
+            self._early = []
+            self._engine = engine
+
+    def _call_engine(self, engine: Any, method: str, args: tuple, kwargs: dict) -> None:
+        try:
+            getattr(engine, method)(*args, **kwargs)
+        except Exception:
+            self._warn(method, "goodput: %s%r failed (further failures are silent)",
+                       method, args)
 
     def _call(self, method: str, args: tuple, kwargs: dict) -> None:
-        getattr(self._get_engine(), method)(*args, **kwargs)
+        engine = self._engine
+        if engine is None:
+            with self._lock:
+                engine = self._engine
+                if engine is None:
+                    self._early.append((method, args, kwargs))
+                    if self._builder is None:
+                        self._builder = threading.Thread(
+                            target=self._build_engine, daemon=True,
+                            name=f"goodput-axlearn-engine-{self.spec.name}")
+                        self._builder.start()
+                    return
+        getattr(engine, method)(*args, **kwargs)
+
+    def _engine_built(self, timeout: Optional[float]) -> Any:
+        """The engine once built (waits for its thread up to ``timeout``), or None."""
+        builder = self._builder
+        if builder is not None and builder is not threading.current_thread():
+            self._build_now.set()
+            builder.join(timeout)
+        return self._engine
 
     def _submit(self, entry: _Entry, args: tuple, kwargs: dict) -> None:
         """Stamps the time now (the call may be buffered) and records; never raises."""
@@ -282,13 +325,26 @@ class GoodputSuiteRecorder(_base.RecorderBase):
         """Records one AXLearn ``Event`` (see the module docstring); never raises."""
         name = _name(event)
         if name == "END_JOB":
-            self._end_job(args, kwargs, sys.exc_info()[1])
+            self._end_job(args, kwargs, self._crash_at_end_job())
             return
+        if name == "START_JOB":
+            self._exc_at_start = sys.exc_info()[1]
         entry = _LEGACY.get(name)
         if entry is None:
             self._warn(f"event-{name}", "goodput: ignoring unknown event %s", event)
             return
         self._submit(entry, args, kwargs)
+
+    def _crash_at_end_job(self) -> Optional[BaseException]:
+        """The exception propagating through the job at a legacy END_JOB, or None.
+
+        ``sys.exc_info()`` in AXLearn's ``finally`` is the crash, but it is
+        also set inside any ``except`` block around the whole run: the
+        exception that was already being handled at START_JOB is not a crash.
+        """
+        exc = sys.exc_info()[1]
+        at_start, self._exc_at_start = self._exc_at_start, None
+        return None if exc is at_start else exc
 
     def _end_job(self, args: tuple, kwargs: dict, exc: Optional[BaseException]) -> None:
         if exc is not None and not _graceful(exc) and not self.spec.end_job_on_crash:
@@ -361,8 +417,13 @@ class GoodputSuiteRecorder(_base.RecorderBase):
             self._decide()
         except Exception:
             self._warn("decide", "goodput: could not read the process index")
-        engine = self._engine
-        return True if engine is None else bool(engine.flush(timeout))
+        start = time.monotonic()
+        engine = self._engine_built(timeout)
+        if engine is None:
+            return self._builder is None  # nothing recorded, or still building: not stored
+        if timeout is not None:
+            timeout = max(0.0, timeout - (time.monotonic() - start))
+        return bool(engine.flush(timeout))
 
     def close(self, timeout: Optional[float] = 10.0) -> bool:
         """Stops monitoring, flushes and closes the store writer."""
@@ -373,11 +434,8 @@ class GoodputSuiteRecorder(_base.RecorderBase):
 
     # ---------------------------------------------------------- monitoring
     def _start_monitors(self) -> bool:
-        """Starts the monitors on process 0; False when not started here.
-
-        Raises:
-          ValueError, StoreError, OSError: a monitor cannot be built.
-        """
+        """Starts the monitors on process 0 (built on their own thread);
+        False when not started here."""
         with self._lock:
             if (self._monitors.running or not self.spec.enable_monitoring
                     or not self._is_lead()):
@@ -386,8 +444,7 @@ class GoodputSuiteRecorder(_base.RecorderBase):
             return True
 
     def _stop_monitors(self) -> None:
-        engine = self._engine
-        self._monitors.stop(engine.flush if engine is not None else None)
+        self._monitors.stop(self.flush)
 
 
 _base.register(NAME, GoodputSuiteRecorder)

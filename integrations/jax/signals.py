@@ -105,7 +105,11 @@ class DisruptionHooks:
 
     def _on_exception(self, exc_type: Any, exc: Any, tb: Any) -> None:
         try:
-            if not getattr(exc, DISRUPTION_RECORDED_ATTR, False):
+            # The hook gets the exception that ends the process (not whatever
+            # sys.exc_info() holds); one raised after a graceful job end, or
+            # already recorded by a job() block, is not a new crash.
+            if not getattr(exc, DISRUPTION_RECORDED_ATTR, False) and not getattr(
+                    self._adapter.recorder, "job_ended", False):
                 self._record(f"exception:{getattr(exc_type, '__name__', 'Exception')}")
         finally:
             prev = self._prev_hook or sys.__excepthook__

@@ -36,10 +36,10 @@ import importlib.util
 import sys
 import threading
 import types
-import weakref
 from typing import Any, Callable, Dict, Iterator, Optional, Tuple
 
 from goodput_integrations.errors import AdapterUnavailable
+from goodput_integrations.maxtext import runtime
 
 __all__ = [
     "AliasConflict",
@@ -92,8 +92,17 @@ class AliasSettings:
         rolling windows (seconds).
       checkpoint_stats: Orbax ``CheckpointManager`` objects created while the
         alias is on record their save/restore statistics, to the recorder
-        the alias last built (needs orbax; the patch is installed when the
-        first recorder is built, or at once if Orbax is already imported).
+        the alias last built (needs orbax; the patch is installed when
+        something imports ``orbax.checkpoint``, or at once if it is imported:
+        the alias never imports Orbax itself).
+      ideal_step_time: monitors' configured ideal step time (seconds).
+      compile_spans: JAX compilations on the thread that built a recorder
+        become its program-startup spans (when JAX is imported by then).
+      run_group: each recorder built records this run group (metadata).
+      disruptions: once a recorder is built, SIGTERM and an uncaught
+        exception record a disruption (the JAX adapter's handlers, installed
+        then: after whatever the job installed while importing, which they
+        chain to).
     """
 
     store: Optional[str] = None
@@ -101,6 +110,10 @@ class AliasSettings:
     prometheus_port: Optional[int] = None
     rolling_windows: Tuple[int, ...] = ()
     checkpoint_stats: bool = False
+    ideal_step_time: Optional[float] = None
+    compile_spans: bool = False
+    disruptions: bool = False
+    run_group: str = ""
 
 
 class _Session:
@@ -111,34 +124,17 @@ class _Session:
         self.finder = _Finder(self)
         self.wrapped: Dict[type, type] = {}
         self.active = True
-        self._recorder: Optional[weakref.ReferenceType] = None
-        self.orbax_patch: Any = None
 
-    # --- the recorder that Orbax statistics go to
+    # --- the recorder that Orbax statistics and disruptions go to
     def note_recorder(self, recorder: Any) -> None:
-        if getattr(recorder, "enabled", True):
-            self._recorder = weakref.ref(recorder)
-            self.patch_orbax()
-
-    def patch_orbax(self) -> None:
-        """Installs the Orbax patch once Orbax is in use. Deferred until then
-        (MaxText imports Orbax before it builds its recorder, and its
-        checkpoint manager after), so the alias never changes import order."""
-        patch = self.orbax_patch
-        if patch is None or patch.installed or not self.active:
-            return
-        try:
-            patch.install()
-        except Exception:  # noqa: BLE001 - statistics are optional: go on without
-            logger.warning("goodput: Orbax checkpoint statistics unavailable", exc_info=True)
-        if not patch.installed:  # unavailable or unsupported: do not try again
-            self.orbax_patch = None
-
-    @property
-    def recorder(self) -> Optional[Any]:
-        """The last enabled recorder built through the alias (None: none alive)."""
-        ref = self._recorder
-        return None if ref is None else ref()
+        if self.active:
+            runtime.set_recorder(recorder)
+            if self.settings.compile_spans:
+                runtime.watch_compiles(recorder)
+            if self.settings.disruptions:
+                runtime.install_disruption_hooks()
+            if self.settings.run_group and getattr(recorder, "enabled", True):
+                recorder.record_metadata(run_group=self.settings.run_group)
 
     # --- defaults
     def defaults(self, kind: str) -> Dict[str, Any]:
@@ -150,6 +146,8 @@ class _Session:
             out["clock"] = s.clock
         if kind == "monitor" and s.prometheus_port is not None:
             out["prometheus_port"] = s.prometheus_port
+        if kind == "monitor" and s.ideal_step_time is not None:
+            out["configured_ideal_step_time"] = s.ideal_step_time
         return out
 
     # --- module building
@@ -292,15 +290,20 @@ def enable_reference_alias(*, store: Optional[str] = None,
                            clock: Optional[Callable[[], float]] = None,
                            prometheus_port: Optional[int] = None,
                            rolling_windows: Tuple[int, ...] = (),
-                           checkpoint_stats: bool = False) -> AliasSettings:
+                           checkpoint_stats: bool = False,
+                           ideal_step_time: Optional[float] = None,
+                           compile_spans: bool = False,
+                           disruptions: bool = False,
+                           run_group: str = "") -> AliasSettings:
     """Makes ``ml_goodput_measurement`` imports resolve to our compat modules,
     in this process only, until :func:`disable_reference_alias`.
 
     Idempotent for the same settings.
 
     Args:
-      store, clock, prometheus_port, rolling_windows, checkpoint_stats:
-        see :class:`AliasSettings`.
+      store, clock, prometheus_port, rolling_windows, checkpoint_stats,
+        ideal_step_time, compile_spans, disruptions, run_group: see
+        :class:`AliasSettings`.
 
     Returns:
       The settings in force.
@@ -312,7 +315,10 @@ def enable_reference_alias(*, store: Optional[str] = None,
     """
     settings = AliasSettings(store=store, clock=clock, prometheus_port=prometheus_port,
                              rolling_windows=tuple(rolling_windows),
-                             checkpoint_stats=bool(checkpoint_stats))
+                             checkpoint_stats=bool(checkpoint_stats),
+                             ideal_step_time=ideal_step_time,
+                             compile_spans=bool(compile_spans),
+                             disruptions=bool(disruptions), run_group=run_group or "")
     global _session
     with _LOCK:
         if _session is not None:
@@ -331,11 +337,7 @@ def enable_reference_alias(*, store: Optional[str] = None,
             if importlib.util.find_spec("orbax") is None:
                 raise AdapterUnavailable("checkpoint statistics need orbax-checkpoint: pip "
                                          "install 'goodput-core[jax]', or turn them off")
-            from goodput_integrations.maxtext.orbax_patch import OrbaxPatch
-
-            session.orbax_patch = OrbaxPatch(lambda: session.recorder if session.active else None)
-            if "orbax.checkpoint" in sys.modules:
-                session.patch_orbax()
+            runtime.watch_orbax()  # patches when MaxText imports Orbax; never imports it
         sys.meta_path.insert(0, session.finder)
         _session = session
         return settings
@@ -363,8 +365,7 @@ def disable_reference_alias() -> bool:
         for name in _alias_names():
             if getattr(sys.modules[name], MARKER, False):
                 del sys.modules[name]
-        if session.orbax_patch is not None:
-            session.orbax_patch.uninstall()
+        runtime.release()
         _session = None
         return True
 

@@ -22,15 +22,22 @@ MaxText's flags (defaults as in ``base.yml``)::
     report_performance_metric_for_gcp_monitoring  false
     run_name, base_output_directory, tensorboard_dir
 
-Ours (absent from MaxText's ``base.yml``: add them to your config file)::
+    goodput_job_name (MaxText >= 0.2.5; the job name when set, else run_name)
 
-    goodput_store            store URL (default: $GOODPUT_STORE or the
-                             embedded sqlite file)
-    goodput_rolling_windows  rolling window sizes in seconds, "3600,86400"
-    goodput_prometheus_port  serve Prometheus metrics on 127.0.0.1:<port>
-                             (unset or negative: off; 0: a free port)
-    goodput_ideal_step_time  configured ideal step time in seconds
-    goodput_run_group        the run's group (``goodput runs --group G``)
+Ours. MaxText's ``pyconfig`` rejects keys it does not know (in the YAML and
+on the command line), so each of ours has one name in three forms: the
+environment variable ``GOODPUT_X`` (always read), the launcher flag
+``--goodput-x``, and the config key ``goodput_x`` (read only from a config
+object that has it, e.g. a fork's own config class or a dict). A config key
+or launcher flag wins over the environment::
+
+    GOODPUT_STORE             store URL (default: the embedded sqlite file)
+    GOODPUT_ROLLING_WINDOWS   rolling window sizes in seconds, "3600,86400"
+    GOODPUT_PROMETHEUS_PORT   serve Prometheus metrics on 127.0.0.1:<port>
+                              (unset or negative: off; 0: a free port)
+    GOODPUT_IDEAL_STEP_TIME   configured ideal step time in seconds
+    GOODPUT_CHECKPOINT_STATS  record Orbax save/restore statistics (true)
+    GOODPUT_RUN_GROUP         the run's group (``goodput runs --group G``)
 
 Test hooks (attributes, not flags): ``_goodput_clock`` (a ``() -> float``
 time source) and ``_goodput_process_index`` (an int, or a callable).
@@ -46,7 +53,8 @@ from typing import Any, Callable, Mapping, Optional, Tuple
 from goodput_core import settings
 from goodput_core.run_groups import check_run_group
 
-__all__ = ["MaxTextGoodputSettings", "read_settings", "parse_bool", "parse_windows"]
+__all__ = ["MaxTextGoodputSettings", "OUR_SETTINGS", "env_name", "flag_name", "read_ours",
+           "read_settings", "parse_bool"]
 
 logger = logging.getLogger("goodput")
 
@@ -82,23 +90,60 @@ def _positive_int(value: Any, name: str) -> int:
     return settings.parse_positive_int(value, _flag(name))
 
 
-def parse_windows(value: Any, name: str) -> Tuple[int, ...]:
-    """Rolling window sizes: ``"3600,86400"``, a list of ints, or empty/None."""
-    return settings.parse_window_sizes(value, _flag(name))
+#: Our settings (config-key form); see the module docstring for the others.
+OUR_SETTINGS = ("goodput_store", "goodput_rolling_windows", "goodput_prometheus_port",
+                "goodput_ideal_step_time", "goodput_checkpoint_stats", "goodput_run_group")
+_OURS = OUR_SETTINGS
 
 
-def parse_port(value: Any, name: str) -> Optional[int]:
-    """A Prometheus port (see :func:`goodput_core.settings.parse_port`)."""
-    return settings.parse_port(value, _flag(name))
+def env_name(key: str) -> str:
+    """``goodput_store`` -> ``GOODPUT_STORE``."""
+    return key.upper()
 
 
-def parse_seconds(value: Any, name: str) -> Optional[float]:
-    """An optional positive number of seconds (None/''/0 = unset, as the reference)."""
-    return settings.parse_seconds(value, _flag(name), zero_is_unset=True)
+def flag_name(key: str) -> str:
+    """``goodput_store`` -> ``--goodput-store``."""
+    return "--" + key.replace("_", "-")
 
 
-_OURS = ("goodput_store", "goodput_rolling_windows", "goodput_prometheus_port",
-         "goodput_ideal_step_time", "goodput_run_group")
+def _parse_store(value: Any, name: str) -> Optional[str]:
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    if not isinstance(value, (str, os.PathLike)):
+        raise ValueError(f"{name}={value!r}: expected a store URL")
+    return os.fspath(value)
+
+
+def read_ours(lookup: Callable[[str], Any], source: Callable[[str], str] = _flag
+              ) -> dict:
+    """Parses our settings, each from ``lookup(key)`` or else its variable.
+
+    Args:
+      lookup: returns the value given for a config-form key, or None.
+      source: the display name of a key for error messages.
+
+    Returns:
+      ``{"store", "rolling_windows", "prometheus_port", "ideal_step_time",
+      "checkpoint_stats", "run_group"}``, parsed.
+
+    Raises:
+      ValueError: a bad value, naming the flag or variable it came from.
+    """
+    raw = {}
+    for key in OUR_SETTINGS:
+        value, name = lookup(key), source(key)
+        if value is None or (isinstance(value, str) and not value.strip()):
+            value, name = os.environ.get(env_name(key)), f"${env_name(key)}"
+        raw[key] = (value, name)
+    return {
+        "store": _parse_store(*raw["goodput_store"]),
+        "rolling_windows": settings.parse_window_sizes(*raw["goodput_rolling_windows"]),
+        "prometheus_port": settings.parse_port(*raw["goodput_prometheus_port"]),
+        "ideal_step_time": settings.parse_seconds(*raw["goodput_ideal_step_time"],
+                                                  zero_is_unset=True),
+        "checkpoint_stats": settings.parse_bool(*raw["goodput_checkpoint_stats"], blank=True),
+        "run_group": check_run_group(*raw["goodput_run_group"]),
+    }
 _warned_keys: set = set()
 
 
@@ -112,7 +157,7 @@ def _warn_unknown(config: Any) -> None:
             names = list(vars(config))
         except TypeError:
             return
-    known = set(MAXTEXT_DEFAULTS) | set(_OURS)
+    known = set(MAXTEXT_DEFAULTS) | set(_OURS) | {"goodput_job_name"}
     for name in names:
         if (isinstance(name, str) and name.startswith("goodput_") and name not in known
                 and name not in _warned_keys):
@@ -137,9 +182,11 @@ def _get(config: Any, name: str, default: Any = _MISSING) -> Any:
 class MaxTextGoodputSettings:
     """The goodput settings of one MaxText job, validated.
 
-    Attributes are the flags (MaxText's names, parsed), plus ``store``,
-    ``rolling_windows``, ``prometheus_port`` and ``ideal_step_time`` (ours)
-    and the two test hooks ``clock`` and ``process_index``.
+    Attributes are the flags (MaxText's names, parsed), ``job_name``
+    (``goodput_job_name`` or else ``run_name``, as MaxText), plus ``store``,
+    ``rolling_windows``, ``prometheus_port``, ``ideal_step_time`` and
+    ``checkpoint_stats`` (ours) and the two test hooks ``clock`` and
+    ``process_index``.
     """
 
     run_name: str
@@ -160,14 +207,20 @@ class MaxTextGoodputSettings:
     rolling_windows: Tuple[int, ...] = ()
     prometheus_port: Optional[int] = None
     ideal_step_time: Optional[float] = None
+    checkpoint_stats: bool = True
+    job_name: str = ""
     run_group: str = ""
     clock: Optional[Callable[[], float]] = None
     process_index: Any = None
 
+    def __post_init__(self) -> None:
+        if not self.job_name:
+            object.__setattr__(self, "job_name", self.run_name)
+
     @property
     def logger_name(self) -> str:
-        """MaxText's log name for the run: ``goodput_{run_name}``."""
-        return f"goodput_{self.run_name}"
+        """MaxText's log name for the job: ``goodput_{job_name}``."""
+        return f"goodput_{self.job_name}"
 
     @property
     def gcp_step_deviation_metrics(self) -> bool:
@@ -213,9 +266,10 @@ def read_settings(config: Any) -> MaxTextGoodputSettings:
         raise ValueError("monitor_goodput needs base_output_directory (or tensorboard_dir): "
                          "goodput is written to {base_output_directory}/{run_name}/"
                          "tensorboard/goodput")
-    store = _get(config, "goodput_store", None) or None
-    if store is not None and not isinstance(store, (str, os.PathLike)):
-        raise ValueError(f"goodput flag goodput_store={store!r}: expected a store URL")
+    job_name = _get(config, "goodput_job_name", "") or run_name
+    if not isinstance(job_name, str):
+        raise ValueError(f"goodput flag goodput_job_name={job_name!r}: expected a string")
+    ours = read_ours(lambda key: _get(config, key, None))
     clock = _get(config, "_goodput_clock", None)
     if clock is not None and not callable(clock):
         raise ValueError("_goodput_clock must be a callable returning POSIX seconds")
@@ -223,16 +277,9 @@ def read_settings(config: Any) -> MaxTextGoodputSettings:
         run_name=run_name,
         base_output_directory=base,
         tensorboard_dir=tensorboard_dir,
-        store=None if store is None else os.fspath(store),
-        rolling_windows=parse_windows(_get(config, "goodput_rolling_windows", None),
-                                      "goodput_rolling_windows"),
-        prometheus_port=parse_port(_get(config, "goodput_prometheus_port", None),
-                                   "goodput_prometheus_port"),
-        ideal_step_time=parse_seconds(_get(config, "goodput_ideal_step_time", None),
-                                      "goodput_ideal_step_time"),
-        run_group=check_run_group(_get(config, "goodput_run_group", None),
-                                  "goodput flag goodput_run_group"),
+        job_name=job_name,
         clock=clock,
+        **ours,
         process_index=_get(config, "_goodput_process_index", None),
         **flags,
     )

@@ -1,32 +1,44 @@
 """MaxText's goodput helper API on our engine.
 
-MaxText drives goodput through a handful of helpers (``maxtext.common.goodput``,
-formerly ``MaxText/utils/goodput_utils.py``). This module offers the same
-names and call shapes, driven by the same config flags::
-
-    from goodput_integrations.maxtext import (
-        GoodputEvent, create_goodput_recorder, maybe_monitor_goodput,
-        maybe_record_goodput, record_goodput)
+MaxText drives goodput through a handful of helpers (``maxtext.common.goodput``
+in MaxText 0.2.4-0.2.5). This module offers the same names and call shapes,
+driven by the same config flags; a fork serves them to all of MaxText's
+importers through :mod:`goodput_integrations.maxtext.fork`. As MaxText's
+``train.py`` uses them::
 
     recorder = create_goodput_recorder(config)       # None unless enabled
+    record_goodput(recorder, RECORD_JOB_START_TIME)
     with maybe_monitor_goodput(config):              # process 0 only
-        with maybe_record_goodput(recorder, GoodputEvent.JOB):
-            with maybe_record_goodput(recorder, GoodputEvent.TPU_INIT):
-                ...
-            for step in range(start_step, config.steps):
-                with maybe_record_goodput(recorder, GoodputEvent.STEP, step):
-                    state, metrics = p_train_step(state, batch)
+        with maybe_record_goodput(recorder, GoodputEvent.TPU_INIT):
+            ...
+        for step in range(start_step, config.steps):
+            with maybe_record_goodput(recorder, GoodputEvent.STEP, step):
+                state, metrics = p_train_step(state, batch)
+        record_goodput(recorder, RECORD_JOB_END_TIME)  # graceful end only
 
 Differences from MaxText's helpers (all deliberate):
 
-* Events go to our store (``goodput_store``; default the embedded sqlite file),
-  not to Cloud Logging, unless the store is ``cloud-logging://...``.
+* Events go to our store (``$GOODPUT_STORE``; default the embedded sqlite
+  file), not to Cloud Logging, unless the store is ``cloud-logging://...``.
+  Our settings come from ``GOODPUT_*`` variables (MaxText's config rejects
+  unknown keys), or from a config object that has the ``goodput_*`` key.
 * ``monitor_step_time_deviation`` starts the step-deviation uploader (MaxText
   passes the flag to the monitor but never starts that uploader), and
   ``goodput_rolling_windows`` starts the rolling-window uploader.
-* A ``GoodputEvent.JOB`` block that raises records a ``disruption`` (its
-  cause is ``exception:<Type>``), so the report knows when the crash happened;
-  like MaxText, no job end is recorded then.
+* Crashes and preemptions are disruptions. :func:`create_goodput_recorder`
+  installs the JAX adapter's SIGTERM handler and excepthook
+  (:mod:`~goodput_integrations.maxtext.runtime`): SIGTERM records
+  ``disruption_cause: sigterm``, an uncaught exception ``exception:<Type>``.
+  A ``GoodputEvent.JOB`` block that raises records the same at once (current
+  MaxText uses no JOB block: it records job start, and job end only when the
+  run completed gracefully). Like MaxText, no job end is recorded then.
+* Orbax checkpoint save/restore statistics are recorded: the recorder
+  arms a hook that adds our logger to every Orbax checkpointer built once
+  MaxText imports Orbax (``GOODPUT_CHECKPOINT_STATS=false``: off), and JAX
+  compilations become program-startup spans.
+* ``report_performance_metric_for_gcp_monitoring`` turns step-deviation
+  metrics to Cloud Monitoring off, as in MaxText, without writing to the
+  config (MaxText's own helper assigns to its read-only config and fails).
 * Before the monitor's final upload, pending events of this process are
   flushed, so the last numbers include the job end.
 * ``elastic_enabled`` picks the elastic recorder and monitor, but MaxText's
@@ -43,12 +55,14 @@ import contextlib
 import enum
 import functools
 import logging
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator, List, Optional, Tuple
 
+from goodput_integrations.maxtext import runtime
 from goodput_integrations.maxtext.config import MaxTextGoodputSettings, read_settings
 
 __all__ = [
     "GoodputEvent",
+    "get_goodput_job_name",
     "RECORD_JOB_END_TIME",
     "RECORD_JOB_START_TIME",
     "create_goodput_recorder",
@@ -61,6 +75,7 @@ __all__ = [
 logger = logging.getLogger("goodput")
 
 _FLUSH_BEFORE_FINAL_UPLOAD_S = 5.0
+_START_WAIT_AT_STOP_S = 30.0  # a monitor start still running at exit is waited for this long
 _warned: set = set()
 
 
@@ -77,10 +92,6 @@ class GoodputEvent(enum.Enum):
 
 RECORD_JOB_START_TIME = f"record_{GoodputEvent.JOB.value}_start_time"
 RECORD_JOB_END_TIME = f"record_{GoodputEvent.JOB.value}_end_time"
-
-# Set on an exception once its disruption is recorded (the JAX adapter's
-# excepthook and outer blocks then skip it); same name as the JAX adapter's.
-_DISRUPTION_RECORDED_ATTR = "_goodput_disruption_recorded"
 
 
 def _warn_once(key: str, msg: str, *args: Any) -> None:
@@ -124,12 +135,19 @@ def _clock_kwargs(settings: MaxTextGoodputSettings) -> dict:
     return out
 
 
+def get_goodput_job_name(config: Any) -> str:
+    """``goodput_job_name`` if set, else ``run_name`` (as MaxText 0.2.5)."""
+    return read_settings(config).job_name
+
+
 def create_goodput_recorder(config: Any) -> Any:
     """The run's recorder if ``enable_goodput_recording``, else None (as MaxText).
 
     Every process gets a recorder; only process 0's writes (the others are
     disabled null recorders), as in MaxText. ``elastic_enabled`` gives the
-    elastic recorder.
+    elastic recorder. Process 0's recorder also receives Orbax checkpoint
+    statistics and disruptions (SIGTERM, uncaught exception): see
+    :mod:`~goodput_integrations.maxtext.runtime`.
 
     Args:
       config: MaxText's config (or any object/mapping with the flags).
@@ -150,7 +168,9 @@ def create_goodput_recorder(config: Any) -> Any:
     else:
         from goodput_core.compat.goodput import GoodputRecorder as cls
     writes = process_index(settings) == 0
-    recorder = cls(settings.run_name, settings.logger_name, writes, **_clock_kwargs(settings))
+    recorder = cls(settings.job_name, settings.logger_name, writes, **_clock_kwargs(settings))
+    if writes:
+        runtime.track(recorder, checkpoint_stats=settings.checkpoint_stats)
     if settings.run_group:
         recorder.record_metadata(run_group=settings.run_group)
     return recorder
@@ -196,9 +216,9 @@ def maybe_record_goodput(recorder: Any, event_name: Any, *args: Any) -> Iterator
     try:
         yield
         completed = True
-    except BaseException as exc:
-        if value == GoodputEvent.JOB.value and recorder and not isinstance(exc, GeneratorExit):
-            _record_crash(recorder, exc)
+    except BaseException as exc:  # propagating out of the block: not sys.exc_info()
+        if value == GoodputEvent.JOB.value and recorder:
+            runtime.record_crash(exc, recorder)
         raise
     finally:
         if completed:
@@ -220,16 +240,6 @@ def _observe_load() -> Any:
         return None
 
 
-def _record_crash(recorder: Any, exc: BaseException) -> None:
-    if getattr(exc, _DISRUPTION_RECORDED_ATTR, False):
-        return
-    record_goodput(recorder, "record_disruption", f"exception:{type(exc).__name__}")
-    try:
-        setattr(exc, _DISRUPTION_RECORDED_ATTR, True)
-    except Exception:  # some exception types refuse attributes
-        pass
-
-
 def _gcp_options(settings: MaxTextGoodputSettings) -> Any:
     from goodput_core.compat.goodput_utils import GCPOptions
 
@@ -245,7 +255,7 @@ def build_monitor(settings: MaxTextGoodputSettings) -> Any:
       StoreError: the store cannot be opened.
     """
     kwargs = dict(
-        job_name=settings.run_name,
+        job_name=settings.job_name,
         logger_name=settings.logger_name,
         tensorboard_dir=settings.tensorboard_dir,
         upload_interval=settings.goodput_upload_interval_seconds,
@@ -279,8 +289,15 @@ def maybe_monitor_goodput(config: Any) -> Iterator[Optional[Any]]:
     ``goodput_prometheus_port``. On exit: pending events are flushed, then a
     final upload (bounded), then the monitor stops.
 
+    The monitor is built and started on a thread of its own (imports,
+    directories, the store): entering the block costs the training thread
+    one thread start (quality.md P9). A monitor that cannot be built is
+    logged there and training goes on without it.
+
     Yields:
-      The monitor (None when not monitoring).
+      A :class:`goodput_core.background_start.BackgroundStart` whose
+      ``wait(timeout)`` returns the started monitor (None if it failed), or
+      None when not monitoring.
 
     Raises:
       ValueError: a bad flag value (before the block runs).
@@ -289,8 +306,35 @@ def maybe_monitor_goodput(config: Any) -> Iterator[Optional[Any]]:
     if not settings.monitor_goodput or process_index(settings) != 0:
         yield None
         return
+    from goodput_core.background_start import BackgroundStart
+
+    start = BackgroundStart(f"goodput-monitor-start-{settings.job_name}",
+                            lambda: _start_monitor(settings),
+                            abandon=lambda pair: stop_monitor(*pair, flush=False)).begin()
+    try:
+        yield _MonitorStart(start)
+    finally:
+        pair = start.finish(_START_WAIT_AT_STOP_S)
+        if pair is not None:
+            stop_monitor(*pair)
+
+
+class _MonitorStart:
+    """What ``maybe_monitor_goodput`` yields: ``wait(timeout)`` gives the monitor."""
+
+    def __init__(self, start: Any):
+        self._start = start
+
+    def wait(self, timeout: Optional[float] = None) -> Optional[Any]:
+        """The started monitor (waits up to ``timeout`` s); None if it failed."""
+        pair = self._start.wait(timeout)
+        return None if pair is None else pair[0]
+
+
+def _start_monitor(settings: MaxTextGoodputSettings) -> Tuple[Any, List[str]]:
+    """Runs on the start thread: builds the monitor and starts its uploaders."""
     monitor = build_monitor(settings)
-    started = []
+    started: List[str] = []
     try:
         monitor.start_goodput_uploader()
         started.append("goodput")
@@ -300,28 +344,30 @@ def maybe_monitor_goodput(config: Any) -> Iterator[Optional[Any]]:
         if settings.rolling_windows:
             monitor.start_rolling_window_goodput_uploader(list(settings.rolling_windows))
             started.append("rolling")
-        logger.info("goodput: monitoring %s to %s", settings.run_name, settings.tensorboard_dir)
-        yield monitor
-    finally:
-        stop_monitor(monitor, started)
+    except BaseException:
+        stop_monitor(monitor, started, flush=False)
+        raise
+    logger.info("goodput: monitoring %s to %s", settings.job_name, settings.tensorboard_dir)
+    return monitor, started
 
 
-def stop_monitor(monitor: Any, started: Any) -> None:
+def stop_monitor(monitor: Any, started: Any, flush: bool = True) -> None:
     """Flushes this process's recorders, then stops the started uploaders
-    (each with its final upload); never raises."""
+    (each with its final upload; neither when ``flush`` is False); never raises."""
     from goodput_core.recorder import flush_all
 
-    try:
-        flush_all(_FLUSH_BEFORE_FINAL_UPLOAD_S)
-    except Exception:
-        _warn_once("maxtext-flush", "goodput: flushing before the final upload failed")
+    if flush:
+        try:
+            flush_all(_FLUSH_BEFORE_FINAL_UPLOAD_S)
+        except Exception:
+            _warn_once("maxtext-flush", "goodput: flushing before the final upload failed")
     stops = {"rolling": "stop_rolling_window_goodput_uploader",
              "step_deviation": "stop_step_deviation_uploader",
              "goodput": "stop_goodput_uploader"}
     for part in ("rolling", "step_deviation", "goodput"):
         if part in started:
             try:
-                getattr(monitor, stops[part])()
+                getattr(monitor, stops[part])(*(() if flush else (True,)))
             except Exception:
                 _warn_once(f"maxtext-stop-{part}", "goodput: stopping the %s uploader failed",
                            part)

@@ -5,23 +5,39 @@ Usage::
     python -m goodput_integrations.maxtext.launch [OPTIONS] [--] COMMAND...
 
     COMMAND is MaxText's own train command, with or without the leading
-    ``python3``:  -m MaxText.train CONFIG.yml key=value ...
-              or  MaxText/train.py CONFIG.yml key=value ...
+    ``python3``:  -m maxtext.trainers.pre_train.train src/maxtext/configs/base.yml key=value ...
+              or  path/to/train.py CONFIG.yml key=value ...
 
-    OPTIONS (ours; MaxText's config rejects keys it does not know):
-      --goodput-store URL              where events go (default: $GOODPUT_STORE
-                                       or the embedded sqlite file)
+    OPTIONS (ours; MaxText's config rejects keys it does not know). Each one
+    can also come from its environment variable (GOODPUT_STORE, ...); the
+    option wins:
+      --goodput-store URL              where events go ($GOODPUT_STORE;
+                                       default: the embedded sqlite file)
       --goodput-prometheus-port N      also serve Prometheus on 127.0.0.1:N
-      --goodput-rolling-windows S,...  also upload rolling windows (seconds)
-      --goodput-no-checkpoint-stats    do not record Orbax checkpoint statistics
+                                       ($GOODPUT_PROMETHEUS_PORT)
+      --goodput-rolling-windows S,...  also upload rolling windows, seconds
+                                       ($GOODPUT_ROLLING_WINDOWS)
+      --goodput-ideal-step-time S      the monitor's ideal step time, seconds
+                                       ($GOODPUT_IDEAL_STEP_TIME)
+      --goodput-checkpoint-stats B     record Orbax save/restore statistics
+                                       (true; $GOODPUT_CHECKPOINT_STATS)
+      --goodput-no-checkpoint-stats    the same as --goodput-checkpoint-stats=false
+      --goodput-run-group G            the run's group (``goodput runs --group G``;
+                                       $GOODPUT_RUN_GROUP)
 
 Goodput is still switched on by MaxText's flags: ``enable_goodput_recording=true``
 and ``monitor_goodput=true`` (and the others MaxText reads). The launcher
 enables :func:`~goodput_integrations.maxtext.alias.enable_reference_alias` in
 this process, then runs the command as ``python`` would (``runpy``), so
 ``from ml_goodput_measurement import goodput, monitoring`` inside MaxText
-gets our classes. Orbax checkpoint managers built meanwhile record their
-save/restore statistics (when orbax-checkpoint is installed).
+gets our classes. It also adds what MaxText does not record
+(:mod:`~goodput_integrations.maxtext.runtime`): Orbax checkpoint statistics
+(patched when MaxText imports Orbax, never imported by us), compilations
+as program startup (MaxText compiles its train step outside any goodput
+block), and a
+disruption with its cause when the command raises (``exception:<Type>``,
+``exit:<status>``) or the process gets SIGTERM once MaxText has built its
+recorder (``sigterm``). Nothing heavy is imported before the command runs.
 """
 
 from __future__ import annotations
@@ -33,8 +49,7 @@ import sys
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 from goodput_integrations.errors import AdapterUnavailable
-from goodput_integrations.maxtext import alias
-from goodput_integrations.maxtext.config import parse_port, parse_windows
+from goodput_integrations.maxtext import alias, config, runtime
 
 __all__ = ["main", "parse_args"]
 
@@ -48,8 +63,13 @@ class UsageError(ValueError):
     """Bad launcher arguments (printed with the usage, exit code 2)."""
 
 
+_FLAGS = {config.flag_name(key): key for key in config.OUR_SETTINGS}
+_NO_CHECKPOINT_STATS = "--goodput-no-checkpoint-stats"
+
+
 def parse_args(argv: Sequence[str]) -> Tuple[dict, List[str]]:
-    """Splits our options from the command; parses and validates ours.
+    """Splits our options from the command; parses and validates ours
+    (each from its option, else its environment variable).
 
     Returns:
       ``(alias settings as keyword arguments, command)``.
@@ -58,39 +78,32 @@ def parse_args(argv: Sequence[str]) -> Tuple[dict, List[str]]:
       UsageError: an unknown option, a bad value, or no command.
     """
     argv = list(argv)
-    options: dict = {"checkpoint_stats": True}
-    takes_value = {"--goodput-store": "store", "--goodput-prometheus-port": "prometheus_port",
-                   "--goodput-rolling-windows": "rolling_windows"}
+    given: dict = {}
     i = 0
     while i < len(argv) and argv[i].startswith("--goodput-"):
         flag, eq, value = argv[i].partition("=")
-        if flag == "--goodput-no-checkpoint-stats" and not eq:
-            options["checkpoint_stats"] = False
+        if flag == _NO_CHECKPOINT_STATS and not eq:
+            given["goodput_checkpoint_stats"] = "false"
             i += 1
             continue
-        if flag not in takes_value:
+        if flag not in _FLAGS:
             raise UsageError(f"unknown option {flag}")
         if not eq:
             if i + 1 >= len(argv):
                 raise UsageError(f"{flag} needs a value")
             i += 1
             value = argv[i]
-        options[takes_value[flag]] = value
+        given[_FLAGS[flag]] = value
         i += 1
     if i < len(argv) and argv[i] == "--":
         i += 1
     command = argv[i:]
     if command and os.path.basename(command[0]) in _PYTHONS:
-        command = command[1:]  # a pasted "python3 -m MaxText.train ..."
+        command = command[1:]  # a pasted "python3 -m maxtext.trainers.pre_train.train ..."
     if not command or command == ["-m"]:
         raise UsageError("no command to run")
     try:
-        if "prometheus_port" in options:
-            options["prometheus_port"] = parse_port(options["prometheus_port"],
-                                                    "--goodput-prometheus-port")
-        if "rolling_windows" in options:
-            options["rolling_windows"] = parse_windows(options["rolling_windows"],
-                                                       "--goodput-rolling-windows")
+        options = config.read_ours(given.get, config.flag_name)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     return options, command
@@ -105,12 +118,13 @@ def _hint(command: Sequence[str]) -> None:
 
 
 def _enable(options: dict, clock: Optional[Callable[[], float]]) -> None:
+    options = dict(options, clock=clock, compile_spans=True, disruptions=True)
     try:
-        alias.enable_reference_alias(clock=clock, **options)
+        alias.enable_reference_alias(**options)
     except AdapterUnavailable as exc:
         # checkpoint statistics were asked for by default: go on without them
         logger.info("goodput: no Orbax checkpoint statistics (%s)", exc)
-        alias.enable_reference_alias(clock=clock, **dict(options, checkpoint_stats=False))
+        alias.enable_reference_alias(**dict(options, checkpoint_stats=False))
 
 
 def run(command: Sequence[str]) -> Any:
@@ -139,8 +153,9 @@ def main(argv: Optional[Sequence[str]] = None, *,
       clock: test hook: the time source of every aliased class.
 
     Returns:
-      0 when the command returned normally (a ``SystemExit`` it raises
-      propagates, as under ``python``); 2 on a usage error.
+      0 when the command returned normally (an exception or ``SystemExit``
+      it raises propagates, as under ``python``, after its disruption is
+      recorded); 2 on a usage error.
     """
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] in (["-h"], ["--help"]):
@@ -155,8 +170,11 @@ def main(argv: Optional[Sequence[str]] = None, *,
     _enable(options, clock)
     try:
         run(command)
+    except BaseException as exc:  # propagating out of MaxText: a crash (or exit 0)
+        runtime.record_crash(exc)
+        raise
     finally:
-        alias.disable_reference_alias()
+        alias.disable_reference_alias()  # also removes the hooks and the Orbax patch
     return 0
 
 

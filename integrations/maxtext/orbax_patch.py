@@ -1,19 +1,23 @@
-"""Orbax checkpoint statistics for unmodified MaxText (alias mode only).
+"""Orbax checkpoint statistics for unmodified MaxText.
 
-MaxText builds its ``ocp.CheckpointManager`` itself, passing Orbax's
-``CloudLogger`` as ``logger=`` only when ``enable_checkpoint_cloud_logger``.
-Under the alias (:mod:`goodput_integrations.maxtext.alias`, with
-``checkpoint_stats=True``, which the launcher sets) we wrap
-``CheckpointManager.__init__`` so that every manager built meanwhile gets our
-:class:`~goodput_integrations.orbax.logger.GoodputLogger` in front of the
-logger it was given (or of Orbax's default ``StandardLogger``): the given
-logger still receives every entry, untouched.
+MaxText builds its Orbax checkpointer itself: up to 0.2.4 an
+``ocp.CheckpointManager`` (given Orbax's ``CloudLogger`` as ``logger=`` only
+when ``enable_checkpoint_cloud_logger``), from 0.2.5 an Orbax v1
+``ocp.v1.training.Checkpointer``, which builds a ``CheckpointManager``
+inside but logs its restores itself, to the logger it was given. So we
+wrap the constructor of both classes: every one built while the patch is
+installed gets our :class:`~goodput_integrations.orbax.logger.GoodputLogger`
+in front of the logger it was given (or of Orbax's default
+``StandardLogger``); the given logger still receives every entry, untouched.
+A ``CheckpointManager`` handed our logger already (by the v1 class) is left
+alone.
 
-The statistics go to the recorder the alias last built (MaxText builds its
-recorder before its checkpoint manager); looked up at each entry, so none is
-needed when the manager is built. The patch is recorded and undone by
-:meth:`OrbaxPatch.uninstall`; if someone patched on top of us meanwhile, our
-wrapper stays but falls straight through.
+The statistics go to the recorder ``current_recorder()`` returns at each
+entry (MaxText builds its recorder before its checkpointer, but nothing
+depends on that order). The patch is undone by :meth:`OrbaxPatch.uninstall`;
+if someone patched on top of us meanwhile, our wrapper stays but falls
+straight through. The patch imports nothing: it is installed once Orbax is
+imported (:mod:`goodput_integrations.maxtext.runtime`).
 """
 
 from __future__ import annotations
@@ -21,13 +25,17 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
-from typing import Any, Callable, Optional
+import sys
+from typing import Any, Callable, List, Optional, Tuple
 
 from goodput_integrations.errors import AdapterUnavailable
 
-__all__ = ["OrbaxPatch"]
+__all__ = ["OrbaxPatch", "TARGETS"]
 
 logger = logging.getLogger("goodput")
+
+#: Attribute paths from ``orbax.checkpoint`` to the classes we patch.
+TARGETS = ("CheckpointManager", "v1.training.Checkpointer")
 
 
 class _LiveRecorder:
@@ -47,8 +55,17 @@ class _LiveRecorder:
             rec.record_checkpoint_stats(entry)
 
 
+def _resolve(root: Any, path: str) -> Optional[type]:
+    obj = root
+    for part in path.split("."):
+        obj = getattr(obj, part, None)
+        if obj is None:
+            return None
+    return obj if isinstance(obj, type) else None
+
+
 class OrbaxPatch:
-    """Adds our logger to every ``CheckpointManager`` built while installed.
+    """Adds our logger to every Orbax checkpointer built while installed.
 
     Args:
       current_recorder: returns the recorder statistics go to (None: drop).
@@ -57,64 +74,73 @@ class OrbaxPatch:
     def __init__(self, current_recorder: Callable[[], Optional[Any]]):
         self._proxy = _LiveRecorder(current_recorder)
         self.active = False
-        self._cls: Any = None
-        self._original: Any = None
-        self._patched: Any = None
+        # (class, original __init__, our wrapper)
+        self._patched: List[Tuple[type, Any, Any]] = []
         self.managers_patched = 0
 
     @property
     def installed(self) -> bool:
-        """True while our constructor wrapper is in force."""
-        return self.active and self._patched is not None
+        """True while at least one constructor wrapper is in force."""
+        return self.active and bool(self._patched)
 
     def install(self) -> "OrbaxPatch":
-        """Wraps ``CheckpointManager.__init__`` (idempotent).
+        """Wraps the constructors of :data:`TARGETS` that exist (idempotent).
+
+        Orbax must be importable; it is imported here if it is not yet (the
+        runtime calls this only once Orbax is imported).
 
         Raises:
           AdapterUnavailable: orbax-checkpoint is not installed.
         """
-        if self._patched is not None:
+        if self._patched:
             self.active = True
             return self
         try:
-            import orbax.checkpoint as ocp
+            ocp = sys.modules.get("orbax.checkpoint")
+            if ocp is None:
+                import orbax.checkpoint as ocp
 
             from goodput_integrations.orbax.logger import GoodputLogger
         except ImportError as exc:
             raise AdapterUnavailable(
                 "checkpoint statistics need orbax-checkpoint: pip install 'goodput-core[jax]', "
                 f"or turn them off ({exc})") from exc
-        cls = ocp.CheckpointManager
+        for path in TARGETS:
+            cls = _resolve(ocp, path)
+            if cls is not None:
+                self._wrap(cls, GoodputLogger)
+        if not self._patched:
+            logger.warning("goodput: this Orbax's checkpointers take no logger=; "
+                           "checkpoint statistics are not recorded")
+        self.active = True
+        return self
+
+    def _wrap(self, cls: type, logger_cls: type) -> None:
         original = cls.__dict__.get("__init__")
         try:
             signature = inspect.signature(original)
         except (TypeError, ValueError):
-            signature = None
-        if signature is None or "logger" not in signature.parameters:
-            logger.warning("goodput: this Orbax CheckpointManager takes no logger=; "
-                           "checkpoint statistics are not recorded")
-            return self
+            return
+        if "logger" not in signature.parameters:
+            return
         patch = self
 
         @functools.wraps(original)
-        def __init__(manager: Any, *args: Any, **kwargs: Any) -> None:
+        def __init__(obj: Any, *args: Any, **kwargs: Any) -> None:
             if patch.active:
                 try:
-                    args, kwargs = patch._with_logger(signature, GoodputLogger, manager,
-                                                      args, kwargs)
-                except Exception:  # never break the user's checkpoint manager
+                    args, kwargs = patch._with_logger(signature, logger_cls, obj, args, kwargs)
+                except Exception:  # never break the user's checkpointer
                     logger.warning("goodput: could not add the checkpoint logger",
                                    exc_info=True)
-            return original(manager, *args, **kwargs)
+            return original(obj, *args, **kwargs)
 
-        self._cls, self._original, self._patched = cls, original, __init__
         cls.__init__ = __init__
-        self.active = True
-        return self
+        self._patched.append((cls, original, __init__))
 
-    def _with_logger(self, signature: inspect.Signature, logger_cls: type, manager: Any,
+    def _with_logger(self, signature: inspect.Signature, logger_cls: type, obj: Any,
                      args: tuple, kwargs: dict):
-        bound = signature.bind(manager, *args, **kwargs)
+        bound = signature.bind(obj, *args, **kwargs)
         given = bound.arguments.get("logger")
         if isinstance(given, logger_cls):
             return args, kwargs
@@ -127,9 +153,9 @@ class OrbaxPatch:
         return bound.args[1:], bound.kwargs
 
     def uninstall(self) -> None:
-        """Puts the original constructor back (or falls through if patched over)."""
+        """Puts the original constructors back (or falls through if patched over)."""
         self.active = False
-        cls = self._cls
-        if cls is not None and cls.__dict__.get("__init__") is self._patched:
-            cls.__init__ = self._original
-            self._cls = self._original = self._patched = None
+        for cls, original, ours in self._patched:
+            if cls.__dict__.get("__init__") is ours:
+                cls.__init__ = original
+        self._patched = []

@@ -431,3 +431,21 @@ def test_goodput_monitor_gcm_flag_builds_the_cloud_monitoring_exporter(tmp_path,
     (gcm,) = made
     assert gcm.run == "gcm-run" and gcm.options.project_id == "proj"
     assert gcm.options.location == "us-east5-a" and len(gcm.snapshots) == 1
+
+
+def test_a_monitor_started_on_a_long_run_hands_out_only_the_recent_deviations(monkeypatch):
+    import types
+
+    import numpy as np
+
+    from goodput_core import monitor_extras
+
+    monkeypatch.setattr(monitor_extras, "MAX_CARRY", 50)
+    steps = np.arange(1000)
+    stats = types.SimpleNamespace(steps=steps, deviations=steps * 0.5)
+    new, done = monitor_extras.fresh_deviations(stats, np.empty(0, np.int64))
+    assert new == [(s, s * 0.5) for s in range(950, 1000)]  # the last 50, in order
+    assert done.tolist() == steps.tolist()  # the older ones are not handed out later
+    more = types.SimpleNamespace(steps=np.arange(1003), deviations=np.arange(1003) * 0.5)
+    assert monitor_extras.fresh_deviations(more, done)[0] == [(1000, 500.0), (1001, 500.5),
+                                                               (1002, 501.0)]

@@ -34,9 +34,11 @@ def ev(run="run-a", i=0, kind=Kind.STEP_START, **kw):
     return EventRecord(run, int(kind), **fields)
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", "sqlite-chunked"])
 def store(request, tmp_path):
-    s = MemoryStore("t") if request.param == "memory" else SqliteStore(tmp_path / "s.sqlite")
+    # sqlite-chunked: every 2 rows of a run are packed into a chunk (sqlite_chunks)
+    s = MemoryStore("t") if request.param == "memory" else SqliteStore(
+        tmp_path / "s.sqlite", chunk_events=2 if request.param == "sqlite-chunked" else 8192)
     yield s
     s.close()
 
@@ -163,7 +165,7 @@ def test_schema_version_wal_and_tables_recorded(tmp_path):
         == (str(SCHEMA_VERSION),)
     assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
-    assert {"meta", "runs", "writers", "events", "events_run"} <= tables
+    assert {"meta", "runs", "writers", "events", "events_run", "chunks"} <= tables
     conn.close()
 
 
@@ -341,8 +343,9 @@ def test_use_after_fork_in_child(tmp_path):
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
-def test_fork_while_another_thread_writes(tmp_path):
-    s = SqliteStore(tmp_path / "s.sqlite")
+@pytest.mark.parametrize("chunk_events", [8192, 4])
+def test_fork_while_another_thread_writes(tmp_path, chunk_events):
+    s = SqliteStore(tmp_path / "s.sqlite", chunk_events=chunk_events)
     started, stop, written = threading.Event(), threading.Event(), [0]
 
     def writer():
@@ -386,7 +389,7 @@ _WORKER = textwrap.dedent("""
     path, proc, batches = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     print("ready", flush=True)
     sys.stdin.readline()  # start barrier: every process opens the fresh file at once
-    store = SqliteStore(path)
+    store = SqliteStore(path, chunk_events=int(sys.argv[4]))
     errors = []
 
     def work(thread):
@@ -415,9 +418,11 @@ _WORKER = textwrap.dedent("""
 """)
 
 
-def test_four_processes_by_four_threads_lose_and_duplicate_nothing(tmp_path):
+@pytest.mark.parametrize("chunk_events", [8192, 16, 3])  # 3: most batches packed at once
+def test_four_processes_by_four_threads_lose_and_duplicate_nothing(tmp_path, chunk_events):
     path = str(tmp_path / "fresh" / "s.sqlite")
-    procs = [subprocess.Popen([sys.executable, "-c", _WORKER, path, str(p), "100"],
+    procs = [subprocess.Popen([sys.executable, "-c", _WORKER, path, str(p), "100",
+                               str(chunk_events)],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for p in range(4)]
     expected = {}

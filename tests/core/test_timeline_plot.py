@@ -17,6 +17,7 @@ import pytest
 from goodput_core.calculator import Calculator
 from goodput_core.cli import main
 from goodput_core.commands.timeline import html_page
+from goodput_core.events import EventRecord, Kind
 from goodput_core.plot_timeline import COLOURS, collect
 from goodput_core.recorder import Recorder
 from goodput_core.synthetic import SyntheticJob, record_synthetic_job
@@ -159,3 +160,30 @@ def test_errors(tmp_path, store, capsys):
     missing_dir = tmp_path / "no" / "such" / "dir" / "x.html"
     assert main(["timeline", "syn", "--store", store, "-o", str(missing_dir)]) == 2
     assert "cannot write" in capsys.readouterr().err
+
+
+def test_spans_closer_than_a_pixel_merge_into_one_bar_with_exact_totals():
+    EVAL = "CUSTOM_BADPUT_EVENTS:EVAL"
+    calc = Calculator("long", clock=lambda: START + 10_000)
+    events = [EventRecord("long", int(Kind.JOB_START), START)]
+    evals = {"custom_badput_event_type": "eval"}
+    for i in range(3000):  # 1.5 s steps, each with a 0.2 s evaluation
+        t = START + 1 + 1.5 * i
+        events += [EventRecord("long", int(Kind.STEP_START), t, i),
+                   EventRecord("long", int(Kind.CUSTOM_BADPUT_START), t + 1, None, evals),
+                   EventRecord("long", int(Kind.CUSTOM_BADPUT_END), t + 1.2, None, evals)]
+    events.append(EventRecord("long", int(Kind.JOB_END), START + 1 + 1.5 * 3000))
+    calc.add(events)
+    spans = calc.spans()
+    data = collect(calc, pixels=100)
+    lanes = {lane.key: lane for lane in data.lanes}
+    for key, lane in lanes.items():
+        own = [(s, e) for s, e, k in spans if k == key and e > s]
+        assert sum(lane.counts) == len(own)  # every span is in exactly one bar
+        assert len(lane.starts) <= 100 < len(own) or len(own) <= 100
+        assert lane.seconds == pytest.approx(sum(e - s for s, e in own), abs=1e-6)
+        assert lane.starts[0] == own[0][0] and lane.ends[-1] == own[-1][1]
+    assert len(lanes[EVAL].starts) <= 100 and len(lanes["PRODUCTIVE"].starts) <= 100
+    # a fine enough resolution keeps every span apart (gaps of 0.3 s and more)
+    fine = {lane.key: lane for lane in collect(calc, pixels=10 ** 6).lanes}
+    assert fine[EVAL].counts == [1] * 3000

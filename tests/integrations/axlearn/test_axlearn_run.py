@@ -122,6 +122,43 @@ def test_end_job_on_crash_keeps_axlearns_behaviour(flags, clock, run_name, store
     assert not any("disruption_cause" in p for p in payloads)
 
 
+def _inside_unrelated_except(run):
+    """Runs ``run()`` while an unrelated FileNotFoundError is being handled."""
+    try:
+        raise FileNotFoundError("config.yaml")
+    except FileNotFoundError:
+        return run()
+
+
+def _ends_and_causes(run_name, store_url):
+    payloads = [to_payload(e) for e in open_store(store_url).read(run_name)[0]]
+    return (sum("job_end_time" in p for p in payloads),
+            [p["disruption_cause"] for p in payloads if "disruption_cause" in p])
+
+
+def test_success_inside_an_unrelated_except_block_is_a_clean_end(flags, clock, run_name,
+                                                                 store_url):
+    # sys.exc_info() at END_JOB is the outer FileNotFoundError: not a crash
+    argv = flags(enable_monitoring="false")
+    _inside_unrelated_except(lambda: attempt(argv, clock, first_step=0, last_step=5))
+    assert _ends_and_causes(run_name, store_url) == (1, [])
+    r = report(run_name, store_url, clock)
+    assert r.disruptions == 0
+    # 0-5 init, 5-20 prep, 20-21 load, steps 0-4 start at 21, 25, 29, 33, 39 (step 3
+    # holds the 2 s EVAL), END_JOB at 42: steps span 21 s, less the EVAL
+    assert r.total_seconds == pytest.approx(42.0, abs=1e-9)
+    assert r.productive_seconds == pytest.approx(19.0, abs=1e-9)
+
+
+def test_crash_inside_an_unrelated_except_block_is_a_disruption(flags, clock, run_name,
+                                                                store_url):
+    argv = flags(enable_monitoring="false")
+    with pytest.raises(Crash):
+        _inside_unrelated_except(
+            lambda: attempt(argv, clock, first_step=0, last_step=5, crash_at=2))
+    assert _ends_and_causes(run_name, store_url) == (0, ["exception:Crash"])
+
+
 def test_every_legacy_event_and_event_type(flags, clock, run_name, store_url):
     rec = gax.GoodputSuiteRecorder.from_flags(flags(enable_monitoring="false"))
     for event in Event:

@@ -79,6 +79,21 @@ def main(scenario: str, path: str) -> None:
             except KeyError as exc:
                 setattr(exc, gjax.DISRUPTION_RECORDED_ATTR, True)
                 raise
+    if scenario == "exception_after_job_end":
+        with rec.job():
+            with rec.step(0):
+                pass
+        raise ValueError("uploading the final artifacts failed")
+    if scenario in ("clean_inside_except", "crash_inside_except"):
+        # the whole job runs while an unrelated exception is being handled
+        try:
+            raise FileNotFoundError("config.yaml")
+        except FileNotFoundError:
+            with rec.job():
+                with rec.step(0):
+                    if scenario == "crash_inside_except":
+                        raise ValueError("boom in training")
+        return
     raise SystemExit(f"unknown scenario {scenario}")
 
 

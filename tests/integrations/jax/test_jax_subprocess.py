@@ -73,3 +73,26 @@ def test_an_exception_already_recorded_is_not_recorded_twice(tmp_path):
     proc, payloads, _ = run_child("exception_recorded_by_job", tmp_path)
     assert proc.returncode == 1
     assert disruptions(payloads) == ["exception:KeyError"]  # from rec.job() only
+
+
+def test_a_job_inside_an_unrelated_except_block_ends_cleanly(tmp_path):
+    proc, payloads, _ = run_child("clean_inside_except", tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert disruptions(payloads) == []
+    assert sum("job_end_time" in p for p in payloads) == 1
+
+
+def test_a_crash_inside_an_unrelated_except_block_is_one_disruption(tmp_path):
+    proc, payloads, _ = run_child("crash_inside_except", tmp_path)
+    assert proc.returncode == 1
+    assert "ValueError: boom in training" in proc.stderr
+    assert disruptions(payloads) == ["exception:ValueError"]  # not the FileNotFoundError
+    assert not any("job_end_time" in p for p in payloads)
+
+
+def test_an_exception_after_a_graceful_job_end_is_not_a_disruption(tmp_path):
+    proc, payloads, _ = run_child("exception_after_job_end", tmp_path)
+    assert proc.returncode == 1
+    assert "ValueError: uploading the final artifacts failed" in proc.stderr
+    assert disruptions(payloads) == []
+    assert sum("job_end_time" in p for p in payloads) == 1

@@ -11,7 +11,21 @@ import pytest
 
 from tests.support.fake_clock import FakeClock
 
-from goodput_integrations.maxtext import alias
+from goodput_integrations.maxtext import alias, runtime
+
+
+_OUR_VARIABLES = ("GOODPUT_STORE", "GOODPUT_ROLLING_WINDOWS", "GOODPUT_PROMETHEUS_PORT",
+                  "GOODPUT_IDEAL_STEP_TIME", "GOODPUT_CHECKPOINT_STATS", "GOODPUT_RUN_GROUP")
+
+
+@pytest.fixture(autouse=True)
+def isolated_runtime(monkeypatch):
+    """No GOODPUT_* variable from the caller's shell; afterwards, the hooks and
+    patches a recorder built by the helpers installed are gone."""
+    for name in _OUR_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    yield
+    runtime.release()
 
 
 @pytest.fixture

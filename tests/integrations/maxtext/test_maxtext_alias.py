@@ -93,9 +93,10 @@ def test_monitor_defaults_add_rolling_windows_and_prometheus(tmp_path, store_url
         mon.start_goodput_uploader()
         mon.stop_goodput_uploader()
     assert seen == {"windows": [60]}
-    with alias.reference_alias(store=store_url, prometheus_port=9100):
+    with alias.reference_alias(store=store_url, prometheus_port=9100, ideal_step_time=0.5):
         assert alias._session.defaults("monitor") == {"store": store_url,
-                                                      "prometheus_port": 9100}
+                                                      "prometheus_port": 9100,
+                                                      "configured_ideal_step_time": 0.5}
         assert alias._session.defaults("recorder") == {"store": store_url}
 
 
@@ -202,12 +203,34 @@ def test_launcher_usage_errors(argv, message, capsys):
     assert message in capsys.readouterr().err
 
 
-def test_launcher_argument_split():
+def test_launcher_argument_split(monkeypatch):
+    monkeypatch.delenv("GOODPUT_STORE", raising=False)
     options, command = launch.parse_args(
         ["--goodput-store", "sqlite:///x.sqlite", "--goodput-no-checkpoint-stats",
-         "python", "-m", "MaxText.train", "base.yml", "--goodput-store=not-ours"])
-    assert options == {"store": "sqlite:///x.sqlite", "checkpoint_stats": False}
-    assert command == ["-m", "MaxText.train", "base.yml", "--goodput-store=not-ours"]
+         "python", "-m", "maxtext.trainers.pre_train.train", "base.yml",
+         "--goodput-store=not-ours"])
+    assert options == {"store": "sqlite:///x.sqlite", "checkpoint_stats": False,
+                       "rolling_windows": (), "prometheus_port": None, "ideal_step_time": None,
+                       "run_group": ""}
+    assert command == ["-m", "maxtext.trainers.pre_train.train", "base.yml",
+                       "--goodput-store=not-ours"]
+
+
+def test_launcher_options_come_from_the_environment_unless_given(monkeypatch):
+    monkeypatch.setenv("GOODPUT_STORE", "sqlite:///env.sqlite")
+    monkeypatch.setenv("GOODPUT_ROLLING_WINDOWS", "60,3600")
+    monkeypatch.setenv("GOODPUT_PROMETHEUS_PORT", "9100")
+    monkeypatch.setenv("GOODPUT_IDEAL_STEP_TIME", "0.5")
+    monkeypatch.setenv("GOODPUT_CHECKPOINT_STATS", "false")
+    monkeypatch.setenv("GOODPUT_RUN_GROUP", "sweep-1")
+    options, _ = launch.parse_args(["--goodput-prometheus-port=9200",
+                                    "--goodput-checkpoint-stats", "true", "train.py"])
+    assert options == {"store": "sqlite:///env.sqlite", "rolling_windows": (60, 3600),
+                       "prometheus_port": 9200, "ideal_step_time": 0.5,
+                       "checkpoint_stats": True, "run_group": "sweep-1"}
+    monkeypatch.setenv("GOODPUT_IDEAL_STEP_TIME", "fast")
+    with pytest.raises(launch.UsageError, match="GOODPUT_IDEAL_STEP_TIME=fast"):
+        launch.parse_args(["train.py"])
 
 
 def test_orbax_patch_adds_our_logger_in_front_and_is_undone(tmp_path, store_url, clock):
@@ -220,7 +243,7 @@ def test_orbax_patch_adds_our_logger_in_front_and_is_undone(tmp_path, store_url,
     alias.enable_reference_alias(store=store_url, clock=clock, checkpoint_stats=True)
     from ml_goodput_measurement import goodput
 
-    rec = goodput.GoodputRecorder("run-o", "goodput_run-o", True)  # installs the patch
+    rec = goodput.GoodputRecorder("run-o", "goodput_run-o", True)  # statistics go here
     theirs = StandardLogger()
     managers = [
         ocp.CheckpointManager(tmp_path / "a"),                      # no logger given

@@ -110,3 +110,29 @@ def test_unknown_goodput_keys_are_warned_about(caplog):
     messages = [r.getMessage() for r in caplog.records]
     assert any("goodput_stor " in m and "goodput_store" in m for m in messages)
     assert not any("other_key" in m for m in messages)
+
+
+def test_our_settings_come_from_the_environment_a_config_key_wins(monkeypatch):
+    # MaxText's pyconfig rejects unknown keys: the variables are the way in
+    monkeypatch.setenv("GOODPUT_STORE", "sqlite:///from-env.sqlite")
+    monkeypatch.setenv("GOODPUT_ROLLING_WINDOWS", "60,3600")
+    monkeypatch.setenv("GOODPUT_PROMETHEUS_PORT", "9100")
+    monkeypatch.setenv("GOODPUT_IDEAL_STEP_TIME", "0.25")
+    monkeypatch.setenv("GOODPUT_CHECKPOINT_STATS", "off")
+    s = read_settings({"run_name": "r"})
+    assert (s.store, s.rolling_windows, s.prometheus_port, s.ideal_step_time,
+            s.checkpoint_stats) == ("sqlite:///from-env.sqlite", (60, 3600), 9100, 0.25, False)
+    s = read_settings({"run_name": "r", "goodput_store": "memory://cfg",
+                       "goodput_prometheus_port": ""})  # blank: the variable applies
+    assert (s.store, s.prometheus_port) == ("memory://cfg", 9100)
+    monkeypatch.setenv("GOODPUT_PROMETHEUS_PORT", "9431")
+    with pytest.raises(ValueError, match=r"\$GOODPUT_PROMETHEUS_PORT=9431"):
+        read_settings({"run_name": "r"})
+
+
+def test_goodput_job_name_names_the_job_as_maxtext_0_2_5():
+    s = read_settings({"run_name": "run-1", "goodput_job_name": "job-a",
+                       "base_output_directory": "/o"})
+    assert (s.job_name, s.logger_name) == ("job-a", "goodput_job-a")
+    assert s.tensorboard_dir == os.path.join("/o", "run-1", "tensorboard", "")  # per run
+    assert read_settings({"run_name": "run-1", "goodput_job_name": ""}).job_name == "run-1"

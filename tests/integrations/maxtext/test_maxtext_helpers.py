@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import types
 
 import pytest
 
@@ -138,8 +139,8 @@ def test_elastic_enabled_picks_the_elastic_classes(make_config):
     assert isinstance(mt.create_goodput_recorder(config), ElasticGoodputRecorder)
     from goodput_core.compat.monitoring_elastic import ElasticGoodputMonitor
 
-    with mt.maybe_monitor_goodput(config) as monitor:
-        assert isinstance(monitor, ElasticGoodputMonitor)
+    with mt.maybe_monitor_goodput(config) as start:
+        assert isinstance(start.wait(30), ElasticGoodputMonitor)
 
 
 def test_monitor_gets_every_flag(make_config, monkeypatch):
@@ -221,3 +222,39 @@ def test_process_index_without_hook_uses_jax_or_zero(monkeypatch):
 
     monkeypatch.setitem(sys.modules, "jax", None)  # "not installed"
     assert helpers.process_index(None) == 0
+
+
+class ReadOnlyConfig:
+    """Like MaxText's pyconfig.HyperParameters: attribute reads, writes refused."""
+
+    def __init__(self, flags):
+        object.__setattr__(self, "_flags", dict(flags))
+
+    def __getattr__(self, name):
+        try:
+            return object.__getattribute__(self, "_flags")[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def __setattr__(self, name, value):
+        raise ValueError("Configuration is read-only and cannot be modified after "
+                         "initialization.")
+
+
+def test_report_performance_metric_with_a_read_only_config(make_config, monkeypatch):
+    # MaxText's own helper assigns config.enable_gcp_step_deviation_metrics = False
+    # here and fails with the ValueError above; ours reads the flags only.
+    built = {}
+    monkeypatch.setattr("goodput_core.compat.monitoring.GoodputMonitor",
+                        lambda **kw: built.update(kw) or types.SimpleNamespace(
+                            **{n: (lambda *a: None) for n in (
+                                "start_goodput_uploader", "start_step_deviation_uploader",
+                                "stop_step_deviation_uploader", "stop_goodput_uploader")}))
+    config = ReadOnlyConfig(vars(make_config(report_performance_metric_for_gcp_monitoring=True,
+                                             enable_gcp_step_deviation_metrics=True)))
+    with pytest.raises(ValueError, match="read-only"):
+        config.enable_gcp_step_deviation_metrics = False
+    with mt.maybe_monitor_goodput(config):
+        pass
+    assert built["gcp_options"].enable_gcp_step_deviation_metrics is False
+    assert config.enable_gcp_step_deviation_metrics is True

@@ -1,0 +1,66 @@
+"""A page of one run's events as numpy columns: what the engine reads.
+
+:meth:`Store.read_columns` returns an :class:`EventPage` instead of one
+:class:`~goodput_core.events.EventRecord` per event, so that reading a large
+run builds no Python object per event: the sqlite store fills the columns
+straight from its packed chunks, and the engine
+(:meth:`goodput_core.ingest.EventTables.add_page`) routes them to its tables
+with array operations. Only the few events with an ``extra`` payload (custom
+badput types, disruptions, Orbax entries, metadata, metrics, slice counts)
+keep their parsed ``extra`` dicts, by row index.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Optional
+
+import numpy as np
+
+from goodput_core.events import EventRecord
+
+__all__ = ["EventPage"]
+
+
+class EventPage:
+    """Events of one run as columns, in append order.
+
+    Attributes:
+      run: the run name.
+      kind: int64 kind codes.
+      time: float64 primary times (NaN where none was stored).
+      step: int64 step numbers (meaningful where ``has_step``).
+      has_step: bool, False where the event has no step.
+      write_time: float64 write times (NaN where unknown).
+      extra: ``{row index: extra dict}`` for the rows that have one.
+      corrupt: ``{reason: count}`` of stored rows the read skipped as corrupt.
+      process_indices: the distinct process indices of the writers of these
+        events (what tells a multi-host run), where the store knows them.
+    """
+
+    __slots__ = ("run", "kind", "time", "step", "has_step", "write_time", "extra", "corrupt",
+                 "process_indices")
+
+    def __init__(self, run: str, kind: np.ndarray, time: np.ndarray, step: np.ndarray,
+                 has_step: np.ndarray, write_time: np.ndarray,
+                 extra: Optional[Dict[int, Dict[str, Any]]] = None,
+                 corrupt: Optional[Dict[str, int]] = None):
+        self.run = run
+        self.kind, self.time, self.step = kind, time, step
+        self.has_step, self.write_time = has_step, write_time
+        self.extra = extra or {}
+        self.corrupt = corrupt or {}
+        self.process_indices: tuple = ()
+
+    def __len__(self) -> int:
+        return len(self.kind)
+
+    def record(self, i: int) -> EventRecord:
+        """Row ``i`` as an EventRecord (writer metadata left at defaults)."""
+        step = int(self.step[i]) if self.has_step[i] else None
+        return EventRecord(self.run, int(self.kind[i]), float(self.time[i]), step,
+                           self.extra.get(i), write_time=float(self.write_time[i]))
+
+    @classmethod
+    def empty(cls, run: str) -> "EventPage":
+        return cls(run, np.empty(0, np.int64), np.empty(0), np.empty(0, np.int64),
+                   np.empty(0, bool), np.empty(0))
