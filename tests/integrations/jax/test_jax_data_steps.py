@@ -10,14 +10,6 @@ import goodput_integrations.jax as gjax
 from goodput_integrations.jax import JaxAdapter
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _jax_backend_up():
-    """The process gate decides who writes once a JAX backend is up, which a
-    training program has done by its first batch. Start it here rather than
-    rely on an earlier test module having done so (this module alone failed)."""
-    jax.devices()
-
-
 def load_pairs(payloads):
     starts = [p["data_loading_start_time"] for p in payloads if "data_loading_start_time" in p]
     ends = [p["data_loading_end_time"] for p in payloads if "data_loading_end_time" in p]
