@@ -12,7 +12,10 @@ Each repeat, on a fresh database:
   the first append to the end of the flush (every event committed);
 * **ingest, N writers**: ``--writers`` processes append ``--events / N``
   events each to the same run at once; events/s for all of them together;
-* **read**: one ``read`` of the whole run (what a cold calculator does);
+* **read**: one ``read`` of the whole run (EventRecords: what ``goodput events``
+  and ``export`` page through);
+* **read_columns**: the same as numpy columns (what a cold calculator, the
+  report and the monitor read);
 * **report**: ``goodput report RUN --store URL`` end to end (process start,
   read, compute, print), beside the same command on a SQLite file holding
   the same events.
@@ -102,6 +105,11 @@ def one_repeat(server: PostgresServer, events: list, writers: int) -> dict:
     out["read"] = n / (time.perf_counter() - t0)
     assert len(got) == n
     del got
+    t0 = time.perf_counter()
+    page, _ = store.read_columns("bench")
+    out["read_columns"] = n / (time.perf_counter() - t0)
+    assert len(page) == n
+    del page
     store.close()
     out["report_pg"] = _report_seconds(url)
     with tempfile.TemporaryDirectory() as tmp:
@@ -148,6 +156,7 @@ def main(argv=None) -> None:
     print(f"ingest, 1 writer          : {_fmt(col['ingest_1'], 'ev')}")
     print(f"ingest, {args.writers} writers together : {_fmt(col['ingest_n'], 'ev')}")
     print(f"read (one call)           : {_fmt(col['read'], 'ev')}")
+    print(f"read_columns (one call)   : {_fmt(col['read_columns'], 'ev')}")
     print(f"goodput report, postgres  : {_fmt(col['report_pg'], 's')}")
     print(f"goodput report, sqlite    : {_fmt(col['report_sqlite'], 's')}")
     ratio = statistics.median(p / s for p, s in zip(col["report_pg"], col["report_sqlite"]))

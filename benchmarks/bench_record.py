@@ -2,7 +2,8 @@
 
 Times individual calls with ``time.perf_counter_ns`` (so the figure includes
 the timer's own ~50 ns), with the background writer draining into a memory
-store as in real use, and compares with the reference library's
+store as in real use (and then through the default SQLite store, the path
+users take), and compares with the reference library's
 ``GoodputRecorder`` writing to an in-memory fake of its Cloud Logging client
 when ml-goodput-measurement is installed.
 
@@ -57,6 +58,27 @@ class _RefFakeLogger:
         self.entries.append(entry)
 
 
+def default_path():
+    """The path users take: ``Recorder(run)`` with the default store (SQLite,
+    here a temporary file through GOODPUT_STORE) and the default queue size,
+    its writer thread committing to the file while the calls are timed."""
+    import os
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ["GOODPUT_STORE"] = os.path.join(tmp, "goodput.sqlite")
+        rec = Recorder("bench-default")
+        summarise("ours, default store: record_step_start_time(i)",
+                  time_calls(rec.record_step_start_time))
+        summarise("ours, default store: with rec.step(i)",
+                  time_calls(lambda i: rec.step(i).__enter__().__exit__(None, None, None)))
+        rec.flush(120)
+        print(f"ours, default store: {rec.dropped} events dropped of {3 * N} "
+              f"(queue full), store {rec.stats().get('store_error') or 'ok'}")
+        rec.close()
+        del os.environ["GOODPUT_STORE"]
+
+
 def main():
     print("machine:", machine())
     rec = Recorder("bench", MemoryStore(), queue_size=10 * N)
@@ -68,6 +90,7 @@ def main():
     summarise("ours: with rec.step(i) (start + end)",
               time_calls(lambda i: rec.step(i).__enter__().__exit__(None, None, None)))
     rec.flush(60)
+    default_path()
     try:
         from ml_goodput_measurement.src import goodput as ref
     except ImportError:

@@ -7,7 +7,8 @@ exposes ``add_arguments(parser)`` and ``run(args) -> int``.
 No command shows a traceback: every failure is one line on stderr,
 ``goodput COMMAND: error: ...``, and a non-zero exit code: 2 for bad
 arguments and problems the user can fix (:class:`CliError`, unusable
-stores), 1 for I/O errors (an unwritable output) and anything unexpected
+stores), 1 for I/O errors (:class:`CliIOError`: an unwritable output, an
+unreadable input) and anything unexpected
 (``GOODPUT_DEBUG=1`` adds the traceback), 141 when the reader of the output
 went away (``goodput events RUN | head -1``; 128 + SIGPIPE, as a shell shows
 a process killed by SIGPIPE).
@@ -40,6 +41,14 @@ COMMANDS = {
 
 class CliError(Exception):
     """A problem the user can fix; printed as one line, exit code 2."""
+
+    exit_code = 2
+
+
+class CliIOError(CliError):
+    """A file the command could not read or write; one line, exit code 1."""
+
+    exit_code = 1
 
 
 EXIT_BROKEN_PIPE = 141
@@ -102,7 +111,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         return code
     except (CliError, StoreError, ValueError) as exc:
         _error_line(f"{prefix} {exc}")
-        return 2
+        return getattr(exc, "exit_code", 2)
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:

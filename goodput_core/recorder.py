@@ -186,6 +186,8 @@ class Recorder(PhaseMixin, WriterMixin):
 
     def _after_fork_in_child(self) -> None:
         self._drop_lock = threading.Lock()
+        if self._watchdog is not None:
+            self._watchdog.after_fork_in_child()
         if isinstance(self._store, DeferredStore):  # before the child's writer starts
             self._store.after_fork_in_child()
         self._init_process_state()

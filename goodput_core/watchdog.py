@@ -306,9 +306,8 @@ class HangWatchdog:
     def _ensure_thread(self) -> None:
         if self._thread is not None and self._thread.is_alive() and self._pid == os.getpid():
             return
-        if self._pid != os.getpid():  # a forked child: its own stop flag
-            self._stop = threading.Event()
-        self._pid = os.getpid()
+        if self._pid != os.getpid():  # a forked child not reset yet
+            self.after_fork_in_child()
         self._thread = threading.Thread(target=self._loop, daemon=True,
                                         name="goodput-hang-watchdog")
         self._thread.start()
@@ -329,3 +328,13 @@ class HangWatchdog:
     def stop(self) -> None:
         """Stops the thread (it exits at its next wake-up)."""
         self._stop.set()
+
+    def after_fork_in_child(self) -> None:
+        """In a forked child: the parent's writer thread may have held the lock
+        at the fork (the child's writer would wait on it forever), and no
+        thread survived. The child watches again from its next job start only:
+        a forked worker that records no steps must not look hung."""
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = None
+        self._pid = os.getpid()

@@ -31,7 +31,7 @@ import sys
 import time
 from typing import Any, Dict, Optional, TextIO
 
-from goodput_core.cli import CliError
+from goodput_core.cli import CliError, CliIOError
 from goodput_core.events import Kind
 
 __all__ = ["add_arguments", "run"]
@@ -81,7 +81,7 @@ def run(args) -> int:
     try:
         os.makedirs(outdir, exist_ok=True)
     except OSError as exc:
-        raise CliError(f"cannot create --outdir {outdir}: {exc.strerror or exc}") from None
+        raise CliIOError(f"cannot create --outdir {outdir}: {exc.strerror or exc}") from None
     store = args.store or os.path.join(outdir, "goodput.sqlite")
     run_name = args.run or _fresh_run_name(store)
     synthetic = args.synthetic
@@ -147,7 +147,7 @@ def _play_real(args, run_name: str, store: str, outdir: str) -> None:
         raise CliError(f"{workdir} already exists (checkpoints of an earlier demo?): "
                        "remove it or choose another --run") from None
     except OSError as exc:
-        raise CliError(f"cannot create {workdir}: {exc.strerror or exc}") from None
+        raise CliIOError(f"cannot create {workdir}: {exc.strerror or exc}") from None
     cfg = DemoConfig(store=store, run=run_name, workdir=workdir, steps=args.steps,
                      save_every=args.save_every, crash_at=args.crash_at,
                      log_dir=os.path.join(outdir, "logs", run_name))

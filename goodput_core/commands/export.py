@@ -18,7 +18,7 @@ import os
 import sys
 import tempfile
 
-from goodput_core.cli import CliError
+from goodput_core.cli import CliError, CliIOError
 from goodput_core.commands.common import add_store_argument
 from goodput_core.commands.transfer import (
     add_common_arguments, page_size, progress_bar, read_store, write_batches)
@@ -71,7 +71,7 @@ def _write_file(path: str, pages, meta: bool, progress) -> int:
         tmp = None
         return n
     except OSError as exc:
-        raise CliError(f"cannot write {path}: {exc.strerror or exc}") from exc
+        raise CliIOError(f"cannot write {path}: {exc.strerror or exc}") from exc
     finally:
         if tmp is not None:
             try:

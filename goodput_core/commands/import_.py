@@ -32,7 +32,7 @@ import os
 import sys
 from typing import Any, Iterator, List, Optional, Tuple
 
-from goodput_core.cli import CliError
+from goodput_core.cli import CliError, CliIOError
 from goodput_core.commands.transfer import (
     PAGE_SIZE, ProgressBar, Skips, add_common_arguments, dumps_line, has_writer, is_jsonl,
     metadata_present, page_size, progress_bar, read_jsonl, read_store)
@@ -143,7 +143,7 @@ class JsonlSink:
                 f.write("\n")
             return f
         except OSError as exc:
-            raise CliError(f"cannot write {self.spec}: {exc.strerror or exc}") from exc
+            raise CliIOError(f"cannot write {self.spec}: {exc.strerror or exc}") from exc
 
     def write(self, batch: List[EventRecord]) -> None:
         if self._f is None:
@@ -153,9 +153,9 @@ class JsonlSink:
         except BrokenPipeError:
             if self.spec == "-":
                 raise  # the reader of stdout stopped early: run() ends quietly
-            raise CliError(f"cannot write {self.name}: broken pipe") from None
+            raise CliIOError(f"cannot write {self.name}: broken pipe") from None
         except OSError as exc:
-            raise CliError(f"cannot write {self.name}: {exc.strerror or exc}") from exc
+            raise CliIOError(f"cannot write {self.name}: {exc.strerror or exc}") from exc
 
     def finish(self, timeout_s: float) -> None:
         if self._f is not None:

@@ -71,7 +71,7 @@ class _Stdout:
 
 
 def _exporters(args, stdout: "_Stdout") -> list:
-    from goodput_core.cli import CliError
+    from goodput_core.cli import CliError, CliIOError
 
     out = []
     if not args.quiet:
@@ -86,7 +86,7 @@ def _exporters(args, stdout: "_Stdout") -> list:
         try:
             out.append(TensorBoardExporter(args.tensorboard))
         except OSError as exc:
-            raise CliError(f"cannot write TensorBoard files to {args.tensorboard}: "
+            raise CliIOError(f"cannot write TensorBoard files to {args.tensorboard}: "
                            f"{exc.strerror or exc}") from None
     if args.prometheus is not None:
         try:

@@ -19,7 +19,7 @@ import time
 from typing import List
 
 from goodput_core import plot_timeline as pt
-from goodput_core.cli import CliError
+from goodput_core.cli import CliError, CliIOError
 from goodput_core.commands.common import add_store_argument
 from goodput_core.commands.report import open_run, resolve_window
 from goodput_core.timespec import format_duration, format_time
@@ -63,7 +63,7 @@ def run(args) -> int:
     except pt.PlotUnavailable as exc:
         raise CliError(str(exc)) from None
     except OSError as exc:
-        raise CliError(f"cannot write {args.output}: {exc.strerror or exc}") from None
+        raise CliIOError(f"cannot write {args.output}: {exc.strerror or exc}") from None
     print(f"wrote {args.output}: {len(data.lanes)} lanes, {len(data.markers)} markers, "
           f"goodput {data.goodput:.1f} %")
     return 0

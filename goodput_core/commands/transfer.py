@@ -39,7 +39,7 @@ import sys
 import time
 from typing import Any, Callable, Dict, Iterator, List, Optional
 
-from goodput_core.cli import CliError
+from goodput_core.cli import CliError, CliIOError
 from goodput_core.events import EventRecord, SkipReason, from_payload, to_payload
 from goodput_core.storable import check_event
 from goodput_core.stores import Store
@@ -255,7 +255,7 @@ def read_jsonl(spec: str, run: str, skips: Skips, page_size: int = PAGE_SIZE,
     try:
         f = sys.stdin.buffer if spec == "-" else open(spec, "rb")
     except OSError as exc:
-        raise CliError(f"cannot read {spec}: {exc.strerror or exc}") from exc
+        raise CliIOError(f"cannot read {spec}: {exc.strerror or exc}") from exc
     try:
         size = os.fstat(f.fileno()).st_size if spec != "-" else 0
         done, batch = 0, []
@@ -276,7 +276,7 @@ def read_jsonl(spec: str, run: str, skips: Skips, page_size: int = PAGE_SIZE,
         if batch:
             yield batch
     except OSError as exc:
-        raise CliError(f"cannot read {spec}: {exc.strerror or exc}") from exc
+        raise CliIOError(f"cannot read {spec}: {exc.strerror or exc}") from exc
     finally:
         if f is not sys.stdin.buffer:
             f.close()

@@ -12,7 +12,8 @@ keep their parsed ``extra`` dicts, by row index.
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+import collections
+from typing import Any, Dict, Optional, Sequence
 
 import numpy as np
 
@@ -64,3 +65,22 @@ class EventPage:
     def empty(cls, run: str) -> "EventPage":
         return cls(run, np.empty(0, np.int64), np.empty(0), np.empty(0, np.int64),
                    np.empty(0, bool), np.empty(0))
+
+    @classmethod
+    def concat(cls, run: str, pages: Sequence["EventPage"]) -> "EventPage":
+        """The pages one after the other, as one page."""
+        extra: Dict[int, Dict[str, Any]] = {}
+        corrupt: collections.Counter = collections.Counter()
+        offset = 0
+        for p in pages:
+            extra.update({offset + i: x for i, x in p.extra.items()})
+            corrupt.update(p.corrupt)
+            offset += len(p)
+
+        def cat(name: str) -> np.ndarray:
+            return np.concatenate([getattr(p, name) for p in pages])
+
+        page = cls(run, cat("kind"), cat("time"), cat("step"), cat("has_step"),
+                   cat("write_time"), extra, dict(corrupt))
+        page.process_indices = tuple({i for p in pages for i in p.process_indices})
+        return page

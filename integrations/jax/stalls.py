@@ -9,8 +9,10 @@ device has no work of this loop left). For a load ``[t0, t1)`` on the thread
 that dispatched the latest tracked step, with ``f`` the time that step's
 outputs became ready, the stall is ``[max(t0, f), t1)`` when ``f < t1``:
 
-* the step decorator hands each step's outputs to :meth:`StallWatch.dispatched`
-  (kept until the next step);
+* the step decorator hands each step's outputs to :meth:`StallWatch.dispatched`,
+  which keeps weak references to their arrays until the next step (the watch
+  never keeps a model state alive that the loop dropped; outputs all dropped
+  = nothing observed);
 * at the start and the end of the load, the training thread asks whether all
   of those outputs are ready (``jax.Array.is_ready``; it stops at the first
   one that is not). Ready at the start: the whole load is a stall. Not ready
@@ -73,14 +75,24 @@ _Array: Any = None
 
 
 class _Step:
-    """One dispatched step: its outputs, and once measured the time they were ready."""
+    """One dispatched step: weak references to its output arrays, and once
+    measured the time they were ready.
 
-    __slots__ = ("outputs", "leaves", "thread", "posted", "ready_at", "failed", "waiting",
-                 "lock")
+    Weak, so that the watch never keeps a step's outputs (a whole model
+    state) alive after the loop dropped them: an extra copy of the state in
+    accelerator memory, and on CPU a cold allocation for every new one.
+    """
+
+    __slots__ = ("refs", "thread", "posted", "ready_at", "failed", "waiting", "lock")
 
     def __init__(self, outputs: Any, thread: int):
-        self.outputs = outputs
-        self.leaves: Optional[List[Any]] = None
+        global _tree_leaves, _Array
+        if _tree_leaves is None:
+            import jax
+
+            _tree_leaves, _Array = jax.tree_util.tree_leaves, jax.Array
+        array, ref = _Array, weakref.ref
+        self.refs = [ref(x) for x in _tree_leaves(outputs) if isinstance(x, array)]
         self.thread = thread
         self.posted = False
         self.ready_at: Optional[float] = None
@@ -88,23 +100,24 @@ class _Step:
         self.waiting: List[Tuple[float, float, Sink]] = []
         self.lock = threading.Lock()
 
-    def done(self) -> bool:
-        """True when every array among the outputs is ready (raises when one
-        was deleted, e.g. donated)."""
-        leaves = self.leaves
-        if leaves is None:
-            global _tree_leaves, _Array
-            if _tree_leaves is None:
-                import jax
+    def leaves(self) -> List[Any]:
+        """The output arrays the loop still holds."""
+        return [x for x in (r() for r in self.refs) if x is not None]
 
-                _tree_leaves, _Array = jax.tree_util.tree_leaves, jax.Array
-            leaves = self.leaves = [x for x in _tree_leaves(self.outputs)
-                                    if isinstance(x, _Array)]
-            self.outputs = None  # the leaves hold what matters
-        for leaf in leaves:
+    def done(self) -> Optional[bool]:
+        """True when every output array still alive is ready, None when the
+        loop dropped them all (nothing left to observe); raises when one was
+        deleted, e.g. donated. Checked last to first: a busy device usually
+        shows at the first look."""
+        alive = False
+        for r in reversed(self.refs):
+            leaf = r()
+            if leaf is None:
+                continue
             if not leaf.is_ready():
                 return False
-        return True
+            alive = True
+        return True if alive else None
 
 
 #: (step, load start, ready at the load start)
@@ -149,6 +162,8 @@ class StallWatch:
         if step is None or step.thread != threading.get_ident():
             return None
         ready = step.done()
+        if ready is None:  # outputs dropped: unknown
+            return None
         if not ready and self.measuring and not step.posted:
             self._post(step)
         return step, t0, ready
@@ -168,7 +183,11 @@ class StallWatch:
             self._quiet = 0
             _stall(t0, t1, ready_at, sink)
             return
-        if not step.done():  # still busy: the load was overlapped
+        done = step.done()
+        if done is None:  # outputs dropped during the load
+            self.unobserved += 1
+            return
+        if not done:  # still busy: the load was overlapped
             self._quiet += 1
             if self._quiet >= QUIET_LOADS:
                 self.measuring = False
@@ -236,9 +255,11 @@ class StallWatch:
                 step.set()
                 continue
             try:
-                for leaf in step.leaves or ():
+                leaves = step.leaves()  # held only while waiting
+                for leaf in leaves:
                     leaf.block_until_ready()
-                ready_at = self._clock()
+                ready_at = self._clock() if leaves else None  # none left: unknown
+                del leaves
             except Exception:  # deleted (donated) meanwhile
                 ready_at = None
             with step.lock:

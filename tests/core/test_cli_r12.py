@@ -97,7 +97,12 @@ BAD = {
 def test_r12_every_command_with_bad_input_gives_one_line_and_a_non_zero_exit(
         db, tmp_path, case):
     # A path *inside the store file* is unwritable even for root (ENOTDIR).
-    assert_one_line_error(goodput(*BAD[case](db, str(tmp_path))))
+    proc = goodput(*BAD[case](db, str(tmp_path)))
+    assert_one_line_error(proc)
+    # README: 1 for an output it cannot write (or an input file it cannot
+    # read), 2 for bad arguments, unknown runs and unusable stores
+    assert proc.returncode == (1 if "unwritable" in case or "missing file" in case else 2), \
+        proc.stderr
 
 
 CLOSED_PIPE = {

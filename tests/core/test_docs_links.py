@@ -86,3 +86,17 @@ def test_semantics_page_covers_every_rule():
         section = text.split(f"## Rule {n} ")[1].split("\n## ")[0]
         assert "*Example" in section, f"rule {n} has no worked example"
         assert "Pinned by" in section, f"rule {n} names no test"
+
+
+@pytest.mark.parametrize("doc", DOCS)
+def test_docs_cite_only_pages_users_have(doc):
+    """A page named in the docs (``quality.md``, ``events.md``...) is one of ours:
+    the design notes the code was built from, and the team's issue numbers,
+    are not shipped, so citing them sends readers nowhere."""
+    with open(os.path.join(ROOT, doc), encoding="utf-8") as f:
+        text = f.read()
+    ours = {name for base in (ROOT, os.path.join(ROOT, "docs"), os.path.join(ROOT, "benchmarks"))
+            for name in os.listdir(base) if name.endswith(".md")}
+    cited = set(re.findall(r"(?<![\w/.-])([\w-]+\.md)\b", text))
+    assert sorted(cited - ours) == []
+    assert re.findall(r"\b[Ii]ssue \d+\b", text) == []

@@ -240,3 +240,46 @@ def test_a_real_run_without_hangs_records_none(tmp_path):
     calc = Calculator("ok", store)
     calc.refresh()
     assert calc.hangs() == [] and "looks hung" not in out.stderr
+
+
+# ------------------------------------------------ defaults and the environment
+def test_default_threshold_is_ten_steps_but_never_under_two_minutes_and_a_warning_names_it(
+        caplog):
+    """README: ``max(10 x expected step time, 120 s)``, then one warning."""
+    rec, store, clock, mono, dog = _watched(HangSettings())
+    rec.record_job_start_time()
+    for k in range(20):
+        _step(rec, clock, mono, k)          # 1 s steps: 10 x 1 s < 120 s
+    assert dog.threshold() == 120.0
+    rec, store, clock, mono, dog = _watched(HangSettings())
+    rec.record_job_start_time()
+    for k in range(20):
+        _step(rec, clock, mono, k, seconds=30.0)  # 30 s steps: 10 x 30 s > 120 s
+    assert dog.threshold() == pytest.approx(300.0)
+    mono.t += 269.0                  # 299 s since step 19 was observed (_step added 30)
+    assert dog.check() is None
+    mono.t += 2.0
+    clock.advance(271.0)
+    with caplog.at_level("WARNING", logger="goodput"):
+        assert dog.check() is not None
+    (warning,) = [r for r in caplog.records if "looks hung" in r.getMessage()]
+    message = warning.getMessage()
+    assert "'w'" in message and "step 19" in message and "for 301 s" in message
+
+
+def test_the_environment_switches_the_watchdog_and_sets_its_numbers(monkeypatch):
+    monkeypatch.setenv("GOODPUT_HANG_DETECTION", "0")
+    assert Recorder("env-off", MemoryStore())._watchdog is None
+    monkeypatch.setenv("GOODPUT_HANG_DETECTION", "1")
+    monkeypatch.setenv("GOODPUT_HANG_FACTOR", "4")
+    monkeypatch.setenv("GOODPUT_HANG_MIN_SECONDS", "45")
+    dog = Recorder("env-on", MemoryStore())._watchdog
+    assert dog is not None and (dog.settings.factor, dog.settings.min_seconds) == (4.0, 45.0)
+    monkeypatch.setenv("GOODPUT_HANG_FACTOR", "often")
+    with pytest.raises(ValueError, match="GOODPUT_HANG_FACTOR"):
+        Recorder("env-bad", MemoryStore())
+    monkeypatch.delenv("GOODPUT_HANG_DETECTION")
+    monkeypatch.delenv("GOODPUT_HANG_FACTOR")
+    monkeypatch.delenv("GOODPUT_HANG_MIN_SECONDS")
+    dog = Recorder("env-default", MemoryStore())._watchdog
+    assert (dog.settings.factor, dog.settings.min_seconds) == (10.0, 120.0)

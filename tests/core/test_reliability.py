@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 
 import pytest
 
@@ -133,3 +134,51 @@ def test_r7_threads_and_fork(tmp_path):
     by_pid = collections.Counter(e.pid for e in child)
     assert sorted(by_pid) == sorted(children) and set(by_pid.values()) == {500}
     assert rec.attempt not in {e.attempt for e in child}
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_r7_fork_while_the_writer_shows_the_hang_watchdog_a_batch(tmp_path):
+    """The writer thread holds the hang watchdog's lock while it shows it a
+    batch; a fork at that moment must not hand the child a held lock (its
+    writer would wait on it forever: 8 children in 75 hung in a stress run).
+    The lock is held here on purpose, by another thread, across the fork."""
+    db = str(tmp_path / "r7w.sqlite")
+    rec = Recorder("r7w", db, strict=True, flush_interval_s=0.001)
+    rec.record_job_start_time()
+    assert rec.flush(30)
+    watchdog = rec._watchdog
+    assert watchdog is not None  # on by default
+    held, release = threading.Event(), threading.Event()
+
+    def hold():
+        with watchdog._lock:
+            held.set()
+            release.wait(30)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert held.wait(30)
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            rec.record_step_start_time(0)
+            code = 0 if rec.flush(20) else 2
+        finally:
+            os._exit(code)
+    release.set()
+    holder.join(30)
+    end = time.monotonic() + 60  # a bounded wait: a hung child fails the test
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > end:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            pytest.fail("the forked child's writer hung on the watchdog's lock")
+        release.wait(0.05)
+    assert os.waitstatus_to_exitcode(status) == 0
+    events, _ = open_store(db).read("r7w")
+    assert [e.kind for e in events].count(Kind.STEP_START) == 1
+    rec.close()

@@ -158,7 +158,7 @@ def test_errors(tmp_path, store, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "bad --window" in err
     missing_dir = tmp_path / "no" / "such" / "dir" / "x.html"
-    assert main(["timeline", "syn", "--store", store, "-o", str(missing_dir)]) == 2
+    assert main(["timeline", "syn", "--store", store, "-o", str(missing_dir)]) == 1  # I/O
     assert "cannot write" in capsys.readouterr().err
 
 

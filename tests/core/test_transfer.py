@@ -306,8 +306,6 @@ def test_parse_line_reasons():
 # ----------------------------------------------------------------- errors: one line, exit 2
 @pytest.mark.parametrize("argv,message", [
     (["export", "nope", "--store", "memory://transfer-empty"], "no run named 'nope'"),
-    (["import", RUN, "--from", "/nonexistent/x.jsonl", "--to", "memory://t-err"],
-     "cannot read /nonexistent/x.jsonl"),
     (["import", RUN, "--from", "memory://transfer-empty", "--to", "memory://t-err"],
      f"no events of run {RUN!r}"),
     (["import", RUN, "--from", "ftp://x", "--to", "memory://t-err"], "unknown store scheme"),
@@ -323,12 +321,19 @@ def test_errors_are_one_line_and_exit_2(argv, message, capsys, tmp_path, monkeyp
     assert message in err
 
 
+def test_an_unreadable_input_is_one_line_and_exit_1(capsys):
+    code, out, err = cli(capsys, "import", RUN, "--from", "/nonexistent/x.jsonl",
+                         "--to", "memory://t-err")
+    assert code == 1 and out == "" and err.count("\n") == 1
+    assert "cannot read /nonexistent/x.jsonl" in err
+
+
 def test_export_to_an_unwritable_place_leaves_nothing(tmp_path, capsys):
     src = sqlite_url(tmp_path, "src")
     record_run(src)
     code, _, err = cli(capsys, "export", RUN, "--store", src, "-o",
                        str(tmp_path / "missing-dir" / "x.jsonl"))
-    assert code == 2 and "cannot write" in err and err.count("\n") == 1
+    assert code == 1 and "cannot write" in err and err.count("\n") == 1
 
 
 # ----------------------------------------------------------------- paging and progress

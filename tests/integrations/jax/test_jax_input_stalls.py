@@ -267,3 +267,43 @@ def test_a_device_bound_stretch_stops_measuring_until_the_loop_starves(rec):
               for s, e in zip(stalls, ends))
     # the device idled most of each slow load; one load went unmeasured
     assert 0.3 * waited <= got <= waited
+
+
+# ---------------------------------------------- what the watch keeps alive
+def test_the_watch_keeps_no_output_alive_that_the_loop_dropped(rec):
+    """A loop that replaces the step's outputs by something else (an EMA, an
+    eval, a reshard) must not pay for a second copy of its state: the watch
+    holds weak references only."""
+    import gc
+    import weakref
+
+    with gjax.instrumented(rec.recorder) as adapter:
+        step = gjax.train_step(tiny_step)
+        out = step(jnp.ones((1024,)), jnp.float32(1))
+        jax.block_until_ready(out)
+        ref = weakref.ref(out)
+        out = out + 1  # the loop keeps only a transformed copy
+        gc.collect()
+        assert ref() is None
+        # nothing left to observe: the next load records no stall and is not
+        # counted as measured either
+        batch = next(gjax.instrument_iterator(starved(1, 0.0)))
+        assert adapter.stalls.flush(10)
+        del batch
+    assert not rec.with_key("input_stall_start_time")
+    assert rec.with_key("data_loading_start_time")
+
+
+def test_outputs_kept_by_the_loop_are_observed(rec):
+    """The same loop keeping the outputs: its load after the (finished) step is
+    a stall, from the load's start."""
+    with gjax.instrumented(rec.recorder) as adapter:
+        step = gjax.train_step(tiny_step)
+        out = step(jnp.ones((1024,)), jnp.float32(1))
+        jax.block_until_ready(out)
+        next(gjax.instrument_iterator(starved(1, 0.0)))
+        assert adapter.stalls.flush(10)
+    (load,) = rec.with_key("data_loading_start_time")
+    (stall,) = rec.with_key("input_stall_start_time")
+    assert stall["input_stall_start_time"] == load["data_loading_start_time"]
+    del out

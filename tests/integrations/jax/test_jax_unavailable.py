@@ -21,3 +21,16 @@ def test_asking_for_the_adapter_without_jax_raises(monkeypatch, rec):
 
 def test_adapter_unavailable_is_an_import_error():
     assert issubclass(AdapterUnavailable, ImportError)
+
+
+def test_importing_the_adapter_package_imports_no_framework():
+    """README: importing goodput_integrations.jax does not import jax (a fresh
+    interpreter: this one has jax loaded by other tests)."""
+    import subprocess
+
+    code = ("import sys, goodput_integrations.jax, goodput_integrations.orbax; "
+            "print(sorted(m for m in ('jax', 'jaxlib', 'flax', 'orbax', 'optax') "
+            "if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, check=True).stdout
+    assert out.strip() == "[]"
