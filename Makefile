@@ -15,9 +15,13 @@ demo: $(VENV)/bin/python
 	$(PIP) install -q -e '.[all]'
 	$(VENV)/bin/goodput demo
 
+# The tests run in a random order (pytest-randomly); the seed is printed first.
+# Repeat an order: make test SEED=<the printed seed>.
 test: $(VENV)/bin/python postgres-server
 	$(PIP) install -q -e '.[all,test]'
-	$(VENV)/bin/python -m pytest -q
+	@seed="$(SEED)"; seed="$${seed:-$$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}"; \
+	echo "test order: --randomly-seed=$$seed (repeat: make test SEED=$$seed)"; \
+	$(VENV)/bin/python -m pytest -q -p randomly --randomly-seed="$$seed"
 
 test-maxtext:
 	$(PYTHON) tests/external/maxtext_e2e.py

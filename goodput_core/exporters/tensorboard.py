@@ -95,8 +95,12 @@ class _EventFile:
 
         directory_check(log_dir)
         # tensorboardX names files by the second and host only: two writers
-        # started within a second in one directory would share a file
-        suffix = f".goodput.{os.getpid()}.{next(self._count)}"
+        # started within a second in one directory would share a file. The
+        # suffix keeps names unique and in creation order (TensorBoard reads a
+        # directory's files in name order and may skip one that sorts before
+        # a file it has read): the creation time in zero-padded nanoseconds,
+        # then the pid and a zero-padded counter for ties.
+        suffix = f".goodput.{time.time_ns():020d}.{os.getpid()}.{next(self._count):06d}"
         self._events = EventsWriter(os.path.join(log_dir, "events"), suffix)
 
     def add_scalar(self, tag: str, value: float, step: int, walltime: Optional[float] = None,

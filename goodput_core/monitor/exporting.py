@@ -18,7 +18,7 @@ from typing import Any, Callable, Dict, List, Sequence
 
 from goodput_core.exporters.base import MonitorSnapshot
 from goodput_core.monitor import cycle
-from goodput_core.monitor.runner import Runner, remaining
+from goodput_core.monitor.runner import Deadlines, Runner
 from goodput_core.queries.diagnostics import MetricPoint
 
 __all__ = ["clear_carry", "close_all", "dispatch", "keep_carry", "with_carry"]
@@ -27,8 +27,7 @@ __all__ = ["clear_carry", "close_all", "dispatch", "keep_carry", "with_carry"]
 WaitUntil = Callable[[threading.Event, float], bool]
 
 
-def _wait_until(event: threading.Event, deadline: float) -> bool:
-    return event.wait(remaining(deadline))
+_wait_until: WaitUntil = Deadlines().wait_until  # real time
 
 logger = logging.getLogger(__name__)
 

@@ -30,8 +30,8 @@ missed are handed to it then), and never delays the others or the loop.
 ``stop()`` returns within its deadline whatever the exporters or the store do.
 
 Time: ``clock`` gives the query time and drives the schedule; ``wait(s)``
-blocks for ``s`` seconds (it returns True to ask the loop to stop). Tests
-inject both and step the loop without sleeping.
+blocks for ``s`` seconds (True asks the loop to stop); ``deadlines`` times the
+exports and ``stop()``. Tests inject all three: no test sleeps or waits out a timeout.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from typing import Any, Callable, Collection, Dict, Iterable, List, Optional, Se
 
 import numpy as np
 
-from goodput_core.monitor.runner import Runner, deadline_after, remaining
+from goodput_core.monitor.runner import Deadlines, Runner
 from goodput_core.exporters.base import Exporter, MonitorSnapshot
 from goodput_core.monitor.cycle import Extras, fresh_deviations
 from goodput_core.monitor.exporting import close_all, dispatch
@@ -89,6 +89,7 @@ class Monitor:
       clock: returns the current POSIX time (query time and schedule).
       wait: ``wait(seconds)`` blocks the loop between cycles; a truthy return
         stops the loop. Default: an event wait that ``stop()`` interrupts.
+      deadlines: the clock and wait of the export and stop deadlines (real time).
       export_timeout_s: how long a cycle waits for its exporters.
       final_flush_timeout_s: ``stop()``'s default deadline (None: unbounded).
       skip_final_flush: ``stop()`` skips the final cycle by default.
@@ -114,6 +115,7 @@ class Monitor:
                  configured_ideal_step_time: Optional[float] = None,
                  clock: Callable[[], float] = time.time,
                  wait: Optional[Callable[[float], Any]] = None,
+                 deadlines: Optional[Deadlines] = None,
                  export_timeout_s: float = 10.0,
                  final_flush_timeout_s: Optional[float] = 10.0,
                  skip_final_flush: bool = False,
@@ -153,6 +155,7 @@ class Monitor:
         self._stop_evt = threading.Event()
         self._wake = threading.Event()
         self._wait = wait if wait is not None else self._default_wait
+        self._time = deadlines if deadlines is not None else Deadlines()
         self._thread: Optional[threading.Thread] = None
         self._stopped = False
         self._errors: Dict[str, int] = {}
@@ -217,8 +220,8 @@ class Monitor:
         Returns:
           False when ``timeout`` seconds passed first.
         """
-        deadline = deadline_after(timeout)
-        return all(r.wait_idle(remaining(deadline)) for r in self._runners)
+        deadline = self._time.after(timeout)
+        return all(r.wait_idle(self._time.remaining(deadline)) for r in self._runners)
 
     def stats(self) -> Dict[str, Any]:
         """Counters: cycles run and errors by ``"<source>: <kind>"``."""
@@ -253,29 +256,31 @@ class Monitor:
         if not chosen <= set(PARTS):
             raise ValueError(f"unknown parts {sorted(chosen - set(PARTS))}; choose from {PARTS}")
         timeout = self._final_timeout if timeout is _DEFAULT else timeout
-        return self._bounded_cycle(chosen, True, deadline_after(timeout))
+        return self._bounded_cycle(chosen, True, self._time.after(timeout))
 
     def _bounded_cycle(self, parts: frozenset, final: bool, deadline: float) -> bool:
         if not parts:
             return True
         outcome: Dict[str, bool] = {}
+        finished = threading.Event()
 
         def body() -> None:
-            left = remaining(deadline)
+            left = self._time.remaining(deadline)
             # a loop cycle stuck in a store read holds the lock: give up at the deadline
-            if not self._cycle_lock.acquire(timeout=-1 if left is None else left):
-                return
             try:
-                if remaining(deadline) != 0.0:  # else abandoned: too late to export
-                    snap, complete = self._cycle(parts, final, deadline)
-                    outcome["ok"] = snap is not None and complete
+                if self._cycle_lock.acquire(timeout=-1 if left is None else left):
+                    try:
+                        if self._time.remaining(deadline) != 0.0:  # else too late: abandoned
+                            snap, complete = self._cycle(parts, final, deadline)
+                            outcome["ok"] = snap is not None and complete
+                    finally:
+                        self._cycle_lock.release()
             finally:
-                self._cycle_lock.release()
+                finished.set()
 
         worker = threading.Thread(target=body, name=f"goodput-flush-{self.run}", daemon=True)
         worker.start()
-        worker.join(remaining(deadline))
-        if worker.is_alive():
+        if not self._time.wait_until(finished, deadline):
             logger.warning("goodput monitor %s: the final cycle did not finish in time; "
                            "abandoned so that shutdown is not blocked", self.run)
         return outcome.get("ok", False)
@@ -291,7 +296,8 @@ class Monitor:
         if snapshot is None:
             return None, False
         complete = dispatch(self._runners, snapshot,
-                            min(deadline, time.monotonic() + self._export_timeout), self._report)
+                            min(deadline, self._time.after(self._export_timeout)), self._report,
+                            self._time.wait_until)
         with self._stats_lock:
             self._cycles += 1
         return snapshot, complete
@@ -385,7 +391,7 @@ class Monitor:
                 return True
             self._stopped = True
         timeout = self._final_timeout if timeout is _DEFAULT else timeout
-        deadline = deadline_after(timeout)
+        deadline = self._time.after(timeout)
         # keep a share of the time for close(): flushing files matters even
         # when the final cycle is abandoned
         reserve = 0.0 if timeout is None else min(_CLOSE_RESERVE_S, 0.2 * max(0.0, timeout))
@@ -395,13 +401,13 @@ class Monitor:
         ok = True
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
-            thread.join(remaining(deadline))
+            thread.join(self._time.remaining(deadline))
             if thread.is_alive():
                 ok = False
                 logger.warning("goodput monitor %s: the loop did not stop in time", self.run)
         if not skip:
             ok = self._bounded_cycle(self.parts, True, deadline - reserve) and ok
-        return close_all(self._runners, deadline, self.run) and ok
+        return close_all(self._runners, deadline, self.run, self._time.wait_until) and ok
 
     def __enter__(self) -> "Monitor":
         return self.start()

@@ -1,4 +1,4 @@
-"""Deadline helpers and the per-exporter worker thread of the monitor.
+"""Deadline time and the per-exporter worker thread of the monitor.
 
 Each exporter runs on its own :class:`Runner` so that one that hangs or
 raises never delays the others or the monitor loop (quality.md R5).
@@ -11,16 +11,34 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-__all__ = ["Runner", "deadline_after", "remaining"]
+__all__ = ["Deadlines", "Runner"]
 
 
-def remaining(deadline: float) -> Optional[float]:
-    """Seconds left until ``deadline`` (time.monotonic), None when unbounded."""
-    return None if deadline == math.inf else max(0.0, deadline - time.monotonic())
+class Deadlines:
+    """The time the monitor's deadlines are kept in: a monotonic clock and a
+    bounded event wait (``time.monotonic`` and ``Event.wait`` by default).
 
+    Tests inject one whose clock jumps to the end of a wait instead of
+    sleeping through it, so a hung exporter's timeout is reached at once.
+    """
 
-def deadline_after(timeout: Optional[float]) -> float:
-    return math.inf if timeout is None else time.monotonic() + max(0.0, float(timeout))
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def wait(self, event: threading.Event, timeout: Optional[float]) -> bool:
+        """Waits up to ``timeout`` seconds (None: unbounded); True once ``event`` is set."""
+        return event.wait(timeout)
+
+    def after(self, timeout: Optional[float]) -> float:
+        """The deadline ``timeout`` seconds from now (None: never)."""
+        return math.inf if timeout is None else self.monotonic() + max(0.0, float(timeout))
+
+    def remaining(self, deadline: float) -> Optional[float]:
+        """Seconds left until ``deadline``, None when unbounded."""
+        return None if deadline == math.inf else max(0.0, deadline - self.monotonic())
+
+    def wait_until(self, event: threading.Event, deadline: float) -> bool:
+        return self.wait(event, self.remaining(deadline))
 
 
 class Runner:
@@ -86,7 +104,7 @@ class Runner:
             except BaseException as exc:  # noqa: BLE001 - an exporter must not kill its worker
                 self._on_error(f"exporter {self.name}", exc)
             finally:
-                with self._cv:
+                with self._cv:  # idle and done together: whoever sees one sees both
                     self._busy = False
+                    done.set()
                     self._cv.notify_all()
-                done.set()

@@ -33,7 +33,6 @@ from typing import Any, Dict, Iterable, Mapping
 
 import pytest
 
-pytest.importorskip("ml_goodput_measurement")
 from ml_goodput_measurement.src import goodput as ref  # noqa: E402
 from ml_goodput_measurement.src import goodput_utils as ref_utils  # noqa: E402
 

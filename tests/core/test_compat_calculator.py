@@ -21,7 +21,6 @@ import enum
 
 import pytest
 
-pytest.importorskip("ml_goodput_measurement")
 
 from goodput_core.timeline.buckets import BadputType  # noqa: E402
 from goodput_core.compat import goodput as compat  # noqa: E402

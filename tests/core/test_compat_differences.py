@@ -14,7 +14,6 @@ import unittest.mock
 
 import pytest
 
-pytest.importorskip("ml_goodput_measurement")
 
 from goodput_core.compat import goodput_elastic as compat_elastic  # noqa: E402
 from goodput_core.compat.goodput_utils import GoodputType  # noqa: E402

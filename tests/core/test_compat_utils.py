@@ -18,7 +18,7 @@ import warnings
 
 import pytest
 
-ref = pytest.importorskip("ml_goodput_measurement.src.goodput_utils")
+from ml_goodput_measurement.src import goodput_utils as ref
 
 from goodput_core import gcp  # noqa: E402  (the metadata helpers goodput_utils re-exports)
 from goodput_core.compat import goodput_utils as ours  # noqa: E402

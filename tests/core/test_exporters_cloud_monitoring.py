@@ -28,8 +28,6 @@ from goodput_core.compat.goodput_utils import GCPOptions
 from goodput_core.exporters.base import MonitorSnapshot
 from goodput_core.exporters.cloud_monitoring import (
     MAX_SERIES_PER_CALL,
-    METRIC_PREFIX,
-    RESOURCE_TYPE,
     CloudMonitoringExporter,
 )
 from goodput_core.record.recorder import Recorder
@@ -45,6 +43,9 @@ METADATA = {
     "instance/machine-type": "projects/123/machineTypes/ct5p-hightpu-4t",
 }
 LOGGER = "goodput_core.exporters.cloud_monitoring"
+# Literals, not the exporter's constants: a typo there must fail here.
+METRIC_PREFIX = "compute.googleapis.com/workload/"
+RESOURCE_TYPE = "compute.googleapis.com/Workload"
 
 
 # ------------------------------------------------------------------ fixtures
@@ -108,6 +109,7 @@ def _received(fake):
     """{(short metric, frozenset(labels)): (value kind, value)} of every series."""
     out = {}
     for ts in fake.series():
+        assert ts.metric.type.startswith(METRIC_PREFIX), ts.metric.type
         key = (ts.metric.type[len(METRIC_PREFIX):], frozenset(ts.metric.labels.items()))
         assert key not in out, f"series sent twice: {key}"
         out[key] = _value(ts)

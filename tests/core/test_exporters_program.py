@@ -31,6 +31,7 @@ from goodput_core.monitor import Monitor  # noqa: E402
 from goodput_core.record.recorder import Recorder  # noqa: E402
 from goodput_core.stores.memory import MemoryStore  # noqa: E402
 from tests.support.diagnostic_run import QUERY, T0, TRUTH, record_diagnostic_run  # noqa: E402
+from tests.support.fake_deadlines import FakeDeadlines, Parking, monitor_settled  # noqa: E402
 from tests.support.tfevents import read_scalars  # noqa: E402
 
 RUN = "prog-run"
@@ -44,9 +45,11 @@ class Collect(Exporter):
 
     def __init__(self):
         self.snapshots = []
+        self.exported = threading.Semaphore(0)  # one release per export
 
     def export(self, snapshot):
         self.snapshots.append(snapshot)
+        self.exported.release()
 
 
 class Blocking(Exporter):
@@ -55,13 +58,14 @@ class Blocking(Exporter):
     name = "blocking"
 
     def __init__(self):
-        self.release = threading.Event()
+        self.parking = Parking()
+        self.release = self.parking.release
         self.snapshots = []
 
     def export(self, snapshot):
         self.snapshots.append(snapshot)
         if len(self.snapshots) == 1:
-            self.release.wait(GUARD_S)
+            self.parking.block()
 
 
 def _recorded(store=None, **parts):
@@ -161,18 +165,23 @@ def test_a_stuck_exporter_gets_the_metric_points_it_missed():
     rec.record_metric("loss", 3.0, step=0, time=T0 + 1)
     assert rec.flush(GUARD_S)
     slow, good = Blocking(), Collect()
-    # a short export timeout: the cycle must not wait for the stuck exporter
-    m = Monitor(RUN, store, [slow, good], clock=lambda: T0 + 10, export_timeout_s=0.01)
+    deadlines = FakeDeadlines()  # the export timeout is reached without waiting for it
+    m = Monitor(RUN, store, [slow, good], clock=lambda: T0 + 10, deadlines=deadlines)
+    deadlines.settled = monitor_settled(m, slow.parking)
     try:
         m.run_once()  # slow blocks on point 0
+        assert deadlines.expired == [10.0]  # the default export_timeout_s
+        assert good.exported.acquire(timeout=GUARD_S)
         rec.record_metric("loss", 2.0, step=1, time=T0 + 2)
         assert rec.flush(GUARD_S)
         m.run_once()  # slow is busy: point 1 is kept for it
+        assert good.exported.acquire(timeout=GUARD_S)
         slow.release.set()
         assert m.wait_idle(GUARD_S)
         rec.record_metric("loss", 1.0, step=2, time=T0 + 3)
         assert rec.flush(GUARD_S)
         m.run_once()
+        assert m.wait_idle(GUARD_S)
     finally:
         slow.release.set()
     assert [[p.step for p in s.new_metric_points.get("loss", [])] for s in slow.snapshots] == [

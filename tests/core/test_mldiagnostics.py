@@ -238,8 +238,10 @@ def test_gke_adds_the_workload_creation_time(clock, monkeypatch):
     (dict(store="nosuchscheme://x"), "store:"),
 ])
 def test_bad_arguments_raise_the_sdks_error(clock, kwargs, needle):
+    # a store of its own: never the user's default store (whatever is in it)
+    base = {"name": "x", "clock": clock, "store": f"memory://mld-{uuid.uuid4().hex}"}
     with pytest.raises(exceptions.MLRunConfigurationError, match=needle):
-        machinelearning_run(**{"name": "x", "clock": clock, **kwargs})
+        machinelearning_run(**{**base, **kwargs})
     assert mld.active_run() is None
 
 

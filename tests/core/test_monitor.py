@@ -19,6 +19,7 @@ from goodput_core.monitor.loop import Monitor, parse_windows
 from goodput_core.record.recorder import Recorder
 from goodput_core.stores.memory import MemoryStore
 from goodput_core.cli.synthetic import record_synthetic_job
+from tests.support.fake_deadlines import FakeDeadlines, Parking, monitor_settled
 
 T0 = 1_700_000_000.0
 GUARD_S = 30.0  # upper bound for waits on threads (never reached when things work)
@@ -79,19 +80,18 @@ class Hanging(Exporter):
     name = "hanging"
 
     def __init__(self, hang_calls=None):
-        self.release = threading.Event()
-        self.entered = threading.Event()
+        self.parking = Parking()
+        self.release = self.parking.release
         self.snapshots = []
         self._hang_calls = hang_calls  # None: every call hangs
 
     def export(self, snapshot):
         self.snapshots.append(snapshot)
-        self.entered.set()
         if self._hang_calls is None or len(self.snapshots) <= self._hang_calls:
-            self.release.wait(GUARD_S)
+            self.parking.block()
 
     def close(self):
-        self.release.wait(GUARD_S)
+        self.parking.block()
 
 
 def _store():
@@ -179,7 +179,10 @@ def test_a_raising_and_a_hanging_exporter_do_not_stop_the_others(synthetic, capl
     store, played = synthetic
     clock = FakeClock(played["end"])
     good, bad, hung = Collect(), Raising(), Hanging()
-    m = Monitor("syn", store, [hung, bad, good], clock=clock, export_timeout_s=1.0)
+    deadlines = FakeDeadlines()
+    m = Monitor("syn", store, [hung, bad, good], clock=clock, export_timeout_s=1.0,
+                deadlines=deadlines)
+    deadlines.settled = monitor_settled(m, hung.parking)
     caplog.set_level(logging.WARNING, logger="goodput_core.monitor.loop")
     try:
         for _ in range(4):
@@ -195,9 +198,9 @@ def test_a_raising_and_a_hanging_exporter_do_not_stop_the_others(synthetic, capl
         assert errors["exporter hanging: busy"] == 3
         boom = [r for r in caplog.records if "boom" in r.getMessage()]
         assert len(boom) == 1  # logged once, then counted
-        started = time.monotonic()
+        assert deadlines.expired == [1.0]  # the first cycle waited export_timeout_s for it
         assert m.stop(timeout=2.0) is False  # the hung exporter could not be closed
-        assert time.monotonic() - started < GUARD_S / 2  # it hangs until released
+        assert deadlines.expired == [1.0]  # and stop() did not wait for it: it was busy
         assert good.snapshots[-1].final and good.closed == 1 and bad.closed == 1
         assert m.stats()["errors"]["exporter raising: RuntimeError"] == 1
     finally:
@@ -207,10 +210,15 @@ def test_a_raising_and_a_hanging_exporter_do_not_stop_the_others(synthetic, capl
 def test_an_exporter_that_hangs_at_close_does_not_block_stop(synthetic):
     store, played = synthetic
     closing, good = Hanging(hang_calls=0), Collect()  # exports fine, hangs in close()
-    m = Monitor("syn", store, [closing, good], clock=lambda: played["end"])
+    deadlines = FakeDeadlines()
+    m = Monitor("syn", store, [closing, good], clock=lambda: played["end"],
+                deadlines=deadlines)
+    deadlines.settled = monitor_settled(m, closing.parking)
     try:
         m.run_once()
         assert m.stop(timeout=1.0) is False
+        assert deadlines.expired == [pytest.approx(1.0)]  # close() had all of stop()'s time
+        assert deadlines.now == pytest.approx(101.0)
         assert len(closing.snapshots) == 2 and closing.snapshots[-1].final
         assert good.closed == 1
     finally:
@@ -226,9 +234,12 @@ def test_a_slow_exporter_gets_the_step_deviations_it_missed():
     assert rec.flush(GUARD_S)
     clock.t = t
     slow, good = Hanging(hang_calls=1), Collect()
+    deadlines = FakeDeadlines()
     m = Monitor("slow", store, [slow, good], clock=clock, export_timeout_s=1.0,
-                configured_ideal_step_time=2.0)
+                configured_ideal_step_time=2.0, deadlines=deadlines)
+    deadlines.settled = monitor_settled(m, slow.parking)
     m.run_once()  # slow hangs in this one (steps 0-4)
+    assert deadlines.expired == [1.0]
     t = _record_steps(rec, t, 6, 9)
     assert rec.flush(GUARD_S)
     clock.t = t
@@ -320,15 +331,19 @@ def test_a_failing_store_skips_the_cycle_and_is_logged_once(synthetic, caplog):
 
 def test_stop_returns_within_its_deadline_when_the_store_hangs(synthetic):
     store, _ = synthetic
-    release = threading.Event()
+    stuck_read = Parking()
     out = Collect()
-    m = Monitor("syn", store, [out])
-    m.calculator.refresh = lambda: release.wait(GUARD_S)
+    deadlines = FakeDeadlines()
+    m = Monitor("syn", store, [out], deadlines=deadlines)
+    deadlines.settled = monitor_settled(m, stuck_read)
+    m.calculator.refresh = stuck_read.block
     try:
         assert m.stop(timeout=1.0) is False  # the final cycle was abandoned
+        # 0.2 s (a fifth) is kept for close(); the cycle was given up after 0.8 s
+        assert deadlines.expired == [pytest.approx(0.8)]
         assert out.closed == 1  # the exporters were still closed
     finally:
-        release.set()
+        stuck_read.release.set()
 
 
 def test_parts_can_be_switched_at_run_time(synthetic):
@@ -438,14 +453,14 @@ def test_a_monitor_started_on_a_long_run_hands_out_only_the_recent_deviations(mo
 
     import numpy as np
 
-    import goodput_core.monitor.cycle as cycle
+    import goodput_core.monitor.cycle as monitor_extras
 
-    monkeypatch.setattr(cycle, "MAX_CARRY", 50)
+    monkeypatch.setattr(monitor_extras, "MAX_CARRY", 50)
     steps = np.arange(1000)
     stats = types.SimpleNamespace(steps=steps, deviations=steps * 0.5)
-    new, done = cycle.fresh_deviations(stats, np.empty(0, np.int64))
+    new, done = monitor_extras.fresh_deviations(stats, np.empty(0, np.int64))
     assert new == [(s, s * 0.5) for s in range(950, 1000)]  # the last 50, in order
     assert done.tolist() == steps.tolist()  # the older ones are not handed out later
     more = types.SimpleNamespace(steps=np.arange(1003), deviations=np.arange(1003) * 0.5)
-    assert cycle.fresh_deviations(more, done)[0] == [(1000, 500.0), (1001, 500.5),
+    assert monitor_extras.fresh_deviations(more, done)[0] == [(1000, 500.0), (1001, 500.5),
                                                                (1002, 501.0)]

@@ -29,10 +29,7 @@ from goodput_core.compat.goodput_elastic import ElasticGoodputCalculator  # noqa
 from goodput_core.compat.goodput_utils import GCPOptions  # noqa: E402
 from goodput_core.compat.monitoring_elastic import ElasticGoodputMonitor  # noqa: E402
 from goodput_core.exporters.base import Exporter  # noqa: E402
-from goodput_core.exporters.cloud_monitoring import (  # noqa: E402
-    METRIC_PREFIX,
-    CloudMonitoringExporter,
-)
+from goodput_core.exporters.cloud_monitoring import CloudMonitoringExporter  # noqa: E402
 from goodput_core.exporters.prometheus import PrometheusExporter  # noqa: E402
 from goodput_core.exporters.tensorboard import TensorBoardExporter  # noqa: E402
 from goodput_core.monitor import Monitor  # noqa: E402
@@ -93,9 +90,11 @@ def _options():
 def _gcm_received(fake):
     """{(short metric, frozenset(labels)): value} of every series received."""
     out = {}
+    prefix = "compute.googleapis.com/workload/"  # a literal: not the exporter's constant
     for ts in fake.series():
+        assert ts.metric.type.startswith(prefix), ts.metric.type
         kind = ts.points[0].value.WhichOneof("value")
-        out[(ts.metric.type[len(METRIC_PREFIX):], frozenset(ts.metric.labels.items()))] = \
+        out[(ts.metric.type[len(prefix):], frozenset(ts.metric.labels.items()))] = \
             getattr(ts.points[0].value, kind)
     return out
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import threading
 
 import pytest
@@ -22,8 +23,12 @@ from tests.support.fake_clock import FakeClock
 
 
 @pytest.fixture
-def blocked_sqlite(monkeypatch):
-    gate = block_constructor(monkeypatch, sqlite_module, "SqliteStore")
+def blocked_sqlite(monkeypatch, tmp_path):
+    """Blocks the open of this test's store only (a recorder another test left
+    may open its own store meanwhile: a random test order failed on that)."""
+    mine = os.path.realpath(tmp_path / "g.sqlite")
+    gate = block_constructor(monkeypatch, sqlite_module, "SqliteStore",
+                             only=lambda path, **_: os.path.realpath(path) == mine)
     yield gate
     gate.release.set()
 
@@ -31,42 +36,52 @@ def blocked_sqlite(monkeypatch):
 def test_first_record_returns_while_the_store_open_is_blocked(blocked_sqlite, tmp_path):
     url = f"sqlite:///{tmp_path}/g.sqlite"
     rec = Recorder("run", url, clock=lambda: 1000.0)
-    rec.record_job_start_time()        # must not wait for the open
-    rec.record_step_start_time(0)
-    assert blocked_sqlite.opening.wait(10)  # the open started...
-    assert not blocked_sqlite.release.is_set()  # ...and is still blocked: we got here anyway
-    assert blocked_sqlite.threads == [rec._writer.ident]
-    assert blocked_sqlite.threads[0] != threading.get_ident()
-    assert rec.stats()["queued"] == 2 and rec.stats()["store_error"] is None
+    try:
+        rec.record_job_start_time()        # must not wait for the open
+        rec.record_step_start_time(0)
+        assert blocked_sqlite.opening.wait(10)  # the open started...
+        assert not blocked_sqlite.release.is_set()  # ...and is still blocked: we got here
+        assert blocked_sqlite.threads == [rec._writer.ident]
+        assert blocked_sqlite.threads[0] != threading.get_ident()
+        assert rec.stats()["queued"] == 2 and rec.stats()["store_error"] is None
 
-    blocked_sqlite.release.set()
-    assert rec.flush(10)
-    events, _ = open_store(url).read("run")
-    assert [sorted(k for k in to_payload(e) if k.endswith("time")) for e in events] == [
-        ["job_start_time"], ["step_start_time"]]
-    rec.close()
+        blocked_sqlite.release.set()
+        assert rec.flush(10)
+        events, _ = open_store(url).read("run")
+        assert [sorted(k for k in to_payload(e) if k.endswith("time")) for e in events] == [
+            ["job_start_time"], ["step_start_time"]]
+    finally:
+        blocked_sqlite.release.set()
+        rec.close()
 
 
 def test_a_store_that_cannot_be_opened_is_reported_not_raised(tmp_path, caplog):
     # a directory is not a sqlite file: the open fails on the writer thread
     path = tmp_path / "g.sqlite"
     path.mkdir()
-    with caplog.at_level(logging.ERROR, logger="goodput"):
-        rec = Recorder("run", str(path))
-        rec.record_job_start_time(5.0)
-        assert rec.flush(10) is False
-        assert rec.flush(10) is False
-    error = rec.stats()["store_error"]
-    assert error is not None and str(path) in error and "directory" in error
-    assert rec.stats()["written"] == 0 and rec.stats()["dropped"] == 0
-    opened = [r for r in caplog.records if "cannot open the store" in r.getMessage()]
-    assert len(opened) == 1 and opened[0].threadName.startswith("goodput-writer-")
+    rec = Recorder("run", str(path))
+    try:
+        with caplog.at_level(logging.ERROR, logger="goodput"):
+            rec.record_job_start_time(5.0)
+            assert rec.flush(10) is False
+            assert rec.flush(10) is False
+        error = rec.stats()["store_error"]
+        assert error is not None and str(path) in error and "directory" in error
+        assert rec.stats()["written"] == 0 and rec.stats()["dropped"] == 0
+        # the store's own line, once (the writer may add its "will retry" line
+        # when a write reached the store first: that depends on the timing)
+        opened = [r for r in caplog.records
+                  if r.getMessage().startswith(f"goodput: cannot open the store {rec._store.url}")]
+        assert len(opened) == 1 and opened[0].threadName.startswith("goodput-writer-")
 
-    path.rmdir()  # the cause goes away: the kept event is written, once
-    assert rec.flush(10) is True
-    assert rec.stats()["store_error"] is None
-    assert [e.time for e in open_store(str(path)).read("run")[0]] == [5.0]
-    rec.close()
+        path.rmdir()  # the cause goes away: the kept event is written, once
+        assert rec.flush(10) is True
+        assert rec.stats()["store_error"] is None
+        assert [e.time for e in open_store(str(path)).read("run")[0]] == [5.0]
+    finally:
+        if path.is_dir():
+            path.rmdir()  # else this recorder would fail every later flush_all()
+        rec.close(10)
 
 
 @pytest.mark.parametrize("url, match", [

@@ -24,6 +24,7 @@ from goodput_core.stores import StoreError, open_store
 from goodput_core.stores.memory import MemoryStore
 from goodput_core.stores.postgres import PostgresStore
 from goodput_core.stores.postgres_sql import SCHEMA_VERSION, redact
+from tests.support.children import wait_child
 from tests.support.fake_clock import FakeClock
 from tests.support.postgres_server import PASSWORD, PostgresServer, find_bindir
 
@@ -337,8 +338,7 @@ def test_a_forked_child_writes_through_its_own_connection(url):
             code = 0 if store.flush(20) else 2
         finally:
             os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
+    assert wait_child(pid, 60, "child writing to PostgreSQL after fork") == 0
     # The parent's connection still works after the child went away.
     store.append([EventRecord("fork", 1, 3.0, None, None, 0, "h", 1, "parent", 2)])
     assert store.flush(10)

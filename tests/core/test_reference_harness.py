@@ -11,7 +11,6 @@ import math
 
 import pytest
 
-pytest.importorskip("ml_goodput_measurement")
 
 from goodput_core.events import SkipReason, from_payload  # noqa: E402
 from ml_goodput_measurement.src import goodput as ref_goodput  # noqa: E402

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import faulthandler
 import os
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import pytest
 
 from goodput_core import Recorder, open_store
 from goodput_core.events import Kind
+from tests.support.children import wait_child
 
 
 def run_python(code: str, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -106,14 +108,20 @@ def test_r7_threads_and_fork(tmp_path):
                 for i in range(500):
                     rec.record_metric("child", os.getpid(), step=i)
                 code = 0 if rec.flush(60) else 2
+                if code:  # why: the recorder's counters and every thread's stack
+                    with open(tmp_path / f"child-{os.getpid()}.txt", "w") as out:
+                        out.write(f"{rec.stats()}\n")
+                        out.flush()
+                        faulthandler.dump_traceback(out, all_threads=True)
             finally:
                 os._exit(code)
         children.append(pid)
     for t in threads:
         t.join()
     for pid in children:
-        _, status = os.waitpid(pid, 0)
-        assert os.waitstatus_to_exitcode(status) == 0
+        code = wait_child(pid, what="child recording after fork")
+        report = tmp_path / f"child-{pid}.txt"
+        assert code == 0, report.read_text() if report.exists() else code
     assert rec.flush(60)
     events, _ = open_store(db).read("r7")
     parent = [e for e in events if e.extra["metric_name"] == "t"]

@@ -19,6 +19,7 @@ from goodput_core.events import EventRecord, Kind
 from goodput_core.stores import StoreError
 from goodput_core.stores.memory import MemoryStore
 from goodput_core.stores.sqlite import SqliteStore
+from tests.support.children import wait_child
 
 
 class Cyclic(list):
@@ -249,7 +250,7 @@ def test_r10_fork_never_waits_on_another_process_holding_the_store_lock(tmp_path
             if pid == 0:
                 os._exit(0)
             forked.set()
-            os.waitpid(pid, 0)
+            wait_child(pid, 60, "child that exits at once")
 
         forker = threading.Thread(target=fork)
         forker.start()

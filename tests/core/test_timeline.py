@@ -13,39 +13,8 @@ import pytest
 
 from goodput_core.timeline.buckets import BASE_BADPUT, BadputType as B
 from goodput_core.queries.calculator import Calculator
-from goodput_core.events import EventRecord, Kind as K
-
-R = "run"
-
-
-def ev(kind, t, step=None, write_time=math.nan, **extra):
-    return EventRecord(R, int(kind), float(t), step, extra or None, write_time=write_time)
-
-
-def orbax(t, entry, write_time=math.nan):
-    """An Orbax statistics event (the whole dict is the extra payload)."""
-    return EventRecord(R, int(K.CHECKPOINT_STATS), float(t), entry.get("step"), dict(entry),
-                       write_time=write_time)
-
-
-def steps(times, first=0, step_numbers=None):
-    nums = step_numbers if step_numbers is not None else range(first, first + len(times))
-    return [ev(K.STEP_START, t, s) for s, t in zip(nums, times)]
-
-
-def run(events, now=1000.0, **kw):
-    calc = Calculator(clock=lambda: now)
-    calc.add(events)
-    return calc.window(kw.get("a", -math.inf), kw.get("b", math.inf), exclude=kw.get("exclude"))
-
-
-def seconds(result):
-    """Non-zero partition buckets by name (plus PRODUCTIVE)."""
-    out = {k.name: v for k, v in result.badput_seconds.items()
-           if v and k is not B.DATA_LOADING_ASYNC}
-    if result.productive_seconds:
-        out["PRODUCTIVE"] = result.productive_seconds
-    return out
+from goodput_core.events import Kind as K
+from tests.support.timeline_cases import ev, orbax, run, seconds, steps
 
 
 def assert_partition(result):

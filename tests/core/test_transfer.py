@@ -226,7 +226,6 @@ def test_interrupted_import_completes_on_rerun(tmp_path, fake, cloud):
 # ----------------------------------------------------------------- the reference reads exports
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_exported_jsonl_is_read_by_the_reference_with_our_numbers(family, tmp_path, capsys):
-    pytest.importorskip("ml_goodput_measurement")
     from tests.support.reference_harness import entry_timestamp, reference_job_goodput
 
     payloads, query_time, _ = FAMILIES[family](0)

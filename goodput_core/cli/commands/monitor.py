@@ -16,6 +16,7 @@ from goodput_core.cli.commands.common import add_store_argument
 from goodput_core.monitor.loop import Monitor, parse_windows
 
 _FINAL_TIMEOUT_S = 30.0
+_SIGNAL_CHECK_S = 0.25  # how late a signal may be handled at most
 
 
 def add_arguments(parser) -> None:
@@ -149,7 +150,11 @@ def run(args) -> int:
     previous = _on_sigterm(done.set)
     monitor.start()
     try:
-        while not done.wait(3600):  # until Ctrl-C (KeyboardInterrupt) or SIGTERM
+        # Until Ctrl-C (KeyboardInterrupt) or SIGTERM, in short waits: a signal
+        # the kernel delivers to another thread (exporters, gRPC) runs its
+        # Python handler only when the main thread wakes up, so one long wait
+        # would hold SIGTERM back until it ends.
+        while not done.wait(_SIGNAL_CHECK_S):
             pass
     except KeyboardInterrupt:
         pass

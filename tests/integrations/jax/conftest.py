@@ -64,6 +64,18 @@ def rec_fake_clock(fake_clock):
     fixture.recorder.close()
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _jax_backend_up():
+    """The process gate decides who writes once a JAX backend is up, which a
+    training program has done by its first batch. Start it for every test
+    here rather than rely on an earlier test having done so (in a random
+    order, test_jax_data_steps and test_jax_gate failed when they ran first).
+    The not-yet-started case runs in subprocesses and with a stand-in bridge."""
+    import jax
+
+    jax.devices()
+
+
 @pytest.fixture(autouse=True)
 def _uninstrument_after():
     """No adapter outlives its test (listeners, patches and hooks removed)."""

@@ -31,6 +31,16 @@ class OrbaxRecorder:
                 and (event_type is None or p["event_type"] == event_type)]
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _jax_backend_up():
+    """The adapters' process gate decides who records once a JAX backend is
+    up, as it is in a program that checkpoints arrays. Start it here, so no
+    test depends on another having done so first (random test order)."""
+    import jax
+
+    jax.devices()
+
+
 @pytest.fixture
 def orec():
     fixture = OrbaxRecorder()

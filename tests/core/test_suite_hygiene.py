@@ -1,0 +1,57 @@
+"""What the suite promises about itself (README, "make test"): no test uses
+the user's default store or ``GOODPUT_*`` settings, and a hung test stops the
+run visibly instead of holding CI."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from goodput_core.stores import default_store_url
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_the_default_store_and_cache_are_private_to_the_session(tmp_path_factory):
+    session_tmp = str(tmp_path_factory.getbasetemp())
+    user_store = os.path.join(Path.home(), ".local", "share", "goodput")
+    for url in (default_store_url(),
+                # what a child process sees, with GOODPUT_STORE unset too
+                subprocess.run([sys.executable, "-c", "from goodput_core.stores import "
+                                "default_store_url as d; print(d())"],
+                               env={k: v for k, v in os.environ.items() if k != "GOODPUT_STORE"},
+                               capture_output=True, text=True, check=True,
+                               timeout=60).stdout.strip()):
+        assert url.startswith("sqlite:///") and user_store not in url
+        assert os.path.abspath("/" + url[len("sqlite:///"):]).startswith(session_tmp)
+    assert os.environ["XDG_CACHE_HOME"].startswith(session_tmp)
+    assert [n for n in os.environ if n.startswith("GOODPUT_")] == ["GOODPUT_STORE"]
+
+
+def test_a_hung_test_stops_the_run_with_every_stack(tmp_path):
+    """The suite's own pytest settings (pyproject.toml), with the per-test
+    limit lowered to 1 s: the one real wait here is that limit."""
+    (tmp_path / "test_hang.py").write_text(textwrap.dedent('''
+        import threading
+
+        def test_hangs():
+            helper = threading.Thread(target=threading.Event().wait, name="helper-thread",
+                                      daemon=True)
+            helper.start()
+            threading.Event().wait()
+
+        def test_never_reached():
+            pass
+    '''))
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-c", str(REPO / "pyproject.toml"), "-p", "no:randomly",
+         "-p", "no:cacheprovider", "-o", "timeout=1", str(tmp_path / "test_hang.py")],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    out = result.stdout + result.stderr
+    assert result.returncode == 1, out
+    assert "Timeout" in out and "test_hangs" in out
+    assert "helper-thread" in out  # every thread's stack, not only the test's
+    assert "test_never_reached" not in out and "passed" not in out  # the run stopped there
