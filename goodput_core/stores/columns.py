@@ -13,13 +13,26 @@ keep their parsed ``extra`` dicts, by row index.
 from __future__ import annotations
 
 import collections
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
 from goodput_core.events import EventRecord
 
-__all__ = ["EventPage"]
+__all__ = ["EventPage", "joined_rows_of"]
+
+
+def joined_rows_of(parts: Sequence[Any]) -> Tuple[Dict[int, Any], collections.Counter]:
+    """``(extra, corrupt)`` of pages (anything with ``extra``, ``corrupt`` and a
+    length) put one after the other: extra keys shifted by the rows before."""
+    extra: Dict[int, Any] = {}
+    corrupt: collections.Counter = collections.Counter()
+    offset = 0
+    for p in parts:
+        extra.update({offset + i: x for i, x in p.extra.items()})
+        corrupt.update(p.corrupt)
+        offset += len(p)
+    return extra, corrupt
 
 
 class EventPage:
@@ -69,13 +82,7 @@ class EventPage:
     @classmethod
     def concat(cls, run: str, pages: Sequence["EventPage"]) -> "EventPage":
         """The pages one after the other, as one page."""
-        extra: Dict[int, Dict[str, Any]] = {}
-        corrupt: collections.Counter = collections.Counter()
-        offset = 0
-        for p in pages:
-            extra.update({offset + i: x for i, x in p.extra.items()})
-            corrupt.update(p.corrupt)
-            offset += len(p)
+        extra, corrupt = joined_rows_of(pages)
 
         def cat(name: str) -> np.ndarray:
             return np.concatenate([getattr(p, name) for p in pages])

@@ -41,7 +41,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from goodput_core.events import EventRecord, Kind
-from goodput_core.stores.columns import EventPage
+from goodput_core.stores.columns import EventPage, joined_rows_of
 
 __all__ = ["SCHEMA", "CHUNK_EVENTS", "CORRUPT_REASONS", "Raw", "read_raw", "compact",
            "insert_packed", "has_chunks"]
@@ -94,13 +94,7 @@ class Raw:
         """One Raw of the parts, with only the columns ``names`` (all: empty)."""
         if len(parts) == 1:
             return parts[0]
-        extra: Dict[int, str] = {}
-        corrupt: collections.Counter = collections.Counter()
-        offset = 0
-        for p in parts:
-            extra.update({offset + i: x for i, x in p.extra.items()})
-            corrupt.update(p.corrupt)
-            offset += len(p)
+        extra, corrupt = joined_rows_of(parts)
         cols = {name: np.concatenate([getattr(p, name) for p in parts])
                 for name, _ in _LAYOUT if not names or name in names}
         return Raw(cols, extra, corrupt)
