@@ -47,6 +47,7 @@ goodput, insights) are in :mod:`goodput_core.queries.beyond_goodput`.
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import time
@@ -73,6 +74,13 @@ __all__ = ["Calculator", "GoodputResult", "MetricSeries", "ProgramGoodput", "Sli
            "SliceEfficiency", "StepStats"]
 
 _PAGE = 262_144  # events per store read in refresh()
+logger = logging.getLogger("goodput")
+
+
+def _default_url() -> str:
+    from goodput_core.stores import default_store_url
+
+    return default_store_url()
 
 
 class Calculator(BeyondGoodputMixin):
@@ -147,11 +155,26 @@ class Calculator(BeyondGoodputMixin):
           The number of events read (0 without a store).
         """
         if self._store is None:
+            self._warn_once("no-store", "goodput: Calculator(%r) has no store, so refresh() reads "
+                            "nothing: pass store= (a URL, a path or an open store; a Recorder "
+                            "given no store writes to %s)", self.run, _default_url())
             return 0
         flush_before_read(self.run, self._store)
         with self._lock:
+            first = self._cursor is None
             n, self._cursor = self.pull(self._store, self._cursor)
-            return n
+        if first and not n:  # a typo in the run or the store path reads as 0 % otherwise
+            self._warn_once("no-run", "goodput: no events of run %r in %s yet (goodput runs "
+                            "--store %s lists the runs there)", self.run,
+                            getattr(self._store, "url", self._store),
+                            getattr(self._store, "url", self._store))
+        return n
+
+    def _warn_once(self, key: str, message: str, *args: Any) -> None:
+        warned = self.__dict__.setdefault("_warned", set())
+        if key not in warned:
+            warned.add(key)
+            logger.warning(message, *args)
 
     def pull(self, store: Any, cursor: Any = None) -> Tuple[int, Any]:
         """Adds this run's events appended to ``store`` after ``cursor``.

@@ -276,10 +276,25 @@ def _finish(run_name: str, store: str, outdir: str, synthetic: bool) -> None:
     # The demo's store is not the default one: every command needs --store.
     url = shlex.quote(opened.url)
     print("Look again (copy and paste; the demo's store is not the default store):")
-    print(f"  goodput report {shlex.quote(run_name)} --store {url}")
-    print(f"  goodput runs --store {url}")
-    print(f"  goodput timeline {shlex.quote(run_name)} --store {url} -o timeline.html")
+    cmd = _goodput_command()
+    print(f"  {cmd} report {shlex.quote(run_name)} --store {url}")
+    print(f"  {cmd} runs --store {url}")
+    print(f"  {cmd} timeline {shlex.quote(run_name)} --store {url} -o timeline.html")
     sys.stdout.flush()
+
+
+def _goodput_command() -> str:
+    """``goodput`` when the shell finds this installation's command, else its
+    path (``make demo`` installs into ./.venv, which is not on PATH)."""
+    import shutil
+
+    here = os.path.join(os.path.dirname(sys.executable), "goodput")
+    found = shutil.which("goodput")
+    if found and os.path.realpath(found) == os.path.realpath(here):
+        return "goodput"
+    if os.path.exists(here):
+        return shlex.quote(here)
+    return f"{shlex.quote(sys.executable)} -m goodput_core.cli"
 
 
 def _write_tensorboard(calc, run_name: str, outdir: str):
