@@ -136,9 +136,10 @@ def open_run(run_name: str, store_url: Any):
     from goodput_core.stores import open_store
 
     store = open_store(store_url, create=False)
-    calc = Calculator(run_name, store)
-    if not calc.refresh() and run_name not in store.runs():
+    if run_name not in store.runs():  # before reading: one error line, not a warning too
         raise CliError(f"no run named {run_name!r} in {store.url} (see: goodput runs)")
+    calc = Calculator(run_name, store)
+    calc.refresh()
     return calc, store
 
 
