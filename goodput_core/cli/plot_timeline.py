@@ -428,9 +428,13 @@ def render_image(data: TimelineData, path: str) -> None:
     head, sub = titles(data)
     fig.suptitle(head, x=0.02, ha="left", fontsize=13, fontweight="bold",
                  y=1 - 0.12 / fig_h)
-    if data.notes:  # hangs and checkpoint advice, on the subtitle line
-        sub = sub + "   |   " + "   |   ".join(data.notes)
-    fig.text(0.02, 1 - 0.45 / fig_h, sub, fontsize=9, color="#444444", ha="left")
+    # hangs and checkpoint advice on a second line; each line cut to the page
+    # (9-point text: about 5 points a character)
+    width = max(40, int(fig.get_figwidth() * 72 * 0.96 / 5.2))
+    lines = [sub] + (["   |   ".join(data.notes)] if data.notes else [])
+    sub = "\n".join(line if len(line) <= width else line[:width - 1] + "\u2026"
+                     for line in lines)
+    fig.text(0.02, 1 - 0.32 / fig_h, sub, fontsize=9, color="#444444", ha="left", va="top")
     try:
         fig.savefig(path)
     finally:
