@@ -113,6 +113,7 @@ class Calculator(BeyondGoodputMixin):
 
             self._store = open_store(store)
         self._cursor = None
+        self._warned: set = set()  # refresh()'s one-time warnings
         self._clock = clock
         self._ideal = None if ideal_step_time is None else float(ideal_step_time)
         self._tl = Timeline()
@@ -171,9 +172,8 @@ class Calculator(BeyondGoodputMixin):
         return n
 
     def _warn_once(self, key: str, message: str, *args: Any) -> None:
-        warned = self.__dict__.setdefault("_warned", set())
-        if key not in warned:
-            warned.add(key)
+        if key not in self._warned:
+            self._warned.add(key)
             logger.warning(message, *args)
 
     def pull(self, store: Any, cursor: Any = None) -> Tuple[int, Any]:

@@ -136,7 +136,9 @@ def open_run(run_name: str, store_url: Any):
     from goodput_core.stores import open_store
 
     store = open_store(store_url, create=False)
-    if run_name not in store.runs():  # before reading: one error line, not a warning too
+    # One event first (cheap in every store; runs() reads a whole Cloud Logging
+    # log): an unknown run is one error line, not the calculator's warning too.
+    if not store.read(run_name, limit=1)[0] and run_name not in store.runs():
         raise CliError(f"no run named {run_name!r} in {store.url} (see: goodput runs)")
     calc = Calculator(run_name, store)
     calc.refresh()
