@@ -60,6 +60,7 @@ from goodput_core.timeline.buckets import CUSTOM_BASE, IDLE, PRODUCTIVE, BadputT
 from goodput_core.timeline.ingest import ORBAX_SAVE, EventTables
 from goodput_core.timeline.intervals import (Growable, IntervalList, complement, paint, split_by_regions,
                                     union)
+from goodput_core.timeline.open_phases import open_phase_limits, with_open_phases
 from goodput_core.timeline.segments import Attempts, SegmentTable
 
 __all__ = ["Timeline"]
@@ -149,6 +150,10 @@ class Timeline:
         skip_times: Dict[str, List[np.ndarray]] = collections.defaultdict(list)
         skip_times["outside_lifetime"].append(self.segments.tail_invalid_times)
         pairs = {fam: _pairs(T[fam], F, fam in ("custom", "wait"), skip_times) for fam in _FAMILIES}
+        if len(att):  # rule 14: phases still open count up to the query time
+            limit = open_phase_limits(T["step_start"]["t"], att)
+            pairs = {fam: with_open_phases(p, T[fam], F, fam in ("custom", "wait"), limit)
+                     for fam, p in pairs.items()}
         if len(att):
             lo = max(F, float(att.start[0]))
             levels, (as_, ae) = self._levels(rows, att, pairs, F)
