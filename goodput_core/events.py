@@ -51,6 +51,7 @@ ORBAX_EVENT_TYPE = "event_type"
 HANG_LAST_PROGRESS = "last_progress_time"
 HANG_EXPECTED_STEP = "expected_step_seconds"
 HANG_STACK = "hang_stack"
+HEARTBEAT_SECONDS = "heartbeat_seconds"
 
 
 class Kind(enum.IntEnum):
@@ -87,6 +88,7 @@ class Kind(enum.IntEnum):
     INPUT_STALL_END = 29
     HANG = 30  # a hang detected by the watchdog (insights)
     HANG_END = 31  # progress resumed after a hang
+    HEARTBEAT = 32  # the lead writer is alive (semantics rule 15)
 
 
 class KindSpec(NamedTuple):
@@ -162,6 +164,8 @@ KINDS: Dict[Kind, KindSpec] = {
         _spec(Kind.HANG, "hang_time", STEP_COUNT,
               required=(HANG_LAST_PROGRESS, HANG_EXPECTED_STEP), reference=False),
         _spec(Kind.HANG_END, "hang_end_time", reference=False),
+        # written by the lead writer's thread every heartbeat_seconds
+        _spec(Kind.HEARTBEAT, "heartbeat_time", reference=False),
     )
 }
 

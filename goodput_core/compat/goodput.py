@@ -168,7 +168,7 @@ class GoodputCalculator:
         # Imported here: recorders (built at a job's start) do not pay for it.
         from goodput_core.queries.calculator import Calculator
 
-        self._calc = Calculator(job_name, clock=clock)
+        self._calc = Calculator(job_name, clock=clock, liveness=False)  # rule 1, as the reference
         self._feed = (_shapes.CloudLoggerFeed(job_name, cloud_logger) if cloud_logger is not None
                       else _shapes.StoreFeed(job_name, store))
         self._lock = threading.RLock()

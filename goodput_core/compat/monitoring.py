@@ -196,7 +196,7 @@ class GoodputMonitor:
         self._rolling_windows: List[Any] = []
         self._gcm_failed = False
         self._lock = threading.RLock()
-        self._calculator = Calculator(job_name, _open(store), clock=clock)
+        self._calculator = Calculator(job_name, _open(store), clock=clock, liveness=False)
         # built now so that bad settings (directory, port) fail here, as in the reference
         self._monitor: Optional[Monitor] = self._new_monitor()
         self._initialized = True

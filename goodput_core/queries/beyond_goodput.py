@@ -20,6 +20,7 @@ from goodput_core.queries.diagnostics import (
 from goodput_core.queries.elastic import (
     SliceCounts, SliceEfficiency, slice_counts, slice_efficiency)
 from goodput_core.queries.hangs import Hang, hangs_of_run
+from goodput_core.timeline.liveness import lifetime_end
 from goodput_core.queries.host_outliers import HostBreakdown
 from goodput_core.queries.program_goodput import ProgramGoodput, program_goodput_of_run
 from goodput_core.queries.results import GoodputResult
@@ -63,7 +64,7 @@ class BeyondGoodputMixin:
                 return None
             lo = float(tl.attempts.start[0])
             wa = max(a, lo)
-            wb = max(min(b, max(tl.attempts.lifetime_end(t), lo)), wa)
+            wb = max(min(b, max(lifetime_end(tl, t), lo)), wa)
             return slice_efficiency(slice_counts(tl.tables), (wa, wb), tl.attempts.idle())
 
     def metadata(self) -> Dict[str, Any]:
@@ -129,8 +130,11 @@ class BeyondGoodputMixin:
         """
         with self._lock:
             t = self._now(now)
-            self._tl.update()
-            return hangs_of_run(self._tl.tables, self._tl.attempts.start, t)
+            tl = self._tl
+            tl.update()
+            if len(tl.attempts):  # an open hang of a stopped run ends where it stopped
+                t = min(t, lifetime_end(tl, t))
+            return hangs_of_run(tl.tables, tl.attempts.start, t)
 
     def checkpoint_advice(self, now: Any = None) -> CheckpointAdvice:
         """Checkpoint-interval advice from this run's failures, saves and

@@ -25,6 +25,7 @@ API summary::
     new, cursor = calc.metrics_since(cursor)     # points new since the last call, by name
     calc.metadata()                     # run metadata, latest value per key
     calc.program_goodput()              # ProgramGoodput(mfu, ...) or None
+    calc.state()                        # RunState: running / stopped at T (cause) / ended
     calc.hangs()                        # [Hang(step, start, end, seconds, stack), ...]
     calc.checkpoint_advice()            # CheckpointAdvice (Young/Daly) or its reason
     calc.hosts()                        # HostBreakdown: per-host host-local time, outliers
@@ -68,6 +69,7 @@ from goodput_core.record.hooks import flush_before_read
 from goodput_core.timeline.buckets import CUSTOM_BASE, IDLE, PRODUCTIVE, BadputType
 from goodput_core.timeline.payload_columns import payload_page
 from goodput_core.timeline.segments import CLOSE_JOB_END, CLOSE_STEP_END, NO_RESTART
+from goodput_core.timeline.liveness import RunState, lifetime_end, timeline_state
 from goodput_core.timeline.spans import Timeline
 
 __all__ = ["Calculator", "GoodputResult", "MetricSeries", "ProgramGoodput", "SliceCounts",
@@ -92,6 +94,8 @@ class Calculator(BeyondGoodputMixin):
       store: a store URL, path or open Store to read with :meth:`refresh`.
       clock: returns the current POSIX time (``now`` of queries).
       ideal_step_time: a configured ideal step time in seconds (optional).
+      liveness: False keeps rule 1 for every run: an open attempt runs to
+        the query time, never stopped (the compatibility layer's setting).
 
     Raises:
       ValueError: a store without a run name, or a bad ideal step time.
@@ -100,7 +104,7 @@ class Calculator(BeyondGoodputMixin):
 
     def __init__(self, run: Optional[str] = None, store: Any = None, *,
                  clock: Callable[[], float] = time.time,
-                 ideal_step_time: Optional[float] = None):
+                 ideal_step_time: Optional[float] = None, liveness: bool = True):
         if store is not None and not run:
             raise ValueError("a run name is needed to read a store")
         if ideal_step_time is not None and not (
@@ -117,6 +121,7 @@ class Calculator(BeyondGoodputMixin):
         self._clock = clock
         self._ideal = None if ideal_step_time is None else float(ideal_step_time)
         self._tl = Timeline()
+        self._tl.liveness = bool(liveness)
         self._lock = threading.RLock()
         self._host_tracker = HostTracker(run or "", self._store, clock=clock)
 
@@ -226,7 +231,7 @@ class Calculator(BeyondGoodputMixin):
             if not len(att):
                 return None
             t = self._now(now)
-            return float(att.start[0]), max(att.lifetime_end(t), float(att.start[0]))
+            return float(att.start[0]), max(lifetime_end(self._tl, t), float(att.start[0]))
 
     def cumulative(self, now: Any = None, exclude: Optional[Sequence[Interval]] = None
                    ) -> GoodputResult:
@@ -256,7 +261,7 @@ class Calculator(BeyondGoodputMixin):
             if not len(tl.attempts):
                 return empty_result(t, tl.skipped(), tl.tables.elastic_seen)
             lo = float(tl.attempts.start[0])
-            life = (lo, max(tl.attempts.lifetime_end(t), lo))
+            life = (lo, max(lifetime_end(tl, t), lo))
             wa, wb = max(a, life[0]), max(min(b, life[1]), max(a, life[0]))
             return build_result(tl, a, b, excl, life, t, _step_summary(tl, wa, wb))
 
@@ -305,6 +310,15 @@ class Calculator(BeyondGoodputMixin):
                 return np.empty(0), np.empty(0), np.empty(0, np.int64), []
             s, e, c = self._tl.labelled(max(a, life[0]), min(b, life[1]))
             return s, e, c, list(self._tl.tables.names["custom"])
+
+    def state(self, now: Any = None) -> RunState:
+        """Running, stopped (where and why) or ended, and the time from the last
+        sign of life to each restart (semantics.md rule 15,
+        :mod:`goodput_core.timeline.liveness`)."""
+        with self._lock:
+            t = self._now(now)
+            self._tl.update()
+            return timeline_state(self._tl, t)
 
     def step_stats(self, ideal_step_time: Optional[float] = None) -> StepStats:
         """Step times, ideal step time and deviations (semantics.md rule 12).

@@ -31,6 +31,7 @@ from goodput_core.events import (
     HANG_EXPECTED_STEP,
     HANG_LAST_PROGRESS,
     HANG_STACK,
+    HEARTBEAT_SECONDS,
     ORBAX_EVENT_TYPE,
     Kind,
     orbax_span_keys,
@@ -66,11 +67,13 @@ _TABLE_COLUMNS = {
     "disruption": ("key",), "orbax": ("end", "key"),
     # side tables: not part of the partition (see SIDE_TABLES)
     "slices": ("active", "avail", "total"), "metric": ("step", "key", "val"),
+    "heartbeat": ("val",),  # val: the writer's interval in seconds (NaN: not said)
 }
-SIDE_TABLES = frozenset({"slices", "metric"})
+SIDE_TABLES = frozenset({"slices", "metric", "heartbeat"})
 _SLICE_KEYS = ("active_slices", "available_slices", "total_slices")
 _SIMPLE_KINDS = {Kind.JOB_START: "job_start", Kind.JOB_END: "job_end"}
-_SIDE_KINDS = {int(Kind.METADATA), int(Kind.METRIC), int(Kind.ELASTIC_SLICE_COUNTS)}
+_SIDE_KINDS = {int(Kind.METADATA), int(Kind.METRIC), int(Kind.ELASTIC_SLICE_COUNTS),
+               int(Kind.HEARTBEAT)}
 _KNOWN = {int(k) for k in Kind}
 _MAX_STACK_CHARS = 4000  # a hang's stack summary kept for the report
 # kinds handled column-wise on large batches (no extra payload needed)
@@ -298,6 +301,13 @@ class EventTables:
     def _add_side(self, kind: int, ev: Any, t: float, order: int, rows) -> Optional[str]:
         """Stores a slice-count, metric or metadata event; returns a skip reason or None."""
         extra = ev[4] if len(ev) > 4 else None
+        if kind == Kind.HEARTBEAT:  # liveness only (rule 15): never changes a span
+            iv = extra.get(HEARTBEAT_SECONDS) if isinstance(extra, dict) else None
+            ok = type(iv) is not bool and isinstance(iv, (int, float)) and 0 < iv < MAX_ABS_TIME
+            rows["heartbeat"]["val"].append(float(iv) if ok else math.nan)
+            rows["heartbeat"]["t"].append(t)
+            rows["heartbeat"]["o"].append(order)
+            return None
         if not isinstance(extra, dict) or not extra:
             return "missing_field"
         if kind == Kind.METADATA:

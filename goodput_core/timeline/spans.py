@@ -98,6 +98,8 @@ class Timeline:
         self.frozen_skips: collections.Counter = collections.Counter()
         self.tail_skips: collections.Counter = collections.Counter()
         self._overlay: Optional[dict] = None
+        self.liveness = True  # rule 15 (liveness.py); off on the compatibility paths
+        self.lives_cache = None  # liveness.py: per-attempt signs of life
 
     # ------------------------------------------------------------- updates
     def add(self, events, run: Optional[str] = None) -> int:
