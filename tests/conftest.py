@@ -52,6 +52,11 @@ def _private_default_paths(tmp_path_factory):
         # the same file as the XDG default: tests that unset it land there too
         store = base / "data" / "goodput" / "goodput.sqlite"
         mp.setenv("GOODPUT_STORE", "sqlite:///" + str(store).lstrip("/"))
+        # Heartbeats are written on the recorder's clock by the writer thread,
+        # so a test that lists a run's exact events would see one more: they
+        # are off unless a test turns them on (heartbeat_seconds=, or this
+        # variable in a child's environment: tests/core/test_liveness*.py).
+        mp.setenv("GOODPUT_HEARTBEAT_SECONDS", "0")
         yield base
 
 

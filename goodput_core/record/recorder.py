@@ -41,6 +41,8 @@ from goodput_core.events import EventRecord, Kind, to_timestamp
 from goodput_core.record import hooks
 # re-exported: callers and tests written before the hooks moved read them here
 from goodput_core.record.hooks import _LIVE, flush_all, flush_before_read  # noqa: F401
+from goodput_core.record.heartbeat import Heartbeat
+from goodput_core.record.heartbeat import heartbeat_seconds as heartbeat_seconds_of
 from goodput_core.record.phases import PhaseMixin
 from goodput_core.record.storable import (
     INT64_MAX, INT64_MIN, check_extra, check_int, check_text, describe_error)
@@ -99,6 +101,9 @@ class Recorder(PhaseMixin, WriterMixin):
         (default settings, ``GOODPUT_HANG_*`` variables applied), False, or a
         :class:`~goodput_core.record.watchdog.HangSettings`. Its thread starts at the
         first job start; nothing of it runs on the caller's thread.
+      heartbeat_seconds: the lead writer's heartbeat interval (process index
+        0, while a job runs; :mod:`goodput_core.record.heartbeat`): None reads
+        ``GOODPUT_HEARTBEAT_SECONDS`` (default 10), 0 turns it off.
 
     Raises:
       StoreError: the store URL is malformed (the store itself is opened by
@@ -120,6 +125,7 @@ class Recorder(PhaseMixin, WriterMixin):
         cloud_logger: Any = None,
         enabled: bool = True,
         hang_detection: Any = True,
+        heartbeat_seconds: Any = None,
     ):
         if not isinstance(run, str) or not run:
             raise ValueError(f"run name must be a non-empty string, got {run!r}")
@@ -130,6 +136,7 @@ class Recorder(PhaseMixin, WriterMixin):
                 isinstance(process_index, int) or hasattr(process_index, "__index__")) \
                 or not INT64_MIN <= int(process_index) <= INT64_MAX:
             raise ValueError(f"process_index must be a 64-bit integer, got {process_index!r}")
+        self._heartbeat_s = heartbeat_seconds_of(heartbeat_seconds)
         self.run = run
         self.job_name = run  # the reference's attribute name
         self._clock = clock
@@ -173,6 +180,8 @@ class Recorder(PhaseMixin, WriterMixin):
         self._pending = None
         self._draining = False
         self._writer: Optional[threading.Thread] = None
+        self._heartbeat = (Heartbeat(self._heartbeat_s)
+                           if self._store is not None and self._heartbeat_s > 0 else None)
         if self._store is not None:
             self._writer = threading.Thread(
                 target=self._writer_main, name=f"goodput-writer-{self.run}", daemon=True)

@@ -72,6 +72,7 @@ class WriterMixin:
         seq = self._seq
         batch, fences = [], []
         popleft = q.popleft
+        heartbeat = self._heartbeat
         while len(batch) < limit:
             try:
                 item = popleft()
@@ -81,6 +82,8 @@ class WriterMixin:
                 fences.append(item)
                 continue
             kind, t, step, extra, wt = item
+            if heartbeat is not None:
+                heartbeat.observe(kind)
             batch.append(EventRecord(run, kind, t, step, extra, pidx, host, pid, attempt,
                                      next(seq), wt))
         watchdog = self._watchdog
@@ -191,6 +194,8 @@ class WriterMixin:
                 return
             try:
                 self._drain()
+                if self._heartbeat is not None:  # rule 15: written here, never by the caller
+                    self._heartbeat.beat(self)
             except Exception:  # keep the writer alive whatever happens
                 logger.exception("goodput: writer error")
             if self._closed and not self._queue:

@@ -189,7 +189,9 @@ class EventTables:
                 parts = arrays[name][k] + [np.asarray(rows[name][k], dtype=_DTYPES[k])]
                 batch[k] = np.concatenate(parts).astype(_DTYPES[k], copy=False)
             t0, dups = table.insert(batch)
-            if name not in SIDE_TABLES:  # side kinds do not change any span
+            # side kinds do not change any span; a heartbeat may end the open
+            # phases of an attempt that later restarted (open_phases.py)
+            if name not in SIDE_TABLES or name == "heartbeat":
                 earliest = min(earliest, t0)
             stored += len(batch["t"]) - dups
             if dups:

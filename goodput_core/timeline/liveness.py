@@ -106,6 +106,11 @@ class AttemptLives:
     final_disruption: np.ndarray
     cause: Tuple[Optional[str], ...]
 
+    def last_signs(self) -> np.ndarray:
+        """:meth:`last_sign` of every attempt."""
+        return np.where(~np.isnan(self.final_disruption), self.final_disruption,
+                        np.fmax(self.last_event, self.last_heartbeat))
+
     def last_sign(self, a: int) -> float:
         """Attempt ``a``'s last sign of life (its final disruption first)."""
         if not math.isnan(self.final_disruption[a]):

@@ -11,9 +11,12 @@ working (a pending start already holds the freeze time back, see
 
 An open phase cannot outlive the evidence that it is over: it ends at the
 next step start after it (the loop went on: the end event was lost, or the
-phase did not block), and at the end of its attempt (its job end, or the
-next job start: a crash ends every phase of the attempt; recovery outranks
-them there anyway).
+phase did not block), and at the end of its attempt: its job end or, for an
+attempt that was restarted, its last sign of life (rule 15: its last event
+or heartbeat, or the disruption that was its last event), where the
+process was last known to be in that phase. In the last attempt the query
+clips it (the query time, or where a stopped attempt stopped: the same
+last sign of life), so its figures do not change when a restart follows.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from typing import Callable, Tuple
 
 import numpy as np
 
+from goodput_core.timeline.liveness import attempt_lives
 from goodput_core.timeline.segments import Attempts
 
 __all__ = ["open_phase_limits", "with_open_phases", "open_starts"]
@@ -30,14 +34,18 @@ __all__ = ["open_phase_limits", "with_open_phases", "open_starts"]
 _INF = math.inf
 
 
-def open_phase_limits(step_starts: np.ndarray, att: Attempts) -> Callable[[np.ndarray], np.ndarray]:
+def open_phase_limits(tables, att: Attempts) -> Callable[[np.ndarray], np.ndarray]:
     """A function: start times of open phases -> where each must end at the latest.
 
     Args:
-      step_starts: sorted step start times of the run.
+      tables: the run's event tables.
       att: the run's attempts.
     """
-    ends = np.where(np.isnan(att.end), att.next_start, att.end)
+    step_starts = tables["step_start"]["t"]
+    lives = attempt_lives(tables, att)
+    signs = lives.last_signs()
+    restarted = np.minimum(att.next_start, np.where(np.isnan(signs), -_INF, signs))
+    ends = np.where(np.isnan(att.end), restarted, att.end)
     ends = np.where(np.isnan(ends), _INF, ends)
 
     def limit(s: np.ndarray) -> np.ndarray:

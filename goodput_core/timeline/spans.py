@@ -153,7 +153,7 @@ class Timeline:
         skip_times["outside_lifetime"].append(self.segments.tail_invalid_times)
         pairs = {fam: _pairs(T[fam], F, fam in ("custom", "wait"), skip_times) for fam in _FAMILIES}
         if len(att):  # rule 14: phases still open count up to the query time
-            limit = open_phase_limits(T["step_start"]["t"], att)
+            limit = open_phase_limits(T, att)
             pairs = {fam: with_open_phases(p, T[fam], F, fam in ("custom", "wait"), limit)
                      for fam, p in pairs.items()}
         if len(att):
