@@ -6,7 +6,9 @@ first step), steps with overlapped loads, evaluations as custom events,
 saves (Orbax statistics or explicit spans), crashes at chosen steps with or
 without a recorded disruption, crashes before the first step (during
 accelerator init, preparation or compilation; rule 2), recovery gaps,
-restarts from the last checkpoint, planned stops with idle gaps) is played through the public
+restarts from the last checkpoint, planned stops with idle gaps, a save or an
+evaluation still open at the query time (rule 14), a last attempt stopped
+without a restart by Ctrl-C or SIGKILL (rule 15)) is played through the public
 :class:`~goodput_core.record.recorder.Recorder` with a fake clock into a memory
 store, read back by a :class:`Calculator` (refreshed at random points, so
 the incremental path is exercised), and every bucket must equal the true
@@ -33,9 +35,11 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from goodput_core.timeline.buckets import BadputType as B
 from goodput_core.queries.calculator import Calculator
+from goodput_core.events import Kind
 from goodput_core.record.recorder import Recorder
 
 TICK = 1 / 64
+HEARTBEAT_S = 1.0  # the interval the simulated lead writer's heartbeats declare
 T0 = 1_700_000_000.0
 PROD, HEUR = "PRODUCTIVE", "HEURISTIC_COMPILE"
 
@@ -80,6 +84,8 @@ class AttemptPlan:
     early_at: int = 0     # ticks into that phase when it crashes
     early_end: bool = False  # the phase's end is recorded at the crash (a context
                              # manager unwinding); else its start stays unmatched
+    open_phase: str = ""  # last attempt, 'open': '', 'save' or 'eval' still open at the query
+    stop: str = ""        # last attempt, 'open': '', 'interrupt' (Ctrl-C) or 'kill' (SIGKILL)
 
 
 class Span:
@@ -96,7 +102,9 @@ class Simulator:
         self.clock = FakeClock(T0)
         self.store = f"memory://gt-{uuid.uuid4().hex}"
         self.run = "gt"
-        self.rec = Recorder(self.run, self.store, clock=self.clock, strict=True)
+        # heartbeats are recorded by the plan (open()), on the fake clock
+        self.rec = Recorder(self.run, self.store, clock=self.clock, strict=True,
+                            heartbeat_seconds=0)
         self.calc = Calculator(self.run, self.store, clock=self.clock)
         self.rng = random.Random(seed)
         self.truth: Dict[str, float] = collections.Counter()
@@ -107,6 +115,18 @@ class Simulator:
         self.disruptions = 0
         self.unmatched = 0          # starts replaced by a later start of their kind
         self.pending: Dict[str, bool] = {}
+        # kind -> (bucket, seconds) of a phase cut by a crash with a recorded
+        # disruption and its end unrecorded: booked OTHER until settle() knows
+        # that no later start replaced it (then it was open up to the
+        # attempt's last sign of life, the disruption: rules 14-15)
+        self.open_phases: Dict[str, tuple] = {}
+
+    def started(self, kind: str) -> None:
+        """A start of ``kind``: a pending one is replaced (rule 7: unmatched,
+        so it is no open phase any more, rule 14)."""
+        if self.pending.get(kind, False):
+            self.unmatched += 1
+            self.open_phases.pop(kind, None)
 
     def spend(self, ticks: int, label: Optional[str] = None) -> float:
         d = ticks * TICK
@@ -125,11 +145,13 @@ class Simulator:
     def phase(self, kind: str, p: AttemptPlan, ticks: int, label: str, crashes: bool) -> bool:
         """A start/end phase; returns False when the attempt crashed in it."""
         getattr(self.rec, f"record_{kind}_start_time")()
-        self.unmatched += self.pending.get(kind, False)
+        self.started(kind)
         self.pending[kind] = True
         if crashes:
             ticks = min(p.early_at, ticks)
-        self.spend(ticks, label if not crashes or p.early_end else "OTHER")
+        d = self.spend(ticks, label if not crashes or p.early_end else "OTHER")
+        if crashes and not p.early_end and p.disruption:
+            self.open_phases[kind] = (label, d)
         if not crashes or p.early_end:
             getattr(self.rec, f"record_{kind}_end_time")()
             self.pending[kind] = False
@@ -151,7 +173,7 @@ class Simulator:
             self.phase("training_preparation", p, p.prep_a, "TRAINING_PREP", True)
             return
         rec.record_training_preparation_start_time()
-        self.unmatched += self.pending.get("training_preparation", False)
+        self.started("training_preparation")
         self.pending["training_preparation"] = False
         self.spend(p.prep_a, "TRAINING_PREP")
         if p.restore:
@@ -184,7 +206,7 @@ class Simulator:
         rec.record_step_start_time(s)
         if first and p.compile_mode == "explicit":
             rec.record_program_startup_start_time(fun_name="train_step")
-            self.unmatched += self.pending.get("program_startup", False)
+            self.started("program_startup")
             self.pending["program_startup"] = False
             span.parts["PROGRAM_STARTUP"] += self.spend(p.compile)
             rec.record_program_startup_end_time(fun_name="train_step")
@@ -257,13 +279,37 @@ class Simulator:
         self.rec.record_job_end_time()
 
     def open(self, p: AttemptPlan, seg: dict) -> None:
+        """The last attempt has no job end: it runs at the query time, maybe
+        inside a phase that is still open (rule 14), or it stopped without a
+        restart (rule 15): Ctrl-C (a disruption, then a heartbeat written on
+        the way out) or SIGKILL (silence after its last heartbeat)."""
         seg["spans"][-1].kind = "last" if p.step_ends else "open"
-        self.spend(p.gap_after, "OTHER")  # nothing recorded until the query
+        label = "OTHER"  # nothing recorded until the query
+        if p.open_phase == "save":
+            self.rec.record_checkpoint_save_start_time(seg["spans"][-1].step)
+            label = "UNPRODUCTIVE_CHECKPOINT_SAVE_TIME"
+        elif p.open_phase == "eval":
+            self.rec.record_custom_badput_event_start_time(custom_badput_event_type="eval")
+            label = "CUSTOM_BADPUT_EVENTS"
+        d = self.spend(p.gap_after, label)
+        if label == "CUSTOM_BADPUT_EVENTS":
+            self.custom["EVAL"] += d
+        if p.stop == "interrupt":
+            self.rec.record_disruption("exception:KeyboardInterrupt")
+            self.spend(16)  # exiting: not part of the lifetime any more
+            self.rec.record(Kind.HEARTBEAT, heartbeat_seconds=HEARTBEAT_S)
+        elif p.stop == "kill":
+            self.rec.record(Kind.HEARTBEAT, heartbeat_seconds=HEARTBEAT_S)
+        if p.stop:
+            self.spend(p.gap)  # dead: nothing is recorded, nothing counts
 
     # ---------------------------------------------------- rule bookkeeping
     def settle(self) -> int:
         """Books step spans (wasted, startup) once every segment's fate is
         known; returns the largest kept step."""
+        for label, d in self.open_phases.values():  # never replaced: open phases
+            self.truth["OTHER"] -= d
+            self.truth[label] += d
         max_kept = 0
         for k, seg in enumerate(self.segments):
             nxt = self.segments[k + 1] if k + 1 < len(self.segments) else None
@@ -337,7 +383,9 @@ def _plan(draw, last: bool) -> AttemptPlan:
         resume_from_ckpt=draw(st.booleans()), orbax=draw(st.booleans()),
         orbax_no_start=draw(st.booleans()), step_ends=draw(st.booleans()),
         early_crash="" if last else draw(st.sampled_from(["", "", "init", "prep", "compile"])),
-        early_at=draw(ticks), early_end=draw(st.booleans()))
+        early_at=draw(ticks), early_end=draw(st.booleans()),
+        open_phase=draw(st.sampled_from(["", "save", "eval"])) if last else "",
+        stop=draw(st.sampled_from(["", "interrupt", "kill"])) if last else "")
 
 
 @st.composite
@@ -353,8 +401,10 @@ def check(plans: List[AttemptPlan], seed: int) -> None:
     sim.rec.flush()
     sim.rec.close()
     now = sim.clock.t
-    if plans[-1].ending != "open":
-        now += 1000.0  # the lifetime ends at the last job end, not at now
+    if plans[-1].ending != "open" or plans[-1].stop:
+        # the lifetime ends at the last job end, or where the run stopped
+        # (rule 15: 1000 s is far beyond 3 heartbeat intervals), not at now
+        now += 1000.0
     results = []
     sim.calc.refresh()
     results.append(sim.calc.cumulative(now=now))

@@ -32,14 +32,16 @@ def preempted_in_compile(disruption=True):
 def test_a_preemption_during_compilation_is_a_disruption():
     r = calc_of(preempted_in_compile()).cumulative()
     # recovery [9, 20) = 11; init 5 + 2; prep 3; the unfinished compile
-    # [8, 9) has no end: OTHER 1 (its start is replaced by nothing: pending);
+    # [8, 9) has no end: it is open up to the attempt's last sign of life,
+    # the disruption at 9 (rules 14-15): PROGRAM_STARTUP 1, OTHER 0;
     # productive: the three 1 s spans of attempt 2; nothing wasted
     assert r.disruptions == 1
     assert r.total_seconds == 25
     assert r.badput_seconds[REC] == pytest.approx(11.0)
     assert r.badput_seconds[B.TPU_INITIALIZATION] == pytest.approx(7.0)
     assert r.badput_seconds[B.TRAINING_PREP] == pytest.approx(3.0)
-    assert r.badput_seconds[B.OTHER] == pytest.approx(1.0)
+    assert r.badput_seconds[B.PROGRAM_STARTUP] == pytest.approx(1.0)
+    assert r.badput_seconds[B.OTHER] == 0
     assert r.badput_seconds[B.WASTED_PROGRESS_FROM_DISRUPTION] == 0
     assert r.productive_seconds == pytest.approx(3.0)
     assert r.max_productive_step == 2
@@ -47,19 +49,27 @@ def test_a_preemption_during_compilation_is_a_disruption():
 
 def test_without_a_recorded_disruption_the_gap_stays_unlabelled():
     r = calc_of(preempted_in_compile(disruption=False)).cumulative()
-    # no evidence of a crash: [8, 20) is OTHER and nothing restarts
+    # no evidence of a crash: [8, 20) is OTHER and nothing restarts (the
+    # open compile ends at the attempt's last sign of life: its own start)
     assert r.disruptions == 0
     assert r.badput_seconds[REC] == 0
     assert r.badput_seconds[B.OTHER] == pytest.approx(12.0)
 
 
-def test_before_the_next_job_start_the_attempt_is_still_open():
+def test_before_the_next_job_start_the_attempt_is_stopped_at_its_disruption():
     events = [e for e in preempted_in_compile() if e.time < 20]
-    r = calc_of(events).cumulative(now=15)
-    # no restart yet: the time after the disruption is OTHER up to now
-    assert r.disruptions == 0
-    assert r.badput_seconds[REC] == 0
-    assert r.badput_seconds[B.OTHER] == pytest.approx(15.0 - 8.0)
+    c = calc_of(events)
+    for now in (15, 500):
+        r = c.cumulative(now=now)
+        # rule 15: the last event is the disruption at 9: the attempt stopped
+        # there, whenever it is read; the open compile [8, 9) is startup
+        assert r.disruptions == 0
+        assert r.total_seconds == 9
+        assert r.badput_seconds[REC] == 0
+        assert r.badput_seconds[B.PROGRAM_STARTUP] == pytest.approx(1.0)
+        assert r.badput_seconds[B.OTHER] == 0
+        state = c.state(now=now)
+        assert (state.state, state.stopped_at, state.cause) == ("stopped", 9.0, "sigterm")
 
 
 def test_the_first_disruption_of_the_attempt_starts_the_recovery():
@@ -88,7 +98,7 @@ def test_every_disrupted_attempt_counts():
     # wasted: steps >= 2 of the first segment: [2, 3)
     assert r.badput_seconds[B.WASTED_PROGRESS_FROM_DISRUPTION] == pytest.approx(1.0)
     # attempt 2's unfinished init [10, 12) is OTHER; its start is replaced by
-    # attempt 3's (counted as unmatched)
+    # attempt 3's (counted as unmatched, rule 7), so it is no open phase
     assert r.badput_seconds[B.OTHER] == pytest.approx(2.0)
     assert r.badput_seconds[B.TPU_INITIALIZATION] == pytest.approx(1.0)
     assert r.productive_seconds == pytest.approx(2.0 + 2.0)
@@ -116,7 +126,7 @@ def test_incremental_updates_agree_with_a_cold_calculation():
 
 def test_the_timeline_shows_the_recovery():
     spans = calc_of(preempted_in_compile()).spans(8, 22)
-    assert spans == [(8.0, 9.0, "OTHER"), (9.0, 20.0, "INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION"),
+    assert spans == [(8.0, 9.0, "PROGRAM_STARTUP"), (9.0, 20.0, "INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION"),
                      (20.0, 22.0, "TPU_INITIALIZATION")]
 
 
@@ -139,7 +149,7 @@ def test_the_reference_sees_no_disruption_before_the_first_step():
     r = ours.cumulative()
     assert r.disruptions == 1
     assert r.badput_seconds[REC] == pytest.approx(11.0)
-    assert r.badput_seconds[B.OTHER] == pytest.approx(1.0)
+    assert r.badput_seconds[B.PROGRAM_STARTUP] == pytest.approx(1.0)  # open compile, rule 14
     assert r.productive_seconds == ref["productive_seconds"] == pytest.approx(3.0)
 
 
