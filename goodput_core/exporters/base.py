@@ -20,6 +20,7 @@ from goodput_core.queries.elastic import SliceEfficiency
 from goodput_core.queries.program_goodput import ProgramGoodput
 from goodput_core.queries.results import GoodputResult
 from goodput_core.queries.step_stats import StepStats
+from goodput_core.timeline.liveness import RunState
 
 __all__ = ["Exporter", "MonitorSnapshot"]
 
@@ -51,6 +52,8 @@ class MonitorSnapshot:
       hangs: the run's hangs so far (:class:`~goodput_core.queries.hangs.Hang`).
       checkpoint_advice: checkpoint-interval advice (None: insights off).
       hosts: per-host breakdown (None: insights off or fewer than two hosts).
+      state: running, stopped (where and why) or ended (semantics.md rule 15;
+        None when the goodput part was not computed).
     """
 
     run: str
@@ -69,6 +72,12 @@ class MonitorSnapshot:
     hangs: List[Hang] = field(default_factory=list)
     checkpoint_advice: Optional[CheckpointAdvice] = None
     hosts: Optional[HostBreakdown] = None
+    state: Optional[RunState] = None
+
+    @property
+    def stopped(self) -> bool:
+        """True when the run stopped without a job end (rule 15)."""
+        return self.state is not None and self.state.stopped
 
     @property
     def hung(self) -> bool:

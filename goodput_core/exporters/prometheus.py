@@ -25,6 +25,10 @@ Metrics (all labelled by ``run``), from the latest snapshot of each run:
 ``goodput_metric{name}``                   the latest value of each model metric
 ``goodput_hung``                           1 while a hang is open, else 0
 ``goodput_hang_seconds``                   seconds of every hang so far
+``goodput_stopped{cause}``                 1 when the run stopped without a job end
+                                           (its cause: a disruption's, or ``no sign
+                                           of life``), else 0 (cause ``""``)
+``goodput_stopped_time_seconds``           where a stopped run stopped (POSIX time)
 ``goodput_checkpoint_interval_seconds``    checkpoint interval: ``kind`` ``current``
 ``{kind}``                                 or ``recommended`` (runs with advice)
 ``goodput_host_local_seconds``             host-local time of the top 10 hosts and
@@ -75,6 +79,7 @@ class _RunState:
         self.program: Any = None
         self.metrics: Dict[str, float] = {}
         self.insights: Optional[MonitorSnapshot] = None  # the last snapshot that had them
+        self.state: Any = None  # RunState: running, stopped or ended
 
 
 class _SnapshotCollector:
@@ -101,6 +106,8 @@ class _SnapshotCollector:
                 state.quantiles, state.ideal = quantiles, stats.ideal_step_time
             if snap.recorder_dropped is not None:
                 state.dropped = snap.recorder_dropped
+            if snap.state is not None:
+                state.state = snap.state
             _update_extras(state, snap)
 
     def collect(self) -> Iterator[Any]:
@@ -135,6 +142,10 @@ class _SnapshotCollector:
                           "top hosts and the median host.", ("process_index",)),
             "outlier": gauge("goodput_host_outlier", "1 for a host whose host-local time "
                              "makes it an outlier.", ("process_index", "bucket")),
+            "stopped": gauge("goodput_stopped", "1 when the run stopped without a job end "
+                             "(label: why), else 0.", ("cause",)),
+            "stopped_at": gauge("goodput_stopped_time_seconds",
+                                "POSIX time at which a stopped run stopped."),
             "drop": CounterMetricFamily("goodput_recorder_dropped_events",
                                         "Events the local recorder dropped (queue full).",
                                         labels=("run",)),
@@ -172,6 +183,12 @@ class _SnapshotCollector:
                 fams["metric"].add_metric([run, name], value)
             if s.insights is not None:
                 _collect_insights(fams, run, s.insights)
+            if s.state is not None:
+                stopped = s.state.stopped
+                fams["stopped"].add_metric([run, s.state.cause if stopped else ""],
+                                           1.0 if stopped else 0.0)
+                if stopped:
+                    fams["stopped_at"].add_metric([run], s.state.stopped_at)
         yield from fams.values()
 
 

@@ -27,6 +27,10 @@ raw values)                                    recorded without one)
 ``gain_points``, ``insights/host_<i>/host_``
 ``local_seconds`` (top 10 hosts) and
 ``insights/host_median/...`` (ours)
+``run/stopped`` (ours: 1 once the run stopped  the largest productive step
+without a job end, 0 if it lives again) and
+the text ``run/state`` ("stopped at <UTC
+time> (<cause>)", written when it stops)
 =============================================  ==================================
 
 The reference has no program goodput, slice efficiency or metric scalars
@@ -112,6 +116,14 @@ class _EventFile:
         self._events.write_event(Event(summary=summary, step=int(step),
                                        wall_time=time.time() if walltime is None else walltime))
 
+    def add_text(self, tag: str, text_string: str, global_step: int,
+                 walltime: Optional[float] = None) -> None:
+        from tensorboardX.proto.event_pb2 import Event
+        from tensorboardX.summary import text
+
+        self._events.write_event(Event(summary=text(tag, text_string), step=int(global_step),
+                                       wall_time=time.time() if walltime is None else walltime))
+
     def flush(self) -> None:
         self._events.flush()
 
@@ -144,6 +156,7 @@ class TensorBoardExporter(Exporter):
         self.include_badput_breakdown = bool(include_badput_breakdown)
         self._owns_writer = writer is None
         self._writer = writer if writer is not None else _EventFile(self.log_dir)
+        self._said_state = "running"  # the run's state as last written (run/state)
 
     def _scalar(self, tag: str, value: float, step: int, wall: float,
                 display: bool = True) -> None:
@@ -165,6 +178,8 @@ class TensorBoardExporter(Exporter):
                 for kind, pct in result.custom_badput_percent.items():
                     self._scalar(f"badput/custom_badput_events/{kind.lower()}", pct, step, wall)
             self._extras(snapshot, step, wall)
+            if snapshot.state is not None:  # rule 15
+                self._state(snapshot, step, wall)
         for size, window in sorted(snapshot.rolling.items()):
             if window.total_seconds > 0:
                 self._scalar(window_tag(size), window.goodput, window.max_productive_step, wall)
@@ -208,6 +223,17 @@ class TensorBoardExporter(Exporter):
                              host.host_local_seconds, step, wall)
             self._scalar("insights/host_median/host_local_seconds",
                          snapshot.hosts.median["host_local_seconds"], step, wall)
+
+    def _state(self, snapshot: MonitorSnapshot, step: int, wall: float) -> None:
+        """Once a run stopped: ``run/stopped`` 1 every cycle, and the text
+        ``run/state`` ("stopped at <UTC time> (<cause>)") when it first says so;
+        a run that was stopped and lives again gets ``run/stopped`` 0."""
+        said = snapshot.state.describe()
+        if snapshot.stopped or self._said_state != "running":
+            self._scalar("run/stopped", 1.0 if snapshot.stopped else 0.0, step, wall)
+        if snapshot.stopped and said != self._said_state:
+            self._writer.add_text("run/state", said, step, walltime=wall)
+        self._said_state = said if snapshot.stopped else "running"
 
     def _efficiency(self, tags: Tuple[str, str], eff: Any, step: int, wall: float) -> None:
         self._scalar(tags[0], 100.0 * eff.stepping, step, wall)

@@ -82,6 +82,8 @@ class Extras:
             self._guard("slice efficiency", self._efficiency, out, calc, goodput, now, windows)
         if goodput and self.program_goodput and cumulative is not None:
             self._guard("program goodput", self._program, out, calc, now, cumulative)
+        if goodput:  # running, stopped at T (cause) or ended: always with goodput
+            self._guard("state", self._state, out, calc, now)
         if goodput and self.insights:
             self._guard("insights", self._insights, out, calc, now)
         if goodput and self.metrics:
@@ -108,6 +110,9 @@ class Extras:
         effs = {size: _reported(calc.slice_efficiency(now - float(size), now, now), counts)
                 for size in windows}
         out["rolling_slice_efficiency"] = {k: v for k, v in effs.items() if v is not None}
+
+    def _state(self, out: Dict[str, Any], calc: Any, now: float) -> None:
+        out["state"] = calc.state(now)
 
     def _insights(self, out: Dict[str, Any], calc: Any, now: float) -> None:
         out["hangs"] = calc.hangs(now)
