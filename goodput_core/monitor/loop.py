@@ -145,6 +145,7 @@ class Monitor:
         self._recorder = recorder
         self._runners = [Runner(e, self._report) for e in exporters]
         self._exported = np.empty(0, np.int64)  # steps whose deviation was handed out
+        self._said_stopped: Optional[str] = None  # "stopped at T (cause)", logged once
         self._extras = Extras(slice_efficiency=include_slice_efficiency,
                               program_goodput=include_program_goodput, metrics=include_metrics,
                               insights=include_insights, on_error=self._report)
@@ -325,8 +326,13 @@ class Monitor:
         except Exception as exc:  # noqa: BLE001 - queries should not raise; never end the loop
             self._report("calculator", exc)
             return None
-        return MonitorSnapshot(self.run, float(now), cumulative, rolling, stats, new,
-                               self._dropped(), final, **extras)
+        snapshot = MonitorSnapshot(self.run, float(now), cumulative, rolling, stats, new,
+                                   self._dropped(), final, **extras)
+        if snapshot.stopped and snapshot.state.describe() != self._said_stopped:
+            self._said_stopped = snapshot.state.describe()  # rule 15: said once per stop
+            logger.warning("goodput monitor %s: the run %s; its figures end there", self.run,
+                           self._said_stopped)
+        return snapshot
 
     def _dropped(self) -> Optional[int]:
         if self._recorder is None:

@@ -95,7 +95,8 @@ def test_runs_group_lists_goodput_total_disruptions_last_step(capsys, store):
         assert row["disruptions"] == rep["disruptions"]
     code, out, _ = cli(capsys, "runs", "--store", store, "--group", "sweep")
     lines = out.splitlines()
-    assert lines[0].split() == ["run", "goodput", "total", "time", "disruptions", "last", "step"]
+    assert lines[0].split() == ["run", "goodput", "total", "time", "disruptions", "last", "step",
+                                 "state"]
     assert lines[1].split()[:3] == ["a", "90.00", "%"] and lines[2].split()[0] == "b"
     code, out, _ = cli(capsys, "runs", "--store", store)
     assert out.split() == ["a", "b", "c"]  # without --group: unchanged

@@ -30,7 +30,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from goodput_core.cli import CliError
 from goodput_core.cli.commands.common import add_store_argument
-from goodput_core.cli.commands.report import build_report
+from goodput_core.cli.commands.report import build_report, state_line, state_report
 from goodput_core.queries.run_groups import RUN_GROUP_KEY, group_of, runs_in_group
 from goodput_core.cli.timespec import format_duration
 
@@ -196,16 +196,18 @@ def run(args) -> int:
 # --------------------------------------------------------- goodput runs --group
 def list_group(store, group: str, as_json: bool = False, now: Optional[float] = None) -> int:
     """``goodput runs --group G``: each run of the group with goodput, total
-    time, disruptions and last step (JSON: ``{group, store, runs: [{run,
-    goodput_percent, total_seconds, disruptions, last_step}]}``). An empty
-    group prints nothing (an empty list with ``--json``)."""
+    time, disruptions, last step and state (JSON: ``{group, store, runs: [{run,
+    goodput_percent, total_seconds, disruptions, last_step, state}]}``, ``state``
+    as in ``goodput report --json``). An empty group prints nothing (an empty
+    list with ``--json``)."""
     now = time.time() if now is None else now
     rows = []
     for name, calc in runs_in_group(store, group):
         result = calc.cumulative(now)
         rows.append({"run": name, "goodput_percent": result.goodput,
                      "total_seconds": result.total_seconds,
-                     "disruptions": result.disruptions, "last_step": result.last_step})
+                     "disruptions": result.disruptions, "last_step": result.last_step,
+                     "state": state_report(calc.state(now))})
     if as_json:
         sys.stdout.write(json.dumps({"group": group, "store": store.url, "runs": rows},
                                     allow_nan=False) + "\n")
@@ -214,9 +216,9 @@ def list_group(store, group: str, as_json: bool = False, now: Optional[float] = 
         return 0
     width = max(len("run"), *(len(r["run"]) for r in rows))
     print(f"{'run':<{width}}  {'goodput':>9}  {'total time':>12}  {'disruptions':>11}  "
-          f"{'last step':>9}")
+          f"{'last step':>9}  state")
     for r in rows:
         print(f"{r['run']:<{width}}  {r['goodput_percent']:>7.2f} %  "
               f"{format_duration(r['total_seconds']):>12}  {r['disruptions']:>11}  "
-              f"{_num(r['last_step']):>9}")
+              f"{_num(r['last_step']):>9}  {state_line(r['state'])}")
     return 0

@@ -76,6 +76,18 @@ key                            value
 ``metrics``                    ``{name: {step, time, time_iso, value}}``: the
                                latest point of each recorded model metric
                                (``step`` null when recorded without one)
+``state``                      ``{state, stopped_at, stopped_at_iso, cause,
+                               last_sign_of_life, last_sign_of_life_iso,
+                               heartbeat_seconds, restarts}``: ``state`` is
+                               ``running``, ``stopped`` (no job end, and a
+                               disruption was the last event or no sign of
+                               life for 3 heartbeat intervals: the lifetime
+                               ends at ``stopped_at``, for ``cause``),
+                               ``ended`` or ``not started``; ``restarts``:
+                               ``[{restart_time, restart_iso,
+                               last_sign_of_life, seconds, cause}]``, per
+                               attempt that was restarted, the time from its
+                               last sign of life to the restart
 ``insights``                   ``{hangs, checkpoint, hosts}``: hangs,
                                checkpoint-interval advice and host outliers
                                (keys in :mod:`goodput_core.cli.commands.report_insights`)
@@ -235,9 +247,32 @@ def build_report(calc, result, stats, *, store_url: str, window_spec: Optional[s
         },
         "skipped": dict(sorted(result.skipped.items())),
     }
+    report["state"] = state_report(calc.state(result.query_time))
     report.update(_diagnostics(calc, result, has_life))
     report["insights"] = insights_report(calc, result.query_time)
     return _finite(report)
+
+
+def state_report(st) -> Dict[str, Any]:
+    """The ``state`` key of the report (a :class:`RunState`, rule 15)."""
+    return {
+        "state": st.state, "stopped_at": st.stopped_at, "stopped_at_iso": format_time(st.stopped_at),
+        "cause": st.cause, "last_sign_of_life": st.last_sign_of_life,
+        "last_sign_of_life_iso": format_time(st.last_sign_of_life),
+        "heartbeat_seconds": st.heartbeat_seconds,
+        "restarts": [{"restart_time": r.restart_time, "restart_iso": format_time(r.restart_time),
+                      "last_sign_of_life": r.last_sign_of_life, "seconds": r.seconds,
+                      "cause": r.cause} for r in st.restarts],
+    }
+
+
+def state_line(state: Optional[Dict[str, Any]]) -> str:
+    """``stopped at <time> (<cause>)``, ``running``, ``ended``... for people."""
+    if not state:
+        return "-"
+    if state["state"] == "stopped":
+        return f"stopped at {state['stopped_at_iso']} ({state['cause']})"
+    return state["state"]
 
 
 def _diagnostics(calc, result, has_life: bool) -> Dict[str, Any]:
@@ -297,6 +332,10 @@ def format_table(rep: Dict[str, Any]) -> str:
         if win["spec"] is not None:
             out.append(f"Window:         {win['start_iso']} -> {win['end_iso']}"
                        f"   (--window {win['spec']})")
+    state = rep.get("state")
+    if state and state["state"] != "not started":
+        note = "   (its lifetime ends there)" if state["state"] == "stopped" else ""
+        out.append(f"State:          {state_line(state)}{note}")
     for a, b in rep["exclude"]:
         out.append(f"Excluding:      {format_time(a)} -> {format_time(b)}")
     out.append(f"Total time:     {_secs(rep['total_seconds'])}")
@@ -321,6 +360,10 @@ def format_table(rep: Dict[str, Any]) -> str:
     out.append(f"  disruptions (restarts)   {rep['disruptions']}")
     out.append(f"  max productive step      {rep['max_productive_step']}")
     out.append(f"  last step                {rep['last_step']}")
+    for r in (state or {}).get("restarts", []):
+        gap = "-" if r["seconds"] is None else _secs(r["seconds"])
+        why = f", {r['cause']}" if r["cause"] else ""
+        out.append(f"  restart at {r['restart_iso']}: {gap} after the last sign of life{why}")
     out.append("Step time (whole run)")
     out.append(f"  steps measured           {st['steps_measured']}")
     out.append(f"  ideal step time          {_secs(st['ideal_seconds'])}")

@@ -1,9 +1,12 @@
-"""``goodput runs``: list the runs in a store (``--group G``: one run group,
-with goodput, total time, disruptions and last step; see ``commands.compare``)."""
+"""``goodput runs``: list the runs in a store (``--state``: with each run's
+state, ``running``, ``ended`` or ``stopped at T (cause)``; ``--group G``: one
+run group, with goodput, total time, disruptions, last step and state; see
+``commands.compare``)."""
 
 from __future__ import annotations
 
 import json
+import time
 
 from goodput_core.cli.commands.common import add_store_argument
 from goodput_core.stores import open_store
@@ -15,8 +18,12 @@ def add_arguments(parser) -> None:
     parser.add_argument("--group", default=None, metavar="G",
                         help="only the runs of run group G, with goodput, total time, "
                              "disruptions and last step")
+    parser.add_argument("--state", action="store_true",
+                        help="each run's state: running, ended or 'stopped at T (cause)' "
+                             "(reads every run)")
     parser.add_argument("--json", action="store_true",
-                        help="one JSON object: {store, runs} (with --group: see compare.py)")
+                        help="one JSON object: {store, runs} (with --state: runs are "
+                             "{run, state} objects; with --group: see compare.py)")
 
 
 def run(args) -> int:
@@ -25,9 +32,31 @@ def run(args) -> int:
         from goodput_core.cli.commands.compare import list_group
 
         return list_group(store, args.group, as_json=args.json)
+    if args.state:
+        return _with_states(store, args.json)
     if args.json:
         print(json.dumps({"store": store.url, "runs": store.runs()}))
         return 0
     for name in store.runs():
         print(printable(name))  # a name is user data: no raw terminal escapes
+    return 0
+
+
+def _with_states(store, as_json: bool) -> int:
+    """Every run with its state at the time of the command (rule 15)."""
+    from goodput_core.cli.commands.report import state_line, state_report
+    from goodput_core.queries.calculator import Calculator
+
+    now = time.time()
+    rows = []
+    for name in store.runs():
+        calc = Calculator(name, store)
+        calc.refresh()
+        rows.append({"run": name, "state": state_report(calc.state(now))})
+    if as_json:
+        print(json.dumps({"store": store.url, "runs": rows}, allow_nan=False))
+        return 0
+    width = max([len("run")] + [len(r["run"]) for r in rows])
+    for r in rows:
+        print(printable(f"{r['run']:<{width}}  {state_line(r['state'])}"))
     return 0
