@@ -181,21 +181,32 @@ class WriterMixin:
                 pending = self._pending
                 continue
             pending = self._pending = None
+            if fences and self._heartbeat is not None:
+                # a due heartbeat goes before the fence: flush() then shows it
+                self._writer_beat()
             for f in fences:
                 f.ok = True
                 f.done.set()
 
+    def _writer_beat(self) -> None:
+        """A due heartbeat (rule 15), on the writer thread only: never on the
+        caller's thread, not even when flush() drains inline at exit."""
+        if threading.current_thread() is self._writer:
+            self._heartbeat.beat(self)
+
     def _writer_loop(self) -> None:
         my_pid = self._pid
+        hb = self._heartbeat
+        wait = self._interval if hb is None else min(self._interval, max(hb.interval, 0.05))
         while True:
-            self._wake.wait(self._interval)
+            self._wake.wait(wait)
             self._wake.clear()
             if os.getpid() != my_pid:  # a fork copied this thread's owner: not ours
                 return
             try:
                 self._drain()
-                if self._heartbeat is not None:  # rule 15: written here, never by the caller
-                    self._heartbeat.beat(self)
+                if self._heartbeat is not None:
+                    self._writer_beat()
             except Exception:  # keep the writer alive whatever happens
                 logger.exception("goodput: writer error")
             if self._closed and not self._queue:
