@@ -28,7 +28,10 @@ def test_the_default_store_and_cache_are_private_to_the_session(tmp_path_factory
         assert url.startswith("sqlite:///") and user_store not in url
         assert os.path.abspath("/" + url[len("sqlite:///"):]).startswith(session_tmp)
     assert os.environ["XDG_CACHE_HOME"].startswith(session_tmp)
-    assert [n for n in os.environ if n.startswith("GOODPUT_")] == ["GOODPUT_STORE"]
+    # the store is private; heartbeats are off unless a test turns them on
+    assert sorted(n for n in os.environ if n.startswith("GOODPUT_")) == [
+        "GOODPUT_HEARTBEAT_SECONDS", "GOODPUT_STORE"]
+    assert os.environ["GOODPUT_HEARTBEAT_SECONDS"] == "0"
 
 
 def test_a_hung_test_stops_the_run_with_every_stack(tmp_path):
