@@ -42,16 +42,21 @@ def open_phase_limits(tables, att: Attempts) -> Callable[[np.ndarray], np.ndarra
       att: the run's attempts.
     """
     step_starts = tables["step_start"]["t"]
-    lives = attempt_lives(tables, att)
-    signs = lives.last_signs()
-    restarted = np.minimum(att.next_start, np.where(np.isnan(signs), -_INF, signs))
-    ends = np.where(np.isnan(att.end), restarted, att.end)
-    ends = np.where(np.isnan(ends), _INF, ends)
+    cache = []  # the attempts' ends, computed on first use (most updates have no open phase)
+
+    def attempt_ends() -> np.ndarray:
+        if not cache:
+            signs = attempt_lives(tables, att).last_signs()
+            restarted = np.minimum(att.next_start, np.where(np.isnan(signs), -_INF, signs))
+            ends = np.where(np.isnan(att.end), restarted, att.end)
+            cache.append(np.where(np.isnan(ends), _INF, ends))
+        return cache[0]
 
     def limit(s: np.ndarray) -> np.ndarray:
         s = np.asarray(s, np.float64)
         if not len(s):
             return s
+        ends = attempt_ends()
         a = att.of(s)
         out = np.where(a >= 0, ends[np.maximum(a, 0)], s)  # outside every attempt: nothing
         if len(step_starts):
