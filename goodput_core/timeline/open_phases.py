@@ -77,10 +77,11 @@ def open_starts(table, F: float, keyed: bool) -> Tuple[np.ndarray, np.ndarray]:
     t, e = table["t"][lo:], table["e"][lo:]
     if not len(t):
         return np.empty(0), np.empty(0, np.int32)
-    key = table["key"][lo:] if keyed else np.zeros(len(t), np.int32)
-    if keyed:
-        order = np.argsort(key, kind="stable")  # (time, arrival) order per key
-        t, e, key = t[order], e[order], key[order]
+    if not keyed:  # one key: only the very last event can be an open start
+        return (t[-1:], np.zeros(1, np.int32)) if e[-1] == 0 else (t[:0], np.empty(0, np.int32))
+    key = table["key"][lo:]
+    order = np.argsort(key, kind="stable")  # (time, arrival) order per key
+    t, e, key = t[order], e[order], key[order]
     last = np.append(key[1:] != key[:-1], True)  # the last event of each key
     sel = last & (e == 0)
     return t[sel], key[sel]
