@@ -7,6 +7,7 @@ tests/core/test_liveness_processes.py."""
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import pytest
@@ -203,3 +204,28 @@ def test_the_reference_ignores_heartbeats():
     ours = Calculator(RUN, clock=lambda: T0 + 10)
     ours.add_payloads([{**x, "job_name": RUN} for x in pays[:-1] + beats + pays[-1:]])
     assert ours.cumulative().goodput == pytest.approx(with_beats["goodput_percent"])
+
+
+def test_on_cloud_logging_a_heartbeat_is_one_entry_per_interval(tmp_path):
+    from tests.support.fake_cloud_logging import FakeCloudLogging, cloud_store_factory
+
+    with FakeCloudLogging() as fake, \
+            cloud_store_factory(fake, tmp_path / "spill", "proj-1", "goodput-hb") as make:
+        store = make()
+        clock = FakeClock(float(int(time.time()) - 600))  # recent: reads look back 7 days
+        t0 = clock.t
+        rec = Recorder("hb", store, clock=clock, hang_detection=False, heartbeat_seconds=10)
+        rec.record_job_start_time()
+        for k in range(35):  # 35 s of 1 s steps, each flushed to the service
+            rec.record_step_start_time(k)
+            assert rec.flush()
+            clock.advance(1.0)
+        beats = [p["heartbeat_time"] for p in fake.payloads("hb") if "heartbeat_time" in p]
+        # one entry at the job start, then one each 10 s of the recorder's clock
+        assert beats == [t0, t0 + 10, t0 + 20, t0 + 30]
+        assert len(fake.payloads("hb")) == 1 + 35 + 4
+        calc = Calculator("hb", store, clock=clock)
+        calc.refresh()
+        st = calc.state()
+        assert st.state == "running" and st.heartbeat_seconds == 10.0
+        rec.close()
