@@ -146,7 +146,7 @@ def advice_of_run(tl, result, stats) -> CheckpointAdvice:
     mtbf = total / n_fail
     save = result.badput_seconds[B.UNPRODUCTIVE_CHECKPOINT_SAVE_TIME] / len(saves)
     restart = (result.badput_seconds[B.INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION]
-               + _after_restarts(tl)) / n_fail
+               + _after_restarts(tl, result.lifetime[1])) / n_fail
     gaps = np.diff(saves)
     att = np.searchsorted(tl.attempts.start, saves, side="right")
     gaps = gaps[(att[1:] == att[:-1]) & (gaps > 0)]
@@ -156,9 +156,10 @@ def advice_of_run(tl, result, stats) -> CheckpointAdvice:
                   disruptions=n_fail, saves=len(saves), note=note)
 
 
-def _after_restarts(tl) -> float:
+def _after_restarts(tl, life_end: float) -> float:
     """Restore, init, preparation and startup of every attempt after the first,
-    from its job start to its second step start."""
+    from its job start to its second step start (the lifetime's end at the
+    latest: a phase still open runs to the query time, rule 14)."""
     starts = tl.attempts.start
     steps = tl.tables["step_start"]["t"]
     if len(starts) < 2:
@@ -167,6 +168,6 @@ def _after_restarts(tl) -> float:
     j = np.searchsorted(steps, a, side="left") + 1
     nxt = np.append(starts[2:], np.inf)
     b = np.where(j < len(steps), steps[np.minimum(j, len(steps) - 1)], nxt)
-    b = np.minimum(b, nxt)
+    b = np.minimum(np.minimum(b, nxt), life_end)
     got = tl.measure(a, np.maximum(a, b))
     return float(sum(got.get(int(k), 0.0) for k in _RESTART_BUCKETS))
