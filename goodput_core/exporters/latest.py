@@ -11,13 +11,18 @@ cycles of different parts still sees every figure.
 from __future__ import annotations
 
 import threading
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from goodput_core.exporters.base import MonitorSnapshot
+from goodput_core.timeline.buckets import BadputType
 
-__all__ = ["LatestFigures", "RunFigures", "window_label"]
+__all__ = ["LatestFigures", "RunFigures", "figures", "window_label"]
+
+# Left out of the badput figures: DATA_LOADING_ASYNC overlaps productive time (not
+# part of the partition, as in Cloud Monitoring); custom events go out per type.
+_SKIPPED = (BadputType.DATA_LOADING_ASYNC, BadputType.CUSTOM_BADPUT_EVENTS)
 
 
 def window_label(size: Any) -> str:
@@ -95,3 +100,64 @@ class LatestFigures:
         mutate a dict or list in place), so a reader may walk a part unlocked."""
         with self._lock:
             return list(self._runs.items())
+
+
+Figure = Tuple[str, Tuple[str, ...], float]
+
+
+def figures(s: RunFigures) -> Iterator[Figure]:
+    """Every figure of one run as ``(key, label values, value)``.
+
+    The keys and their labels (after the run's), one per exported metric:
+    ``ratio``, ``prod``, ``bad`` (bucket), ``total``, ``disr``, ``step``,
+    ``q`` (quantile), ``ideal``, ``win`` (window), ``drop``, ``eff`` (kind,
+    window), ``prog``, ``mlp``, ``metric`` (name), ``hung``, ``hang``,
+    ``ckpt`` (kind), ``host`` (process index), ``outlier`` (process index,
+    bucket). Each exporter names them in its own conventions.
+    """
+    r = s.cumulative
+    if r is not None:
+        yield "ratio", (), r.goodput / 100.0
+        yield "prod", (), r.productive_seconds
+        for bucket, secs in r.badput_seconds.items():
+            if bucket not in _SKIPPED:
+                yield "bad", (bucket.name,), secs
+        for kind, secs in r.custom_badput_seconds.items():
+            yield "bad", (f"CUSTOM_BADPUT_EVENTS.{kind}",), secs
+        yield "total", (), r.total_seconds
+        yield "disr", (), r.disruptions
+        yield "step", (), r.max_productive_step
+    for q, value in s.quantiles.items():
+        yield "q", (repr(float(q)),), value
+    if s.ideal is not None:
+        yield "ideal", (), s.ideal
+    for size, window in sorted(s.rolling.items()):
+        yield "win", (window_label(size),), window.goodput / 100.0
+    if s.dropped is not None:
+        yield "drop", (), s.dropped
+    for window, eff in s.efficiency.items():
+        yield "eff", ("stepping", window), eff.stepping
+        yield "eff", ("available", window), eff.available
+    if s.program is not None:
+        yield "prog", (), s.program.mfu
+        yield "mlp", (), s.program.ml_productivity_goodput
+    for name, value in sorted(s.metrics.items()):
+        yield "metric", (name,), value
+    if s.insights is not None:
+        yield from _insight_figures(s.insights)
+
+
+def _insight_figures(snap: MonitorSnapshot) -> Iterator[Figure]:
+    yield "hung", (), 1.0 if snap.hung else 0.0
+    yield "hang", (), snap.hang_seconds
+    advice = snap.checkpoint_advice
+    if advice is not None and advice.available:
+        if advice.current_interval_seconds is not None:
+            yield "ckpt", ("current",), advice.current_interval_seconds
+        yield "ckpt", ("recommended",), advice.recommended_interval_seconds
+    if snap.hosts is not None:
+        for host in snap.hosts.top(10):
+            yield "host", (str(host.process_index),), host.host_local_seconds
+        yield "host", ("median",), snap.hosts.median["host_local_seconds"]
+        for index, bucket, _ in snap.hosts.outliers:
+            yield "outlier", (str(index), bucket), 1.0

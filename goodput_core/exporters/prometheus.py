@@ -41,18 +41,16 @@ Port 9431 is refused: Orbax serves its own metrics there.
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
-from goodput_core.timeline.buckets import BadputType
 from goodput_core.exporters.base import Exporter, MonitorSnapshot
-from goodput_core.exporters.latest import LatestFigures, window_label
+from goodput_core.exporters.latest import LatestFigures, figures
 from goodput_core.settings import ORBAX_PROMETHEUS_PORT
 
 __all__ = ["PrometheusExporter", "RESERVED_PORT"]
 
 #: Orbax's metrics port: never ours.
 RESERVED_PORT = ORBAX_PROMETHEUS_PORT
-_SKIPPED = (BadputType.DATA_LOADING_ASYNC, BadputType.CUSTOM_BADPUT_EVENTS)
 
 
 class _SnapshotCollector:
@@ -101,53 +99,9 @@ class _SnapshotCollector:
                                         labels=("run",)),
         }
         for run, s in self._latest.runs():
-            r = s.cumulative
-            if r is not None:
-                fams["ratio"].add_metric([run], r.goodput / 100.0)
-                fams["prod"].add_metric([run], r.productive_seconds)
-                for bucket, secs in r.badput_seconds.items():
-                    if bucket not in _SKIPPED:
-                        fams["bad"].add_metric([run, bucket.name], secs)
-                for kind, secs in r.custom_badput_seconds.items():
-                    fams["bad"].add_metric([run, f"CUSTOM_BADPUT_EVENTS.{kind}"], secs)
-                fams["total"].add_metric([run], r.total_seconds)
-                fams["disr"].add_metric([run], r.disruptions)
-                fams["step"].add_metric([run], r.max_productive_step)
-            for q, value in s.quantiles.items():
-                fams["q"].add_metric([run, repr(float(q))], value)
-            if s.ideal is not None:
-                fams["ideal"].add_metric([run], s.ideal)
-            for size, window in sorted(s.rolling.items()):
-                fams["win"].add_metric([run, window_label(size)], window.goodput / 100.0)
-            if s.dropped is not None:
-                fams["drop"].add_metric([run], s.dropped)
-            for window, eff in s.efficiency.items():
-                fams["eff"].add_metric([run, "stepping", window], eff.stepping)
-                fams["eff"].add_metric([run, "available", window], eff.available)
-            if s.program is not None:
-                fams["prog"].add_metric([run], s.program.mfu)
-                fams["mlp"].add_metric([run], s.program.ml_productivity_goodput)
-            for name, value in sorted(s.metrics.items()):
-                fams["metric"].add_metric([run, name], value)
-            if s.insights is not None:
-                _collect_insights(fams, run, s.insights)
+            for key, labels, value in figures(s):
+                fams[key].add_metric([run, *labels], value)
         yield from fams.values()
-
-
-def _collect_insights(fams: Dict[str, Any], run: str, snap: MonitorSnapshot) -> None:
-    fams["hung"].add_metric([run], 1.0 if snap.hung else 0.0)
-    fams["hang"].add_metric([run], snap.hang_seconds)
-    advice = snap.checkpoint_advice
-    if advice is not None and advice.available:
-        if advice.current_interval_seconds is not None:
-            fams["ckpt"].add_metric([run, "current"], advice.current_interval_seconds)
-        fams["ckpt"].add_metric([run, "recommended"], advice.recommended_interval_seconds)
-    if snap.hosts is not None:
-        for host in snap.hosts.top(10):
-            fams["host"].add_metric([run, str(host.process_index)], host.host_local_seconds)
-        fams["host"].add_metric([run, "median"], snap.hosts.median["host_local_seconds"])
-        for index, bucket, _ in snap.hosts.outliers:
-            fams["outlier"].add_metric([run, str(index), bucket], 1.0)
 
 
 class PrometheusExporter(Exporter):
