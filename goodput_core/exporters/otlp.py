@@ -14,8 +14,12 @@ import os
 import socket
 from typing import Any, Dict, Mapping, Optional
 
-__all__ = ["PROTOCOLS", "DEFAULT_TIMEOUT_S", "export_timeout", "otlp_exporter", "protocol_of",
-           "resource"]
+__all__ = ["PROTOCOLS", "DEFAULT_TIMEOUT_S", "ENV", "export_timeout", "otel_from_env",
+           "otlp_exporter", "protocol_of", "resource"]
+
+#: The variable that turns the OpenTelemetry exporters on in monitors built by the
+#: compatible GoodputMonitor (MaxText, AXLearn): ``metrics``, ``traces`` or both.
+ENV = "GOODPUT_OTEL"
 
 #: The OTLP transports the official Python exporters implement.
 PROTOCOLS = ("http/protobuf", "grpc")
@@ -24,6 +28,32 @@ PROTOCOLS = ("http/protobuf", "grpc")
 #: monitor cycle at most this long (the exporter retries with backoff until then).
 DEFAULT_TIMEOUT_S = 5.0
 _PATHS = {"metrics": "/v1/metrics", "traces": "/v1/traces"}
+
+
+def otel_from_env(environ: Optional[Mapping[str, str]] = None) -> list:
+    """``[(signal, factory), ...]`` for the signals ``GOODPUT_OTEL`` asks for.
+
+    Each factory builds the exporter (endpoint, protocol and the rest from the
+    standard ``OTEL_*`` variables); nothing is imported until it is called.
+
+    Raises:
+      ValueError: ``GOODPUT_OTEL`` is not ``metrics``, ``traces``, both or a boolean.
+    """
+    from goodput_core.settings import parse_otel_signals
+
+    env = os.environ if environ is None else environ
+    out = []
+    for signal in parse_otel_signals(env.get(ENV), ENV):
+        if signal == "metrics":
+            def factory() -> Any:
+                from goodput_core.exporters.otel import OtelExporter
+                return OtelExporter()
+        else:
+            def factory() -> Any:
+                from goodput_core.exporters.otel_trace import OtelTraceExporter
+                return OtelTraceExporter()
+        out.append((signal, factory))
+    return out
 
 
 def protocol_of(signal: str, protocol: Optional[str] = None) -> str:
