@@ -92,7 +92,8 @@ def attempt_spans(calc: Any, now: float) -> List[TraceSpan]:
 
     An attempt ends at its job end, else at the next attempt's start (a crash),
     else it is open: it ends at the lifetime's end (the query time while the
-    run goes on) with ``closed`` False.
+    run goes on, where it stopped if it stopped: semantics rule 15) with
+    ``closed`` False.
     """
     life = calc.lifetime(now)
     if life is None:
@@ -111,13 +112,15 @@ def attempt_spans(calc: Any, now: float) -> List[TraceSpan]:
         else:
             attrs = {} if m.step is None else {"goodput.step": m.step}
             events[i].append(TraceEvent(m.t, "restart", attrs))
+    # a run that stopped (rule 15) is not over: a restart turns its end into a crash
+    going_on = life[1] >= now or calc.state(now).stopped
     out = []
     for i, (s, e, n) in enumerate(zip(starts, ends, nexts)):
         closed = True
         if math.isnan(e):
             e = n
         if math.isnan(e):
-            e, closed = life[1], life[1] < now  # the last attempt: open while the run is
+            e, closed = life[1], not going_on  # the last attempt: open while the run is
         out.append(TraceSpan(f"attempt {i + 1}", "ATTEMPT", s, max(e, s), i,
                              span_id(calc.run, "attempt", i, s), None,
                              {"goodput.run": calc.run, "goodput.attempt": i + 1},
@@ -132,7 +135,8 @@ def phase_spans(calc: Any, now: float, start: float = -math.inf,
     Consecutive pieces of one category inside one attempt are one phase;
     idle time between attempts is no phase (the gap between attempt spans
     shows it). The last phase is ``closed`` False when it reaches the query
-    time of a run still going on: it may grow.
+    time of a run still going on (it may grow), or the end of a run that
+    stopped without a job end (a restart may relabel it).
     """
     life = calc.lifetime(now)
     if life is None:
@@ -161,7 +165,9 @@ def phase_spans(calc: Any, now: float, start: float = -math.inf,
     ps, pe, pc, pa = s[first], e[last], code[first], attempt[first]
     st = tl.tables["step_start"]
     st_t, st_step = np.asarray(st["t"]), np.asarray(st["step"])
-    running = life[1] >= now  # the run goes on: its last phase may still grow
+    # the run goes on, or stopped and may restart (rule 15: its last step would
+    # become wasted or recovery): its last phase may still change
+    running = life[1] >= now or calc.state(now).stopped
     out = []
     for k in range(len(ps)):
         label = labels[int(pc[k])]
