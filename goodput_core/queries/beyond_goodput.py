@@ -19,7 +19,7 @@ from goodput_core.queries.diagnostics import (
     MetricSeries, merged_metadata, metric_series, metrics_since)
 from goodput_core.queries.elastic import (
     SliceCounts, SliceEfficiency, slice_counts, slice_efficiency)
-from goodput_core.queries.hangs import Hang, hangs_of_run
+from goodput_core.queries.hangs import Hang, counted_as_hang, hangs_of_run
 from goodput_core.timeline.liveness import lifetime_end
 from goodput_core.queries.host_outliers import HostBreakdown
 from goodput_core.queries.program_goodput import ProgramGoodput, program_goodput_of_run
@@ -134,7 +134,8 @@ class BeyondGoodputMixin:
             tl.update()
             if len(tl.attempts):  # an open hang of a stopped run ends where it stopped
                 t = min(t, lifetime_end(tl, t))
-            return hangs_of_run(tl.tables, tl.attempts.start, t)
+            return [counted_as_hang(tl, h, t)
+                    for h in hangs_of_run(tl.tables, tl.attempts.start, t)]
 
     def checkpoint_advice(self, now: Any = None) -> CheckpointAdvice:
         """Checkpoint-interval advice from this run's failures, saves and

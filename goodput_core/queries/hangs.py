@@ -16,7 +16,9 @@ from typing import List, Optional
 
 import numpy as np
 
-__all__ = ["Hang", "hangs_of_run"]
+from goodput_core.timeline.buckets import BadputType
+
+__all__ = ["Hang", "hangs_of_run", "counted_as_hang"]
 
 ENDED_BY_PROGRESS = "progress"
 ENDED_BY_RESTART = "restart"
@@ -35,7 +37,10 @@ class Hang:
       end: when progress resumed or the job restarted; None while open.
       ended_by: ``"progress"``, ``"restart"`` (the job was restarted: the
         time is infrastructure recovery) or ``"open"``.
-      seconds: ``end - start`` (``now - start`` while open).
+      seconds: the part of ``[start, end)`` (``[start, now)`` while open) that
+        is the ``HANG`` bucket: all of it, except where recovery or wasted
+        progress outranks it (a hang ended by a crash and a restart), so the
+        seconds of ``hangs()`` add up to the bucket at every instant.
       stack: the summary of every Python thread's stack at detection.
     """
 
@@ -51,6 +56,14 @@ class Hang:
     def top_frames(self, n: int = 3) -> List[str]:
         """The first ``n`` non-empty lines of the stack summary."""
         return [line for line in self.stack.splitlines() if line.strip()][:n]
+
+
+def counted_as_hang(timeline, hang: Hang, now: float) -> Hang:
+    """``hang`` with ``seconds`` = the HANG bucket's seconds inside its span
+    (semantics rule 14: the bucket, ``hangs()`` and every exporter agree)."""
+    stop = max(min(now if hang.end is None else hang.end, now), hang.start)
+    got = timeline.measure(np.array([hang.start]), np.array([stop]))
+    return dataclasses.replace(hang, seconds=float(got.get(int(BadputType.HANG), 0.0)))
 
 
 def hangs_of_run(tables, attempt_starts: np.ndarray, now: float) -> List[Hang]:

@@ -185,3 +185,21 @@ def test_an_open_phase_ends_at_the_next_step_start():
     assert r.badput_seconds[SAVE] == pytest.approx(2.0)
     # spans [0,10) [10,14) minus 2 s of save, [14,20) [20,30): 10 + 2 + 6 + 10
     assert r.productive_seconds + r.badput_seconds[B.PROGRAM_STARTUP] == pytest.approx(28.0)
+
+
+def test_the_seconds_of_hangs_add_up_to_the_hang_bucket_at_every_instant():
+    # steps 0..5 at 1..6; a hang detected at 50 (last progress 6, expected 1:
+    # it starts at 7), a SIGKILL-like crash with a disruption at 80, restart at
+    # 120 from step 4: the hung step 5 is redone, so the hang's time is wasted
+    # progress (outranks HANG): its seconds and the bucket are 0 once restarted
+    hang = ev(K.HANG, 50, 5, last_progress_time=6.0, expected_step_seconds=1.0)
+    before = [ev(K.JOB_START, 0), *[ev(K.STEP_START, 1 + k, k) for k in range(6)], hang]
+    after = [ev(K.DISRUPTION, 80, disruption_cause="sigkill"), ev(K.JOB_START, 120),
+             ev(K.STEP_START, 121, 4), ev(K.STEP_START, 122, 5), ev(K.JOB_END, 123)]
+    for events, now, want in ((before, 60, 53.0), (before + after, 200, 0.0)):
+        c = calc_of(events, now=now)
+        r = c.cumulative()
+        (h,) = c.hangs()
+        assert h.seconds == pytest.approx(want)
+        assert r.badput_seconds.get(B.HANG, 0.0) == pytest.approx(want)
+    assert h.ended_by == "restart" and (h.start, h.end) == (7.0, 120.0)
