@@ -299,6 +299,10 @@ class HangWatchdog:
         return kind in _PROGRESS and self._progress_t is not None and t > self._progress_t
 
     def _end_hang(self, t: float) -> None:
+        # Never before the detection: a span recorded when it ends (the JAX
+        # adapter's compiles) brings a start time from before the hang was
+        # declared, and an end before the detection would match no hang.
+        t = max(t, self._open_hang.get("detected_time", t))
         self._open_hang = None
         rec = self._rec()
         if rec is not None:

@@ -351,3 +351,36 @@ def test_the_docs_priority_table_is_the_one_the_engine_paints():
         "CUSTOM_BADPUT_EVENTS", "PROGRAM_STARTUP", "ELASTIC_REINITIALIZATION",
         "ELASTIC_SCALE_UP", "ELASTIC_SLICE_DOWN", "TPU_INITIALIZATION", "TRAINING_PREP", "HANG",
         "DATA_LOADING_SYNC", "PRODUCTIVE", "OTHER"]
+
+
+def test_a_compile_recorded_when_it_ends_closes_the_hang_it_caused():
+    """The JAX adapter records a compile only when it ends, with its start time:
+    a re-compilation longer than the threshold is first declared a hang, then
+    the compile span arrives. 1 s steps (step 4 from t0 - 1), threshold 10 s;
+    the compile runs [t0, t0 + 25); the hang is declared at t0 + 11 (12 s after
+    step 4's start was seen) with its span from t0 (last progress + 1 s); the
+    compile span arrives at t0 + 25. Its start (t0) is progress but earlier than
+    the detection, so the hang ends at the detection, t0 + 11 (an end before it
+    would match no hang); the compile keeps its 25 s (HANG is below
+    PROGRAM_STARTUP), so HANG is 0 s.
+    Mutation killed: hang_end stamped with the compile's start time (the hang
+    then has no end, ``ended_by='open'``)."""
+    rec, store, clock, mono, dog = _watched(HangSettings(factor=10.0, min_seconds=5.0))
+    rec.record_job_start_time()
+    k = _steps(rec, clock, mono, [1.0] * 5)
+    t0 = clock()
+    _advance(clock, mono, 11.0)
+    assert dog.check() is not None
+    _advance(clock, mono, 14.0)
+    rec.record_program_startup_start_time(t0)          # recorded late, with its start
+    rec.record_program_startup_end_time(t0 + 25.0)
+    _steps(rec, clock, mono, [1.0], first=k)
+    rec.record_job_end_time()
+    rec.flush()
+    calc = Calculator("w", store)
+    calc.refresh()
+    (h,) = calc.hangs()
+    assert h.ended_by == "progress" and h.end == pytest.approx(t0 + 11.0)
+    r = calc.cumulative()
+    assert r.badput_seconds[B.PROGRAM_STARTUP] == pytest.approx(25.0)
+    assert r.badput_seconds.get(B.HANG, 0.0) == pytest.approx(0.0)
