@@ -47,6 +47,7 @@ goodput, insights) are in :mod:`goodput_core.queries.beyond_goodput`.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import threading
@@ -63,6 +64,7 @@ from goodput_core.queries.elastic import SliceCounts, SliceEfficiency
 from goodput_core.queries.host_outliers import HostTracker
 from goodput_core.queries.program_goodput import ProgramGoodput
 from goodput_core.queries.results import GoodputResult, build_result, empty_result
+from goodput_core.queries.scheduling import SchedulingWaits, scheduling_waits
 from goodput_core.queries.step_stats import StepStats, compute_step_stats
 from goodput_core.record.hooks import flush_before_read
 from goodput_core.timeline.buckets import CUSTOM_BASE, IDLE, PRODUCTIVE, BadputType
@@ -226,7 +228,7 @@ class Calculator(BeyondGoodputMixin):
             if not len(att):
                 return None
             t = self._now(now)
-            return float(att.start[0]), max(att.lifetime_end(t), float(att.start[0]))
+            return _lifetime(self._tl, t)
 
     def cumulative(self, now: Any = None, exclude: Optional[Sequence[Interval]] = None
                    ) -> GoodputResult:
@@ -255,10 +257,26 @@ class Calculator(BeyondGoodputMixin):
             tl.update()
             if not len(tl.attempts):
                 return empty_result(t, tl.skipped(), tl.tables.elastic_seen)
-            lo = float(tl.attempts.start[0])
-            life = (lo, max(tl.attempts.lifetime_end(t), lo))
+            life = _lifetime(tl, t)
             wa, wb = max(a, life[0]), max(min(b, life[1]), max(a, life[0]))
-            return build_result(tl, a, b, excl, life, t, _step_summary(tl, wa, wb))
+            waits = scheduling_waits(tl.tables, tl.attempts.start, t)
+            if not waits:
+                return build_result(tl, a, b, excl, life, t, _step_summary(tl, wa, wb))
+            # waits for resources leave the partition like idle time (lifecycle)
+            sched = waits.inside(*life)
+            r = build_result(tl, a, b, excl + sched, life, t, _step_summary(tl, wa, wb))
+            idle_s, idle_e = tl.attempts.idle()
+            minus = (np.concatenate([idle_s, [x for x, _ in excl]]),
+                     np.concatenate([idle_e, [y for _, y in excl]]))
+            secs = min(waits.seconds(wa, wb, minus), r.excluded_seconds)
+            return dataclasses.replace(r, excluded_seconds=r.excluded_seconds - secs,
+                                       scheduling_seconds=secs)
+
+    def scheduling(self, now: Any = None) -> SchedulingWaits:
+        """The run's waits for resources (empty without scheduling events)."""
+        with self._lock:
+            self._tl.update()
+            return scheduling_waits(self._tl.tables, self._tl.attempts.start, self._now(now))
 
     def rolling(self, seconds: Iterable[float], now: Any = None,
                 exclude: Optional[Sequence[Interval]] = None) -> List[GoodputResult]:
@@ -319,6 +337,16 @@ class Calculator(BeyondGoodputMixin):
 
     def _now(self, now: Any) -> float:
         return time_arg(self._clock() if now is None else now, "now")
+
+
+def _lifetime(tl: Timeline, now: float) -> Tuple[float, float]:
+    """(first job start, or the first grant before it; last job end or now)."""
+    att = tl.attempts
+    lo = float(att.start[0])
+    held = scheduling_waits(tl.tables, att.start, now).held_start
+    if held is not None:
+        lo = min(lo, held)
+    return lo, max(att.lifetime_end(now), lo)
 
 
 def _label(code: int, custom_names: List[str]) -> str:
