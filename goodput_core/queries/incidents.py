@@ -5,12 +5,14 @@ a recorded disruption). For each:
 
 * ``cause``: the recorded cause (``preemption``, ``sigterm``,
   ``exception:<Type>``...), ``hang`` when a hang was open when the attempt
-  ended, else ``unknown (no job end)``;
+  ended, ``requeued by the scheduler`` when only a requeue was recorded,
+  else ``unknown (no job end)``;
 * ``seen_by``: the process index and host that recorded the disruption
   (None when nothing was recorded);
 * ``last_progress``: the last step start or end before the failure;
 * ``detected``: when the failure was known: the recorded disruption, else
-  the hang's detection, else (nothing recorded) the next job start;
+  the hang's detection, else the scheduler's requeue (a ``job_submitted``
+  after the failure), else the next job start;
 * ``time_to_detect`` = detected - last progress; ``time_to_restart`` = next
   job start - detected; ``time_to_first_step`` = next job start -> the first
   step of the new attempt starts (its init, preparation, restore and compile);
@@ -132,7 +134,12 @@ def incidents(calc: Any, now: float) -> IncidentSummary:
         elif hang is not None:
             cause, detected, seen = "hang", hang.detected, None
         else:
-            cause, detected, seen = "unknown (no job end)", start, None
+            # nothing recorded: the scheduler's requeue is when it was known, else
+            # the next job start
+            requeue = [a for a, _ in waits.waits if (last or prev) <= a <= start]
+            detected = requeue[0] if requeue else start
+            cause = "requeued by the scheduler" if requeue else "unknown (no job end)"
+            seen = None
         j = int(np.searchsorted(st_t, start, side="left"))
         nxt = starts[i + 1] if i + 1 < len(starts) else math.inf
         first = float(st_t[j]) if j < len(st_t) and st_t[j] < nxt else None

@@ -95,19 +95,23 @@ def first_order_ettr(hosts: int, rate_per_host_hour: float, restart_s: float, sa
 
 
 def simulate(hosts: int, rate_per_host_hour: float, restart_s: float, save_s: float,
-             interval_s: float, *, work_s: float = 1e6, seed: int = 0) -> float:
+             interval_s: float, *, work_s: float = 1e6, seed: int = 0,
+             max_draws: int = 2_000_000) -> float:
     """Monte-Carlo of the model: ETTR of ``work_s`` seconds of kept work.
 
     Failures arrive as a Poisson process of rate ``hosts x r`` over the whole
     wall clock (work, saves and restarts alike); each costs the stretch in
     progress and ``restart_s``, during which another failure restarts the
-    restart.
+    restart. At most ``max_draws`` failures are drawn (a scenario in which
+    work hardly ever completes returns its ETTR so far, close to 0).
     """
     rng = np.random.default_rng(seed)
     lam = hosts * rate_per_host_hour / 3600.0
     stretch = interval_s + save_s
     done = wall = 0.0
-    while done < work_s:
+    budget = max_draws  # a scenario where work hardly ever completes ends here
+    while done < work_s and budget > 0:
+        budget -= 1
         if lam <= 0:
             wall += stretch
             done += interval_s
@@ -118,13 +122,14 @@ def simulate(hosts: int, rate_per_host_hour: float, restart_s: float, save_s: fl
             done += interval_s
             continue
         wall += gap
-        while True:  # restart; a failure during it starts it over
+        while budget > 0:  # restart; a failure during it starts it over
+            budget -= 1
             gap = rng.exponential(1.0 / lam)
             if gap >= restart_s:
                 wall += restart_s
                 break
             wall += gap
-    return done / wall
+    return done / wall if wall > 0 else 0.0
 
 
 def project(calc: Any, now: float, *, hosts: Optional[int] = None,

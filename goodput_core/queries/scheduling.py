@@ -103,10 +103,9 @@ def scheduling_waits(tables, job_starts: np.ndarray, now: float) -> SchedulingWa
         if g > s:
             waits.append((float(s), float(g)))
     held = None
-    if len(job_starts) and waits:
-        first_grant = waits[0][1] if waits[0][0] < job_starts[0] else None
-        if first_grant is not None and first_grant < job_starts[0]:
-            held = first_grant
+    if len(job_starts):  # the first grant at or after the first submission, before the start
+        g0 = _first_in(grant, float(sub[0]), float(job_starts[0]))
+        held = g0
     return SchedulingWaits(waits, float(sub[0]), held, len(sub))
 
 

@@ -97,14 +97,23 @@ def _k8s_time(ev: Mapping[str, Any]) -> Optional[float]:
     return None
 
 
+def _belongs(kind: Any, obj_name: str, name: str) -> bool:
+    """The job's own object: itself, its pods and jobs (``<name>-...``), or its
+    Kueue workload (``job-<name>-<hash>`` / ``jobset-<name>-<hash>``)."""
+    if obj_name == name or obj_name.startswith(name + "-"):
+        return True
+    return kind == "Workload" and any(obj_name.startswith(f"{p}-{name}-")
+                                      for p in ("job", "jobset"))
+
+
 def parse_k8s_events(text: str, name: Optional[str] = None) -> Times:
     """Scheduling times of a Kubernetes Job/JobSet from its events.
 
     Args:
       text: ``kubectl get events -o json`` output (a List with ``items``) or a
         JSON array of events.
-      name: the Job/JobSet name; pods and workloads whose name starts with it
-        are its own. None: every event in the input.
+      name: the Job/JobSet name: events of it, of objects named ``<name>-...``
+        (its jobs and pods) and of its Kueue workload. None: every event.
 
     Raises:
       SchedulerFormatError: not a list of events, or none of the job.
@@ -122,7 +131,7 @@ def parse_k8s_events(text: str, name: Optional[str] = None) -> Times:
             continue
         obj = ev.get("involvedObject") or ev.get("regarding") or {}
         kind, obj_name = obj.get("kind"), str(obj.get("name", ""))
-        if name is not None and not obj_name.startswith(name):
+        if name is not None and not _belongs(kind, obj_name, name):
             continue
         t = _k8s_time(ev)
         if t is not None:
