@@ -136,7 +136,9 @@ def incidents(calc: Any, now: float) -> IncidentSummary:
         else:
             # nothing recorded: the scheduler's requeue is when it was known, else
             # the next job start
-            requeue = [a for a, _ in waits.waits if (last or prev) <= a <= start]
+            # (after the attempt's own start: schedulers keep whole seconds, so a
+            # requeue may read a little earlier than the last step recorded)
+            requeue = [a for a, _ in waits.waits if prev <= a <= start]
             detected = requeue[0] if requeue else start
             cause = "requeued by the scheduler" if requeue else "unknown (no job end)"
             seen = None
