@@ -64,12 +64,13 @@ from goodput_core.queries.elastic import SliceCounts, SliceEfficiency
 from goodput_core.queries.host_outliers import HostTracker
 from goodput_core.queries.program_goodput import ProgramGoodput
 from goodput_core.queries.results import GoodputResult, build_result, empty_result
-from goodput_core.queries.scheduling import SchedulingWaits, scheduling_waits
+from goodput_core.queries.scheduling import SCHEDULING, SchedulingWaits, scheduling_waits
 from goodput_core.queries.step_stats import StepStats, compute_step_stats
 from goodput_core.record.hooks import flush_before_read
 from goodput_core.timeline.buckets import CUSTOM_BASE, IDLE, PRODUCTIVE, BadputType
 from goodput_core.timeline.payload_columns import payload_page
 from goodput_core.timeline.segments import CLOSE_JOB_END, CLOSE_STEP_END, NO_RESTART
+from goodput_core.timeline.intervals import paint
 from goodput_core.timeline.spans import Timeline
 
 __all__ = ["Calculator", "GoodputResult", "MetricSeries", "ProgramGoodput", "SliceCounts",
@@ -295,7 +296,8 @@ class Calculator(BeyondGoodputMixin):
 
         Returns:
           ``(start, end, label)`` tuples; labels are ``PRODUCTIVE``, ``IDLE``,
-          a BadputType name, or ``CUSTOM_BADPUT_EVENTS:<TYPE>``.
+          ``SCHEDULING`` (a wait for resources after a requeue), a BadputType
+          name, or ``CUSTOM_BADPUT_EVENTS:<TYPE>``.
         """
         s, e, c, names = self._labelled(start, end, now)
         return [(x, y, _label(code, names)) for x, y, code in zip(s.tolist(), e.tolist(),
@@ -321,7 +323,14 @@ class Calculator(BeyondGoodputMixin):
         with self._lock:
             if life is None:
                 return np.empty(0), np.empty(0), np.empty(0, np.int64), []
-            s, e, c = self._tl.labelled(max(a, life[0]), min(b, life[1]))
+            lo, hi = max(a, life[0]), min(b, life[1])
+            s, e, c = self._tl.labelled(lo, hi)
+            waits = scheduling_waits(self._tl.tables, self._tl.attempts.start, self._now(now))
+            if waits:  # waits for resources are their own lane, under idle time
+                idle = c == IDLE
+                ws = np.array([x for x, _ in waits.inside(lo, hi)], np.float64)
+                we = np.array([y for _, y in waits.inside(lo, hi)], np.float64)
+                s, e, c = paint([(s[idle], e[idle], IDLE), (ws, we, SCHEDULING), (s, e, c)], lo)
             return s, e, c, list(self._tl.tables.names["custom"])
 
     def step_stats(self, ideal_step_time: Optional[float] = None) -> StepStats:
@@ -354,6 +363,8 @@ def _label(code: int, custom_names: List[str]) -> str:
         return "PRODUCTIVE"
     if code == IDLE:
         return "IDLE"
+    if code == SCHEDULING:
+        return "SCHEDULING"
     if code >= CUSTOM_BASE:
         return f"CUSTOM_BADPUT_EVENTS:{custom_names[code - CUSTOM_BASE]}"
     return BadputType(code).name

@@ -37,7 +37,6 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 
 from goodput_core.queries.markers import run_markers
-from goodput_core.timeline.intervals import complement
 
 __all__ = ["Incident", "IncidentSummary", "incidents"]
 
@@ -151,10 +150,8 @@ def incidents(calc: Any, now: float) -> IncidentSummary:
         lost_steps = (max(last_step - r_step + 1, 0)
                       if last_step is not None and r_step is not None else 0)
         sched = waits.seconds(prev, start)
-        rec_s, rec_e = arrays.get("INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION",
-                                  (np.empty(0), np.empty(0)))
-        recovery = _sum_in(arrays, "INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION", prev, start) - \
-            waits.seconds(prev, start, minus=_outside(rec_s, rec_e, prev, start))
+        # the spans carve scheduling waits out of recovery already (SCHEDULING)
+        recovery = _sum_in(arrays, "INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION", prev, start)
         out.append(Incident(
             attempt=i, cause=cause, seen_by=seen, last_progress=last, detected=float(detected),
             restarted=float(start), first_step=first,
@@ -165,11 +162,6 @@ def incidents(calc: Any, now: float) -> IncidentSummary:
             lost_steps=lost_steps,
             recovery_seconds=max(recovery, 0.0), scheduling_seconds=sched))
     return _summary(calc, now, out)
-
-
-def _outside(s: np.ndarray, e: np.ndarray, a: float, b: float) -> Tuple[np.ndarray, np.ndarray]:
-    """The complement of the intervals ``(s, e)`` within ``[a, b]`` (sorted, disjoint)."""
-    return complement(a, b, np.clip(s, a, b), np.clip(e, a, b))
 
 
 def _restart_markers(calc: Any) -> List[Any]:

@@ -26,7 +26,11 @@ import numpy as np
 
 from goodput_core.timeline.intervals import union
 
-__all__ = ["SchedulingWaits", "scheduling_waits"]
+__all__ = ["SCHEDULING", "SchedulingWaits", "scheduling_waits"]
+
+#: The span code of a wait for resources inside the lifetime (beside the
+#: timeline's IDLE = 100): ``Calculator.spans`` labels it ``SCHEDULING``.
+SCHEDULING = 101
 
 
 @dataclasses.dataclass(frozen=True)
