@@ -21,10 +21,10 @@ import atexit
 import logging
 import os
 import sys
-import time
 import weakref
 from typing import Any, Callable, Dict, List, Optional, Tuple, Type
 
+from goodput_core import exit_bound
 from goodput_core.stores.cloud_logging_sender import BatchSender
 from goodput_core.stores.cloud_logging_spill import SpillBuffer
 
@@ -32,8 +32,8 @@ __all__ = ["QueuedStoreMixin", "EXIT_TIMEOUT_S"]
 
 logger = logging.getLogger("goodput")
 
-#: How long the exit hook waits for the stores' deliveries, all together.
-EXIT_TIMEOUT_S = 5.0
+#: The default bound on everything goodput does at exit (``GOODPUT_EXIT_TIMEOUT_S``).
+EXIT_TIMEOUT_S = exit_bound.DEFAULT_EXIT_TIMEOUT_S
 _LIVE: "weakref.WeakSet" = weakref.WeakSet()
 
 
@@ -149,17 +149,19 @@ class QueuedStoreMixin:
 
 
 def _close_all() -> None:
-    """At exit: push the recorders' queues into the stores, then deliver (bounded)."""
+    """At exit: push the recorders' queues into the stores, then deliver; all of
+    it within the one exit bound (:mod:`goodput_core.exit_bound`)."""
     hooks = sys.modules.get("goodput_core.record.hooks")
     if hooks is not None:  # its own atexit hook runs after ours (LIFO)
         try:
-            hooks.flush_all(EXIT_TIMEOUT_S)
+            hooks.flush_at_exit()
         except Exception:
             pass
-    deadline = time.monotonic() + EXIT_TIMEOUT_S
     for store in list(_LIVE):
+        if store._closed:
+            continue
         try:
-            store.close(max(0.0, deadline - time.monotonic()))
+            store.close(exit_bound.remaining())
         except Exception:
             logger.exception("goodput: closing %s at exit failed", store.url)
 

@@ -136,6 +136,17 @@ class DeferredStore(Store):
         flush = getattr(self._inner, "flush", None)
         return flush(timeout) if callable(flush) else True
 
+    def stats(self) -> Any:
+        """The opened store's own counters, or None (not open, or it keeps none)."""
+        stats = getattr(self._inner, "stats", None)
+        return stats() if callable(stats) else None
+
+    def checkpoint(self) -> None:
+        """The opened store's checkpoint (the embedded store folds its log into the file)."""
+        checkpoint = getattr(self._inner, "checkpoint", None)
+        if callable(checkpoint):
+            checkpoint()
+
     def close(self) -> None:
         inner = self._inner
         if inner is not None:
