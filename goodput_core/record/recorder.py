@@ -265,14 +265,16 @@ class Recorder(PhaseMixin, WriterMixin):
             "spilled": 0, "spilled_total": 0, "spill_delivered": 0, "spill_adopted": 0,
             "spill_waiting": 0, "spill_dropped": 0, "spill_file": None}
         pending = self._pending
+        queued = list(self._queue)  # one C call: atomic under the GIL
+        queued = len(queued) - sum(1 for item in queued if type(item) is not tuple)  # fences
         out = {
             "written": self._written,
             "dropped": self._dropped,
             "rejected": dict(self._rejected),
             "unstorable": self._unstorable,
             "write_errors": self._write_errors,
-            "queued": len(self._queue),
-            "waiting": len(self._queue) + len(pending or ()),
+            "queued": queued,
+            "waiting": queued + len(pending or ()),
             "spill_errors": self._spill_errors,
             "store_error": self._store_error(),
         }

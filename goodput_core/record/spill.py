@@ -95,6 +95,9 @@ class Outbox:
         self.url = canonical_store_url(store_url) if store_url else ""
         self.directory = directory or default_spill_dir()
         self.tag = hashlib.sha1(self.url.encode()).hexdigest()[:16]
+        # An in-process store dies with its process: no later process can
+        # take its events, and its URL names no one place (tests share it).
+        self.in_process = self.url.startswith("memory://")
         self.max_bytes = _max_bytes()
         self._lock = threading.RLock()
         self._own: Optional[SpillFile] = None
@@ -149,6 +152,8 @@ class Outbox:
         Returns:
           The number of events adopted.
         """
+        if self.in_process:
+            return 0
         try:
             names = sorted(os.listdir(self.directory))
         except OSError:
@@ -254,7 +259,8 @@ class Outbox:
         """Releases the files: delivered ones are deleted, the rest kept for later.
 
         Returns:
-          (events left in this writer's own file, its path or None).
+          (events left in this writer's own file, its path; None when no
+          process can deliver them: an in-process ``memory://`` store).
         """
         with self._lock:
             self.rewind()
@@ -265,6 +271,9 @@ class Outbox:
             if own is None:
                 return 0, None
             left = own.unread
+            if self.in_process:
+                own.close(delete=True)
+                return left, None
             path = own.path if left else None
             self._release(own)
             return left, path

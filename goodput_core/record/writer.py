@@ -295,13 +295,15 @@ class WriterMixin:
         if left or lost:
             say = say or sys.stderr.write
             url = getattr(self._store, "url", "the store")
-            if left:
-                say(f"goodput: run {self.run!r}: {left} events not stored in "
-                                 f"{url} are kept in {path}; the next process that opens "
-                                 f"that store delivers them\n")
+            if left and path:
+                say(f"goodput: run {self.run!r}: {left} events not stored in {url} are kept "
+                    f"in {path}; the next process that opens that store delivers them\n")
+            elif left:
+                say(f"goodput: run {self.run!r}: {left} events not stored in the in-process "
+                    f"store {url} are lost with it\n")
             if lost:
-                say(f"goodput: run {self.run!r}: {lost} events could neither be "
-                                 f"stored in {url} nor spilled; they are lost\n")
+                say(f"goodput: run {self.run!r}: {lost} events could neither be stored in "
+                    f"{url} nor spilled; they are lost\n")
         return left
 
     def _writer_loop(self) -> None:
