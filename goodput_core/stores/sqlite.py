@@ -202,7 +202,10 @@ class SqliteStore(ReadPath, WritePath, Store):
         try:  # created here, with our mode, before SQLite creates it with the umask's
             os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, self._mode))
         except FileExistsError:
-            pass
+            if os.path.islink(self.path) and not os.path.exists(self.path):
+                # SQLite would create the link's target with the umask's mode,
+                # wherever it points: refused
+                raise self._error("it is a symlink to a file that does not exist") from None
         except OSError as exc:
             raise self._error(exc) from exc
 
@@ -259,6 +262,10 @@ class SqliteStore(ReadPath, WritePath, Store):
                     conn.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)",
                                  (str(SCHEMA_VERSION),))
             version = self._schema_version(conn)
+        if not self.readonly and version == SCHEMA_VERSION and \
+                conn.execute("PRAGMA user_version").fetchone()[0] < chunks.FORMAT_VERSION:
+            with _write_transaction(conn):  # the marker every read checks (sqlite_chunks)
+                conn.execute(f"PRAGMA user_version = {chunks.FORMAT_VERSION}")
         if self.readonly and version in (None, 1):
             return  # not written yet, or by version 1: readable as it is
         if version != SCHEMA_VERSION:
