@@ -44,7 +44,12 @@ def backup(path: str, dest: str) -> int:
     Returns:
       The number of runs in the copy.
     """
-    source = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=_BUSY_MS / 1000)
+    from urllib.parse import quote
+
+    if not os.path.isfile(path):
+        raise StoreError(f"no goodput store at {path!r}")
+    source = sqlite3.connect(f"file:{quote(os.path.abspath(path))}?mode=ro", uri=True,
+                             timeout=_BUSY_MS / 1000)
     try:
         with temporary_beside(dest) as tmp:
             target = sqlite3.connect(tmp, isolation_level=None)

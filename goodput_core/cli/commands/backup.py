@@ -28,7 +28,8 @@ def sqlite_path(store: str) -> str:
     if scheme != "sqlite":
         raise CliError(f"{store!r} is not an embedded (sqlite) store; back up a PostgreSQL "
                        "store with pg_dump")
-    path = os.path.abspath(os.path.expanduser(rest))
+    path = os.path.expanduser(rest)
+    path = os.path.abspath("/" + path.lstrip("/") if path.startswith("/") else path)
     if not os.path.isfile(path):
         raise CliError(f"no goodput store at {path!r}")
     return path
