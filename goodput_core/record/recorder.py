@@ -42,6 +42,7 @@ from goodput_core.record import hooks
 # re-exported: callers and tests written before the hooks moved read them here
 from goodput_core.record.hooks import _LIVE, flush_all, flush_before_read  # noqa: F401
 from goodput_core.record.phases import PhaseMixin
+from goodput_core.record.stats import empty_stats, recorder_stats
 from goodput_core.record.storable import (
     INT64_MAX, INT64_MIN, check_extra, check_int, check_text, describe_error)
 from goodput_core.stores import Store, check_store_url
@@ -239,55 +240,9 @@ class Recorder(PhaseMixin, WriterMixin):
         return self._attempt
 
     def stats(self) -> Dict[str, Any]:
-        """What happened to the events recorded so far.
-
-        * ``written``: stored (handed to the store; a store that delivers in
-          the background reports its own delivery under ``store``).
-        * ``queued``: waiting in memory for the writer; ``waiting``: the
-          same plus a batch being written or retried.
-        * ``spilled``: waiting in this writer's spill file because the store
-          could not be opened or refused writes (``spill_file``); delivered
-          by this process once the store answers, else by the next one that
-          opens it. ``spilled_total``: spilled so far; ``spill_delivered``:
-          delivered from spill files (this writer's and adopted ones);
-          ``spill_adopted``: left by earlier processes and taken over here.
-        * Dropped, and why: ``dropped`` (the memory queue was full),
-          ``rejected`` (bad arguments, per kind), ``unstorable`` (the store
-          refused the event's content; the rest of its batch was written),
-          ``spill_dropped`` (the spill file reached its bound).
-        * ``write_errors``: failed attempts (retried); ``spill_errors``:
-          failed writes of the spill file; ``store_error``: why the store
-          cannot be opened (else None); ``store``: the store's own counters,
-          when it has some (PostgreSQL, Cloud Logging).
-        """
-        outbox = self._outbox
-        spill = outbox.stats() if outbox is not None else {
-            "spilled": 0, "spilled_total": 0, "spill_delivered": 0, "spill_adopted": 0,
-            "spill_waiting": 0, "spill_dropped": 0, "spill_file": None}
-        pending = self._pending
-        queued = list(self._queue)  # one C call: atomic under the GIL
-        queued = len(queued) - sum(1 for item in queued if type(item) is not tuple)  # fences
-        out = {
-            "written": self._written,
-            "dropped": self._dropped,
-            "rejected": dict(self._rejected),
-            "unstorable": self._unstorable,
-            "write_errors": self._write_errors,
-            "queued": queued,
-            "waiting": queued + len(pending or ()),
-            "spill_errors": self._spill_errors,
-            "store_error": self._store_error(),
-        }
-        out.update(spill)
-        store_stats = getattr(self._store, "stats", None)
-        if callable(store_stats):
-            try:
-                own = store_stats()
-            except Exception:  # noqa: BLE001 - counters must never raise
-                own = None
-            if own is not None:
-                out["store"] = own
-        return out
+        """What happened to the events recorded so far: stored, waiting, spilled,
+        dropped and why (the keys: :func:`goodput_core.record.stats.recorder_stats`)."""
+        return recorder_stats(self)
 
     @property
     def dropped(self) -> int:
@@ -474,10 +429,7 @@ class NullRecorder(PhaseMixin):
         return True
 
     def stats(self) -> Dict[str, Any]:
-        return {"written": 0, "dropped": 0, "rejected": {}, "unstorable": 0, "write_errors": 0,
-                "queued": 0, "waiting": 0, "spill_errors": 0, "store_error": None,
-                "spilled": 0, "spilled_total": 0, "spill_delivered": 0, "spill_adopted": 0,
-                "spill_waiting": 0, "spill_dropped": 0, "spill_file": None}
+        return empty_stats()
 
 
 NULL_RECORDER = NullRecorder()

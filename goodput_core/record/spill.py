@@ -33,7 +33,7 @@ from typing import Deque, List, Optional, Tuple
 
 from goodput_core.events import EventRecord
 from goodput_core.stores import canonical_store_url
-from goodput_core.stores.cloud_logging_spill import SpillFile
+from goodput_core.stores.cloud_logging_spill import SpillFile, spill_paths
 from goodput_core.stores.sqlite_json import dumps
 
 __all__ = ["Outbox", "default_spill_dir", "SPILL_DIR_ENV"]
@@ -154,19 +154,12 @@ class Outbox:
         """
         if self.in_process:
             return 0
-        try:
-            names = sorted(os.listdir(self.directory))
-        except OSError:
-            return 0
         count = 0
         with self._lock:
             held = {f.path for f in self._orphans}
             if self._own is not None:
                 held.add(self._own.path)
-            paths = [os.path.join(self.directory, n) for n in names
-                     if n.startswith(self.tag + ".") and n.endswith(".jsonl")]
-            paths.sort(key=_mtime)
-            for path in paths:
+            for path in spill_paths(self.directory, self.tag):
                 if path in held:
                     continue
                 try:
@@ -297,9 +290,3 @@ class Outbox:
                     "spill_waiting": self.pending(), "spill_dropped": self.dropped,
                     "spill_file": self._own.path if self._own is not None else None}
 
-
-def _mtime(path: str) -> float:
-    try:
-        return os.stat(path).st_mtime
-    except OSError:
-        return 0.0

@@ -31,7 +31,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Deque, Dict, List, Optional, Tuple
 
-__all__ = ["SpillBuffer", "SpillFile", "default_spill_dir", "spill_tag"]
+__all__ = ["SpillBuffer", "SpillFile", "default_spill_dir", "spill_paths", "spill_tag"]
 
 logger = logging.getLogger("goodput")
 
@@ -189,13 +189,7 @@ class SpillBuffer:
         Returns:
           The number of entries adopted.
         """
-        try:
-            names = sorted(os.listdir(self.directory))
-        except OSError:
-            return 0
-        paths = [os.path.join(self.directory, n) for n in names
-                 if n.startswith(self.tag + ".") and n.endswith(".jsonl")]
-        paths.sort(key=lambda p: _mtime(p))
+        paths = spill_paths(self.directory, self.tag)
         count = 0
         with self._lock:
             for path in paths:
@@ -355,6 +349,18 @@ def _take(queue: Deque[Entry], n: int):
         if i >= n:
             return
         yield item
+
+
+def spill_paths(directory: str, tag: str) -> List[str]:
+    """The spill files of ``tag`` in ``directory``, oldest first (none when it is missing)."""
+    try:
+        names = sorted(os.listdir(directory))
+    except OSError:
+        return []
+    paths = [os.path.join(directory, n) for n in names
+             if n.startswith(tag + ".") and n.endswith(".jsonl")]
+    paths.sort(key=_mtime)
+    return paths
 
 
 def _saved_progress(path: str) -> int:
