@@ -68,6 +68,10 @@ class SpillFile:
         try:
             # Non-blocking: a file another live store holds is not an orphan.
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if adopt and os.fstat(fd).st_nlink == 0:
+                # Its adopter delivered and deleted it between our open and our
+                # lock: taking it now would deliver it again.
+                raise FileNotFoundError(path)
             self._reader = open(path, "rb")
         except OSError:
             os.close(fd)
