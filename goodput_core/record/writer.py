@@ -3,15 +3,19 @@
 Mixed into :class:`goodput_core.record.recorder.Recorder`, which owns the state it
 uses (``_queue``, ``_wake``, ``_store``, writer metadata, counters). A batch
 that fails to write for a reason that may pass (the store's own errors:
-disk full, locked, unreachable) is kept and retried with exponential backoff,
-so nothing is lost or written twice; the backoff is a real wait that neither
+cannot be opened, disk full, locked, read-only, unreachable) is moved, with
+everything queued behind it, to this writer's spill file
+(:mod:`goodput_core.record.spill`) and retried with exponential backoff: the
+spilled events are delivered first, in order, once the store answers, and a
+process that ends before that leaves them to the next one. Nothing is lost
+or written twice; the backoff is a real wait that neither
 :meth:`WriterMixin.flush` nor a filling queue cuts short (only ``close()``
 does), so a failing store never makes the writer spin. A batch that fails
 because of its content (an event the store cannot encode) is split in halves
 until the events that fail alone are isolated: those are dropped and counted
 (``stats()["unstorable"]``), every other event is written.
 :meth:`WriterMixin.flush` puts a fence in the queue and waits until the
-writer has stored everything before it.
+writer has stored everything before it, never longer than its timeout.
 """
 
 from __future__ import annotations
@@ -246,14 +250,14 @@ class WriterMixin:
             try:
                 outbox = self._outbox_for()
                 if self._pending:
-                    self._put_spill(outbox, self._pending)
+                    outbox.put(self._pending)
                     self._pending = None
                 while self._queue:
                     batch, met = self._drain_batch()
                     fences += met
                     if batch:
                         try:
-                            self._put_spill(outbox, batch)
+                            outbox.put(batch)
                         except OSError:
                             self._pending = batch
                             raise
@@ -263,10 +267,6 @@ class WriterMixin:
                     logger.error("goodput: cannot spill unstored events to %s (%s); they "
                                  "wait in memory", self._outbox_for().directory, exc)
         return fences
-
-    @staticmethod
-    def _put_spill(outbox, events) -> None:
-        outbox.put(events)
 
     def _leave_spilled(self, say: Optional[Callable[[str], Any]] = None) -> int:
         """Spills what is still unstored and releases the spill files (exit, close).
