@@ -81,6 +81,7 @@ def default_spill_dir() -> str:
 #: schema that is missing (42P01, 3F000).
 _OUTAGE_CLASSES = ("08", "28", "40", "53", "55", "57", "58")
 _OUTAGE_CODES = ("25006", "42501", "42P01", "3F000")
+_MISSING = ("42P01", "3F000")  # undefined table, invalid schema name
 
 
 def refusal_is_outage(exc: BaseException) -> bool:
@@ -278,11 +279,27 @@ class PostgresStore(QueuedStoreMixin, Store):
         except (psycopg.Error, ValueError, TypeError, UnicodeError, OverflowError) as exc:
             if refusal_is_outage(exc):  # read-only, permission, missing table: retried
                 self._drop_connection()
+                if getattr(exc, "sqlstate", None) in _MISSING:
+                    self._recreate_tables()
                 raise
             # The content was refused: isolate the bad events, keep the rest.
             logger.warning("goodput: %s refused a batch (%s); inserting it event by event",
                            self.url, _one_line(exc))
             self._insert_one_by_one(rows)
+
+    def _recreate_tables(self) -> None:
+        """The tables went away under a live writer (dropped, restored from an
+        old dump): forget the ids they held and create them again, so that the
+        retry stores the batch (a failure here is retried with it)."""
+        with self._ids_lock:
+            self._run_ids.clear()
+            self._writer_ids.clear()
+            self._writers.clear()
+        try:
+            self._ensure_schema(self._connection())
+        except StoreError as exc:
+            logger.warning("goodput: cannot create the goodput tables in %s again: %s",
+                           self.url, exc)
 
     def _insert_one_by_one(self, rows: List[list]) -> None:
         conn = self._connection()

@@ -252,6 +252,25 @@ def test_missing_tables_are_an_outage_not_bad_content(server, role_url, env):
     assert not refusal_is_outage(bad.value)
 
 
+def test_tables_dropped_under_a_live_writer_are_created_again(server, role_url, env):
+    role, db, url = role_url
+    rec = Recorder("dropped", url, flush_interval_s=0.05)
+    try:
+        rec.record_step_start_time(0, 1000.0)
+        assert rec.flush(30)
+        with _admin(server, db) as conn:
+            conn.execute("DROP SCHEMA goodput CASCADE")  # the first event goes with it
+        for i in range(1, 101):
+            rec.record_step_start_time(i, 1000.0 + i)
+        assert rec.flush(60)
+        stats = rec.stats()
+        assert stats["store"]["rejected"] == 0 and stats["unstorable"] == 0
+        # the 100 recorded after the drop, each once, under a fresh run id
+        assert _stored(server, db, "dropped") == (100, 100)
+    finally:
+        rec.close(5)
+
+
 def test_nul_in_a_run_name_is_an_error_at_the_api_edge():
     with pytest.raises(ValueError, match="NUL"):
         Recorder("a\x00b", "memory://nul")
