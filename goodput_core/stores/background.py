@@ -112,11 +112,15 @@ class QueuedStoreMixin:
         """
         return self._sender.flush(timeout)
 
-    def close(self, timeout: Optional[float] = 10.0) -> bool:
+    def close(self, timeout: Optional[float] = 10.0,
+              say: Optional[Callable[[str], Any]] = None) -> bool:
         """Delivers what it can within ``timeout``, then stops the sender.
 
         Events still undelivered are left in a spill file, delivered by the
         next store opened on the same destination (in this or a later process).
+
+        Args:
+          say: where to say what was left (default: the log; at exit: stderr).
 
         Returns:
           True when everything was delivered.
@@ -126,8 +130,12 @@ class QueuedStoreMixin:
         self._closed = True
         ok, left_in = self._sender.close(timeout)
         if left_in:
-            logger.warning("goodput: %s unreachable; undelivered events kept in %s",
-                           self.url, left_in)
+            text = (f"goodput: {self.url} unreachable; undelivered events kept in {left_in}; "
+                    "the next process that opens that store delivers them")
+            if say is None:
+                logger.warning("%s", text)
+            else:
+                say(text + "\n")
         self._release()
         return ok
 
@@ -161,7 +169,7 @@ def _close_all() -> None:
         if store._closed:
             continue
         try:
-            store.close(exit_bound.remaining())
+            store.close(exit_bound.remaining(), say=sys.stderr.write)
         except Exception:
             logger.exception("goodput: closing %s at exit failed", store.url)
 
