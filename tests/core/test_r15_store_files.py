@@ -238,6 +238,18 @@ def test_export_and_backup_outputs_are_private(tmp_path, syn):
     assert not (tmp_path / "victim.sqlite").exists()
 
 
+def test_an_import_into_a_new_jsonl_file_is_private_and_refuses_a_symlink(tmp_path, syn):
+    out = tmp_path / "i.jsonl"
+    assert main(["import", "syn", "--from", syn, "--to", str(out)]) == 0
+    assert _mode(out) == 0o600
+    victim = tmp_path / "victim.jsonl"
+    victim.write_text("")
+    link = tmp_path / "l.jsonl"
+    os.symlink(victim, link)
+    assert main(["import", "syn", "--from", syn, "--to", str(link)]) == 1  # cannot write
+    assert victim.read_text() == ""
+
+
 def test_tensorboard_files_are_private(tmp_path):
     pytest.importorskip("tensorboardX")
     from goodput_core.exporters.tensorboard import _EventFile
