@@ -8,10 +8,11 @@ to its writer, which calls :meth:`DeferredStore.append` first (quality.md P9:
 the first ``record_*`` costs what any other does).
 
 An open that fails raises :class:`StoreError` from that call and is logged
-once; the writer keeps the batch and retries (opening again), the error is
-kept for :meth:`~goodput_core.record.recorder.Recorder.stats`, and
-:meth:`~goodput_core.record.recorder.Recorder.flush` tries one more open and
-returns False at once when that fails too. A fork waits for an open in
+once; the writer spills the batch to its local spill file and retries
+(opening again), the error is kept for
+:meth:`~goodput_core.record.recorder.Recorder.stats`, and
+:meth:`~goodput_core.record.recorder.Recorder.flush` returns False as soon as
+the writer's open failed. Nothing opens the store on the caller's thread. A fork waits for an open in
 progress, so a child never inherits a half-built store.
 """
 
