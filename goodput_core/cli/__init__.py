@@ -38,6 +38,11 @@ COMMANDS = {
     "import": ("import_", "copy a run between stores and JSONL files, skipping what is there"),
     "backup": ("backup", "a consistent copy of an embedded store, while writers run"),
     "compact": ("compact", "pack, checkpoint and rebuild an embedded store"),
+    "incidents": ("incidents", "every disruption: cause, time to detect and restart, "
+                               "progress lost; MTBF, MTTR"),
+    "project": ("project", "what-if: expected ETTR at another scale or checkpoint interval"),
+    "import-scheduler": ("import_scheduler", "add scheduling times from Slurm (sacct --json) "
+                                             "or Kubernetes events to a run"),
 }
 
 
