@@ -89,6 +89,10 @@ class Kind(enum.IntEnum):
     HANG = 30  # a hang detected by the watchdog (insights)
     HANG_END = 31  # progress resumed after a hang
     HEARTBEAT = 32  # the lead writer is alive (semantics rule 15)
+    # Scheduling (lifecycle): the scheduler accepted the job (or requeued it),
+    # and every host of an attempt was placed.
+    JOB_SUBMITTED = 50
+    RESOURCES_GRANTED = 51
 
 
 class KindSpec(NamedTuple):
@@ -166,6 +170,8 @@ KINDS: Dict[Kind, KindSpec] = {
         _spec(Kind.HANG_END, "hang_end_time", reference=False),
         # written by the lead writer's thread every heartbeat_seconds
         _spec(Kind.HEARTBEAT, "heartbeat_time", reference=False),
+        _spec(Kind.JOB_SUBMITTED, "job_submitted_time", reference=False),
+        _spec(Kind.RESOURCES_GRANTED, "resources_granted_time", reference=False),
     )
 }
 

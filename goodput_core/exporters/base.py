@@ -16,6 +16,8 @@ from goodput_core.queries.checkpoint_advice import CheckpointAdvice
 from goodput_core.queries.diagnostics import MetricPoint
 from goodput_core.queries.hangs import Hang
 from goodput_core.queries.host_outliers import HostBreakdown
+from goodput_core.queries.incidents import IncidentSummary
+from goodput_core.queries.lifecycle import Lifecycle
 from goodput_core.queries.elastic import SliceEfficiency
 from goodput_core.queries.program_goodput import ProgramGoodput
 from goodput_core.queries.results import GoodputResult
@@ -71,6 +73,10 @@ class MonitorSnapshot:
       state: running, stopped (where and why) or ended (semantics.md rule 15;
         None when the goodput part was not computed).
       trace: the run as a trace (None unless an exporter wants it).
+      lifecycle: scheduling goodput, ETTR and MPG (None: insights off, or the
+        run has no scheduling events).
+      incidents: the run's incidents, MTBF and MTTR (None: insights off or no
+        incident yet).
     """
 
     run: str
@@ -90,6 +96,8 @@ class MonitorSnapshot:
     checkpoint_advice: Optional[CheckpointAdvice] = None
     hosts: Optional[HostBreakdown] = None
     trace: Optional[TraceDelta] = None
+    lifecycle: Optional[Lifecycle] = None
+    incidents: Optional[IncidentSummary] = None
     state: Optional[RunState] = None
 
     @property

@@ -38,8 +38,10 @@ DEFAULT_HEARTBEAT_SECONDS = 10.0  # when a heartbeat does not say its interval
 NO_SIGN_OF_LIFE = "no sign of life"
 RUNNING, STOPPED, ENDED, NOT_STARTED = "running", "stopped", "ended", "not started"
 _NAN = math.nan
-# event tables whose times are signs of life (heartbeats and disruptions apart)
-_SKIP = ("heartbeat", "disruption", "orbax")
+# event tables that are not the last event's sign of life: heartbeats and
+# disruptions are read apart, Orbax entries by their end; a scheduler's
+# submissions and grants are not the process's
+_SKIP = ("heartbeat", "disruption", "orbax", "submitted", "granted")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -79,7 +79,8 @@ JSON_KEYS = {
     "badput_seconds", "badput_percent", "custom_badput_seconds", "custom_badput_percent",
     "data_loading_async_seconds", "data_loading_async_percent", "disruptions",
     "max_productive_step", "last_step", "step_time", "skipped", "program_goodput",
-    "program_goodput_unusable", "slice_efficiency", "metrics", "insights", "state",
+    "program_goodput_unusable", "slice_efficiency", "metrics", "insights",
+    "scheduling_seconds", "lifecycle", "incidents", "state",
 }
 
 
