@@ -36,6 +36,7 @@ COMMANDS = {
     "timeline": ("timeline", "draw a run's attributed spans over time (PNG or HTML)"),
     "export": ("export", "write a run's events to a JSONL file, one reference payload per line"),
     "import": ("import_", "copy a run between stores and JSONL files, skipping what is there"),
+    "serve": ("serve", "a live web dashboard over a store: runs, run pages, groups side by side"),
 }
 
 
