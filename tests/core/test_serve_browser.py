@@ -1,0 +1,155 @@
+"""``goodput serve`` in a real browser: headless Chromium from Debian, driven by
+Selenium. Each page loads without a console error (a CSP violation is one),
+shows the numbers of ``goodput report --json``, follows a writer process
+without a reload, and shows a hostile run name as text.
+
+``GOODPUT_SCREENSHOTS=DIR`` saves the run page's picture there (the README's
+picture is docs/img/serve-run-page.png, taken this way).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import subprocess
+import sys
+
+import pytest
+
+from goodput_core.stores import open_store
+from tests.core.test_serve_api import _simple
+from tests.support.browser import chromium_or_skip, console_errors, wait_for
+from tests.support.cli_process import goodput, synthetic_job_events
+from tests.support.dashboard import HOSTILE_RUN, dashboard, run_path
+
+
+@pytest.fixture(scope="module")
+def browser():
+    driver = chromium_or_skip()
+    yield driver
+    driver.quit()
+
+
+def _text(driver, css):
+    return driver.find_element("css selector", css).text
+
+
+def _loaded(driver):
+    return wait_for(driver, lambda d: d.execute_script("return document.body.dataset.version"),
+                    message="the run page never finished loading")
+
+
+def _store_with(tmp_path, *runs):
+    url = f"sqlite:///{tmp_path}/b.sqlite"
+    store = open_store(url)
+    for events in runs:
+        store.append(events)
+    store.close()
+    return url
+
+
+def test_run_page_shows_the_report_numbers(browser, tmp_path):
+    url = _store_with(tmp_path, synthetic_job_events("synthetic"))
+    cli = goodput("report", "synthetic", "--store", url, "--json")
+    rep = json.loads(cli.stdout)
+    with dashboard(url) as srv:
+        console_errors(browser)
+        browser.get(srv.url + "run/synthetic")
+        _loaded(browser)
+        assert _text(browser, "#goodput") == f"{rep['goodput_percent']:.2f} %"
+        assert _text(browser, "#total") == f"{rep['total_seconds']:.3f} s"
+        assert _text(browser, "#disruptions") == str(rep["disruptions"])
+        assert _text(browser, "#last-step") == str(rep["last_step"])
+        assert _text(browser, "#state").startswith("ended")
+        shown = {}
+        for row in browser.find_elements("css selector", "#breakdown-body tr"):
+            name = row.get_attribute("data-bucket")
+            shown[name] = (row.find_element("css selector", ".secs").text,
+                           row.find_element("css selector", ".pct").text)
+        expected = {k: (f"{v:.3f} s", f"{rep['badput_percent'][k]:.2f} %")
+                    for k, v in rep["badput_seconds"].items() if v > 0}
+        expected["PRODUCTIVE"] = (f"{rep['productive_seconds']:.3f} s",
+                                  f"{rep['goodput_percent']:.2f} %")
+        for k, v in rep["custom_badput_seconds"].items():
+            expected[f"CUSTOM_BADPUT_EVENTS:{k}"] = (
+                f"{v:.3f} s", f"{rep['custom_badput_percent'][k]:.2f} %")
+        assert shown == expected
+        # the charts drew: timeline spans, the stacked series and step times
+        assert browser.find_elements("css selector", "#timeline rect.span")
+        assert browser.find_elements("css selector", "#series polygon.layer")
+        assert browser.find_elements("css selector", "#steps polyline.step-mean")
+        # zoom in on the timeline: a narrower range is fetched and drawn
+        before = float(browser.find_element("id", "timeline").get_attribute("data-end")) - \
+            float(browser.find_element("id", "timeline").get_attribute("data-start"))
+        browser.find_element("id", "zoom-in").click()
+        wait_for(browser, lambda d: float(d.find_element("id", "timeline").get_attribute("data-end"))
+                 - float(d.find_element("id", "timeline").get_attribute("data-start"))
+                 < before * 0.6, message="zoom did not narrow the timeline")
+        shots = os.environ.get("GOODPUT_SCREENSHOTS")
+        if shots:
+            browser.find_element("id", "zoom-reset").click()
+            browser.save_screenshot(os.path.join(shots, "serve-run-page.png"))
+        assert console_errors(browser) == []
+
+
+def test_runs_and_compare_pages_load_without_console_errors(browser, tmp_path):
+    url = _store_with(tmp_path, _simple("a", group="sweep"), _simple("b", group="sweep"),
+                      synthetic_job_events("solo"))
+    with dashboard(url) as srv:
+        console_errors(browser)
+        browser.get(srv.url)
+        wait_for(browser, lambda d: len(d.find_elements("css selector", "#runs-body tr")) == 3)
+        rows = {r.get_attribute("data-run"): r.find_element("css selector", ".goodput").text
+                for r in browser.find_elements("css selector", "#runs-body tr")}
+        assert rows["a"] == rows["b"] == "90.00 %"  # by hand: 90 of 100 s productive
+        # filter by group
+        from selenium.webdriver.support.ui import Select
+        Select(browser.find_element("id", "group")).select_by_value("sweep")
+        wait_for(browser, lambda d: len(d.find_elements("css selector", "#runs-body tr")) == 2)
+        browser.get(srv.url + "compare?group=sweep")
+        wait_for(browser, lambda d: d.find_elements("css selector", "#compare-body tr"))
+        cells = browser.find_elements("css selector", "#compare-body tr[data-row=goodput] td")
+        assert [c.text for c in cells] == ["90.00 %", "90.00 %"]
+        assert console_errors(browser) == []
+
+
+def test_a_writer_process_changes_the_page_without_a_reload(browser, tmp_path):
+    evs = _simple("live")
+    url = _store_with(tmp_path, evs[:6])  # job start, init, three steps: running
+    with dashboard(url, min_interval=0.0) as srv:
+        browser.get(srv.url + "run/live")
+        _loaded(browser)
+        browser.execute_script("window.__sameDocument = true")
+        first = _text(browser, "#last-step")
+        assert first == "2"
+        code = ("import sys, pickle; from goodput_core.stores import open_store; "
+                "s = open_store(sys.argv[1]); s.append(pickle.loads(sys.stdin.buffer.read())); "
+                "s.close()")
+        subprocess.run([sys.executable, "-c", code, url], input=pickle.dumps(evs[6:]),
+                       check=True, timeout=60)
+        # within 2 s of being stored (the stream polls twice a second); 20 s is the
+        # test's patience on a loaded machine, not the promise
+        wait_for(browser, lambda d: _text(d, "#last-step") == "8")
+        assert _text(browser, "#goodput") == "90.00 %"
+        assert _text(browser, "#state").startswith("ended")
+        assert browser.execute_script("return window.__sameDocument") is True  # no reload
+
+
+def test_a_hostile_run_name_is_shown_as_text(browser, tmp_path):
+    url = _store_with(tmp_path, _simple(HOSTILE_RUN))
+    with dashboard(url) as srv:
+        console_errors(browser)
+        browser.get(srv.url)
+        wait_for(browser, lambda d: d.find_elements("css selector", "#runs-body a.run-link"))
+        link = browser.find_element("css selector", "#runs-body a.run-link")
+        assert link.text == HOSTILE_RUN
+        link.click()
+        _loaded(browser)
+        assert _text(browser, "#run-name") == HOSTILE_RUN
+        assert browser.title == f"{HOSTILE_RUN} - goodput"
+        assert _text(browser, "#goodput") == "90.00 %"
+        # nothing from the name became markup: only the page's own two scripts
+        assert browser.execute_script("return document.scripts.length") == 2
+        assert browser.execute_script("return typeof window.alert") == "function"
+        assert console_errors(browser) == []
