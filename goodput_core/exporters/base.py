@@ -51,6 +51,8 @@ class MonitorSnapshot:
       hangs: the run's hangs so far (:class:`~goodput_core.queries.hangs.Hang`).
       checkpoint_advice: checkpoint-interval advice (None: insights off).
       hosts: per-host breakdown (None: insights off or fewer than two hosts).
+      run_state: ``running``, ``stopped`` or ``ended`` where the calculator
+        tells a run's state (None: insights off, or not told).
     """
 
     run: str
@@ -69,6 +71,7 @@ class MonitorSnapshot:
     hangs: List[Hang] = field(default_factory=list)
     checkpoint_advice: Optional[CheckpointAdvice] = None
     hosts: Optional[HostBreakdown] = None
+    run_state: Optional[str] = None
 
     @property
     def hung(self) -> bool:

@@ -31,6 +31,9 @@ Metrics (all labelled by ``run``), from the latest snapshot of each run:
 ``{process_index}``                        the median host (``median``)
 ``goodput_host_outlier{process_index,``    1 for each outlier host, with its bucket
 ``bucket}``
+``goodput_run_stopped``                    1 while the run is stopped (no sign of life,
+                                           or a recorded disruption last), else 0
+                                           (where the engine tells a run's state)
 =========================================  ==========================================
 
 The metrics live on a private ``CollectorRegistry`` (never the global one,
@@ -135,6 +138,8 @@ class _SnapshotCollector:
                           "top hosts and the median host.", ("process_index",)),
             "outlier": gauge("goodput_host_outlier", "1 for a host whose host-local time "
                              "makes it an outlier.", ("process_index", "bucket")),
+            "stopped": gauge("goodput_run_stopped", "1 while the run is stopped (no sign of "
+                             "life, or ended by a disruption), else 0."),
             "drop": CounterMetricFamily("goodput_recorder_dropped_events",
                                         "Events the local recorder dropped (queue full).",
                                         labels=("run",)),
@@ -178,6 +183,8 @@ class _SnapshotCollector:
 def _collect_insights(fams: Dict[str, Any], run: str, snap: MonitorSnapshot) -> None:
     fams["hung"].add_metric([run], 1.0 if snap.hung else 0.0)
     fams["hang"].add_metric([run], snap.hang_seconds)
+    if snap.run_state is not None:
+        fams["stopped"].add_metric([run], 1.0 if snap.run_state == "stopped" else 0.0)
     advice = snap.checkpoint_advice
     if advice is not None and advice.available:
         if advice.current_interval_seconds is not None:

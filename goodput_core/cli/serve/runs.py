@@ -44,18 +44,27 @@ def last_activity(calc: Any) -> Optional[float]:
 
 
 def run_state(calc: Any, now: float) -> Tuple[str, Optional[float]]:
-    """``(state, since)`` of a run: ``waiting`` (no job start yet), ``running``,
+    """``(state, since)`` of a run: ``not started`` (no job start yet), ``running``,
     ``stopped`` (its last attempt ended by a recorded disruption, or no sign of
     life for :data:`STOPPED_AFTER_SECONDS`) or ``ended`` (a job end closes the
     last attempt). ``since`` is when the state began where known.
 
-    The one place the dashboard decides liveness: when the engine reports a
-    run's state itself, this function reads it from there.
+    The one place the dashboard decides liveness: where the calculator tells
+    a run's state (``Calculator.state``), that is used; this module's own rule
+    serves engines without it.
     """
     tl = calc.timeline
     att = tl.attempts
     if not len(att):
-        return "waiting", None
+        return "not started", None
+    told = getattr(calc, "state", None)
+    if callable(told):
+        st = told(now)
+        if st.state == "stopped":
+            return "stopped", st.stopped_at
+        if st.state == "ended":
+            return "ended", float(att.end[-1])
+        return str(st.state), float(att.start[-1])
     if not np.isnan(att.end[-1]):
         return "ended", float(att.end[-1])
     last = last_activity(calc)

@@ -89,7 +89,7 @@ function runsPage() {
       a.href = `/run/${encodeURIComponent(r.run)}`;
       name.appendChild(a);
       tr.append(name, h("td", r.group || "-", "group"),
-                h("td", r.state, `state state-${r.state}`), h("td", pct(r.goodput_percent), "goodput"),
+                h("td", r.state, `state state-${r.state.replace(/ /g, "-")}`), h("td", pct(r.goodput_percent), "goodput"),
                 h("td", ago(r.last_activity), "activity"));
       const spark = h("td", null, "spark");
       C.sparkline(spark, r.sparkline);
@@ -115,7 +115,7 @@ function runPage() {
     const prog = rep.program_goodput;
     $("mpg").textContent = prog ? `MPG ${(100 * prog.ml_productivity_goodput).toFixed(2)} %` : "";
     const st = $("state");
-    st.className = `state state-${ser.state}`;
+    st.className = `state state-${ser.state.replace(/ /g, "-")}`;
     st.textContent = ser.state === "stopped" ? `stopped (last sign of life ${C.fmtTime(ser.state_since)})`
       : ser.state === "ended" ? `ended ${C.fmtTime(ser.state_since)}` : ser.state;
     $("total").textContent = secs(rep.total_seconds);
