@@ -3,7 +3,7 @@ Selenium. Each page loads without a console error (a CSP violation is one),
 shows the numbers of ``goodput report --json``, follows a writer process
 without a reload, and shows a hostile run name as text.
 
-``GOODPUT_SCREENSHOTS=DIR`` saves the run page's picture there (the README's
+``DASHBOARD_SCREENSHOTS=DIR`` saves the run page's picture there (the README's
 picture is docs/img/serve-run-page.png, taken this way).
 """
 
@@ -86,7 +86,7 @@ def test_run_page_shows_the_report_numbers(browser, tmp_path):
         wait_for(browser, lambda d: float(d.find_element("id", "timeline").get_attribute("data-end"))
                  - float(d.find_element("id", "timeline").get_attribute("data-start"))
                  < before * 0.6, message="zoom did not narrow the timeline")
-        shots = os.environ.get("GOODPUT_SCREENSHOTS")
+        shots = os.environ.get("DASHBOARD_SCREENSHOTS")
         if shots:
             browser.find_element("id", "zoom-reset").click()
             browser.save_screenshot(os.path.join(shots, "serve-run-page.png"))

@@ -126,22 +126,23 @@ function runPage() {
   function breakdown(rep) {
     const body = $("breakdown-body");
     body.replaceChildren();
-    const row = (name, s, p) => {
+    const row = (name, s, p, shown) => {
       const tr = h("tr");
       tr.dataset.bucket = name;
       const sw = h("span", null, "swatch");
       sw.style.background = C.colour(name);
-      const td = h("td");
-      td.append(sw, document.createTextNode(name));
+      const td = h("td", null, shown ? "sub" : "");
+      td.append(sw, document.createTextNode(shown || name));
       tr.append(td, h("td", secs(s), "secs"), h("td", pct(p), "pct"));
       body.appendChild(tr);
     };
     row("PRODUCTIVE", rep.productive_seconds, rep.goodput_percent);
     for (const [k, v] of Object.entries(rep.badput_seconds)) {
       if (v > 0) row(k, v, rep.badput_percent[k]);
-    }
-    for (const [k, v] of Object.entries(rep.custom_badput_seconds)) {
-      row(`CUSTOM_BADPUT_EVENTS:${k}`, v, rep.custom_badput_percent[k]);
+      if (k !== "CUSTOM_BADPUT_EVENTS") continue;
+      for (const [t, x] of Object.entries(rep.custom_badput_seconds)) {
+        row(`CUSTOM_BADPUT_EVENTS:${t}`, x, rep.custom_badput_percent[t], t);  // parts of the row above
+      }
     }
   }
 
