@@ -15,6 +15,8 @@ what the run page asks:
 * **timeline cost by width**: ``timeline?width=W`` zoomed on a different
   stretch each time (no cache hit in the merge) for W in 100 .. 4000, on
   this run and on one 10x smaller: the cost follows the width, not the events;
+* **live**: the time from an append to the store to the ``change`` event on
+  the run's live stream (what makes an open page fetch again);
 * **memory**: the server's RSS after the first read, and after 100 .. 900
   more requests (zooms, series, reports): bounded, not growing per request.
 
@@ -124,6 +126,35 @@ def memory_after_requests(path: str, counts) -> list:
         srv.stop()
 
 
+def live_latency(path: str, repeats: int) -> list:
+    """Seconds from each append (a batch of new steps) to the stream's ``change``."""
+    from goodput_core.events import EventRecord, Kind
+    from goodput_core.stores.sqlite import SqliteStore
+
+    srv = Server(path)
+    store = SqliteStore(path)
+    try:
+        _get(f"{srv.base}/report")
+        stream = _OPENER.open(f"{srv.url}api/stream?run={RUN}", timeout=60)
+        assert stream.readline() == b"retry: 1000\n"
+        stream.readline()
+        out = []
+        for i in range(repeats):
+            t = 4e9 + i  # far after the run: new events, whatever the workload's times
+            t0 = time.perf_counter()
+            store.append([EventRecord(RUN, int(Kind.METRIC), t, None,
+                                      {"metric_name": "bench", "metric_value": float(i)})])
+            while stream.readline() != b"event: change\n":
+                pass
+            out.append(time.perf_counter() - t0)
+            stream.readline(), stream.readline()  # the data line and the blank line
+        stream.close()
+        return out
+    finally:
+        store.close()
+        srv.stop()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--events", type=int, default=1_000_000)
@@ -152,6 +183,9 @@ def main() -> None:
         costs = timeline_costs(paths[n], widths, args.repeats * 4)
         print(f"timeline request, {n:,} events: " + ", ".join(
             f"width {w}: {c * 1000:.1f} ms" for w, c in costs.items()))
+    live = live_latency(paths[args.events], 10)
+    print(f"live: append -> change event median {median(live) * 1000:.0f} ms, "
+          f"max {max(live) * 1000:.0f} ms (target: within 2 s)")
     counts = (100, 300, 600, 900)
     rss = memory_after_requests(paths[args.events], set(counts[:-1]) | {counts[-1]})
     print(f"server RSS: {rss[0]:.0f} MiB after the first read; after "
