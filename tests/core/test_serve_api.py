@@ -286,3 +286,38 @@ def test_the_live_stream_says_change_when_another_process_appends(tmp_path):
         assert b"event: change\n" in lines
         report = get_json(srv.url + "api/runs/live/report")
         assert report["goodput_percent"] == pytest.approx(90.0)
+
+
+def test_compare_endpoint_is_exactly_the_compare_command(tmp_path):
+    url = f"sqlite:///{tmp_path}/c.sqlite"
+    store = open_store(url)
+    store.append(_simple("a", group="sweep"))
+    store.append(_simple("b", group="sweep"))
+    store.close()
+    with dashboard(url) as srv:
+        served = get_json(srv.url + "api/compare?group=sweep")
+    cli = goodput("compare", "--group", "sweep", "--store", url, "--json")
+    assert cli.returncode == 0, cli.stderr
+    printed = json.loads(cli.stdout)
+    for cmp in (served, printed):
+        for rep in cmp["runs"]:
+            rep.pop("query_time")
+    assert served == printed
+
+
+def test_a_big_store_lists_in_parts_within_the_budget(tmp_path):
+    from goodput_core.cli.serve.api import Api
+
+    url = f"sqlite:///{tmp_path}/big.sqlite"
+    store = open_store(url)
+    for i in range(3):
+        store.append(_simple(f"r{i}"))
+    store.close()
+    cache = RunCache(open_store(url, create=False))
+    # no time to read any run: every row comes back pending, none is dropped
+    first = Api(cache, budget_s=-1.0).runs({})
+    assert first["pending"] == 3 and sorted(r["run"] for r in first["runs"]) == ["r0", "r1", "r2"]
+    assert all(r["pending"] and r["goodput_percent"] is None for r in first["runs"])
+    later = Api(cache, budget_s=60.0).runs({})
+    assert later["pending"] == 0
+    assert [r["goodput_percent"] for r in later["runs"]] == pytest.approx([90.0] * 3)

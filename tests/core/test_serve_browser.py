@@ -153,3 +153,71 @@ def test_a_hostile_run_name_is_shown_as_text(browser, tmp_path):
         assert browser.execute_script("return document.scripts.length") == 2
         assert browser.execute_script("return typeof window.alert") == "function"
         assert console_errors(browser) == []
+
+
+def _two_hosts_with_an_open_hang():
+    """Four processes on one run (process 3 alone loads data 5 s before each step:
+    by hand the host outlier), and an open hang after step 3."""
+    from goodput_core.events import EventRecord, Kind
+
+    import time
+
+    # an open run is measured up to now: it starts a minute ago, so that process 3's
+    # 20 s of loading is more than the outlier rule's 1 % of the total time
+    run, t0 = "hosts", time.time() - 60
+    evs = []
+    for p in range(4):
+        def e(kind, t, step=None, extra=None, p=p):
+            return EventRecord(run, int(kind), t0 + t, step, extra, process_index=p)
+        evs += [e(Kind.JOB_START, 0)]
+        for i in range(4):
+            if p == 3:
+                evs += [e(Kind.DATA_LOADING_START, 10 * i), e(Kind.DATA_LOADING_END, 10 * i + 5)]
+            evs.append(e(Kind.STEP_START, 10 * i + (5 if p == 3 else 0), i))
+    evs.append(EventRecord(run, int(Kind.HANG), t0 + 60, 3,
+                           {"last_progress_time": t0 + 35, "expected_step_seconds": 10.0}))
+    return evs
+
+
+def test_insights_hosts_and_a_stopped_run_are_shown(browser, tmp_path):
+    from goodput_core.events import EventRecord, Kind
+
+    crashed = _simple("crashed")[:6] + [
+        EventRecord("crashed", int(Kind.DISRUPTION), 1_700_000_000.0 + 35, None,
+                    {"disruption_cause": "SIGTERM"})]
+    url = _store_with(tmp_path, _two_hosts_with_an_open_hang(), crashed)
+    rep = json.loads(goodput("report", "hosts", "--store", url, "--json").stdout)
+    assert rep["insights"]["hosts"] is not None  # several process indices
+    with dashboard(url) as srv:
+        console_errors(browser)
+        browser.get(srv.url + "run/hosts")
+        _loaded(browser)
+        items = [li.text for li in browser.find_elements("css selector", "#insights li")]
+        assert any(x.startswith("Hang open now at step 3") for x in items), items
+        outliers = rep["insights"]["hosts"]["outliers"]
+        assert [o["process_index"] for o in outliers] == [3]
+        for o in outliers:
+            assert any(x.startswith(f"Host {o['process_index']} is an outlier") for x in items)
+        rows = browser.find_elements("css selector", "#hosts-body tr")
+        assert [r.find_elements("css selector", "td")[0].text for r in rows] == \
+            [str(h["process_index"]) for h in rep["insights"]["hosts"]["hosts"]]
+        browser.get(srv.url + "run/crashed")
+        _loaded(browser)
+        assert _text(browser, "#state").startswith("stopped")
+        assert console_errors(browser) == []
+
+
+def test_a_token_in_the_address_becomes_a_cookie_and_leaves_the_address(browser, tmp_path):
+    url = _store_with(tmp_path, _simple("tok"))
+    with dashboard(url, token="t0k-en") as srv:
+        console_errors(browser)
+        browser.get(srv.url + "run/tok?token=t0k-en")
+        _loaded(browser)
+        assert _text(browser, "#goodput") == "90.00 %"
+        assert "token" not in browser.current_url
+        browser.get(srv.url + "run/tok")  # the cookie carries it from now on
+        _loaded(browser)
+        assert console_errors(browser) == []
+        browser.delete_all_cookies()
+        browser.get(srv.url)  # without it, not even the page is served
+        assert "a token is needed" in _text(browser, "body")

@@ -1,10 +1,11 @@
 """The dashboard's JSON API, apart from HTTP (the handler maps paths here).
 
 =======================================  =============================================
-``GET /api/runs[?group=G]``              ``{store, runs: [{run, group, state,
-                                         state_since, goodput_percent, total_seconds,
-                                         last_activity, events, sparkline}]}``, the
-                                         most recently active first
+``GET /api/runs[?group=G]``              ``{store, group, pending, runs: [{run, group,
+                                         state, state_since, goodput_percent,
+                                         total_seconds, last_activity, events,
+                                         sparkline}]}``, the most recently active
+                                         first (rows not read yet: ``pending``)
 ``GET /api/runs/{run}/report``           exactly ``goodput report RUN --json``
 ``GET /api/runs/{run}/timeline``         ``?start=&end=&width=``: spans merged to
                                          ``width`` pixels (see ``views.timeline_bins``)
@@ -19,6 +20,7 @@
 from __future__ import annotations
 
 import math
+import time
 from typing import Any, Dict, Optional
 
 import numpy as np
@@ -56,8 +58,11 @@ def _number(params: Dict[str, str], name: str, default: Optional[float] = None,
 class Api:
     """Answers the API's GET requests from a :class:`RunCache` (read only)."""
 
-    def __init__(self, cache: RunCache):
+    def __init__(self, cache: RunCache, budget_s: float = 2.0):
         self.cache = cache
+        # the runs list reads runs for at most this long per request; the rows
+        # not read yet come as ``pending`` and the page asks again
+        self.budget_s = float(budget_s)
 
     def _entry(self, run: str):
         if not self.cache.exists(run):
@@ -77,11 +82,25 @@ class Api:
     def runs(self, params: Dict[str, str]) -> Dict[str, Any]:
         group = params.get("group") or None
         now = self.cache.clock()
-        rows = [self.cache.summary(name, now) for name in self.cache.names()]
+        rows, pending = [], 0
+        started = time.monotonic()
+        for name in reversed(self.cache.names()):  # the newest first: what users look at
+            row = None
+            if time.monotonic() - started > self.budget_s:  # a big store: the rest next time
+                row = self.cache.cached_summary(name)
+            else:
+                row = self.cache.summary(name, now)
+            if row is None:
+                pending += 1
+                row = {"run": name, "group": None, "state": None, "state_since": None,
+                       "goodput_percent": None, "total_seconds": None, "last_activity": None,
+                       "events": None, "sparkline": [], "pending": True}
+            rows.append(row)
         if group is not None:
             rows = [r for r in rows if r["group"] == group]
         rows.sort(key=lambda r: -(r["last_activity"] or -math.inf))
-        return _finite({"store": self.cache.store.url, "group": group, "runs": rows})
+        return _finite({"store": self.cache.store.url, "group": group, "runs": rows,
+                        "pending": pending})
 
     def report(self, run: str) -> Dict[str, Any]:
         entry = self._entry(run)

@@ -26,8 +26,10 @@ __all__ = ["RunCache", "run_state", "last_activity", "STOPPED_AFTER_SECONDS"]
 #: defined for stopped runs.
 STOPPED_AFTER_SECONDS = 3 * float(os.environ.get("GOODPUT_HEARTBEAT_SECONDS") or 10)
 # A run outside the calculator cache (more runs than max_runs) is summarised at
-# most this often: the runs page of a big store must not reread every run each time.
+# most this often (an ended run far less often: it rarely changes): the runs page
+# of a big store must not reread every run each time.
 _COLD_SUMMARY_SECONDS = 15.0
+_COLD_ENDED_SUMMARY_SECONDS = 300.0
 
 
 def last_activity(calc: Any) -> Optional[float]:
@@ -153,6 +155,11 @@ class RunCache:
         """Reads the run's new events now; returns the entry's version."""
         return self.get(run).version
 
+    def cached_summary(self, run: str) -> Optional[Dict[str, Any]]:
+        """The run's last summary row, however old (None: never summarised)."""
+        cached = self._summaries.get(run)
+        return None if cached is None else cached[2]
+
     def summary(self, run: str, now: Optional[float] = None) -> Dict[str, Any]:
         """The runs page's row for ``run`` (cached until new events or 1 s passes)."""
         from goodput_core.cli.serve.views import series
@@ -160,8 +167,11 @@ class RunCache:
 
         now = self.clock() if now is None else now
         cached = self._summaries.get(run)
-        if cached and run not in self._entries and now - cached[1] < _COLD_SUMMARY_SECONDS:
-            return cached[2]  # a run no page is open on: not read again for a while
+        if cached and run not in self._entries:
+            ttl = _COLD_ENDED_SUMMARY_SECONDS if cached[2]["state"] == "ended" \
+                else _COLD_SUMMARY_SECONDS
+            if now - cached[1] < ttl:
+                return cached[2]  # a run no page is open on: not read again for a while
         entry = self.get(run)
         if cached and cached[0] == entry.version and now - cached[1] < 1.0:
             return cached[2]

@@ -89,16 +89,18 @@ function runsPage() {
       a.href = `/run/${encodeURIComponent(r.run)}`;
       name.appendChild(a);
       tr.append(name, h("td", r.group || "-", "group"),
-                h("td", r.state, `state state-${r.state.replace(/ /g, "-")}`), h("td", pct(r.goodput_percent), "goodput"),
+                h("td", r.state || "…", `state state-${(r.state || "").replace(/ /g, "-")}`), h("td", pct(r.goodput_percent), "goodput"),
                 h("td", ago(r.last_activity), "activity"));
       const spark = h("td", null, "spark");
       C.sparkline(spark, r.sparkline);
       tr.appendChild(spark);
       body.appendChild(tr);
     }
-    $("count").textContent = `${body.children.length} run(s)`;
+    $("count").textContent = `${body.children.length} run(s)` +
+      (all.pending ? `, ${all.pending} still being read` : "");
+    if (all.pending) setTimeout(again, 500);  // a big store: the rest comes in parts
   }
-  live("/api/stream", refresh);
+  const again = live("/api/stream", refresh);
 }
 
 // ------------------------------------------------------------------- run page
@@ -280,6 +282,14 @@ function comparePage() {
     }
   }
   live("/api/stream", refresh);
+}
+
+// A token given in the address (?token=T) is now in an HttpOnly cookie: take it
+// out of the address bar and the history.
+if (new URLSearchParams(location.search).has("token")) {
+  const q = new URLSearchParams(location.search);
+  q.delete("token");
+  history.replaceState(null, "", location.pathname + (q.toString() ? `?${q}` : ""));
 }
 
 const pages = {runs: runsPage, run: runPage, compare: comparePage};
