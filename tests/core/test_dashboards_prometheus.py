@@ -236,3 +236,33 @@ def test_alert_rules_with_promtool(tmp_path):
     result = subprocess.run([promtool, "test", "rules", str(path)], capture_output=True,
                             text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("told, exported", [("stopped", 1.0), ("running", 0.0), ("ended", 0.0),
+                                            (None, None)])
+def test_goodput_run_stopped_follows_the_calculators_state(told, exported):
+    """The monitor cycle reads ``Calculator.state`` where the engine has it; the
+    exporter sends 1 for a stopped run, 0 otherwise, nothing where it is not told."""
+    from types import SimpleNamespace
+
+    from goodput_core.exporters.base import MonitorSnapshot
+    from goodput_core.monitor.cycle import Extras
+    from tests.support.prometheus_scrape import scrape
+
+    events, _ = _recorded_events()
+
+    class Told(Calculator):
+        def state(self, now=None):
+            return SimpleNamespace(state=told)
+
+    calc = (Calculator if told is None else Told)(RUN)
+    calc.add(events)
+    now = events[-1].time + 5
+    extras = Extras().compute(calc, ("goodput",), now, calc.cumulative(now), ())
+    exporter = PrometheusExporter(0)
+    try:
+        exporter.export(MonitorSnapshot(RUN, now, calc.cumulative(now), **extras))
+        got = scrape(f"http://127.0.0.1:{exporter.port}/metrics")
+    finally:
+        exporter.close()
+    assert got.get(("goodput_run_stopped", frozenset({("run", RUN)}))) == exported
