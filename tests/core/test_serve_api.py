@@ -321,3 +321,35 @@ def test_a_big_store_lists_in_parts_within_the_budget(tmp_path):
     later = Api(cache, budget_s=60.0).runs({})
     assert later["pending"] == 0
     assert [r["goodput_percent"] for r in later["runs"]] == pytest.approx([90.0] * 3)
+
+
+def test_live_streams_are_bounded_and_a_stuck_client_blocks_no_one(store_url):
+    import urllib.request
+
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with dashboard(store_url, max_streams=2) as srv:
+        # two clients open streams and never read them again
+        held = [opener.open(srv.url + "api/stream?run=simple", timeout=30) for _ in range(2)]
+        try:
+            status, _, body = get(srv.url + "api/stream?run=simple")
+            assert status == 503 and b"too many live streams" in body
+            assert get_json(srv.url + "api/runs/simple/report")["goodput_percent"] == \
+                pytest.approx(90.0)
+        finally:
+            for stream in held:
+                stream.close()
+
+
+def test_cloud_logging_is_read_less_often():
+    from types import SimpleNamespace
+
+    from goodput_core.cli.serve import make_server
+
+    for url, interval, names_age in (("cloud-logging://proj/log", 2.0, 10.0),
+                                     ("memory://x", 0.5, 1.0)):
+        server = make_server(SimpleNamespace(url=url), "127.0.0.1", 0)
+        try:
+            cache = server.api.cache
+            assert (cache._min_interval, cache._names_max_age) == (interval, names_age)
+        finally:
+            server.server_close()

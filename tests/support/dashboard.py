@@ -18,13 +18,14 @@ HOSTILE_RUN = 'evil<script>alert(1)</script>"\'&amp;/../x'
 
 
 @contextlib.contextmanager
-def dashboard(store_url: str, token: Optional[str] = None, **cache_options: Any) -> Iterator[Any]:
-    """A running dashboard server over ``store_url``; yields the server (see ``.url``)."""
+def dashboard(store_url: str, token: Optional[str] = None, **options: Any) -> Iterator[Any]:
+    """A running dashboard server over ``store_url``; yields the server (see ``.url``).
+    ``options``: ``make_server``'s (``max_streams``, the run cache's)."""
     from goodput_core.cli.serve import make_server
     from goodput_core.stores import open_store
 
     server = make_server(open_store(store_url, create=False), "127.0.0.1", 0, token,
-                         **cache_options)
+                         **options)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
                               daemon=True)
     thread.start()

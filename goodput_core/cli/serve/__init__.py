@@ -15,9 +15,14 @@ __all__ = ["make_server"]
 
 
 def make_server(store: Any, host: str = "127.0.0.1", port: int = 8765,
-                token: Optional[str] = None, **cache_options: Any):
+                token: Optional[str] = None, *, max_streams: int = 32, **cache_options: Any):
     """A :class:`~goodput_core.cli.serve.http.DashboardServer` over ``store``
     (an open store); call ``serve_forever()`` on it, ``shutdown()`` to stop.
+
+    ``cache_options`` go to :class:`~goodput_core.cli.serve.runs.RunCache`.
+    Cloud Logging is read less often (every 2 s per run, its run list every
+    10 s): each read is an API call under a quota, and its logs arrive with a
+    delay of their own.
 
     Raises:
       ValueError: a non-loopback ``host`` without a token.
@@ -27,4 +32,8 @@ def make_server(store: Any, host: str = "127.0.0.1", port: int = 8765,
     from goodput_core.cli.serve.http import DashboardServer
     from goodput_core.cli.serve.runs import RunCache
 
-    return DashboardServer(Api(RunCache(store, **cache_options)), host, port, token)
+    if str(getattr(store, "url", "")).startswith("cloud-logging://"):
+        cache_options.setdefault("min_interval", 2.0)
+        cache_options.setdefault("names_max_age", 10.0)
+    return DashboardServer(Api(RunCache(store, **cache_options)), host, port, token,
+                           max_streams=max_streams)

@@ -71,6 +71,8 @@ class DashboardServer(ThreadingHTTPServer):
       host, port: where to listen (port 0: any free port; see :attr:`url`).
       token: required on every request when given; required to bind any
         address but loopback.
+      max_streams: live streams open at once (each holds a thread); more are
+        refused (503) and the pages fall back to fetching every 10 s.
 
     Raises:
       ValueError: a non-loopback address without a token.
@@ -80,7 +82,7 @@ class DashboardServer(ThreadingHTTPServer):
     allow_reuse_address = True
 
     def __init__(self, api: Api, host: str = "127.0.0.1", port: int = 8765,
-                 token: Optional[str] = None):
+                 token: Optional[str] = None, max_streams: int = _MAX_STREAMS):
         if not is_loopback(host) and not token:
             raise ValueError(
                 f"refusing to serve on {host}: anyone who can reach it would read every run. "
@@ -88,7 +90,7 @@ class DashboardServer(ThreadingHTTPServer):
                 "127.0.0.1")
         self.api = api
         self.token = token or None
-        self.streams = threading.BoundedSemaphore(_MAX_STREAMS)
+        self.streams = threading.BoundedSemaphore(max(1, int(max_streams)))
         self.stopping = threading.Event()
         super().__init__((host, port), _Handler)
 

@@ -98,23 +98,27 @@ class RunCache:
       store: an open store (read only: nothing here writes).
       max_runs: how many runs' calculators are kept in memory.
       min_interval: a run is read again at most this often (seconds).
+      names_max_age: the store's list of runs is read again at most this often.
       clock: the time source (tests inject one).
     """
 
     def __init__(self, store: Any, *, max_runs: int = 16, min_interval: float = 0.5,
-                 clock: Callable[[], float] = time.time):
+                 names_max_age: float = 1.0, clock: Callable[[], float] = time.time):
         self.store = store
         self.clock = clock
         self.max_runs = max(1, int(max_runs))
         self._min_interval = float(min_interval)
+        self._names_max_age = float(names_max_age)
         self._entries: "collections.OrderedDict[str, _Entry]" = collections.OrderedDict()
         self.io = threading.RLock()  # one store reader at a time
         self._names: List[str] = []
         self._names_at = -math.inf
         self._summaries: Dict[str, Tuple[int, float, Dict[str, Any]]] = {}
 
-    def names(self, max_age: float = 1.0) -> List[str]:
-        """The store's run names, oldest first (read at most every ``max_age`` s)."""
+    def names(self, max_age: Optional[float] = None) -> List[str]:
+        """The store's run names, oldest first (read at most every ``max_age`` s;
+        default ``names_max_age``)."""
+        max_age = self._names_max_age if max_age is None else max_age
         with self.io:
             if self.clock() - self._names_at >= max_age:
                 self._names = list(self.store.runs())
@@ -122,12 +126,12 @@ class RunCache:
             return list(self._names)
 
     def exists(self, run: str) -> bool:
+        """True when the store holds an event of ``run`` (one cheap read, never the
+        whole list of runs: an address typed wrong must not cost a Cloud Logging scan)."""
         if run in self._entries or run in self._names:
             return True
         with self.io:
-            if self.store.read(run, limit=1)[0]:
-                return True
-        return run in self.names(max_age=0.0)
+            return bool(self.store.read(run, limit=1)[0])
 
     def get(self, run: str, *, fresh: bool = True) -> _Entry:
         """The run's entry, its calculator brought up to date (see ``min_interval``)."""
