@@ -79,13 +79,29 @@ def test_run_page_shows_the_report_numbers(browser, tmp_path):
         assert browser.find_elements("css selector", "#timeline rect.span")
         assert browser.find_elements("css selector", "#series polygon.layer")
         assert browser.find_elements("css selector", "#steps polyline.step-mean")
+        # hovering a span says what it is
+        tip = browser.find_element("css selector", "#timeline rect.span title")
+        assert tip.get_attribute("textContent").split("\n")[0].split(" (")[0] in \
+            set(rep["badput_seconds"]) | {"PRODUCTIVE"} | {
+                f"CUSTOM_BADPUT_EVENTS:{k}" for k in rep["custom_badput_seconds"]}
         # zoom in on the timeline: a narrower range is fetched and drawn
-        before = float(browser.find_element("id", "timeline").get_attribute("data-end")) - \
-            float(browser.find_element("id", "timeline").get_attribute("data-start"))
+        box = browser.find_element("id", "timeline")
+        shown = lambda d: (float(d.find_element("id", "timeline").get_attribute("data-start")),  # noqa: E731
+                           float(d.find_element("id", "timeline").get_attribute("data-end")))
+        whole = shown(browser)
         browser.find_element("id", "zoom-in").click()
-        wait_for(browser, lambda d: float(d.find_element("id", "timeline").get_attribute("data-end"))
-                 - float(d.find_element("id", "timeline").get_attribute("data-start"))
-                 < before * 0.6, message="zoom did not narrow the timeline")
+        wait_for(browser, lambda d: shown(d)[1] - shown(d)[0] < (whole[1] - whole[0]) * 0.6,
+                 message="zoom did not narrow the timeline")
+        # drag to the left: a later stretch of the same length
+        zoomed = shown(browser)
+        from selenium.webdriver.common.action_chains import ActionChains
+        ActionChains(browser).move_to_element(box).click_and_hold().move_by_offset(-200, 0) \
+            .release().perform()
+        wait_for(browser, lambda d: shown(d)[0] > zoomed[0] + 1, message="drag did not pan")
+        assert shown(browser)[1] - shown(browser)[0] == pytest.approx(zoomed[1] - zoomed[0])
+        # a double click shows the whole run again
+        ActionChains(browser).double_click(box).perform()
+        wait_for(browser, lambda d: shown(d) == whole, message="double click did not reset")
         shots = os.environ.get("DASHBOARD_SCREENSHOTS")
         if shots:
             browser.find_element("id", "zoom-reset").click()

@@ -243,6 +243,8 @@ class _Handler(BaseHTTPRequestHandler):
     # ------------------------------------------------------------ live
     def _stream(self, run: Optional[str]) -> None:
         """Server-sent events: ``change`` whenever what the page shows has new events."""
+        if self.command == "HEAD":
+            return self._headers(200, "text/event-stream", None)
         if not self.server.streams.acquire(blocking=False):
             return self._error(503, "too many live streams open")
         try:
