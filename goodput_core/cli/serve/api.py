@@ -102,20 +102,30 @@ class Api:
         return _finite({"store": self.cache.store.url, "group": group, "runs": rows,
                         "pending": pending})
 
+    @staticmethod
+    def _moment(entry: Any, now: float) -> Any:
+        """What a computed view depends on: the run's events and, while its
+        lifetime still grows with the clock, the second. Pages open on one run
+        share each computation (a change on a busy run reaches every page)."""
+        ended = run_state(entry.calc, now)[0] == "ended"
+        return entry.version, None if ended else math.floor(now)
+
     def report(self, run: str) -> Dict[str, Any]:
         entry = self._entry(run)
         calc = entry.calc
         now = self.cache.clock()
-        result = calc.window(-math.inf, math.inf, now=now)
-        with self.cache.io:  # the host insights read the store
-            return build_report(calc, result, calc.step_stats(), store_url=self.cache.store.url,
-                                window_spec=None, exclude=[])
+
+        def build():
+            result = calc.window(-math.inf, math.inf, now=now)
+            with self.cache.io:  # the host insights read the store
+                return build_report(calc, result, calc.step_stats(),
+                                    store_url=self.cache.store.url, window_spec=None,
+                                    exclude=[])
+        return self._cached(entry, "report", self._moment(entry, now), build)
 
     def _span_index(self, entry: Any, now: float) -> SpanIndex:
-        state, _ = run_state(entry.calc, now)
-        # an open run's lifetime grows with the clock: rebuilt at most once a second
-        key = (entry.version, None if state == "ended" else math.floor(now))
-        return self._cached(entry, "spans", key, lambda: SpanIndex.of(entry.calc, now))
+        return self._cached(entry, "spans", self._moment(entry, now),
+                            lambda: SpanIndex.of(entry.calc, now))
 
     def timeline(self, run: str, params: Dict[str, str]) -> Dict[str, Any]:
         entry = self._entry(run)
@@ -141,12 +151,16 @@ class Api:
         window = _number(params, "window", None, 1e-3, 1e12)
         points = int(_number(params, "points", 120, 2, 1000))
         calc = entry.calc
-        state, since = run_state(calc, now)
-        out = series(calc, now, points=points, window=window)
-        out["steps"] = self._cached(entry, "steps", entry.version,
-                                    lambda: step_series(calc.step_stats()))
-        out.update(run=run, state=state, state_since=since, version=entry.version)
-        return _finite(out)
+
+        def build():
+            state, since = run_state(calc, now)
+            out = series(calc, now, points=points, window=window)
+            out["steps"] = self._cached(entry, "steps", entry.version,
+                                        lambda: step_series(calc.step_stats()))
+            out.update(run=run, state=state, state_since=since, version=entry.version)
+            return _finite(out)
+        # one slot: another window or point count replaces it (memory stays bounded)
+        return self._cached(entry, "series", (self._moment(entry, now), window, points), build)
 
     def compare(self, params: Dict[str, str]) -> Dict[str, Any]:
         from goodput_core.cli.commands.compare import compare_reports
