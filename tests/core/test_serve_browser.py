@@ -19,16 +19,23 @@ import pytest
 
 from goodput_core.stores import open_store
 from tests.core.test_serve_api import _simple
-from tests.support.browser import chromium_or_skip, console_errors, wait_for
+from tests.support.browser import blank, chromium_or_skip, console_errors, wait_for
 from tests.support.cli_process import goodput, synthetic_job_events
 from tests.support.dashboard import HOSTILE_RUN, dashboard, run_path
 
 
 @pytest.fixture(scope="module")
-def browser():
+def _driver():
     driver = chromium_or_skip()
     yield driver
     driver.quit()
+
+
+@pytest.fixture
+def browser(_driver):
+    blank(_driver)
+    yield _driver
+    blank(_driver)  # before the test's server goes away
 
 
 def _text(driver, css):
@@ -54,7 +61,6 @@ def test_run_page_shows_the_report_numbers(browser, tmp_path):
     cli = goodput("report", "synthetic", "--store", url, "--json")
     rep = json.loads(cli.stdout)
     with dashboard(url) as srv:
-        console_errors(browser)
         browser.get(srv.url + "run/synthetic")
         _loaded(browser)
         assert _text(browser, "#goodput") == f"{rep['goodput_percent']:.2f} %"
@@ -113,7 +119,6 @@ def test_runs_and_compare_pages_load_without_console_errors(browser, tmp_path):
     url = _store_with(tmp_path, _simple("a", group="sweep"), _simple("b", group="sweep"),
                       synthetic_job_events("solo"))
     with dashboard(url) as srv:
-        console_errors(browser)
         browser.get(srv.url)
         wait_for(browser, lambda d: len(d.find_elements("css selector", "#runs-body tr")) == 3)
         rows = {r.get_attribute("data-run"): r.find_element("css selector", ".goodput").text
@@ -147,6 +152,8 @@ def test_a_writer_process_changes_the_page_without_a_reload(browser, tmp_path):
         # within 2 s of being stored (the stream polls twice a second); 20 s is the
         # test's patience on a loaded machine, not the promise
         wait_for(browser, lambda d: _text(d, "#last-step") == "8")
+        # it came over the live stream, not the page's slow fallback timer
+        assert int(browser.execute_script("return document.body.dataset.changes || 0")) >= 1
         assert _text(browser, "#goodput") == "90.00 %"
         assert _text(browser, "#state").startswith("ended")
         assert browser.execute_script("return window.__sameDocument") is True  # no reload
@@ -155,7 +162,6 @@ def test_a_writer_process_changes_the_page_without_a_reload(browser, tmp_path):
 def test_a_hostile_run_name_is_shown_as_text(browser, tmp_path):
     url = _store_with(tmp_path, _simple(HOSTILE_RUN))
     with dashboard(url) as srv:
-        console_errors(browser)
         browser.get(srv.url)
         wait_for(browser, lambda d: d.find_elements("css selector", "#runs-body a.run-link"))
         link = browser.find_element("css selector", "#runs-body a.run-link")
@@ -205,7 +211,6 @@ def test_insights_hosts_and_a_stopped_run_are_shown(browser, tmp_path):
     rep = json.loads(goodput("report", "hosts", "--store", url, "--json").stdout)
     assert rep["insights"]["hosts"] is not None  # several process indices
     with dashboard(url) as srv:
-        console_errors(browser)
         browser.get(srv.url + "run/hosts")
         _loaded(browser)
         items = [li.text for li in browser.find_elements("css selector", "#insights li")]
@@ -226,7 +231,6 @@ def test_insights_hosts_and_a_stopped_run_are_shown(browser, tmp_path):
 def test_a_token_in_the_address_becomes_a_cookie_and_leaves_the_address(browser, tmp_path):
     url = _store_with(tmp_path, _simple("tok"))
     with dashboard(url, token="t0k-en") as srv:
-        console_errors(browser)
         browser.get(srv.url + "run/tok?token=t0k-en")
         _loaded(browser)
         assert _text(browser, "#goodput") == "90.00 %"

@@ -8,7 +8,6 @@ import json
 import pickle
 import subprocess
 import sys
-import uuid
 
 import pytest
 
@@ -16,28 +15,14 @@ from goodput_core.stores import open_store
 from tests.core.test_serve_api import _simple
 from tests.support.cli_process import goodput, synthetic_job_events
 from tests.support.dashboard import dashboard, get_json
-from tests.support.postgres_server import PASSWORD, PostgresServer, find_bindir
+from tests.support.postgres_server import PASSWORD, find_bindir
 
 if find_bindir() is None:
     pytest.skip("PostgreSQL is not installed (apt-get install postgresql)",
                 allow_module_level=True)
 
-
-@pytest.fixture(scope="module")
-def server():
-    srv = PostgresServer()
-    srv.start()
-    yield srv
-    srv.stop()
-    srv.remove()
-
-
-@pytest.fixture
-def url(server, tmp_path, monkeypatch):
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    name = "t_" + uuid.uuid4().hex[:12]
-    server.create_database(name)
-    return server.url(name)
+# the PostgreSQL store's own fixtures: a throwaway server, a fresh database per test
+from tests.core.test_postgres_store import server, url  # noqa: E402,F401
 
 
 def test_the_dashboard_over_postgresql(url):

@@ -29,6 +29,13 @@ def chromium_or_skip() -> Any:
     return webdriver.Chrome(service=Service(DRIVER), options=options)
 
 
+def blank(driver: Any) -> None:
+    """Leaves the last test's page (its live stream would retry a server that is
+    gone) and forgets the console so far: each test reads only its own errors."""
+    driver.get("about:blank")
+    driver.get_log("browser")
+
+
 def console_errors(driver: Any) -> List[dict]:
     """The browser console's errors since the last call (CSP violations included)."""
     return [e for e in driver.get_log("browser") if e.get("level") == "SEVERE"]

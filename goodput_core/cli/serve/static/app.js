@@ -51,7 +51,11 @@ function live(streamPath, refresh) {
     if (again) { again = false; run(); }
   };
   const source = new EventSource(streamPath);
-  source.addEventListener("change", run);
+  source.addEventListener("change", () => {
+    // counted where tests (and curious users) can see the stream at work
+    document.body.dataset.changes = String(Number(document.body.dataset.changes || 0) + 1);
+    run();
+  });
   run();
   setInterval(run, 10000);  // the clock moves even when no event arrives (running time)
   return run;
