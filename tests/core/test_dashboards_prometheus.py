@@ -98,18 +98,29 @@ def _expected(calc: Calculator, now: float):
 
 
 def _recorded_events():
-    """The synthetic job (crash, restart) as a real Recorder writes it, plus a hang
-    the watchdog reports after step 12 (open until step 13 starts)."""
+    """The synthetic job (crash, restart) as a real Recorder writes it on four hosts
+    (process indices 0-3), host 3 also loading data for 0.9 s inside each of its
+    first twelve steps (by hand the host outlier: 10.8 s more host-local time
+    than the median host's 8.6 s -- init 5, prep 3, a save 0.5, a load 0.1 --
+    more than twice it), plus a hang the watchdog reports after step 12 (open until step
+    13 starts)."""
     mem = MemoryStore(uuid.uuid4().hex)
     rec = Recorder(RUN, mem)
     record_synthetic_job(rec, T0)
     assert rec.close(30)
     events = mem.read(RUN)[0]
-    step13 = next(e.time for e in events if e.kind == Kind.STEP_START and e.step == 13)
-    step12 = next(e.time for e in events if e.kind == Kind.STEP_START and e.step == 12)
+    hosts = [e._replace(process_index=p) for p in range(4) for e in events]
+    starts = sorted((e.time, e.step) for e in events if e.kind == Kind.STEP_START)
+    for t, step in starts[:12]:
+        hosts += [EventRecord(RUN, int(Kind.DATA_LOADING_START), t + 0.05, step, None,
+                              process_index=3),
+                  EventRecord(RUN, int(Kind.DATA_LOADING_END), t + 0.95, step, None,
+                              process_index=3)]
+    step13 = next(t for t, step in starts if step == 13)
+    step12 = next(t for t, step in starts if step == 12)
     hang = EventRecord(RUN, int(Kind.HANG), step13 - 0.1, 12,
                        {"last_progress_time": step12, "expected_step_seconds": 0.5})
-    return sorted(events + [hang], key=lambda e: e.time), hang.time
+    return sorted(hosts + [hang], key=lambda e: e.time), hang.time
 
 
 def _check_panels(prom: PrometheusServer, calc: Calculator, now: float) -> int:
@@ -149,6 +160,7 @@ def test_every_grafana_panel_returns_the_calculators_value(tmp_path):
         total = calc.cumulative(clock()).total_seconds
         prom.wait_until("goodput_total_seconds", lambda r: r and r[0]["value"] == total)
         assert prom.query("goodput_hung")[0]["value"] == 1.0  # the hang is open now
+        assert [x["metric"]["process_index"] for x in prom.query("goodput_host_outlier")] == ["3"]
         assert _check_panels(prom, calc, clock()) == 13
         # the rest of the run: progress, a crash, a restart and the job's end
         store.append([e for e in events if e.time > hang_at])
