@@ -193,6 +193,23 @@ def test_a_foreign_host_header_is_refused(store_url):
         assert status == 421
         status, _, _ = get(srv.url + "api/runs", headers={"Host": f"localhost:{srv.server_port}"})
         assert status == 200
+    # with a token, the token guards: remote users may name the machine as they like
+    with dashboard(store_url, token="t") as srv:
+        status, _, _ = get(srv.url + "api/runs", headers={"Host": "gpu-box.example:8765",
+                                                          "Authorization": "Bearer t"})
+        assert status == 200
+
+
+def test_ipv6_loopback_is_loopback_and_binds(store_url):
+    from goodput_core.cli.serve import make_server
+
+    assert is_loopback("::1") and is_loopback("[::1]") and is_loopback("127.0.0.2")
+    try:
+        server = make_server(open_store(store_url, create=False), "::1", 0)
+    except OSError:
+        pytest.skip("no IPv6 loopback on this machine")
+    server.server_close()
+    assert server.url.startswith("http://[::1]:")
 
 
 def test_a_token_is_required_on_every_request_when_given(store_url):

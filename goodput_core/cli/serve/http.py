@@ -8,9 +8,9 @@ Security (each is tested):
   (the server then sets an HttpOnly, SameSite=Strict cookie for the pages).
 - Read only: GET and HEAD are served, every other method is 405; nothing
   here writes to the store.
-- The ``Host`` header must name the server (a loopback name or the bound
-  address): a web page elsewhere cannot reach the dashboard through DNS
-  rebinding.
+- Without a token, the ``Host`` header must name the server (a loopback
+  name or the bound address): a web page elsewhere cannot reach the
+  dashboard through DNS rebinding.
 - Every answer has a strict Content-Security-Policy (scripts, styles and
   data from this server only; no inline script), ``nosniff`` and no referrer.
   The pages show store text with ``textContent`` only, never as markup.
@@ -24,7 +24,7 @@ import ipaddress
 import json
 import logging
 import mimetypes
-import os
+import socket
 import threading
 import time
 import urllib.parse
@@ -90,6 +90,8 @@ class DashboardServer(ThreadingHTTPServer):
                 "127.0.0.1")
         self.api = api
         self.token = token or None
+        if ":" in host:  # an IPv6 address ("::1", "::")
+            self.address_family = socket.AF_INET6
         self.streams = threading.BoundedSemaphore(max(1, int(max_streams)))
         self.stopping = threading.Event()
         super().__init__((host, port), _Handler)
@@ -192,7 +194,12 @@ class _Handler(BaseHTTPRequestHandler):
                 pass
 
     def _route(self) -> None:
-        if self.headers.get("Host", "") not in self.server.allowed_hosts():
+        # Without a token, only a Host naming this server: a page elsewhere cannot
+        # reach a loopback dashboard through DNS rebinding. With one, the token
+        # guards (a rebound origin has no cookie), and remote users name the
+        # machine as they like.
+        if self.server.token is None and \
+                self.headers.get("Host", "") not in self.server.allowed_hosts():
             return self._error(421, "unexpected Host header")
         url = urllib.parse.urlsplit(self.path)
         params = {k: v[-1] for k, v in urllib.parse.parse_qs(url.query).items()}
