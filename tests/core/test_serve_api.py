@@ -370,3 +370,18 @@ def test_cloud_logging_is_read_less_often():
             assert (cache._min_interval, cache._names_max_age) == (interval, names_age)
         finally:
             server.server_close()
+
+
+def test_bad_ports_are_one_line_errors(store_url):
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen(1)
+    try:
+        for port, message in (("99999", "is not a port (0-65535)"), ("-1", "is not a port"),
+                              (str(taken.getsockname()[1]), "cannot listen on 127.0.0.1:")):
+            proc = goodput("serve", "--store", store_url, "--port", port, timeout=60)
+            assert proc.returncode == 2, (port, proc.stderr)
+            assert message in proc.stderr and "Traceback" not in proc.stderr
+            assert len(proc.stderr.strip().splitlines()) == 1
+    finally:
+        taken.close()

@@ -25,10 +25,22 @@ def add_arguments(parser) -> None:
     add_store_argument(parser)
     parser.add_argument("--host", default="127.0.0.1",
                         help="address to listen on (default 127.0.0.1; any other needs a token)")
-    parser.add_argument("--port", type=int, default=8765, help="port (default 8765; 0: any)")
+    parser.add_argument("--port", type=_port, default=8765, help="port (default 8765; 0: any)")
     parser.add_argument("--token", default=None,
                         help="require this token on every request "
                              "(default: $GOODPUT_SERVE_TOKEN)")
+
+
+def _port(text: str) -> int:
+    import argparse
+
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port (0-65535)")
+    return port
 
 
 def run(args) -> int:
