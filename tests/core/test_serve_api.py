@@ -13,13 +13,13 @@ import sys
 import pytest
 
 from goodput_core.events import EventRecord, Kind
+from goodput_core.queries.calculator import Calculator
 from goodput_core.cli.serve.http import CSP, is_loopback
 from goodput_core.cli.serve.runs import RunCache, run_state, STOPPED_AFTER_SECONDS
 from goodput_core.cli.serve.views import SpanIndex, timeline_bins
 from goodput_core.stores import open_store
 from tests.support.cli_process import goodput, synthetic_job_events
 from tests.support.dashboard import HOSTILE_RUN, dashboard, get, get_json, run_path
-from tests.support.fake_clock import FakeClock
 
 T0 = 1_700_000_000.0
 
@@ -128,24 +128,38 @@ def test_runs_are_listed_newest_first_and_filtered_by_group(tmp_path):
     assert [r["run"] for r in compare["runs"]] == ["old"]
 
 
-def test_run_state_running_stopped_ended_from_the_clock():
-    clock = FakeClock(T0 + 20)
-    from goodput_core.stores.memory import MemoryStore
+class _NoEngineState(Calculator):
+    """A calculator of an engine that does not tell a run's state itself."""
 
-    store = MemoryStore("state-test")
+    state = None
+
+
+def test_run_state_without_the_engines_running_stopped_ended():
     evs = _simple("r")
-    store.append([e for e in evs if e.time <= T0 + 20])  # running: steps still coming
-    cache = RunCache(store, clock=clock, min_interval=0.0)
-    assert run_state(cache.get("r").calc, clock()) == ("running", T0)
-    clock.advance(STOPPED_AFTER_SECONDS + 1)  # no sign of life for three heartbeats
-    assert run_state(cache.get("r").calc, clock()) == ("stopped", T0 + 20)
-    store.append([EventRecord("r", int(Kind.DISRUPTION), T0 + 21, None,
-                              {"disruption_cause": "crash"})])
-    clock.t = T0 + 22  # a recorded crash stops the attempt at once (read afresh)
-    cache = RunCache(store, clock=clock, min_interval=0.0)
-    assert run_state(cache.get("r").calc, clock()) == ("stopped", T0 + 21)
-    store.append([e for e in evs if e.time > T0 + 20])
-    assert run_state(cache.get("r").calc, clock())[0] == "ended"
+    calc = _NoEngineState("r")
+    calc.add([e for e in evs if e.time <= T0 + 20])  # running: steps still coming
+    assert run_state(calc, T0 + 20) == ("running", T0)
+    # no sign of life for three heartbeat intervals
+    assert run_state(calc, T0 + 20 + STOPPED_AFTER_SECONDS + 1) == ("stopped", T0 + 20)
+    # a recorded crash stops the attempt at once
+    calc.add([EventRecord("r", int(Kind.DISRUPTION), T0 + 21, None,
+                          {"disruption_cause": "crash"})])
+    assert run_state(calc, T0 + 22) == ("stopped", T0 + 21)
+    calc.add([e for e in evs if e.time > T0 + 20])
+    assert run_state(calc, T0 + 500) == ("ended", T0 + 100)
+    assert run_state(_NoEngineState("nothing"), T0) == ("not started", None)
+
+
+def test_run_state_is_the_engines_where_it_tells_it():
+    from types import SimpleNamespace
+
+    class Told(Calculator):
+        def state(self, now=None):
+            return SimpleNamespace(state="stopped", stopped_at=T0 + 7)
+
+    calc = Told("r")
+    calc.add(_simple("r")[:3])
+    assert run_state(calc, T0 + 20) == ("stopped", T0 + 7)
 
 
 def test_unknown_run_and_bad_parameters_are_clear_errors(store_url):
