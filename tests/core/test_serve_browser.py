@@ -83,6 +83,9 @@ def test_run_page_shows_the_report_numbers(browser, tmp_path):
         assert shown == expected
         # the charts drew: timeline spans, the stacked series and step times
         assert browser.find_elements("css selector", "#timeline rect.span")
+        # the two attempts and the crash between them are marked
+        assert len(browser.find_elements("css selector", "#timeline .marker-attempt")) == 2
+        assert len(browser.find_elements("css selector", "#timeline .marker-disruption")) == 1
         assert browser.find_elements("css selector", "#series polygon.layer")
         assert browser.find_elements("css selector", "#steps polyline.step-mean")
         # hovering a span says what it is

@@ -141,6 +141,10 @@ function timelineStrip(container, data, width, height) {
            `${label}${mixed}\n${fmtTime(a)} → ${fmtTime(b)} (${(b - a).toFixed(1)} s)`);
   }
   const marks = data.markers || {};
+  for (const t of marks.job_start || []) {
+    titled(el("line", {x1: x(t), x2: x(t), y1: 0, y2: barH + 8, class: "marker-attempt"}, svg),
+           `an attempt (job start) at ${fmtTime(t)}`);
+  }
   for (const t of marks.disruption || []) {
     titled(el("path", {d: `M${x(t)},${barH} l-4,8 h8 z`, class: "marker-disruption"}, svg),
            `disruption at ${fmtTime(t)}`);
