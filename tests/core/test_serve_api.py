@@ -399,3 +399,33 @@ def test_bad_ports_are_one_line_errors(store_url):
             assert len(proc.stderr.strip().splitlines()) == 1
     finally:
         taken.close()
+
+
+def test_the_runs_page_stream_follows_a_running_run(tmp_path):
+    import time
+    import urllib.request
+
+    # a run that is running now (its events are seconds old), and an old, ended one
+    now = time.time()
+    running = [EventRecord("now", r.kind, r.time - T0 + now - 60, r.step, r.extra)
+               for r in _simple("now") if r.time - T0 <= 50]
+    url = f"sqlite:///{tmp_path}/runs-live.sqlite"
+    store = open_store(url)
+    store.append(_simple("old"))
+    store.append(running)
+    store.close()
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with dashboard(url, min_interval=0.0) as srv:
+        rows = {r["run"]: r for r in get_json(srv.url + "api/runs")["runs"]}
+        assert (rows["now"]["state"], rows["old"]["state"]) == ("running", "ended")
+        with opener.open(srv.url + "api/stream", timeout=30) as stream:
+            assert stream.readline() == b"retry: 1000\n"
+            code = ("import sys, pickle; from goodput_core.stores import open_store; "
+                    "s = open_store(sys.argv[1]); s.append(pickle.loads(sys.stdin.buffer.read())); "
+                    "s.close()")
+            step = EventRecord("now", int(Kind.STEP_START), now - 5, 5, None)
+            import pickle
+            subprocess.run([sys.executable, "-c", code, url], input=pickle.dumps([step]),
+                           check=True, timeout=60)
+            lines = [stream.readline() for _ in range(3)]  # blocks until the change
+        assert b"event: change\n" in lines

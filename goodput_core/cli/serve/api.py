@@ -175,8 +175,8 @@ class Api:
                 raise NotFound(str(exc)) from None
 
     def versions(self, run: Optional[str]) -> Any:
-        """What the live stream compares: the run's version, or every run's."""
+        """What the live stream compares: the run's version; for the runs page, the
+        number of runs and the versions of the runs kept (open pages, running runs)."""
         if run is not None:
             return self.cache.poll(run) if self.cache.exists(run) else None
-        names = self.cache.names()
-        return (len(names), tuple(self.cache.poll(n) for n in names[-self.cache.max_runs:]))
+        return len(self.cache.names()), self.cache.cached_versions()

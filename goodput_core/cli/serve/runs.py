@@ -141,9 +141,7 @@ class RunCache:
             entry = self._entries.get(run)
             if entry is None:
                 entry = _Entry(Calculator(run, self.store, clock=self.clock))
-                self._entries[run] = entry
-                while len(self._entries) > self.max_runs:
-                    self._entries.popitem(last=False)
+                self._keep(run, entry)
             else:
                 self._entries.move_to_end(run)
             now = self.clock()
@@ -154,6 +152,27 @@ class RunCache:
                     entry.events += n
                     entry.version += 1
             return entry
+
+    def _keep(self, run: str, entry: _Entry) -> None:
+        self._entries[run] = entry
+        while len(self._entries) > self.max_runs:
+            self._entries.popitem(last=False)
+
+    def _scratch(self, run: str) -> _Entry:
+        """A calculator of ``run`` read once and not kept (the runs list of a big
+        store must not push out the runs whose pages are open)."""
+        from goodput_core.queries.calculator import Calculator
+
+        with self.io:
+            entry = _Entry(Calculator(run, self.store, clock=self.clock))
+            entry.events = entry.calc.refresh()
+            entry.read_at, entry.version = self.clock(), 1
+            return entry
+
+    def cached_versions(self) -> Tuple[int, ...]:
+        """The versions of the runs kept (read anew where due), for the live stream
+        of the runs page: pages and running runs are kept, so their events show."""
+        return tuple(self.get(run).version for run in list(self._entries))
 
     def poll(self, run: str) -> int:
         """Reads the run's new events now; returns the entry's version."""
@@ -176,11 +195,15 @@ class RunCache:
                 else _COLD_SUMMARY_SECONDS
             if now - cached[1] < ttl:
                 return cached[2]  # a run no page is open on: not read again for a while
-        entry = self.get(run)
-        if cached and cached[0] == entry.version and now - cached[1] < 1.0:
+        kept = run in self._entries
+        entry = self.get(run) if kept else self._scratch(run)
+        if kept and cached and cached[0] == entry.version and now - cached[1] < 1.0:
             return cached[2]
         calc = entry.calc
         state, since = run_state(calc, now)
+        if state == "running" and not kept:
+            with self.io:  # watched from now on: its new events reach the runs page live
+                self._keep(run, entry)
         result = calc.cumulative(now)
         spark = series(calc, now, points=24)
         row = {"run": run, "group": group_of(calc), "state": state, "state_since": since,
