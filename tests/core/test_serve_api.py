@@ -454,3 +454,15 @@ def test_runs_no_page_is_open_on_are_read_again_rarely():
     assert cache.summary("ended")["events"] == before["ended"]
     clock.advance(300)
     assert cache.summary("ended")["events"] == before["ended"] + 1
+
+
+def test_a_client_that_sends_nothing_is_let_go(store_url, monkeypatch):
+    from goodput_core.cli.serve import http as serve_http
+
+    monkeypatch.setattr(serve_http._Handler, "timeout", 0.5)  # the test's patience
+    with dashboard(store_url) as srv:
+        with socket.create_connection(("127.0.0.1", srv.server_port), timeout=30) as idle:
+            idle.sendall(b"GET /api/runs HTTP/1.1\r\n")  # and never the rest
+            assert idle.recv(1) == b""  # the server closes it
+        assert get_json(srv.url + "api/runs/simple/report")["goodput_percent"] == \
+            pytest.approx(90.0)

@@ -47,6 +47,7 @@ _STATIC = ("app.js", "charts.js", "app.css")
 _MAX_STREAMS = 32        # live streams at once (each holds a thread)
 _STREAM_POLL_S = 0.5     # how often a stream looks for new events (live within 2 s)
 _STREAM_PING_S = 15.0    # a comment line keeps proxies from closing an idle stream
+_CLIENT_TIMEOUT_S = 60.0
 
 
 def is_loopback(host: str) -> bool:
@@ -115,6 +116,9 @@ class DashboardServer(ThreadingHTTPServer):
 class _Handler(BaseHTTPRequestHandler):
     server: DashboardServer
     protocol_version = "HTTP/1.1"
+    # a client that stops sending or reading (a stalled or hostile one) frees
+    # its thread, and a live stream its slot, after this many seconds
+    timeout = _CLIENT_TIMEOUT_S
     server_version = "goodput-serve"
     sys_version = ""
 
@@ -184,8 +188,8 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         try:
             self._route()
-        except (BrokenPipeError, ConnectionResetError):
-            pass  # the browser went away
+        except (BrokenPipeError, ConnectionResetError, TimeoutError):
+            self.close_connection = True  # the browser went away, or stalled
         except Exception as exc:  # a bug must not kill the server's thread silently
             logger.exception("goodput serve: %s failed", self.path.split("?", 1)[0])
             try:
