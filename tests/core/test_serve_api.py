@@ -183,6 +183,7 @@ def test_every_answer_is_read_only_with_a_csp(store_url):
         for method in ("POST", "PUT", "DELETE", "PATCH"):
             status, headers, _ = get(srv.url + "api/runs", method=method)
             assert status == 405 and headers["Allow"] == "GET, HEAD"
+            assert headers["Content-Security-Policy"] == CSP
     assert "script-src 'self'" in CSP and "'unsafe-inline'" not in CSP
 
 
@@ -227,6 +228,12 @@ def test_ipv6_loopback_is_loopback_and_binds(store_url):
 
 
 def test_a_token_is_required_on_every_request_when_given(store_url):
+    with dashboard(store_url, token="s3cr3t; t0ken=é") as srv:  # cookie syntax in it too
+        status, headers, _ = get(srv.url + "?token=" + run_path("s3cr3t; t0ken=é"))
+        assert status == 200
+        cookie = headers["Set-Cookie"].split(";")[0]
+        assert get(srv.url + "api/runs", headers={"Cookie": cookie})[0] == 200
+        assert get(srv.url + "api/runs", headers={"Cookie": "goodput_token=s3cr3t"})[0] == 401
     with dashboard(store_url, token="s3cr3t-t0ken") as srv:
         assert get(srv.url + "api/runs")[0] == 401
         assert get(srv.url + "api/runs?token=wrong")[0] == 401

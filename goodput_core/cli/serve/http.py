@@ -155,10 +155,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._json(status, {"error": message})
 
     def _refuse_writes(self) -> None:
-        self.send_response(405)
-        self.send_header("Allow", "GET, HEAD")
-        self.send_header("Content-Length", "0")
-        self.end_headers()
+        self._headers(405, "text/plain; charset=utf-8", 0, (("Allow", "GET, HEAD"),))
 
     do_POST = do_PUT = do_DELETE = do_PATCH = _refuse_writes
 
@@ -181,7 +178,8 @@ class _Handler(BaseHTTPRequestHandler):
         for part in self.headers.get("Cookie", "").split(";"):
             name, _, value = part.strip().partition("=")
             if name == _COOKIE:
-                return hmac.compare_digest(value.encode(), token.encode()), False
+                given = urllib.parse.unquote(value)
+                return hmac.compare_digest(given.encode(), token.encode()), False
         return False, False
 
     # ------------------------------------------------------------ routing
@@ -209,12 +207,12 @@ class _Handler(BaseHTTPRequestHandler):
         params = {k: v[-1] for k, v in urllib.parse.parse_qs(url.query).items()}
         ok, set_cookie = self._authorised(params)
         if not ok:
-            return self._error(401, "a token is needed: open the address printed by "
-                                    "goodput serve (it ends with ?token=...)")
+            return self._error(401, "a token is needed: add ?token=<your token> to the "
+                                    "address, or send Authorization: Bearer <your token>")
         extra: Tuple[Tuple[str, str], ...] = ()
         if set_cookie:
-            extra = (("Set-Cookie", f"{_COOKIE}={self.server.token}; HttpOnly; "
-                                    "SameSite=Strict; Path=/"),)
+            value = urllib.parse.quote(self.server.token, safe="")  # any token, one cookie
+            extra = (("Set-Cookie", f"{_COOKIE}={value}; HttpOnly; SameSite=Strict; Path=/"),)
         path = url.path
         if path in _PAGES or path.startswith("/run/"):
             page = "run.html" if path.startswith("/run/") else _PAGES[path]
