@@ -41,7 +41,7 @@ def console_errors(driver: Any) -> List[dict]:
     return [e for e in driver.get_log("browser") if e.get("level") == "SEVERE"]
 
 
-def wait_for(driver: Any, condition, timeout: float = 20.0, message: str = "") -> Any:
+def wait_for(driver: Any, condition, timeout: float = 30.0, message: str = "") -> Any:
     """Polls ``condition(driver)`` until truthy (fails the test after ``timeout`` s)."""
     from selenium.webdriver.support.ui import WebDriverWait
 
