@@ -57,9 +57,17 @@ def _store_with(tmp_path, *runs):
 
 
 def test_run_page_shows_the_report_numbers(browser, tmp_path):
-    url = _store_with(tmp_path, synthetic_job_events("synthetic"))
+    from goodput_core.events import EventRecord, Kind
+
+    events = synthetic_job_events("synthetic")
+    # the model's size and the devices: program goodput and MPG are known
+    events.append(EventRecord("synthetic", int(Kind.METADATA), events[0].time, None,
+                              {"flops_per_step": 2e12, "peak_flops_per_device": 1e12,
+                               "num_devices": 4}))
+    url = _store_with(tmp_path, events)
     cli = goodput("report", "synthetic", "--store", url, "--json")
     rep = json.loads(cli.stdout)
+    assert rep["program_goodput"] is not None
     with dashboard(url) as srv:
         browser.get(srv.url + "run/synthetic")
         _loaded(browser)
@@ -67,6 +75,8 @@ def test_run_page_shows_the_report_numbers(browser, tmp_path):
         assert _text(browser, "#total") == f"{rep['total_seconds']:.3f} s"
         assert _text(browser, "#disruptions") == str(rep["disruptions"])
         assert _text(browser, "#last-step") == str(rep["last_step"])
+        mpg = rep["program_goodput"]["ml_productivity_goodput"]
+        assert _text(browser, "#mpg") == f"MPG {100 * mpg:.2f} %"
         assert _text(browser, "#state").startswith("ended")
         shown = {}
         for row in browser.find_elements("css selector", "#breakdown-body tr"):
