@@ -77,6 +77,10 @@ def test_run_page_shows_the_report_numbers(browser, tmp_path):
         assert _text(browser, "#last-step") == str(rep["last_step"])
         mpg = rep["program_goodput"]["ml_productivity_goodput"]
         assert _text(browser, "#mpg") == f"MPG {100 * mpg:.2f} %"
+        items = [li.text for li in browser.find_elements("css selector", "#insights li")]
+        (crash,) = rep["incidents"]["incidents"]
+        assert f"Incident: {crash['cause']} at " in items[0]
+        assert f"{crash['lost_seconds']:.3f} s of progress lost" in items[0]
         assert _text(browser, "#state").startswith("ended")
         shown = {}
         for row in browser.find_elements("css selector", "#breakdown-body tr"):

@@ -118,8 +118,13 @@ function runPage() {
 
   function headline(rep, ser) {
     $("goodput").textContent = pct(rep.goodput_percent);
+    // MPG from submission (scheduling x runtime x program) where the run has
+    // scheduling events, else runtime x program
+    const lc = rep.lifecycle || {};
     const prog = rep.program_goodput;
-    $("mpg").textContent = prog ? `MPG ${(100 * prog.ml_productivity_goodput).toFixed(2)} %` : "";
+    const mpg = lc.available && lc.mpg !== null && lc.mpg !== undefined ? lc.mpg
+      : prog ? prog.ml_productivity_goodput : null;
+    $("mpg").textContent = mpg === null ? "" : `MPG ${(100 * mpg).toFixed(2)} %`;
     const st = $("state");
     st.className = `state state-${ser.state.replace(/ /g, "-")}`;
     st.textContent = ser.state === "stopped" ? `stopped (last sign of life ${C.fmtTime(ser.state_since)})`
@@ -160,6 +165,14 @@ function runPage() {
     for (const x of open) list.appendChild(h("li", `Hang open now at step ${x.step} since ${C.fmtTime(x.start)}`, "alert"));
     const closed = (ins.hangs || []).length - open.length;
     if (closed) list.appendChild(h("li", `${closed} hang(s) so far`));
+    const inc = rep.incidents || {};
+    for (const x of inc.incidents || []) {
+      list.appendChild(h("li", `Incident: ${x.cause} at ${C.fmtTime(x.detected)}; ` +
+        `${secs(x.lost_seconds)} of progress lost, restarted after ${secs(x.time_to_restart)}`));
+    }
+    if ((inc.incidents || []).length) {
+      list.appendChild(h("li", `MTBF ${secs(inc.mtbf_seconds)}, MTTR ${secs(inc.mttr_seconds)}`, "muted"));
+    }
     const ck = ins.checkpoint;
     if (ck && ck.available) {
       list.appendChild(h("li", `Checkpoint every ${secs(ck.recommended_interval_seconds)} ` +
