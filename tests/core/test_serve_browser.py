@@ -258,3 +258,26 @@ def test_a_token_in_the_address_becomes_a_cookie_and_leaves_the_address(browser,
         browser.delete_all_cookies()
         browser.get(srv.url)  # without it, not even the page is served
         assert "a token is needed" in _text(browser, "body")
+
+
+def test_mpg_from_submission_where_the_run_was_scheduled(browser, tmp_path):
+    from goodput_core.events import EventRecord, Kind
+
+    events = synthetic_job_events("queued")
+    t0 = events[0].time
+    # submitted 30 s before it got its resources (by hand SG = 83.7 / 113.7), with
+    # the model's size: program goodput is known, so MPG = SG x RG x PG
+    events += [EventRecord("queued", int(Kind.JOB_SUBMITTED), t0 - 30, None, None),
+               EventRecord("queued", int(Kind.RESOURCES_GRANTED), t0, None, None),
+               EventRecord("queued", int(Kind.METADATA), t0, None,
+                           {"flops_per_step": 2e12, "peak_flops_per_device": 1e12,
+                            "num_devices": 4})]
+    url = _store_with(tmp_path, events)
+    rep = json.loads(goodput("report", "queued", "--store", url, "--json").stdout)
+    lc = rep["lifecycle"]
+    assert lc["available"] and lc["scheduling_goodput"] == pytest.approx(83.7 / 113.7)
+    assert lc["mpg"] != pytest.approx(rep["program_goodput"]["ml_productivity_goodput"])
+    with dashboard(url) as srv:
+        browser.get(srv.url + "run/queued")
+        _loaded(browser)
+        assert _text(browser, "#mpg") == f"MPG {100 * lc['mpg']:.2f} %"
