@@ -43,6 +43,7 @@ COMMANDS = {
     "project": ("project", "what-if: expected ETTR at another scale or checkpoint interval"),
     "import-scheduler": ("import_scheduler", "add scheduling times from Slurm (sacct --json) "
                                              "or Kubernetes events to a run"),
+    "serve": ("serve", "a live web dashboard over a store: runs, run pages, groups side by side"),
 }
 
 
