@@ -14,7 +14,7 @@ Context managers (each also works as a decorator)::
                                          # an exception records a disruption)
     with rec.tpu_init(): ...             # accelerator initialisation
     with rec.training_preparation(): ...
-    with rec.data_loading(): ...
+    with rec.data_loading(): ...         # a blocking load (overlapped=True: prefetched)
     with rec.step(k): ...                # step start/end (end only on success)
     with rec.custom_badput_event("eval"): ...
     with rec.checkpoint_save(step): ...  # blocking part of a non-Orbax save
@@ -280,9 +280,37 @@ class PhaseMixin:
         return _Phase(self.record_training_preparation_start_time,
                       self.record_training_preparation_end_time)
 
-    def data_loading(self) -> _Phase:
-        """Loading one batch."""
-        return _Phase(self.record_data_loading_start_time, self.record_data_loading_end_time)
+    def data_loading(self, overlapped: bool = False) -> _Phase:
+        """Loading one batch.
+
+        By default the load blocks: the accelerator waits for it (a synchronous
+        loop), so it is ``DATA_LOADING_SYNC`` wherever it lies, inside a step
+        span too. Pass ``overlapped=True`` for a prefetching loader whose loads
+        run while the accelerator computes: then only a load outside steps is
+        blocking time, one inside a step is ``DATA_LOADING_ASYNC`` (reported,
+        not badput), as with the reference's ``record_data_loading_*`` methods.
+        """
+        if overlapped:
+            return _Phase(self.record_data_loading_start_time, self.record_data_loading_end_time)
+        return _Phase(self._blocking_load_start, self._blocking_load_end)
+
+    def _blocking_load_start(self) -> None:
+        # One clock read: the load and its blocking span start at the same instant.
+        t = self._now_or_none()
+        self._record(Kind.DATA_LOADING_START, t)
+        self._record(Kind.BLOCKING_LOAD_START, t)
+
+    def _blocking_load_end(self) -> None:
+        t = self._now_or_none()
+        self._record(Kind.BLOCKING_LOAD_END, t)
+        self._record(Kind.DATA_LOADING_END, t)
+
+    def _now_or_none(self) -> Any:
+        """The recorder's clock now, or None (let ``_record`` read and judge it)."""
+        try:
+            return self._clock()
+        except Exception:  # a broken clock: _record counts the rejection
+            return None
 
     def step(self, step: int) -> _Phase:
         """One training step: start on enter, end on success."""

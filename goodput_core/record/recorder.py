@@ -270,12 +270,15 @@ class Recorder(PhaseMixin, WriterMixin):
     # ------------------------------------------------------------- hot path
     def _emit(self, kind: int, t: float, step: Optional[int], extra: Optional[dict],
               write_time: float) -> None:
+        # The process index in force now, not when the writer stores the event:
+        # a host's early events (its job start, before JAX knows the index)
+        # keep the index they were recorded under (semantics rule 13).
         q = self._queue
         n = len(q)
         if n < self._high:
-            q.append((kind, t, step, extra, write_time))
+            q.append((kind, t, step, extra, write_time, self.process_index))
         elif n < self._cap:
-            q.append((kind, t, step, extra, write_time))
+            q.append((kind, t, step, extra, write_time, self.process_index))
             self._wake.set()
         else:
             with self._drop_lock:
