@@ -1,0 +1,268 @@
+"""Many writers, one job: the lead stream of a run (semantics rule 13).
+
+A run is often recorded by several processes at once (every host with its
+process index, or several recorders on one run name). Mixing their events
+into one timeline invents restarts (each host's step 0 "re-records" the
+others'), so the job-level figures come from one **lead stream**:
+
+- A **stream** is the events of one writer process, ``(host, pid)``. Its
+  index is the one it settles on: the index of its latest event (a JAX host
+  records its job start before it knows its index, under the default 0).
+- A stream is cut into **pieces** at its job starts (one piece per attempt of
+  that process). Pieces whose lifetimes overlap belong to one **attempt of
+  the job** (the hosts run together); a gap between them is a restart.
+- In each attempt of the job the lead is the lowest index present; among
+  concurrent pieces of that index (several recorders, no index given), the
+  earliest to start. Sequential pieces of the lead index (a host restarted
+  while others ran on) all lead, one after the other.
+- A disruption recorded by any process of an attempt is the job's, counted
+  once: when the lead piece recorded none, the earliest of the others' is
+  added to it (before its job end, if any).
+- **Stragglers:** in each step ``k`` of the lead, the blocking time (input
+  stalls and blocking loads) of the slowest host in its own step ``k`` is the
+  job's: when another host blocked longer, the difference is carved from the
+  lead's step ``k`` span as an input stall (in the span's unblocked time,
+  from its end backwards).
+
+A run written by one process (every reference log: no writer metadata) is
+returned as it is.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from goodput_core.events import EventRecord, Kind
+
+__all__ = ["writer_key", "writers_of", "lead_events", "stream_indices"]
+
+_JOB_START, _JOB_END = int(Kind.JOB_START), int(Kind.JOB_END)
+_STEP, _STEP_END = int(Kind.STEP_START), int(Kind.STEP_END)
+_DISRUPTION = int(Kind.DISRUPTION)
+_BLOCK_START = {int(Kind.INPUT_STALL_START): "stall", int(Kind.BLOCKING_LOAD_START): "bload"}
+_BLOCK_END = {int(Kind.INPUT_STALL_END): "stall", int(Kind.BLOCKING_LOAD_END): "bload"}
+_EPS = 1e-9  # seconds: below this a straggler's excess is float noise
+
+
+def writer_key(e: EventRecord) -> Tuple[str, int]:
+    """The writer process of an event: ``(host, pid)``."""
+    return e[6], e[7]
+
+
+def writers_of(events: Sequence[EventRecord]) -> set:
+    """The distinct writer processes of ``events``."""
+    return {(e[6], e[7]) for e in events}
+
+
+def _t(e: EventRecord) -> float:
+    """When an event happened: its time, else its write time (an Orbax entry
+    without a start), else 0."""
+    t = e[2]
+    if t == t and abs(t) != math.inf:
+        return t
+    w = e[10]
+    return w if w == w else 0.0
+
+
+class _Piece:
+    """One attempt of one writer process: its events in time order."""
+
+    __slots__ = ("key", "index", "events", "start", "end")
+
+    def __init__(self, key, index: int, events: List[EventRecord]):
+        self.key, self.index, self.events = key, index, events
+        self.start = _t(events[0])
+        self.end = max(_t(e) for e in events)
+
+
+def _streams(events: Sequence[EventRecord]) -> Dict[Tuple[str, int], List[EventRecord]]:
+    out: Dict[Tuple[str, int], List[EventRecord]] = {}
+    for e in events:
+        out.setdefault((e[6], e[7]), []).append(e)
+    return out
+
+
+def _settled(evs: List[EventRecord]) -> int:
+    """The index a stream settles on: that of its latest recorded event."""
+    last = max(evs, key=lambda e: (e[10] if e[10] == e[10] else _t(e), e[9]))
+    return int(last[5])
+
+
+def stream_indices(events: Sequence[EventRecord]) -> Dict[Tuple[str, int], int]:
+    """``{(host, pid): settled index}`` of the writer processes of ``events``."""
+    return {k: _settled(v) for k, v in _streams(events).items()}
+
+
+def _pieces(key, evs: List[EventRecord]) -> List[_Piece]:
+    index = _settled(evs)
+    evs = sorted(evs, key=lambda e: (_t(e), e[9]))
+    out, cur, has_start = [], [], False
+    for e in evs:
+        if e[1] == _JOB_START:
+            if has_start:
+                out.append(_Piece(key, index, cur))
+                cur = []
+            has_start = True
+        cur.append(e)
+    if cur:
+        out.append(_Piece(key, index, cur))
+    return out
+
+
+def _job_attempts(pieces: List[_Piece]) -> List[List[_Piece]]:
+    """Pieces grouped by overlapping lifetimes, in time order."""
+    groups: List[List[_Piece]] = []
+    end = -math.inf
+    for p in sorted(pieces, key=lambda p: (p.start, p.index)):
+        if not groups or p.start > end:
+            groups.append([])
+            end = p.end
+        groups[-1].append(p)
+        end = max(end, p.end)
+    return groups
+
+
+def _lead_chain(group: List[_Piece]) -> List[_Piece]:
+    """The lead pieces of one attempt of the job (module docstring)."""
+    low = min(p.index for p in group)
+    chain: List[_Piece] = []
+    for p in group:  # in start order
+        if p.index == low and (not chain or p.start >= chain[-1].end):
+            chain.append(p)
+    return chain
+
+
+def lead_events(events: Sequence[EventRecord]) -> List[EventRecord]:
+    """The events the job-level figures are computed from (module docstring).
+
+    Args:
+      events: every event of one run (EventRecords with writer metadata).
+
+    Returns:
+      The lead stream's events, plus the disruptions and straggler stalls it
+      takes from the other streams; ``events`` itself when one process wrote.
+    """
+    streams = _streams(events)
+    if len(streams) <= 1:
+        return list(events)
+    pieces = [p for key, evs in streams.items() for p in _pieces(key, evs)]
+    out: List[EventRecord] = []
+    for group in _job_attempts(pieces):
+        chain = _lead_chain(group)
+        others = [p for p in group if not any(p is c for c in chain)]
+        for i, lead in enumerate(chain):
+            out.extend(lead.events)
+            until = chain[i + 1].start if i + 1 < len(chain) else math.inf
+            out.extend(_borrowed_disruption(lead, others, until))
+            if others:
+                out.extend(_straggler_stalls(lead, others))
+    return out
+
+
+def _borrowed_disruption(lead: _Piece, others: List[_Piece], until: float
+                         ) -> List[EventRecord]:
+    """The earliest disruption another process recorded during ``lead``, when
+    ``lead`` recorded none itself (one per restart)."""
+    if any(e[1] == _DISRUPTION for e in lead.events):
+        return []
+    ends = [_t(e) for e in lead.events if e[1] == _JOB_END]
+    stop = min([until] + ends)
+    found = [e for p in others for e in p.events
+             if e[1] == _DISRUPTION and lead.start <= _t(e) < stop]
+    if not found:
+        return []
+    first = min(found, key=_t)
+    return [first._replace(process_index=lead.index, host=lead.key[0], pid=lead.key[1])]
+
+
+# ------------------------------------------------------------------ stragglers
+def _step_spans(evs: List[EventRecord]) -> Dict[int, Tuple[float, float]]:
+    """``{step: (start, end)}`` of one piece: a step runs to the next step
+    start, the last one to its step end or the job end (rule 3; without
+    either it has no span yet)."""
+    starts = [(_t(e), e[3]) for e in evs if e[1] == _STEP and e[3] is not None]
+    ends = {e[3]: _t(e) for e in evs if e[1] == _STEP_END and e[3] is not None}
+    job_end = [_t(e) for e in evs if e[1] == _JOB_END]
+    spans: Dict[int, Tuple[float, float]] = {}
+    for (t, k), nxt in zip(starts, starts[1:] + [None]):
+        end = nxt[0] if nxt is not None else ends.get(k, job_end[0] if job_end else None)
+        if end is not None and end > t:
+            spans[k] = (t, end)
+    return spans
+
+
+def _blocking(evs: List[EventRecord]) -> List[Tuple[float, float]]:
+    """The union of a piece's input stalls and blocking loads, sorted."""
+    pending: Dict[str, Optional[float]] = {}
+    spans = []
+    for e in evs:
+        fam = _BLOCK_START.get(e[1])
+        if fam is not None:
+            pending[fam] = _t(e)
+            continue
+        fam = _BLOCK_END.get(e[1])
+        if fam is not None and pending.get(fam) is not None:
+            a, b = pending.pop(fam), _t(e)
+            if b > a:
+                spans.append((a, b))
+    spans.sort()
+    merged: List[List[float]] = []
+    for a, b in spans:
+        if merged and a <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], b)
+        else:
+            merged.append([a, b])
+    return [(a, b) for a, b in merged]
+
+
+def _inside(blocks: List[Tuple[float, float]], a: float, b: float) -> float:
+    return sum(max(0.0, min(y, b) - max(x, a)) for x, y in blocks)
+
+
+def _straggler_stalls(lead: _Piece, others: List[_Piece]) -> List[EventRecord]:
+    lead_spans = _step_spans(lead.events)
+    if not lead_spans:
+        return []
+    worst: Dict[int, float] = {}
+    for p in others:
+        blocks = _blocking(p.events)
+        if not blocks:
+            continue
+        for k, (a, b) in _step_spans(p.events).items():
+            if k in lead_spans:
+                worst[k] = max(worst.get(k, 0.0), _inside(blocks, a, b))
+    if not worst:
+        return []
+    own = _blocking(lead.events)
+    host, pid = lead.key
+    out: List[EventRecord] = []
+    for k, w in sorted(worst.items()):
+        a, b = lead_spans[k]
+        need = min(w, b - a) - _inside(own, a, b)
+        if need <= _EPS:
+            continue
+        for x, y in _free_from_end(own, a, b, need):
+            for kind, t in ((Kind.INPUT_STALL_START, x), (Kind.INPUT_STALL_END, y)):
+                out.append(EventRecord(lead.events[0][0], int(kind), t, None, None,
+                                       lead.index, host, pid, "straggler", 0, t))
+    return out
+
+
+def _free_from_end(blocks: List[Tuple[float, float]], a: float, b: float, need: float
+                   ) -> List[Tuple[float, float]]:
+    """Intervals of ``[a, b)`` outside ``blocks`` totalling ``need``, taken from
+    ``b`` backwards."""
+    out = []
+    cursor = b
+    for x, y in sorted(((max(x, a), min(y, b)) for x, y in blocks if y > a and x < b),
+                       reverse=True) + [(a, a)]:
+        gap = cursor - y
+        if gap > 0:
+            take = min(gap, need)
+            out.append((cursor - take, cursor))
+            need -= take
+            if need <= _EPS:
+                break
+        cursor = min(cursor, x)
+    return out
