@@ -33,7 +33,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence
 import numpy as np
 
 from goodput_core.timeline.buckets import BadputType as B
-from goodput_core.timeline.streams import stream_indices
+from goodput_core.timeline.streams import stream_indices, writer_key
 
 __all__ = ["HOST_LOCAL_BUCKETS", "HostStats", "HostBreakdown", "HostTracker", "breakdown_of"]
 
@@ -170,7 +170,7 @@ class HostTracker:
                 events = self._records
             groups: Dict[int, list] = {}
             for ev in events:
-                groups.setdefault(settled[(ev[6], ev[7])], []).append(ev)
+                groups.setdefault(settled[writer_key(ev)], []).append(ev)
             for index, evs in groups.items():
                 calc = self._hosts.get(index)
                 if calc is None:

@@ -21,7 +21,8 @@ __all__ = ["ManyWriters"]
 
 
 def _has_writer(e: Any) -> bool:
-    return bool(e[6]) or e[7] != 0
+    """Writer metadata or a process index: events that can tell two writers apart."""
+    return bool(e[6]) or e[7] != 0 or e[5] != 0
 
 
 class ManyWriters:

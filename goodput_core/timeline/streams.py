@@ -22,7 +22,7 @@ others'), so the job-level figures come from one **lead stream**:
   stalls and blocking loads) of the slowest host in its own step ``k`` is the
   job's: when another host blocked longer, the difference is carved from the
   lead's step ``k`` span as an input stall (in the span's unblocked time,
-  from its end backwards).
+  right after the lead's own blocking time, where it would have computed).
 
 A run written by one process (every reference log: no writer metadata) is
 returned as it is.
@@ -46,13 +46,15 @@ _EPS = 1e-9  # seconds: below this a straggler's excess is float noise
 
 
 def writer_key(e: EventRecord) -> Tuple[str, int]:
-    """The writer process of an event: ``(host, pid)``."""
-    return e[6], e[7]
+    """The writer process of an event: ``(host, pid)``; for an event without
+    writer metadata (built by hand, imported with its index only), its index."""
+    host, pid = e[6], e[7]
+    return (host, pid) if host or pid else ("", -1 - int(e[5]))
 
 
 def writers_of(events: Sequence[EventRecord]) -> set:
     """The distinct writer processes of ``events``."""
-    return {(e[6], e[7]) for e in events}
+    return {writer_key(e) for e in events}
 
 
 def _t(e: EventRecord) -> float:
@@ -79,7 +81,7 @@ class _Piece:
 def _streams(events: Sequence[EventRecord]) -> Dict[Tuple[str, int], List[EventRecord]]:
     out: Dict[Tuple[str, int], List[EventRecord]] = {}
     for e in events:
-        out.setdefault((e[6], e[7]), []).append(e)
+        out.setdefault(writer_key(e), []).append(e)
     return out
 
 
@@ -242,27 +244,31 @@ def _straggler_stalls(lead: _Piece, others: List[_Piece]) -> List[EventRecord]:
         need = min(w, b - a) - _inside(own, a, b)
         if need <= _EPS:
             continue
-        for x, y in _free_from_end(own, a, b, need):
+        for x, y in _free_after_own(own, a, b, need):
             for kind, t in ((Kind.INPUT_STALL_START, x), (Kind.INPUT_STALL_END, y)):
                 out.append(EventRecord(lead.events[0][0], int(kind), t, None, None,
                                        lead.index, host, pid, "straggler", 0, t))
     return out
 
 
-def _free_from_end(blocks: List[Tuple[float, float]], a: float, b: float, need: float
+def _free_after_own(blocks: List[Tuple[float, float]], a: float, b: float, need: float
                    ) -> List[Tuple[float, float]]:
-    """Intervals of ``[a, b)`` outside ``blocks`` totalling ``need``, taken from
-    ``b`` backwards."""
+    """Intervals of ``[a, b)`` outside ``blocks`` totalling ``need``: from the
+    end of the lead's last blocking interval in the span on (where the host
+    would have computed after its own load), then from ``a``."""
+    inside = sorted((max(x, a), min(y, b)) for x, y in blocks if y > a and x < b)
+    anchor = inside[-1][1] if inside else a
+    gaps, cursor = [], a
+    for x, y in inside + [(b, b)]:
+        if x > cursor:
+            gaps.append((cursor, x))
+        cursor = max(cursor, y)
+    ordered = [g for g in gaps if g[0] >= anchor] + [g for g in gaps if g[0] < anchor]
     out = []
-    cursor = b
-    for x, y in sorted(((max(x, a), min(y, b)) for x, y in blocks if y > a and x < b),
-                       reverse=True) + [(a, a)]:
-        gap = cursor - y
-        if gap > 0:
-            take = min(gap, need)
-            out.append((cursor - take, cursor))
-            need -= take
-            if need <= _EPS:
-                break
-        cursor = min(cursor, x)
+    for x, y in ordered:
+        take = min(y - x, need)
+        out.append((x, x + take))
+        need -= take
+        if need <= _EPS:
+            break
     return out
