@@ -42,6 +42,7 @@ _STEP, _STEP_END = int(Kind.STEP_START), int(Kind.STEP_END)
 _DISRUPTION = int(Kind.DISRUPTION)
 _BLOCK_START = {int(Kind.INPUT_STALL_START): "stall", int(Kind.BLOCKING_LOAD_START): "bload"}
 _BLOCK_END = {int(Kind.INPUT_STALL_END): "stall", int(Kind.BLOCKING_LOAD_END): "bload"}
+_STALL_END = int(Kind.INPUT_STALL_END)
 _EPS = 1e-9  # seconds: below this a straggler's excess is float noise
 
 
@@ -154,12 +155,23 @@ def lead_events(events: Sequence[EventRecord]) -> List[EventRecord]:
         chain = _lead_chain(group)
         others = [p for p in group if not any(p is c for c in chain)]
         for i, lead in enumerate(chain):
-            out.extend(lead.events)
             until = chain[i + 1].start if i + 1 < len(chain) else math.inf
+            stalls = _straggler_stalls(lead, others) if others else []
+            out.extend(_in_time_order(lead.events, stalls))
             out.extend(_borrowed_disruption(lead, others, until))
-            if others:
-                out.extend(_straggler_stalls(lead, others))
     return out
+
+
+def _in_time_order(events: List[EventRecord], stalls: List[EventRecord]) -> List[EventRecord]:
+    """``events`` (in time order) with the straggler stalls put among them: the
+    engine breaks ties in time by arrival, and a stall's end must come before
+    an interval that starts at the same instant, its start after one that ends."""
+    if not stalls:
+        return events
+    keyed = [(_t(e), 0, i, e) for i, e in enumerate(events)]
+    keyed += [(_t(e), -1 if e[1] == _STALL_END else 1, i, e) for i, e in enumerate(stalls)]
+    keyed.sort(key=lambda x: x[:3])
+    return [x[3] for x in keyed]
 
 
 def _borrowed_disruption(lead: _Piece, others: List[_Piece], until: float
@@ -226,49 +238,68 @@ def _straggler_stalls(lead: _Piece, others: List[_Piece]) -> List[EventRecord]:
     lead_spans = _step_spans(lead.events)
     if not lead_spans:
         return []
-    worst: Dict[int, float] = {}
+    # step -> (the slowest host's blocking seconds, its blocking intervals moved
+    # into the lead's span: where the job most likely waited)
+    worst: Dict[int, Tuple[float, List[Tuple[float, float]]]] = {}
     for p in others:
         blocks = _blocking(p.events)
         if not blocks:
             continue
         for k, (a, b) in _step_spans(p.events).items():
             if k in lead_spans:
-                worst[k] = max(worst.get(k, 0.0), _inside(blocks, a, b))
+                w = _inside(blocks, a, b)
+                if w > worst.get(k, (0.0, None))[0]:
+                    shift = lead_spans[k][0] - a
+                    worst[k] = (w, [(max(x, a) + shift, min(y, b) + shift)
+                                    for x, y in blocks if y > a and x < b])
     if not worst:
         return []
     own = _blocking(lead.events)
     host, pid = lead.key
     out: List[EventRecord] = []
-    for k, w in sorted(worst.items()):
+    for k, (w, where) in sorted(worst.items()):
         a, b = lead_spans[k]
         need = min(w, b - a) - _inside(own, a, b)
         if need <= _EPS:
             continue
-        for x, y in _free_after_own(own, a, b, need):
+        for x, y in _free_time(own, where, a, b, need):
             for kind, t in ((Kind.INPUT_STALL_START, x), (Kind.INPUT_STALL_END, y)):
                 out.append(EventRecord(lead.events[0][0], int(kind), t, None, None,
                                        lead.index, host, pid, "straggler", 0, t))
     return out
 
 
-def _free_after_own(blocks: List[Tuple[float, float]], a: float, b: float, need: float
-                   ) -> List[Tuple[float, float]]:
-    """Intervals of ``[a, b)`` outside ``blocks`` totalling ``need``: from the
-    end of the lead's last blocking interval in the span on (where the host
-    would have computed after its own load), then from ``a``."""
-    inside = sorted((max(x, a), min(y, b)) for x, y in blocks if y > a and x < b)
-    anchor = inside[-1][1] if inside else a
+def _gaps(blocks: List[Tuple[float, float]], a: float, b: float) -> List[Tuple[float, float]]:
+    """``[a, b)`` minus ``blocks``, in time order."""
     gaps, cursor = [], a
-    for x, y in inside + [(b, b)]:
+    for x, y in sorted((max(x, a), min(y, b)) for x, y in blocks if y > a and x < b) + [(b, b)]:
         if x > cursor:
             gaps.append((cursor, x))
         cursor = max(cursor, y)
-    ordered = [g for g in gaps if g[0] >= anchor] + [g for g in gaps if g[0] < anchor]
+    return gaps
+
+
+def _free_time(own: List[Tuple[float, float]], where: List[Tuple[float, float]], a: float,
+               b: float, need: float) -> List[Tuple[float, float]]:
+    """Intervals of the lead's span ``[a, b)`` outside its own blocking time,
+    totalling ``need``: first where the straggler blocked, then right after
+    the lead's own last blocking interval (where it would have computed),
+    then from ``a``."""
+    free = _gaps(own, a, b)
+    first = []
+    for x, y in sorted(where):
+        first += [(max(x, u), min(y, v)) for u, v in free if min(y, v) > max(x, u)]
+    inside = [(x, y) for x, y in own if y > a and x < b]
+    anchor = min(max(y for _, y in inside), b) if inside else a
+    rest = sorted((max(x, u), min(y, v)) for x, y in _gaps(first, a, b) for u, v in free
+                  if min(y, v) > max(x, u))
+    ordered = first + [g for g in rest if g[0] >= anchor] + [g for g in rest if g[0] < anchor]
     out = []
     for x, y in ordered:
         take = min(y - x, need)
-        out.append((x, x + take))
-        need -= take
+        if take > 0:
+            out.append((x, x + take))
+            need -= take
         if need <= _EPS:
             break
     return out
