@@ -13,7 +13,9 @@ others'), so the job-level figures come from one **lead stream**:
   the job** (the hosts run together); a gap between them is a restart.
 - In each attempt of the job the lead is the lowest index present; among
   concurrent pieces of that index (several recorders, no index given), the
-  earliest to start. Sequential pieces of the lead index (a host restarted
+  earliest to start that recorded steps (with the JAX adapter's default,
+  only process 0 records steps, but every process records its job start
+  and end, all under index 0), else the earliest to start. Sequential pieces of the lead index (a host restarted
   while others ran on) all lead, one after the other.
 - A disruption recorded by any process of an attempt is the job's, counted
   once: when the lead piece recorded none, the earliest of the others' is
@@ -131,9 +133,20 @@ def _lead_chain(group: List[_Piece]) -> List[_Piece]:
     low = min(p.index for p in group)
     chain: List[_Piece] = []
     for p in group:  # in start order
-        if p.index == low and (not chain or p.start >= chain[-1].end):
+        if p.index != low:
+            continue
+        if not chain or p.start >= chain[-1].end:
             chain.append(p)
+        elif not _has_steps(chain[-1]) and _has_steps(p):
+            # two writers under one index at once: the one that records the
+            # training leads (only process 0 writes, but every process
+            # recorded its job start and end around the adapter)
+            chain[-1] = p
     return chain
+
+
+def _has_steps(p: _Piece) -> bool:
+    return any(e[1] == _STEP for e in p.events)
 
 
 def lead_events(events: Sequence[EventRecord]) -> List[EventRecord]:
