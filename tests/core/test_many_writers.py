@@ -220,3 +220,56 @@ def test_recorded_index_is_the_one_in_force_when_recorded(tmp_path):
     events, _ = open_store(store).read("idx")
     assert [(Kind(e.kind).name, e.process_index) for e in events] == [
         ("JOB_START", 0), ("STEP_START", 2)]
+
+
+def _lockstep_in_process(make_store, hosts, run, t0):
+    """``hosts`` recorders (one simulated host each) playing the README loop in
+    lockstep with one fake clock: 20 steps of a 0.25 s blocking load and
+    0.75 s of compute, the later hosts' job start under index 0."""
+    from unittest import mock
+
+    clock = FakeClock(t0)
+    recs = []
+    for i in range(hosts):
+        with mock.patch("socket.gethostname", return_value=f"cl-host-{i}"):
+            recs.append(Recorder(run, make_store(), clock=clock, hang_detection=False))
+    for r in recs:
+        r.record_job_start_time()
+    for i, r in enumerate(recs):
+        r.process_index = i
+    for step in range(20):
+        for r in recs:
+            r.record_step_start_time(step)
+            r.record_input_stall_start_time()  # what `with rec.data_loading():` adds
+        clock.advance(0.25)
+        for r in recs:
+            r.record_input_stall_end_time()
+        clock.advance(0.75)
+    for r in recs:
+        r.record_job_end_time()
+        assert r.flush(30)
+        r.close()
+
+
+def test_identical_lockstep_hosts_on_cloud_logging(tmp_path):
+    pytest.importorskip("google.cloud.logging_v2")
+    from tests.support.fake_cloud_logging import FakeCloudLogging, cloud_store_factory
+
+    import time as _time
+
+    t0 = _time.time() - 600  # entries of the last minutes, as a live job writes them
+    with FakeCloudLogging() as fake, \
+            cloud_store_factory(fake, tmp_path / "spill", "proj", "goodput") as make:
+        results = []
+        for hosts, run in ((1, "cl-one"), (3, "cl-three")):
+            _lockstep_in_process(make, hosts, run, t0)
+            calc = Calculator(run, make())
+            calc.refresh()
+            results.append(calc.cumulative(now=t0 + 1000))
+    one, three = results
+    # 20 steps of 1 s: 0.25 s stalled, 0.75 s computing; job end closes the last
+    assert one.productive_seconds == pytest.approx(15.0)
+    assert one.badput_seconds[B.DATA_LOADING_SYNC] == pytest.approx(5.0)
+    assert three.disruptions == 0 and three.skipped == {}
+    assert three.goodput == pytest.approx(one.goodput, abs=1e-9)
+    assert three.badput_seconds == pytest.approx(one.badput_seconds, abs=1e-9)
