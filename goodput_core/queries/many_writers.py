@@ -12,10 +12,15 @@ events, only for runs recorded by several processes.
 
 from __future__ import annotations
 
+from operator import itemgetter
 from typing import Any, List, Optional, Sequence
 
+from goodput_core.events import EventRecord
+
 from goodput_core.timeline.spans import Timeline
-from goodput_core.timeline.streams import lead_events, writers_of
+from goodput_core.timeline.streams import lead_events, writer_key
+
+_META = itemgetter(0, 6, 7, 5)  # run, host, pid, process index
 
 __all__ = ["ManyWriters"]
 
@@ -54,10 +59,19 @@ class ManyWriters:
         """As :meth:`note_writers` for EventRecords. ``keep``: hold on to the
         ones with writer metadata (events given to ``Calculator.add`` cannot
         be read again)."""
-        mine = [e for e in records if _has_writer(e) and (self.run is None or e[0] == self.run)]
+        if self.active:
+            return False
+        # one C-speed pass: the distinct (run, host, pid, index) of the batch
+        meta = {m for m in map(_META, records) if m[1] or m[2] or m[3]}
+        if self.run is not None:
+            meta = {m for m in meta if m[0] == self.run}
+        if not meta:
+            return False
         if keep:
-            self._records.extend(mine)
-        return self.note_writers(writers_of(mine))
+            self._records.extend(e for e in records if _has_writer(e)
+                                 and (self.run is None or e[0] == self.run))
+        return self.note_writers([writer_key(EventRecord("", 0, 0.0, None, None, i, h, p))
+                                  for _, h, p, i in meta])
 
     def reset(self) -> None:
         """Forgets the held events (the caller re-reads the run from its start)."""

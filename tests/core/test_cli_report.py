@@ -77,7 +77,8 @@ JSON_KEYS = {
     "run", "store", "query_time", "lifetime", "window", "exclude", "goodput_percent",
     "productive_seconds", "total_seconds", "idle_seconds", "excluded_seconds",
     "badput_seconds", "badput_percent", "custom_badput_seconds", "custom_badput_percent",
-    "data_loading_async_seconds", "data_loading_async_percent", "disruptions",
+    "data_loading_async_seconds", "data_loading_async_percent",
+    "data_loading_blocking_default", "disruptions",
     "max_productive_step", "last_step", "step_time", "skipped", "program_goodput",
     "program_goodput_unusable", "slice_efficiency", "metrics", "insights",
 }
