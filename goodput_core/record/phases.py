@@ -295,22 +295,16 @@ class PhaseMixin:
         return _Phase(self._blocking_load_start, self._blocking_load_end)
 
     def _blocking_load_start(self) -> None:
-        # One clock read: the load and its blocking span start at the same instant.
-        t = self._now_or_none()
-        self._record(Kind.DATA_LOADING_START, t)
-        self._record(Kind.BLOCKING_LOAD_START, t)
+        # the load (which the reference reads) and its blocking span (rule 16)
+        self._record_now_pair(Kind.DATA_LOADING_START, Kind.BLOCKING_LOAD_START)
 
     def _blocking_load_end(self) -> None:
-        t = self._now_or_none()
-        self._record(Kind.BLOCKING_LOAD_END, t)
-        self._record(Kind.DATA_LOADING_END, t)
+        self._record_now_pair(Kind.BLOCKING_LOAD_END, Kind.DATA_LOADING_END)
 
-    def _now_or_none(self) -> Any:
-        """The recorder's clock now, or None (let ``_record`` read and judge it)."""
-        try:
-            return self._clock()
-        except Exception:  # a broken clock: _record counts the rejection
-            return None
+    def _record_now_pair(self, first: Kind, second: Kind) -> None:
+        """Two events at the same instant, now (the recorder has a faster one)."""
+        self._record(first, None)
+        self._record(second, None)
 
     def step(self, step: int) -> _Phase:
         """One training step: start on enter, end on success."""
