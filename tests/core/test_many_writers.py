@@ -132,7 +132,7 @@ def test_host_outliers_use_each_processs_settled_index():
 
 
 # --------------------------------------------------- real processes, real stores
-def _run_hosts(store, run, *, first, steps, t0, hang_at=None):
+def _run_hosts(store, run, *, first, steps, t0, hang_at=None, during=None):
     ctx = mp.get_context("spawn")
     barrier, ready = ctx.Barrier(3), ctx.Queue()
     procs = [ctx.Process(target=lockstep_host,
@@ -142,6 +142,8 @@ def _run_hosts(store, run, *, first, steps, t0, hang_at=None):
         p.start()
     if hang_at is not None:
         assert sorted(ready.get(timeout=120) for _ in procs) == [0, 1, 2]
+        if during is not None:
+            during()  # a read while the hosts are alive, mid-step
         for p in procs:
             os.kill(p.pid, signal.SIGKILL)
     for p in procs:
@@ -165,11 +167,22 @@ def _check_clean_and_killed(store):
     assert sorted(h.process_index for h in calc.hosts().hosts) == [0, 1, 2]
 
     run = "killed-" + uuid.uuid4().hex[:8]
+    calc = Calculator(run, store)  # one calculator, read live then at the end
+
+    def live():
+        calc.refresh()
+        r = calc.cumulative(now=T0 + 8.25)
+        # steps 0..7 done (6 s computing, 2 s loading); step 8 open since T0 + 8,
+        # its 0.25 s load blocking even in the open step
+        assert r.total_seconds == pytest.approx(8.25)
+        assert r.productive_seconds == pytest.approx(6.0)
+        assert r.badput_seconds[B.DATA_LOADING_SYNC] == pytest.approx(2.25)
+        assert r.disruptions == 0 and r.skipped == {}
+
     # attempt 1: steps 0..7, killed inside step 8 (started at T0 + 8); the
     # checkpoint is at step 5, so attempt 2 starts at T0 + 20 and redoes 6..
-    _run_hosts(store, run, first=0, steps=9, t0=T0, hang_at=8)
+    _run_hosts(store, run, first=0, steps=9, t0=T0, hang_at=8, during=live)
     _run_hosts(store, run, first=6, steps=6, t0=T0 + 20)
-    calc = Calculator(run, store)
     calc.refresh()
     r = calc.cumulative(now=T0 + 1000)
     assert r.disruptions == 1 and r.skipped == {}
