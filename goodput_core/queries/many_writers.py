@@ -49,7 +49,8 @@ class ManyWriters:
         multi-writer (the caller then re-reads the run from its start)."""
         if self.active or not writers:
             return False
-        self.writers.update(writers)
+        # ("", 0): events stored without writer metadata (an unknown writer)
+        self.writers.update(w for w in writers if w is not None and w != ("", 0))
         if len(self.writers) > 1:
             self.active = True
             return True
@@ -62,14 +63,18 @@ class ManyWriters:
         if self.active:
             return False
         # one C-speed pass: the distinct (run, host, pid, index) of the batch
-        meta = {m for m in map(_META, records) if m[1] or m[2] or m[3]}
+        try:
+            meta = set(map(_META, records))
+        except (TypeError, IndexError, KeyError):  # junk among the events: counted by the engine
+            meta = {_META(e) for e in records if isinstance(e, tuple) and len(e) > 7}
+        meta = {m for m in meta if m[1] or m[2] or m[3]}
         if self.run is not None:
             meta = {m for m in meta if m[0] == self.run}
         if not meta:
             return False
         if keep:
-            self._records.extend(e for e in records if _has_writer(e)
-                                 and (self.run is None or e[0] == self.run))
+            self._records.extend(e for e in records if isinstance(e, tuple) and len(e) > 7
+                                 and _has_writer(e) and (self.run is None or e[0] == self.run))
         return self.note_writers([writer_key(EventRecord("", 0, 0.0, None, None, i, h, p))
                                   for _, h, p, i in meta])
 
@@ -79,7 +84,8 @@ class ManyWriters:
 
     def extend(self, records: Sequence[Any]) -> None:
         """Adds events of the run (in multi-writer mode)."""
-        self._records.extend(e for e in records if self.run is None or e[0] == self.run)
+        self._records.extend(e for e in records if isinstance(e, tuple) and len(e) > 7
+                             and (self.run is None or e[0] == self.run))
 
     def timeline(self) -> Timeline:
         """A new timeline of the lead stream of every event held."""

@@ -33,7 +33,7 @@ returned as it is.
 from __future__ import annotations
 
 import math
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from goodput_core.events import EventRecord, Kind
 
@@ -48,16 +48,20 @@ _STALL_END = int(Kind.INPUT_STALL_END)
 _EPS = 1e-9  # seconds: below this a straggler's excess is float noise
 
 
-def writer_key(e: EventRecord) -> Tuple[str, int]:
+def writer_key(e: EventRecord) -> Optional[Tuple[str, int]]:
     """The writer process of an event: ``(host, pid)``; for an event without
-    writer metadata (built by hand, imported with its index only), its index."""
+    writer metadata (built by hand, imported with its index only), its index;
+    None for an event of an unknown writer (no metadata, index 0: the
+    reference's logs)."""
     host, pid = e[6], e[7]
-    return (host, pid) if host or pid else ("", -1 - int(e[5]))
+    if host or pid:
+        return host, pid
+    return ("", -1 - int(e[5])) if e[5] else None
 
 
 def writers_of(events: Sequence[EventRecord]) -> set:
-    """The distinct writer processes of ``events``."""
-    return {writer_key(e) for e in events}
+    """The distinct known writer processes of ``events``."""
+    return {k for k in map(writer_key, events) if k is not None}
 
 
 def _t(e: EventRecord) -> float:
@@ -81,8 +85,8 @@ class _Piece:
         self.end = max(_t(e) for e in events)
 
 
-def _streams(events: Sequence[EventRecord]) -> Dict[Tuple[str, int], List[EventRecord]]:
-    out: Dict[Tuple[str, int], List[EventRecord]] = {}
+def _streams(events: Sequence[EventRecord]) -> Dict[Any, List[EventRecord]]:
+    out: Dict[Any, List[EventRecord]] = {}
     for e in events:
         out.setdefault(writer_key(e), []).append(e)
     return out
@@ -94,9 +98,10 @@ def _settled(evs: List[EventRecord]) -> int:
     return int(last[5])
 
 
-def stream_indices(events: Sequence[EventRecord]) -> Dict[Tuple[str, int], int]:
-    """``{(host, pid): settled index}`` of the writer processes of ``events``."""
-    return {k: _settled(v) for k, v in _streams(events).items()}
+def stream_indices(events: Sequence[EventRecord]) -> Dict[Any, int]:
+    """``{(host, pid): settled index}`` of the writer processes of ``events``
+    (``None``: the events of an unknown writer, index 0)."""
+    return {k: (0 if k is None else _settled(v)) for k, v in _streams(events).items()}
 
 
 def _pieces(key, evs: List[EventRecord]) -> List[_Piece]:
@@ -160,10 +165,12 @@ def lead_events(events: Sequence[EventRecord]) -> List[EventRecord]:
       takes from the other streams; ``events`` itself when one process wrote.
     """
     streams = _streams(events)
+    # events of an unknown writer (no metadata beside known writers' events:
+    # imported, or written by the reference) are the job's: kept as they are
+    out: List[EventRecord] = streams.pop(None, [])
     if len(streams) <= 1:
         return list(events)
     pieces = [p for key, evs in streams.items() for p in _pieces(key, evs)]
-    out: List[EventRecord] = []
     for group in _job_attempts(pieces):
         chain = _lead_chain(group)
         others = [p for p in group if not any(p is c for c in chain)]
