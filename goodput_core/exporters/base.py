@@ -19,9 +19,25 @@ from goodput_core.queries.host_outliers import HostBreakdown
 from goodput_core.queries.elastic import SliceEfficiency
 from goodput_core.queries.program_goodput import ProgramGoodput
 from goodput_core.queries.results import GoodputResult
+from goodput_core.queries.run_trace import TraceSpan
 from goodput_core.queries.step_stats import StepStats
 
-__all__ = ["Exporter", "MonitorSnapshot"]
+__all__ = ["Exporter", "MonitorSnapshot", "TraceDelta"]
+
+
+@dataclass(frozen=True)
+class TraceDelta:
+    """The run as a trace, as far as a cycle handed it out (exporters that set
+    ``wants_trace``).
+
+    Attributes:
+      attempts: every attempt span so far (``closed`` False for one going on).
+      phases: the phase spans that ended since the last cycle (at the final
+        cycle also those still going on), in time order.
+    """
+
+    attempts: List[TraceSpan]
+    phases: List[TraceSpan]
 
 
 @dataclass(frozen=True)
@@ -51,6 +67,7 @@ class MonitorSnapshot:
       hangs: the run's hangs so far (:class:`~goodput_core.queries.hangs.Hang`).
       checkpoint_advice: checkpoint-interval advice (None: insights off).
       hosts: per-host breakdown (None: insights off or fewer than two hosts).
+      trace: the run as a trace (None unless an exporter wants it).
     """
 
     run: str
@@ -69,6 +86,7 @@ class MonitorSnapshot:
     hangs: List[Hang] = field(default_factory=list)
     checkpoint_advice: Optional[CheckpointAdvice] = None
     hosts: Optional[HostBreakdown] = None
+    trace: Optional[TraceDelta] = None
 
     @property
     def hung(self) -> bool:
@@ -90,6 +108,9 @@ class Exporter(abc.ABC):
     @abc.abstractmethod
     def export(self, snapshot: MonitorSnapshot) -> None:
         """Publishes one snapshot. May raise: the monitor logs and skips."""
+
+    #: True for an exporter that wants the run as a trace (``snapshot.trace``).
+    wants_trace: bool = False
 
     def close(self) -> None:
         """Flushes and releases resources (called once, at monitor stop)."""
