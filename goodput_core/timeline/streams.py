@@ -32,6 +32,7 @@ returned as it is.
 
 from __future__ import annotations
 
+import bisect
 import math
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -250,8 +251,29 @@ def _blocking(evs: List[EventRecord]) -> List[Tuple[float, float]]:
     return [(a, b) for a, b in merged]
 
 
-def _inside(blocks: List[Tuple[float, float]], a: float, b: float) -> float:
-    return sum(max(0.0, min(y, b) - max(x, a)) for x, y in blocks)
+class _Blocks:
+    """A host's merged blocking intervals (disjoint, in time order), with the
+    ones that meet a span found by bisection (runs have many steps)."""
+
+    __slots__ = ("spans", "ends")
+
+    def __init__(self, spans: List[Tuple[float, float]]):
+        self.spans = spans
+        self.ends = [y for _, y in spans]  # sorted too: the intervals are disjoint
+
+    def within(self, a: float, b: float) -> List[Tuple[float, float]]:
+        """The intervals that meet ``[a, b)``, clipped to it."""
+        out, spans = [], self.spans
+        for i in range(bisect.bisect_right(self.ends, a), len(spans)):
+            x, y = spans[i]
+            if x >= b:
+                break
+            out.append((max(x, a), min(y, b)))
+        return out
+
+
+def _inside(clipped: List[Tuple[float, float]]) -> float:
+    return sum(y - x for x, y in clipped)
 
 
 def _straggler_stalls(lead: _Piece, others: List[_Piece]) -> List[EventRecord]:
@@ -262,27 +284,28 @@ def _straggler_stalls(lead: _Piece, others: List[_Piece]) -> List[EventRecord]:
     # into the lead's span: where the job most likely waited)
     worst: Dict[int, Tuple[float, List[Tuple[float, float]]]] = {}
     for p in others:
-        blocks = _blocking(p.events)
-        if not blocks:
+        blocks = _Blocks(_blocking(p.events))
+        if not blocks.spans:
             continue
         for k, (a, b) in _step_spans(p.events).items():
             if k in lead_spans:
-                w = _inside(blocks, a, b)
+                mine = blocks.within(a, b)
+                w = _inside(mine)
                 if w > worst.get(k, (0.0, None))[0]:
                     shift = lead_spans[k][0] - a
-                    worst[k] = (w, [(max(x, a) + shift, min(y, b) + shift)
-                                    for x, y in blocks if y > a and x < b])
+                    worst[k] = (w, [(x + shift, y + shift) for x, y in mine])
     if not worst:
         return []
-    own = _blocking(lead.events)
+    own = _Blocks(_blocking(lead.events))
     host, pid = lead.key
     out: List[EventRecord] = []
     for k, (w, where) in sorted(worst.items()):
         a, b = lead_spans[k]
-        need = min(w, b - a) - _inside(own, a, b)
+        own_k = own.within(a, b)
+        need = min(w, b - a) - _inside(own_k)
         if need <= _EPS:
             continue
-        for x, y in _free_time(own, where, a, b, need):
+        for x, y in _free_time(own_k, where, a, b, need):
             for kind, t in ((Kind.INPUT_STALL_START, x), (Kind.INPUT_STALL_END, y)):
                 out.append(EventRecord(lead.events[0][0], int(kind), t, None, None,
                                        lead.index, host, pid, "straggler", 0, t))

@@ -6,6 +6,7 @@ server, clean and killed with SIGKILL then restarted from a checkpoint."""
 
 from __future__ import annotations
 
+import itertools
 import multiprocessing as mp
 import os
 import signal
@@ -29,7 +30,7 @@ def _host(index, load, *, pid=None, steps=10, t0=0.0, job_end=True, known_late=F
     """One host's events: job start at t0, steps 1 s apart from t0 + 1, a
     blocking load of ``load`` s 0.5 s into each step, a job end at the end."""
     pid = 100 + index if pid is None else pid
-    seq = iter(range(1, 10_000))
+    seq = itertools.count(1)
 
     def ev(kind, t, step=None, idx=index):
         return EventRecord("m", int(kind), t0 + t, step, None, idx, f"host{index}", pid, "a",
