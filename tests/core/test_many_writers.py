@@ -287,3 +287,41 @@ def test_identical_lockstep_hosts_on_cloud_logging(tmp_path):
     assert three.disruptions == 0 and three.skipped == {}
     assert three.goodput == pytest.approx(one.goodput, abs=1e-9)
     assert three.badput_seconds == pytest.approx(one.badput_seconds, abs=1e-9)
+
+
+def test_compat_calculator_reads_three_hosts_as_the_reference_cannot(tmp_path):
+    """Three hosts 10 ms apart, each recording the same 10 steps of 1 s through
+    the compat recorder (a job start at 0 + d, steps at 1 + k + d, a job end at
+    11 + d): the reference reads every host's entries as one stream (20
+    restarts); ours reads process 0's: 0 restarts, 10 s productive of 11 s."""
+    pytest.importorskip("ml_goodput_measurement")
+    from unittest import mock
+
+    from goodput_core.compat.goodput import GoodputCalculator, GoodputRecorder
+    from tests.support.compat_calculator import T0 as CT0
+    from tests.support.compat_calculator import p, steps
+    from tests.support.reference_harness import reference_job_goodput
+
+    store = f"sqlite:///{tmp_path / 'compat.sqlite'}"
+    payloads = []
+    for i, d in enumerate((0.0, 0.01, 0.02)):
+        with mock.patch("socket.gethostname", return_value=f"compat-host-{i}"):
+            rec = GoodputRecorder("job", "log", True, store=store, clock=lambda: CT0 + 100,
+                                  process_index=i)
+        host = ([p(job_start_time=CT0 + d)] + steps(0, [CT0 + 1 + k + d for k in range(10)])
+                + [p(job_end_time=CT0 + 11 + d)])
+        rec.record_job_start_time(CT0 + d)
+        for k in range(10):
+            rec.record_step_start_time(k, CT0 + 1 + k + d)
+        rec.record_job_end_time(CT0 + 11 + d)
+        assert rec.flush(30)
+        rec.close()
+        payloads += host
+    payloads.sort(key=lambda x: next(v for k, v in x.items() if k.endswith("_time")))
+    ref = reference_job_goodput(payloads, CT0 + 100)
+    assert ref["disruptions"] == 20
+    calc = GoodputCalculator("job", "log", store=store, clock=lambda: CT0 + 100)
+    goodput, _, max_step = calc.get_job_goodput(include_badput_breakdown=True)
+    details = calc.get_job_goodput_details()
+    assert details["disruption_count"] == 0 and max_step == 9
+    assert goodput == pytest.approx(100 * 10 / 11)
