@@ -17,6 +17,7 @@ import pytest
 pytest.importorskip("jax")
 
 from goodput_core import Calculator, open_store  # noqa: E402
+from goodput_core.events import Kind  # noqa: E402
 from goodput_core.timeline.buckets import BadputType as B  # noqa: E402
 from goodput_core.timeline.streams import stream_indices, writer_key  # noqa: E402
 
@@ -86,6 +87,12 @@ def test_real_jax_distributed_job_figures_and_straggler(tmp_path):
     # the job's sync loading is the straggler's, not process 0's
     assert job.badput_seconds[B.DATA_LOADING_SYNC] > 0.8 * STEPS * 3 * LOAD_S
     assert alone.badput_seconds[B.DATA_LOADING_SYNC] < 0.6 * STEPS * 3 * LOAD_S
+    # the adapter records its loads as overlapped plus the stalls it measured
+    # (rule 16), never as native blocking loads
+    events, _ = open_store(store).read("per-host")
+    kinds = {e.kind for e in events}
+    assert int(Kind.INPUT_STALL_START) in kinds and int(Kind.DATA_LOADING_START) in kinds
+    assert int(Kind.BLOCKING_LOAD_START) not in kinds
     hosts = calc.hosts()
     assert sorted(h.process_index for h in hosts.hosts) == [0, 1, 2]
     assert [(o[0], o[1]) for o in hosts.outliers] == [(SLOW, "DATA_LOADING")]
