@@ -15,8 +15,9 @@ others'), so the job-level figures come from one **lead stream**:
   concurrent pieces of that index (several recorders, no index given), the
   earliest to start that recorded steps (with the JAX adapter's default,
   only process 0 records steps, but every process records its job start
-  and end, all under index 0), else the earliest to start. Sequential pieces of the lead index (a host restarted
-  while others ran on) all lead, one after the other.
+  and end, all under index 0), else the earliest to start. Sequential
+  pieces of the lead index (a host restarted while others ran on) all
+  lead, one after the other.
 - A disruption recorded by any process of an attempt is the job's, counted
   once: when the lead piece recorded none, the earliest of the others' is
   added to it (before its job end, if any).
@@ -27,7 +28,9 @@ others'), so the job-level figures come from one **lead stream**:
   right after the lead's own blocking time, where it would have computed).
 
 A run written by one process (every reference log: no writer metadata) is
-returned as it is.
+returned as it is; events without writer metadata beside other writers'
+(imported, or written by the reference into the same log) are kept as the
+job's.
 """
 
 from __future__ import annotations
