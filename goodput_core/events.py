@@ -92,6 +92,10 @@ class Kind(enum.IntEnum):
     # inside the load's own DATA_LOADING_START/END, which the reference reads.
     BLOCKING_LOAD_START = 40
     BLOCKING_LOAD_END = 41
+    # Scheduling (lifecycle): the scheduler accepted the job (or requeued it),
+    # and every host of an attempt was placed.
+    JOB_SUBMITTED = 50
+    RESOURCES_GRANTED = 51
 
 
 class KindSpec(NamedTuple):
@@ -169,6 +173,8 @@ KINDS: Dict[Kind, KindSpec] = {
         _spec(Kind.HANG_END, "hang_end_time", reference=False),
         _spec(Kind.BLOCKING_LOAD_START, "blocking_load_start_time", reference=False),
         _spec(Kind.BLOCKING_LOAD_END, "blocking_load_end_time", reference=False),
+        _spec(Kind.JOB_SUBMITTED, "job_submitted_time", reference=False),
+        _spec(Kind.RESOURCES_GRANTED, "resources_granted_time", reference=False),
     )
 }
 

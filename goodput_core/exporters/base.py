@@ -16,6 +16,8 @@ from goodput_core.queries.checkpoint_advice import CheckpointAdvice
 from goodput_core.queries.diagnostics import MetricPoint
 from goodput_core.queries.hangs import Hang
 from goodput_core.queries.host_outliers import HostBreakdown
+from goodput_core.queries.incidents import IncidentSummary
+from goodput_core.queries.lifecycle import Lifecycle
 from goodput_core.queries.elastic import SliceEfficiency
 from goodput_core.queries.program_goodput import ProgramGoodput
 from goodput_core.queries.results import GoodputResult
@@ -68,6 +70,10 @@ class MonitorSnapshot:
       checkpoint_advice: checkpoint-interval advice (None: insights off).
       hosts: per-host breakdown (None: insights off or fewer than two hosts).
       trace: the run as a trace (None unless an exporter wants it).
+      lifecycle: scheduling goodput, ETTR and MPG (None: insights off, or the
+        run has no scheduling events).
+      incidents: the run's incidents, MTBF and MTTR (None: insights off or no
+        incident yet).
     """
 
     run: str
@@ -87,6 +93,8 @@ class MonitorSnapshot:
     checkpoint_advice: Optional[CheckpointAdvice] = None
     hosts: Optional[HostBreakdown] = None
     trace: Optional[TraceDelta] = None
+    lifecycle: Optional[Lifecycle] = None
+    incidents: Optional[IncidentSummary] = None
 
     @property
     def hung(self) -> bool:
