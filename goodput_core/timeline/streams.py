@@ -49,6 +49,7 @@ _DISRUPTION = int(Kind.DISRUPTION)
 _BLOCK_START = {int(Kind.INPUT_STALL_START): "stall", int(Kind.BLOCKING_LOAD_START): "bload"}
 _BLOCK_END = {int(Kind.INPUT_STALL_END): "stall", int(Kind.BLOCKING_LOAD_END): "bload"}
 _STALL_END = int(Kind.INPUT_STALL_END)
+_SCHEDULING = {int(Kind.JOB_SUBMITTED), int(Kind.RESOURCES_GRANTED)}
 _EPS = 1e-9  # seconds: below this a straggler's excess is float noise
 
 
@@ -170,19 +171,37 @@ def lead_events(events: Sequence[EventRecord]) -> List[EventRecord]:
     """
     streams = _streams(events)
     # events of an unknown writer (no metadata beside known writers' events:
-    # imported, or written by the reference) are the job's: kept as they are
+    # imported, or written by the reference) are the job's: kept as they are;
+    # so are the scheduler's times, whoever recorded them (often a separate
+    # process: the launcher, `goodput` importing the scheduler's log)
     out: List[EventRecord] = streams.pop(None, [])
+    for key in list(streams):
+        evs = streams[key]
+        if any(e[1] in _SCHEDULING for e in evs):
+            out += [e for e in evs if e[1] in _SCHEDULING]
+            streams[key] = [e for e in evs if e[1] not in _SCHEDULING]
+            if not streams[key]:
+                del streams[key]
     if len(streams) <= 1:
         return list(events)
     pieces = [p for key, evs in streams.items() for p in _pieces(key, evs)]
+    leads: List[_Piece] = []
     for group in _job_attempts(pieces):
         chain = _lead_chain(group)
         others = [p for p in group if not any(p is c for c in chain)]
-        for i, lead in enumerate(chain):
-            until = chain[i + 1].start if i + 1 < len(chain) else math.inf
+        for lead in chain:
             stalls = _straggler_stalls(lead, others) if others else []
             out.extend(_in_time_order(lead.events, stalls))
-            out.extend(_borrowed_disruption(lead, others, until))
+        leads += chain
+    # a host's disruption may come after the lead's last event (the lead's
+    # host was still waiting in a collective): each lead piece borrows from
+    # every other writer up to the next lead piece's start
+    lead_ids = {id(p) for p in leads}
+    foreign = sorted((e for p in pieces if id(p) not in lead_ids for e in p.events
+                      if e[1] == _DISRUPTION), key=_t)
+    for i, lead in enumerate(leads):
+        until = leads[i + 1].start if i + 1 < len(leads) else math.inf
+        out.extend(_borrowed_disruption(lead, foreign, until))
     return out
 
 
@@ -198,20 +217,16 @@ def _in_time_order(events: List[EventRecord], stalls: List[EventRecord]) -> List
     return [x[3] for x in keyed]
 
 
-def _borrowed_disruption(lead: _Piece, others: List[_Piece], until: float
+def _borrowed_disruption(lead: _Piece, foreign: List[EventRecord], until: float
                          ) -> List[EventRecord]:
-    """The earliest disruption another process recorded during ``lead``, when
-    ``lead`` recorded none itself (one per restart)."""
+    """The earliest disruption another process recorded during ``lead`` (up to
+    ``until``), when ``lead`` recorded none itself (one per restart). It keeps
+    its writer: which host saw the failure (incidents)."""
     if any(e[1] == _DISRUPTION for e in lead.events):
         return []
     ends = [_t(e) for e in lead.events if e[1] == _JOB_END]
     stop = min([until] + ends)
-    found = [e for p in others for e in p.events
-             if e[1] == _DISRUPTION and lead.start <= _t(e) < stop]
-    if not found:
-        return []
-    first = min(found, key=_t)
-    return [first._replace(process_index=lead.index, host=lead.key[0], pid=lead.key[1])]
+    return [e for e in foreign if lead.start <= _t(e) < stop][:1]
 
 
 # ------------------------------------------------------------------ stragglers

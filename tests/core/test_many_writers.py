@@ -325,3 +325,15 @@ def test_compat_calculator_reads_three_hosts_as_the_reference_cannot(tmp_path):
     details = calc.get_job_goodput_details()
     assert details["disruption_count"] == 0 and max_step == 9
     assert goodput == pytest.approx(100 * 10 / 11)
+
+
+def test_scheduler_times_from_another_writer_are_kept():
+    # the launcher (its own process) records the submission and the grant;
+    # the hosts record the training: the scheduler's times are the job's
+    launcher = [EventRecord("m", int(Kind.JOB_SUBMITTED), -30.0, None, None, 0, "login", 7, "l", 1),
+                EventRecord("m", int(Kind.RESOURCES_GRANTED), -10.0, None, None, 0, "login", 7,
+                            "l", 2)]
+    got = lead_events(launcher + _host(0, 0.1) + _host(1, 0.1))
+    kinds = [Kind(e.kind) for e in got]
+    assert kinds.count(Kind.JOB_SUBMITTED) == 1 and kinds.count(Kind.RESOURCES_GRANTED) == 1
+    assert {e.host for e in got if e.kind == Kind.STEP_START} == {"host0"}
