@@ -109,13 +109,15 @@ def _recorded_events():
     record_synthetic_job(rec, T0)
     assert rec.close(30)
     events = mem.read(RUN)[0]
-    hosts = [e._replace(process_index=p) for p in range(4) for e in events]
+    # one writer process per host (rule 13: a stream is a host and pid)
+    hosts = [e._replace(process_index=p, host=f"h{p}", pid=1000 + p)
+             for p in range(4) for e in events]
     starts = sorted((e.time, e.step) for e in events if e.kind == Kind.STEP_START)
     for t, step in starts[:12]:
         hosts += [EventRecord(RUN, int(Kind.DATA_LOADING_START), t + 0.05, step, None,
-                              process_index=3),
+                              process_index=3, host="h3", pid=1003),
                   EventRecord(RUN, int(Kind.DATA_LOADING_END), t + 0.95, step, None,
-                              process_index=3)]
+                              process_index=3, host="h3", pid=1003)]
     step13 = next(t for t, step in starts if step == 13)
     step12 = next(t for t, step in starts if step == 12)
     hang = EventRecord(RUN, int(Kind.HANG), step13 - 0.1, 12,
