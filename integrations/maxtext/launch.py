@@ -37,7 +37,10 @@ as program startup (MaxText compiles its train step outside any goodput
 block), and a
 disruption with its cause when the command raises (``exception:<Type>``,
 ``exit:<status>``) or the process gets SIGTERM once MaxText has built its
-recorder (``sigterm``). Nothing heavy is imported before the command runs.
+recorder (``sigterm``). MaxText's own ``maybe_monitor_goodput`` is guarded
+(:mod:`~goodput_integrations.maxtext.monitor_guard`): a monitor that fails
+to start is one warning, never the job's end. Nothing heavy is imported
+before the command runs.
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ import sys
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 from goodput_integrations.errors import AdapterUnavailable
-from goodput_integrations.maxtext import alias, config, runtime
+from goodput_integrations.maxtext import alias, config, monitor_guard, runtime
 
 __all__ = ["main", "parse_args"]
 
@@ -168,12 +171,14 @@ def main(argv: Optional[Sequence[str]] = None, *,
         return 2
     _hint(command)
     _enable(options, clock)
+    monitor_guard.arm()
     try:
         run(command)
     except BaseException as exc:  # propagating out of MaxText: a crash (or exit 0)
         runtime.record_crash(exc)
         raise
     finally:
+        monitor_guard.disarm()
         alias.disable_reference_alias()  # also removes the hooks and the Orbax patch
     return 0
 
