@@ -56,19 +56,19 @@ def process_index() -> int:
                 return int(index)
         except Exception:
             pass
-    for env in _RANK_ENV:
-        try:
-            return int(os.environ[env])
-        except (KeyError, ValueError):
-            continue
-    return 0
+    return _first_int_env(_RANK_ENV)
 
 
 def local_rank() -> int:
     """This process's rank on its host: the first of ``LOCAL_RANK``,
     ``SLURM_LOCALID``, ``OMPI_COMM_WORLD_LOCAL_RANK`` that is set, else 0
     (one process per host, the SDK's assumption for JAX)."""
-    for env in _LOCAL_RANK_ENV:
+    return _first_int_env(_LOCAL_RANK_ENV)
+
+
+def _first_int_env(names) -> int:
+    """The first of the variables ``names`` set to an integer, else 0."""
+    for env in names:
         try:
             return int(os.environ[env])
         except (KeyError, ValueError):
