@@ -31,7 +31,7 @@ PENDING_MAX = 10_000
 #: The SDK's system metrics: dropped unless the run has ``log_system_metrics``.
 SYSTEM_METRICS = frozenset(m.value for m in MetricType if m.name.startswith(
     ("TPU_", "HBM_", "GPU_", "VRAM_", "HOST_")))
-_STEP_RANGE = range(-2**63, 2**63)  # a step the store's 64-bit column holds
+_STEP_MIN, _STEP_MAX = -2**63, 2**63 - 1  # a step the store's 64-bit column holds
 _lock = threading.Lock()
 _active: Optional["ActiveRun"] = None
 _pending: collections.deque = collections.deque()
@@ -65,7 +65,8 @@ def metric_name(metric: Any, labels: Any) -> str:
     Raises:
       RecordingError: not a MetricType or a non-empty string; labels not a dict.
     """
-    if isinstance(metric, enum.Enum) and isinstance(metric.value, str) and metric.value:
+    if type(metric) is MetricType or (isinstance(metric, enum.Enum)
+                                      and isinstance(metric.value, str) and metric.value):
         name = metric.value
     elif isinstance(metric, str) and metric.strip():
         name = metric.strip()
@@ -150,7 +151,7 @@ class ActiveRun:
                     step = operator.index(step)
                 except TypeError:
                     pass  # the recorder rejects and counts it
-            if type(step) is int and step not in _STEP_RANGE:
+            if type(step) is int and not _STEP_MIN <= step <= _STEP_MAX:
                 _counts["bad_step"] += 1  # this point alone: later steps still count
                 _warn_once("bad-step", "goodput: metrics.record(%r, step=%d): the step is out "
                            "of the 64-bit range; point not recorded", name, step)
