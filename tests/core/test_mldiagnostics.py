@@ -30,7 +30,6 @@ from goodput_core.compat.mldiagnostics import (
 from goodput_core.compat.mldiagnostics.custom_types.mlrun_types import (
     ApplicationFramework,
     Framework,
-    Orchestrator,
     RunPhase,
 )
 from goodput_core.compat.mldiagnostics.metric_types import MetricType

@@ -116,7 +116,7 @@ def test_without_tensorboardx_one_clear_warning_at_start(monkeypatch, caplog, tm
     monkeypatch.setitem(sys.modules, "tensorboardX", None)  # not installed
     with caplog.at_level(logging.WARNING, logger="goodput"):
         rec = gax.GoodputSuiteRecorder.from_flags(
-            [f"name=nt", f"upload_dir={tmp_path}", "store=memory://nt-tbx"], process_index=0)
+            ["name=nt", f"upload_dir={tmp_path}", "store=memory://nt-tbx"], process_index=0)
         with rec.maybe_monitor_all():
             rec.record(gax.Event.START_JOB)
             rec.record(gax.Event.END_JOB)
