@@ -130,10 +130,12 @@ class GoodputSuiteRecorder(_base.RecorderBase):
       process_index: returns this process's index, or an int (tests).
     """
 
-    if _base.recorder_config(CONFIG_FIELDS) is not None:
+    _config = _base.recorder_config(CONFIG_FIELDS)
+    if _config is not None:
         #: AXLearn's config of this recorder: ``name`` plus :data:`CONFIG_FIELDS`
         #: (AXLearn's own recorder's fields and ours); only with AXLearn.
-        Config = _base.recorder_config(CONFIG_FIELDS)
+        Config = _config
+    del _config
 
     # Test hooks used when from_flags gets none (AXLearn passes only fv=).
     _hook_clock: Optional[Callable[[], float]] = None
