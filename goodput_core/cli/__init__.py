@@ -36,6 +36,11 @@ COMMANDS = {
     "timeline": ("timeline", "draw a run's attributed spans over time (PNG or HTML)"),
     "export": ("export", "write a run's events to a JSONL file, one reference payload per line"),
     "import": ("import_", "copy a run between stores and JSONL files, skipping what is there"),
+    "incidents": ("incidents", "every disruption: cause, time to detect and restart, "
+                               "progress lost; MTBF, MTTR"),
+    "project": ("project", "what-if: expected ETTR at another scale or checkpoint interval"),
+    "import-scheduler": ("import_scheduler", "add scheduling times from Slurm (sacct --json) "
+                                             "or Kubernetes events to a run"),
 }
 
 
