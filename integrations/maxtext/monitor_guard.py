@@ -41,14 +41,18 @@ def _guarded(original: Callable[[Any], Any]) -> Callable[[Any], Any]:
         manager = original(config)
         try:
             manager.__enter__()
+            failed = None
         except Exception as exc:  # starting the monitor: never the job's end
+            failed = f"{type(exc).__name__}: {exc}"
+        if failed is not None:
+            # outside the except block: the training must not run "while handling" it
             why = (" (report_performance_metric_for_gcp_monitoring=true makes MaxText write "
                    "to its read-only config)"
                    if getattr(config, "report_performance_metric_for_gcp_monitoring", False)
                    else "")
-            logger.warning("goodput: MaxText's goodput monitor did not start: %s: %s%s; the "
-                           "job goes on with monitoring off (goodput is still recorded)",
-                           type(exc).__name__, exc, why)
+            logger.warning("goodput: MaxText's goodput monitor did not start: %s%s; the job "
+                           "goes on with monitoring off (goodput is still recorded)", failed,
+                           why)
             yield
             return
         try:

@@ -51,6 +51,8 @@ TRAIN = textwrap.dedent('''
     from maxtext.common.goodput import ReadOnlyConfig, maybe_monitor_goodput, EVENTS
     config = ReadOnlyConfig(report_performance_metric_for_gcp_monitoring=sys.argv[1] == "true")
     with maybe_monitor_goodput(config):
+        # the training does not run "while handling" the monitor's exception
+        assert sys.exc_info() == (None, None, None), sys.exc_info()
         EVENTS.append("trained")
         if sys.argv[2] == "crash":
             raise RuntimeError("boom in training")
