@@ -1,11 +1,13 @@
 # The commands of the README. `demo` and `test` create ./.venv and install into it;
 # `test-maxtext` (opt-in, not part of `test`) builds its own Python 3.12 environment
-# under build/ and runs real MaxText on CPU (tests/external/maxtext_e2e.py).
+# under build/ and runs real MaxText on CPU (tests/external/maxtext_e2e.py);
+# `test-axlearn AXLEARN_SRC=<apple/axlearn checkout>` (opt-in too) runs our AXLearn
+# recorder through AXLearn's own registry and config system (tests/external/axlearn_e2e.py).
 PYTHON ?= python3
 VENV ?= .venv
 PIP := $(VENV)/bin/pip
 
-.PHONY: demo test test-maxtext test-slurm slurm-server postgres-server browser-and-prometheus
+.PHONY: demo test test-maxtext test-axlearn test-slurm slurm-server postgres-server browser-and-prometheus
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +27,10 @@ test: $(VENV)/bin/python postgres-server browser-and-prometheus
 
 test-maxtext:
 	$(PYTHON) tests/external/maxtext_e2e.py
+
+test-axlearn:
+	@[ -n "$(AXLEARN_SRC)" ] || { echo "usage: make test-axlearn AXLEARN_SRC=<axlearn checkout>"; exit 2; }
+	$(PYTHON) tests/external/axlearn_e2e.py --axlearn-src "$(AXLEARN_SRC)"
 
 # The PostgreSQL store's tests start throwaway servers from Debian's package
 # (no daemon is started here). Installed when missing and we may (root).

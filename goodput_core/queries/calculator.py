@@ -93,7 +93,10 @@ class Calculator(BeyondGoodputMixin):
     Args:
       run: the run name. Required with ``store``; with :meth:`add`, events
         of other runs are skipped (None: accept every event).
-      store: a store URL, path or open Store to read with :meth:`refresh`.
+      store: a store URL, path or open Store to read with :meth:`refresh`;
+        None with a run: the default store, the one ``Recorder(run)`` writes
+        to (``$GOODPUT_STORE`` or the embedded file), opened at the first
+        :meth:`refresh`.
       clock: returns the current POSIX time (``now`` of queries).
       ideal_step_time: a configured ideal step time in seconds (optional).
 
@@ -174,10 +177,7 @@ class Calculator(BeyondGoodputMixin):
         Returns:
           The number of events read (0 without a store).
         """
-        if self._store is None:
-            self._warn_once("no-store", "goodput: Calculator(%r) has no store, so refresh() reads "
-                            "nothing: pass store= (a URL, a path or an open store; a Recorder "
-                            "given no store writes to %s)", self.run, _default_url())
+        if self._store is None and not self._open_default_store():
             return 0
         flush_before_read(self.run, self._store)
         with self._lock:
@@ -189,6 +189,27 @@ class Calculator(BeyondGoodputMixin):
                             getattr(self._store, "url", self._store),
                             getattr(self._store, "url", self._store))
         return n
+
+    def _open_default_store(self) -> bool:
+        """The store a ``Recorder(run)`` given no store writes to, for a
+        Calculator given a run and no store; False (warned once) while there
+        is none to read."""
+        from goodput_core.stores import StoreError, open_store
+
+        url = _default_url()
+        if self.run:
+            try:
+                self._store = open_store(url, create=False)
+            except StoreError as exc:
+                self._warn_once("no-store", "goodput: Calculator(%r) reads the default store, "
+                                "where a Recorder given no store writes (%s): %s", self.run,
+                                url, exc)
+                return False
+            self._host_tracker = HostTracker(self.run, self._store, clock=self._clock)
+            return True
+        self._warn_once("no-store", "goodput: a Calculator without a run reads no store: "
+                        "pass run and store= (a Recorder given no store writes to %s)", url)
+        return False
 
     def _warn_once(self, key: str, message: str, *args: Any) -> None:
         if key not in self._warned:
