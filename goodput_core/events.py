@@ -89,6 +89,11 @@ class Kind(enum.IntEnum):
     HANG = 30  # a hang detected by the watchdog (insights)
     HANG_END = 31  # progress resumed after a hang
     HEARTBEAT = 32  # the lead writer is alive (semantics rule 15)
+    # A load recorded by the native ``with rec.data_loading():`` (semantics
+    # rule 16): the accelerator waited for it, wherever it lies. Recorded
+    # inside the load's own DATA_LOADING_START/END, which the reference reads.
+    BLOCKING_LOAD_START = 40
+    BLOCKING_LOAD_END = 41
     # Scheduling (lifecycle): the scheduler accepted the job (or requeued it),
     # and every host of an attempt was placed.
     JOB_SUBMITTED = 50
@@ -170,6 +175,8 @@ KINDS: Dict[Kind, KindSpec] = {
         _spec(Kind.HANG_END, "hang_end_time", reference=False),
         # written by the lead writer's thread every heartbeat_seconds
         _spec(Kind.HEARTBEAT, "heartbeat_time", reference=False),
+        _spec(Kind.BLOCKING_LOAD_START, "blocking_load_start_time", reference=False),
+        _spec(Kind.BLOCKING_LOAD_END, "blocking_load_end_time", reference=False),
         _spec(Kind.JOB_SUBMITTED, "job_submitted_time", reference=False),
         _spec(Kind.RESOURCES_GRANTED, "resources_granted_time", reference=False),
     )

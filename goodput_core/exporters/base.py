@@ -72,6 +72,8 @@ class MonitorSnapshot:
       hosts: per-host breakdown (None: insights off or fewer than two hosts).
       state: running, stopped (where and why) or ended (semantics.md rule 15;
         None when the goodput part was not computed).
+      run_state: ``running``, ``stopped`` or ``ended`` where the calculator
+        tells a run's state (None: insights off, or not told).
       trace: the run as a trace (None unless an exporter wants it).
       lifecycle: scheduling goodput, ETTR and MPG (None: insights off, or the
         run has no scheduling events).
@@ -95,6 +97,7 @@ class MonitorSnapshot:
     hangs: List[Hang] = field(default_factory=list)
     checkpoint_advice: Optional[CheckpointAdvice] = None
     hosts: Optional[HostBreakdown] = None
+    run_state: Optional[str] = None
     trace: Optional[TraceDelta] = None
     lifecycle: Optional[Lifecycle] = None
     incidents: Optional[IncidentSummary] = None

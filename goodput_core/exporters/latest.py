@@ -116,11 +116,11 @@ def figures(s: RunFigures) -> Iterator[Figure]:
     ``q`` (quantile), ``ideal``, ``win`` (window), ``drop``, ``eff`` (kind,
     window), ``prog``, ``mlp``, ``metric`` (name), ``hung``, ``hang``,
     ``ckpt`` (kind), ``host`` (process index), ``outlier`` (process index,
-    bucket), for runs with scheduling events or incidents, ``sg``, ``ettr``,
-    ``mpg``, ``sched``, ``inc``, ``mtbf``, ``mttr``, and ``stopped`` (cause: 1
-    once the run stopped without a job end, 0 with cause "" while it runs or
-    after its end), ``stopped_at`` (POSIX time, stopped runs only). Each
-    exporter names them in its own conventions.
+    bucket), ``stopped`` (where the engine tells a run's state), and, for runs
+    with scheduling events or incidents, ``sg``, ``ettr``, ``mpg``, ``sched``,
+    ``inc``, ``mtbf``, ``mttr``; for a run that stopped without a job end
+    (semantics rule 15), ``stopped_cause`` (cause: 1) and ``stopped_at``
+    (POSIX time). Each exporter names them in its own conventions.
     """
     r = s.cumulative
     if r is not None:
@@ -153,9 +153,8 @@ def figures(s: RunFigures) -> Iterator[Figure]:
     if s.insights is not None:
         yield from _insight_figures(s.insights)
     if s.state is not None:  # semantics rule 15
-        stopped = s.state.stopped
-        yield "stopped", (s.state.cause if stopped else "",), 1.0 if stopped else 0.0
-        if stopped:
+        if s.state.stopped:  # "stopped" itself comes with the insights (run_state)
+            yield "stopped_cause", (s.state.cause,), 1.0
             yield "stopped_at", (), s.state.stopped_at
 
 
@@ -175,6 +174,8 @@ def _insight_figures(snap: MonitorSnapshot) -> Iterator[Figure]:
             yield "mttr", (), inc.mttr_seconds
     yield "hung", (), 1.0 if snap.hung else 0.0
     yield "hang", (), snap.hang_seconds
+    if snap.run_state is not None:
+        yield "stopped", (), 1.0 if snap.run_state == "stopped" else 0.0
     advice = snap.checkpoint_advice
     if advice is not None and advice.available:
         if advice.current_interval_seconds is not None:

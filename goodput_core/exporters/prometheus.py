@@ -25,16 +25,18 @@ Metrics (all labelled by ``run``), from the latest snapshot of each run:
 ``goodput_metric{name}``                   the latest value of each model metric
 ``goodput_hung``                           1 while a hang is open, else 0
 ``goodput_hang_seconds``                   seconds of every hang so far
-``goodput_stopped{cause}``                 1 when the run stopped without a job end
-                                           (its cause: a disruption's, or ``no sign
-                                           of life``), else 0 (cause ``""``)
-``goodput_stopped_time_seconds``           where a stopped run stopped (POSIX time)
 ``goodput_checkpoint_interval_seconds``    checkpoint interval: ``kind`` ``current``
 ``{kind}``                                 or ``recommended`` (runs with advice)
 ``goodput_host_local_seconds``             host-local time of the top 10 hosts and
 ``{process_index}``                        the median host (``median``)
 ``goodput_host_outlier{process_index,``    1 for each outlier host, with its bucket
 ``bucket}``
+``goodput_run_stopped``                    1 while the run is stopped (no sign of life,
+                                           or a recorded disruption last), else 0
+                                           (where the engine tells a run's state)
+``goodput_run_stopped_cause{cause}``       1 for a stopped run, with why (a
+                                           disruption's cause, or ``no sign of life``)
+``goodput_run_stopped_time_seconds``       where a stopped run stopped (POSIX time)
 =========================================  ==========================================
 
 The metrics live on a private ``CollectorRegistry`` (never the global one,
@@ -98,9 +100,11 @@ class _SnapshotCollector:
                           "top hosts and the median host.", ("process_index",)),
             "outlier": gauge("goodput_host_outlier", "1 for a host whose host-local time "
                              "makes it an outlier.", ("process_index", "bucket")),
-            "stopped": gauge("goodput_stopped", "1 when the run stopped without a job end "
-                             "(label: why), else 0.", ("cause",)),
-            "stopped_at": gauge("goodput_stopped_time_seconds",
+            "stopped": gauge("goodput_run_stopped", "1 while the run is stopped (no sign of "
+                             "life, or ended by a disruption), else 0."),
+            "stopped_cause": gauge("goodput_run_stopped_cause", "1 for why a stopped run "
+                                   "stopped (label cause).", ("cause",)),
+            "stopped_at": gauge("goodput_run_stopped_time_seconds",
                                 "POSIX time at which a stopped run stopped."),
             "sg": gauge("goodput_scheduling_ratio", "Scheduling goodput: time holding the "
                         "resources / time since submission (0-1)."),

@@ -55,8 +55,10 @@ def test_prometheus_console_tensorboard_and_the_log_say_stopped(tmp_path, caplog
     finally:
         m.stop(10)
     for got in scrapes:
-        assert got[("goodput_stopped", frozenset({("run", "st"), ("cause", CAUSE)}))] == 1.0
-        assert got[("goodput_stopped_time_seconds", frozenset({("run", "st")}))] == T0 + 35
+        assert got[("goodput_run_stopped", frozenset({("run", "st")}))] == 1.0
+        assert got[("goodput_run_stopped_cause",
+                    frozenset({("run", "st"), ("cause", CAUSE)}))] == 1.0
+        assert got[("goodput_run_stopped_time_seconds", frozenset({("run", "st")}))] == T0 + 35
         assert got[("goodput_total_seconds", frozenset({("run", "st")}))] == pytest.approx(35.0)
     assert scrapes[0] == scrapes[1]  # nothing decays
     said = "stopped at 2023-11-14T22:13:55Z (exception:KeyboardInterrupt)"  # T0 + 35 in UTC
@@ -84,8 +86,9 @@ def test_a_running_run_publishes_stopped_zero():
         got = scrape(prom.url)
     finally:
         m.stop(10)
-    assert got[("goodput_stopped", frozenset({("run", "st"), ("cause", "")}))] == 0.0
-    assert not any(k[0] == "goodput_stopped_time_seconds" for k in got)
+    assert got[("goodput_run_stopped", frozenset({("run", "st")}))] == 0.0
+    assert not any(k[0] in ("goodput_run_stopped_cause", "goodput_run_stopped_time_seconds")
+                   for k in got)
 
 
 def test_opentelemetry_says_stopped():
@@ -104,5 +107,7 @@ def test_opentelemetry_says_stopped():
     finally:
         receiver.close()
     run = ("goodput.run", "st")
-    assert got[("goodput.run.stopped", frozenset({run, ("goodput.stop.cause", CAUSE)}))] == 1.0
+    assert got[("goodput.run.stopped", frozenset({run}))] == 1.0
+    assert got[("goodput.run.stopped.cause", frozenset({run, ("goodput.stop.cause", CAUSE)}))] \
+        == 1.0
     assert got[("goodput.run.stopped_time", frozenset({run}))] == T0 + 35
