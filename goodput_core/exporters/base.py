@@ -106,7 +106,7 @@ class MonitorSnapshot:
     @property
     def stopped(self) -> bool:
         """True when the run stopped without a job end (rule 15)."""
-        return self.state is not None and self.state.stopped
+        return getattr(self.state, "state", None) == "stopped"
 
     @property
     def hung(self) -> bool:

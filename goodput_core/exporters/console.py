@@ -69,7 +69,7 @@ def format_snapshot(snap: MonitorSnapshot) -> str:
         parts.append(f"new_deviations={len(snap.new_step_deviations)}")
     if snap.hung:
         parts.append(f"HUNG hang_seconds={snap.hang_seconds:.0f}s")
-    if snap.stopped:
+    if snap.stopped and hasattr(snap.state, "describe"):
         parts.append(snap.state.describe().upper().replace("STOPPED AT", "STOPPED at", 1))
     advice = snap.checkpoint_advice
     if advice is not None and advice.available and advice.goodput_gain_points is not None \

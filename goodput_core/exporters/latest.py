@@ -153,9 +153,11 @@ def figures(s: RunFigures) -> Iterator[Figure]:
     if s.insights is not None:
         yield from _insight_figures(s.insights)
     if s.state is not None:  # semantics rule 15
-        if s.state.stopped:  # "stopped" itself comes with the insights (run_state)
-            yield "stopped_cause", (s.state.cause,), 1.0
-            yield "stopped_at", (), s.state.stopped_at
+        st = s.state  # a RunState, or what another engine's state() tells
+        if getattr(st, "state", None) == "stopped" and getattr(st, "stopped_at", None) is not None:
+            # "stopped" itself comes with the insights (run_state)
+            yield "stopped_cause", (str(getattr(st, "cause", None)),), 1.0
+            yield "stopped_at", (), st.stopped_at
 
 
 def _insight_figures(snap: MonitorSnapshot) -> Iterator[Figure]:

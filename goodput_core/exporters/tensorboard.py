@@ -189,7 +189,7 @@ class TensorBoardExporter(Exporter):
                 for kind, pct in result.custom_badput_percent.items():
                     self._scalar(f"badput/custom_badput_events/{kind.lower()}", pct, step, wall)
             self._extras(snapshot, step, wall)
-            if snapshot.state is not None:  # rule 15
+            if hasattr(snapshot.state, "describe"):  # rule 15 (our engine's RunState)
                 self._state(snapshot, step, wall)
         for size, window in sorted(snapshot.rolling.items()):
             if window.total_seconds > 0:

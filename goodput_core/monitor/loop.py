@@ -329,7 +329,8 @@ class Monitor:
             return None
         snapshot = MonitorSnapshot(self.run, float(now), cumulative, rolling, stats, new,
                                    self._dropped(), final, **extras)
-        if snapshot.stopped and snapshot.state.describe() != self._said_stopped:
+        if snapshot.stopped and hasattr(snapshot.state, "describe") \
+                and snapshot.state.describe() != self._said_stopped:
             self._said_stopped = snapshot.state.describe()  # rule 15: said once per stop
             logger.warning("goodput monitor %s: the run %s; its figures end there", self.run,
                            self._said_stopped)

@@ -252,8 +252,9 @@ def test_alert_rules_with_promtool(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+# None: the engine's own Calculator.state (semantics rule 15), here "ended"
 @pytest.mark.parametrize("told, exported", [("stopped", 1.0), ("running", 0.0), ("ended", 0.0),
-                                            (None, None)])
+                                            (None, 0.0)])
 def test_goodput_run_stopped_follows_the_calculators_state(told, exported):
     """The monitor cycle reads ``Calculator.state`` where the engine has it; the
     exporter sends 1 for a stopped run, 0 otherwise, nothing where it is not told."""
