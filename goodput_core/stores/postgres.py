@@ -1,15 +1,19 @@
-"""PostgreSQL as an event store (``postgresql://USER:PASSWORD@HOST:PORT/DB``).
+"""PostgreSQL as an event store (any ``postgresql://`` URL libpq accepts).
 
 The distributed store for multi-host jobs off Google Cloud (GPU clusters under
 Slurm or Kubernetes, other clouds, on premises): every host of a job writes
 to one database that the team already runs. Needs the ``postgres`` extra
 (``pip install 'goodput-core[postgres]'``, the psycopg 3 driver); nothing is
 imported unless this store is used. URL and schema:
-:mod:`goodput_core.stores.postgres_sql`.
+:mod:`goodput_core.stores.postgres_sql`; connections:
+:mod:`goodput_core.stores.postgres_connect`.
 
 Writes never wait for the network: :meth:`PostgresStore.append` encodes the
 events and queues them; one background thread inserts them in batches (one
-transaction and one multi-row ``INSERT ... SELECT unnest(...)`` per batch).
+transaction per batch). Every store of a process writing to one server shares
+one connection, opened for a burst of batches and closed when no batch waits,
+so an idle process holds none; a refused connection ("too many clients") is
+retried after a jittered, growing delay while the events wait.
 When the server is unreachable (restart, network, failover) the batch is
 retried with exponential backoff; memory holds ``max_buffer`` events at most
 and the rest waits in a local spill file, delivered in order once the server
@@ -17,7 +21,7 @@ answers again (the same buffer and sender as the Cloud Logging store). Each
 event carries its writer's id and sequence number, unique in the table, so a
 batch resent after a lost reply is stored once.
 
-Reads are paged by the event id. Writers of one run take turns through a
+Reads (on the reading thread's own connection) are paged by the event id. Writers of one run take turns through a
 transaction-scoped advisory lock, so the ids of a run grow in commit order
 and an incremental reader never skips a batch that commits late.
 
@@ -49,6 +53,7 @@ from goodput_core.stores.base import Cursor, Store, StoreError
 from goodput_core.stores.cloud_logging_spill import spill_tag
 from goodput_core.stores.columns import EventPage
 from goodput_core.stores.postgres_columns import column_statements, read_page
+from goodput_core.stores.postgres_connect import connect, describe, is_overload, slot_for
 from goodput_core.stores.postgres_sql import SCHEMA_VERSION, parse_url, statements
 from goodput_core.stores.sqlite_json import dumps as _dumps
 
@@ -70,10 +75,12 @@ def default_spill_dir() -> str:
     return os.path.join(base, "goodput", "postgres-spill")
 
 
-def _one_line(exc: BaseException) -> str:
-    """The server's message on one line (libpq repeats the host; keep the FATAL part)."""
-    text = " ".join(str(exc).split())
-    return text.partition("failed: ")[2] or text
+def _destination(target: Dict[str, Any]) -> str:
+    """Where a URL leads, without its password (the spill file's tag)."""
+    keys = ("host", "hostaddr", "port", "dbname", "user", "service")
+    env = {k: os.environ.get(v, "") for k, v in zip(keys, ("PGHOST", "PGHOSTADDR", "PGPORT",
+                                                            "PGDATABASE", "PGUSER", "PGSERVICE"))}
+    return " ".join(f"{k}={target.get(k) or env[k]}" for k in keys)
 
 
 def _encode(event: EventRecord) -> Dict[str, Any]:
@@ -88,31 +95,43 @@ class PostgresStore(QueuedStoreMixin, Store):
     """Events in a PostgreSQL database, shared by every host of a job.
 
     Args:
-      url: ``postgresql://USER:PASSWORD@HOST:PORT/DATABASE[?schema=NAME]``.
+      url: a ``postgresql://`` URL as libpq takes it (``[?schema=NAME]`` is ours).
       batch_size: events per insert transaction at most.
-      flush_interval_s: how long a partial batch waits for more events.
+      flush_interval_s: how long a partial batch waits for more events (each
+        batch burst opens a connection: longer means fewer connections).
       spill_dir: where events beyond ``max_buffer`` wait during an outage
         (default :func:`default_spill_dir`).
       max_buffer: events held in memory at most while the server is away.
       connect_timeout_s: how long opening a connection may take.
       sleep: ``sleep(seconds)`` between write retries (inject in tests).
       backoff_initial_s, backoff_max_s: the retry delay doubles from the
-        first to the second (+-20 % jitter).
+        first to the second (+-20 % jitter); so does the process's delay
+        before connecting again after a failed attempt (full jitter).
 
     Raises:
       StoreError: malformed URL, server unreachable, authentication failed,
-        no such database, or a schema written by a newer goodput version.
+        no such database, or a schema written by a newer goodput version. A
+        server that is full ("too many clients") or starting up is no error:
+        the tables are then checked before the first batch.
     """
 
-    def __init__(self, url: str, *, batch_size: int = 10_000, flush_interval_s: float = 0.2,
+    def __init__(self, url: str, *, batch_size: int = 10_000, flush_interval_s: float = 1.0,
                  spill_dir: Optional[str] = None, max_buffer: int = 100_000,
                  connect_timeout_s: float = 5.0,
                  sleep: Optional[Callable[[float], Any]] = None,
                  backoff_initial_s: float = 0.2, backoff_max_s: float = 30.0):
         try:
-            self._conninfo, self.schema, self.url = parse_url(url)
+            parsed = parse_url(url)
         except ValueError as exc:
             raise StoreError(str(exc)) from None
+        self._conninfo, self.schema, self.url = parsed.conninfo, parsed.schema, parsed.redacted
+        self._secrets = parsed.secrets
+        try:
+            from psycopg.conninfo import conninfo_to_dict
+
+            target = conninfo_to_dict(self._conninfo)
+        except psycopg.Error as exc:  # an unknown parameter, a malformed URL
+            raise StoreError(f"store URL {self.url}: {describe(exc, self._secrets)}") from None
         if batch_size < 1 or max_buffer < 1:
             raise StoreError("batch_size and max_buffer must be >= 1")
         self._sql = statements(self.schema)
@@ -125,29 +144,40 @@ class PostgresStore(QueuedStoreMixin, Store):
         self._writers: Dict[int, Tuple[int, str, int, str]] = {}
         self._ids_lock = threading.Lock()
         self.skipped: Dict[str, int] = collections.Counter()
-        conn = self._connection()  # fails here, at start-up, with a one-line error
-        self._ensure_schema(conn)
+        self._batch_size = int(batch_size)
+        self._slot = slot_for(self._conninfo, self._connect,
+                              (float(backoff_initial_s), float(backoff_max_s)))
+        self._schema_checked = False
+        try:  # fails here, at start-up, with a one-line error
+            with self._slot.lease() as conn:
+                self._ensure_schema(conn)
+        except StoreError as exc:
+            if not getattr(exc, "overload", False):
+                raise
+            logger.warning("goodput: %s; the goodput tables are checked before the first "
+                           "batch", exc)
         self._start_sending(
             spill_dir=spill_dir or default_spill_dir(), required=("e",),
-            # One tag per server, database and schema (no password): a later
-            # process writing there adopts and delivers what an earlier one left.
-            spill_tag=spill_tag(self._conninfo.rpartition("@")[2].partition("?")[0],
-                                self.schema),
-            max_buffer=int(max_buffer), batch_size=int(batch_size),
+            # One tag per destination (no password): a later process writing
+            # there adopts and delivers what an earlier one left.
+            spill_tag=spill_tag(_destination(target), self.schema),
+            max_buffer=int(max_buffer), batch_size=self._batch_size,
             flush_interval_s=float(flush_interval_s), sleep=sleep,
-            backoff=(float(backoff_initial_s), float(backoff_max_s)), transient=_TRANSIENT)
+            backoff=(float(backoff_initial_s), float(backoff_max_s)),
+            transient=_TRANSIENT + (StoreError,))
 
     # ----------------------------------------------------------- connections
     def _connect(self) -> "psycopg.Connection":
         try:
-            return psycopg.connect(self._conninfo, autocommit=True,
-                                   connect_timeout=self._connect_timeout,
-                                   application_name="goodput")
+            return connect(self._conninfo, timeout_s=self._connect_timeout)
         except psycopg.Error as exc:
-            raise StoreError(f"cannot connect to {self.url}: {_one_line(exc)}") from None
+            error = StoreError(f"cannot connect to {self.url}: {describe(exc, self._secrets)}")
+            error.overload = is_overload(exc)
+            raise error from None
 
     def _connection(self) -> "psycopg.Connection":
-        """This thread's connection (opened on first use in each thread and process)."""
+        """This thread's reading connection (opened on first use in each thread and
+        process; writes go through the process's shared slot instead)."""
         conn = getattr(self._local, "conn", None)
         if conn is not None and getattr(self._local, "pid", None) == os.getpid() \
                 and not conn.closed:
@@ -166,6 +196,8 @@ class PostgresStore(QueuedStoreMixin, Store):
                 pass
 
     def _ensure_schema(self, conn) -> None:
+        if self._schema_checked:
+            return
         try:
             with conn.transaction():
                 # Several hosts may open a fresh database at once: one creates.
@@ -175,15 +207,18 @@ class PostgresStore(QueuedStoreMixin, Store):
                 if not exists:
                     conn.execute(self._sql["create"])
                 row = conn.execute(self._sql["version"]).fetchone()
+        except _TRANSIENT:
+            raise  # the connection broke: the caller drops it and retries
         except psycopg.Error as exc:
             raise StoreError(f"cannot set up the goodput tables in {self.url}: "
-                             f"{_one_line(exc)}") from None
+                             f"{describe(exc, self._secrets)}") from None
         version = row[0] if row else None
         if version is None or not str(version).isdigit() or int(version) != SCHEMA_VERSION:
             raise StoreError(
                 f"{self.url} has goodput store schema version {version}, not the "
                 f"{SCHEMA_VERSION} this version understands: upgrade goodput-core or use "
                 "another schema (?schema=NAME)")
+        self._schema_checked = True
 
     # ----------------------------------------------------------- writes
     def append(self, batch: Sequence[EventRecord]) -> None:
@@ -225,10 +260,8 @@ class PostgresStore(QueuedStoreMixin, Store):
         """One transaction: binary ``COPY`` into a staging table, then one insert
         that skips (writer, seq) pairs already stored (COPY alone cannot)."""
         run_ids, writer_ids = self._ids(conn, rows)
-        if getattr(self._local, "staged", None) is not conn:
-            conn.execute(self._sql["stage"])
-            self._local.staged = conn
         with conn.transaction():
+            conn.execute(self._sql["stage"])
             for run_id in sorted({run_ids[r[0]] for r in rows}):  # sorted: no deadlock
                 conn.execute(self._sql["lock_run"], (self._lock_ns, run_id))
             with conn.cursor().copy(self._sql["copy"]) as copy:
@@ -245,32 +278,35 @@ class PostgresStore(QueuedStoreMixin, Store):
         self._rejected += len(entries) - len(rows)
         if not rows:
             return
-        try:
-            self._insert(self._connection(), rows)
-        except StoreError:
-            raise  # could not connect: retried by the sender
-        except _TRANSIENT:
-            self._drop_connection()  # a broken connection is not reused
-            raise
-        except (psycopg.Error, ValueError, TypeError, UnicodeError, OverflowError) as exc:
-            # The content was refused: isolate the bad events, keep the rest.
-            logger.warning("goodput: %s refused a batch (%s); inserting it event by event",
-                           self.url, _one_line(exc))
-            self._insert_one_by_one(rows)
 
-    def _insert_one_by_one(self, rows: List[list]) -> None:
-        conn = self._connection()
+        def more() -> bool:  # another full batch is ready: keep the connection for it
+            return len(self._sender.buffer) - len(entries) >= self._batch_size
+
+        # Could not connect (StoreError) or the connection broke (_TRANSIENT):
+        # the slot closes it and the sender retries the batch later.
+        with self._slot.lease(more) as conn:
+            self._ensure_schema(conn)
+            try:
+                self._insert(conn, rows)
+            except _TRANSIENT:
+                raise
+            except (psycopg.Error, ValueError, TypeError, UnicodeError, OverflowError) as exc:
+                # The content was refused: isolate the bad events, keep the rest.
+                logger.warning("goodput: %s refused a batch (%s); inserting it event by "
+                               "event", self.url, describe(exc, self._secrets))
+                self._insert_one_by_one(conn, rows)
+
+    def _insert_one_by_one(self, conn, rows: List[list]) -> None:
         for row in rows:
             try:
                 self._insert(conn, [row])
             except _TRANSIENT:
-                self._drop_connection()
                 raise  # the whole batch is retried later; inserted rows are deduplicated
             except (psycopg.Error, ValueError, TypeError, UnicodeError, OverflowError):
                 self._rejected += 1
 
     def _release(self) -> None:
-        self._drop_connection()
+        self._drop_connection()  # the reading connection of this thread
 
     # ----------------------------------------------------------- reads
     def _query(self, fn: Callable[[Any], Any]) -> Any:
@@ -282,9 +318,11 @@ class PostgresStore(QueuedStoreMixin, Store):
             except _TRANSIENT as exc:
                 self._drop_connection()
                 if attempt:
-                    raise StoreError(f"reading {self.url} failed: {_one_line(exc)}") from None
+                    raise StoreError(f"reading {self.url} failed: "
+                                     f"{describe(exc, self._secrets)}") from None
             except psycopg.Error as exc:
-                raise StoreError(f"reading {self.url} failed: {_one_line(exc)}") from None
+                raise StoreError(f"reading {self.url} failed: "
+                                 f"{describe(exc, self._secrets)}") from None
 
     def _writer(self, conn, writer_id: int) -> Tuple[int, str, int, str]:
         found = self._writers.get(writer_id)
@@ -376,8 +414,17 @@ class PostgresStore(QueuedStoreMixin, Store):
 
     def _forget_connections(self) -> None:
         # The parent's connections are left alone (closing one here would end the
-        # parent's session; psycopg does not close them on collection either).
+        # parent's session; psycopg does not close them on collection either). The
+        # writing slot is per process: the child's first batch makes its own.
         self._local = threading.local()
+        self._slot = slot_for(self._conninfo, self._connect, self._slot._backoff)
+
+    def stats(self) -> Dict[str, Any]:
+        """The sender's counters, plus this process's connection attempts to the
+        server (``connections``: opened, refused, held_back; shared by its stores)."""
+        out = super().stats()
+        out["connections"] = dict(self._slot.counts)
+        return out
 
     def __repr__(self) -> str:
         return f"PostgresStore({self.url!r})"
