@@ -149,7 +149,7 @@ class PostgresStore(QueuedStoreMixin, Store):
                               (float(backoff_initial_s), float(backoff_max_s)))
         self._schema_checked = False
         try:  # fails here, at start-up, with a one-line error
-            with self._slot.lease() as conn:
+            with self._slot.lease(gated=False) as conn:
                 self._ensure_schema(conn)
         except StoreError as exc:
             if not getattr(exc, "overload", False):

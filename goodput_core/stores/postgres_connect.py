@@ -54,12 +54,14 @@ _HINTS = (
     ("password authentication failed", "check the user and password (in the URL, "
      "PGPASSWORD or the passfile)"),
     ("no password supplied", "give a password (in the URL, PGPASSWORD or the passfile)"),
-    ("does not exist", "check the database and user names (or create them)"),
+    ("does not exist", "check the database and user names, or create them"),
     ("pg_hba.conf", "the server's pg_hba.conf does not let this user, host or database in"),
     ("certificate verify failed", "check sslrootcert: it must hold the CA that signed "
      "the server's certificate"),
     ("does not match host name", "the server's certificate is not for this host name"),
     ("root certificate file", "sslrootcert names no readable file"),
+    ("server does not support ssl", "the server has no TLS: turn ssl on there, or lower "
+     "sslmode"),
     ("definition of service", "check the service name and PGSERVICEFILE"),
     ("service file", "check PGSERVICEFILE"),
     ("invalid uri query parameter", "remove or fix that URL parameter"),
@@ -77,7 +79,7 @@ def describe(exc: BaseException, secrets: Sequence[str] = ()) -> str:
         text = text.replace(secret, "***")
     low = text.lower()
     hint = next((h for part, h in _HINTS if part in low), "")
-    return f"{text} ({hint})" if hint else text
+    return f"{text} -> {hint}" if hint else text
 
 
 def is_overload(exc: BaseException) -> bool:
@@ -129,22 +131,24 @@ class ConnectionSlot:
         self._conn: Any = None
         self._step = 0.0
         self._not_before = 0.0
+        self._overloaded = False  # the last failed attempt met a full or starting server
         self.counts: Dict[str, int] = collections.Counter()
 
-    def _open(self) -> Any:
+    def _open(self, gated: bool) -> Any:
         if self._conn is not None and not self._conn.closed:
             return self._conn
         wait = self._not_before - self._clock()
-        if wait > 0:
+        if wait > 0 and (gated or self._overloaded):
             self.counts["held_back"] += 1
             error = StoreError(f"not connecting again for {wait:.1f} s (the last attempt "
                                "failed; events wait in the buffer)")
-            error.overload = True  # type: ignore[attr-defined]
+            error.overload = self._overloaded  # type: ignore[attr-defined]
             raise error
         try:
             self._conn = self._opener()
-        except Exception:
+        except Exception as exc:
             self.counts["refused"] += 1
+            self._overloaded = bool(getattr(exc, "overload", False)) or is_overload(exc)
             self._step = min(max(self._step * 2, self._backoff[0]), self._backoff[1])
             self._not_before = self._clock() + self._step * (0.5 + self._rng())
             raise
@@ -161,13 +165,17 @@ class ConnectionSlot:
                 pass
 
     @contextmanager
-    def lease(self, more: Callable[[], bool] = lambda: False) -> Iterator[Any]:
+    def lease(self, more: Callable[[], bool] = lambda: False,
+              gated: bool = True) -> Iterator[Any]:
         """The connection for one batch (opened when needed).
 
         Args:
           more: True when the caller has another batch ready at once: the
             connection is then kept for it, as it is when another batch of
             this process waits; otherwise it is closed on return.
+          gated: False to try at once after a failure that was not the
+            server being full (a store opened with a fixed URL must say
+            what is wrong now, not that an earlier attempt failed).
 
         Raises:
           StoreError: too soon after a failed attempt.
@@ -180,7 +188,7 @@ class ConnectionSlot:
             self._waiting -= 1
         keep = False
         try:
-            conn = self._open()
+            conn = self._open(gated)
             try:
                 yield conn
                 keep = not conn.closed and conn.info.transaction_status == \
