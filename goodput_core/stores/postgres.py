@@ -53,7 +53,8 @@ from goodput_core.stores.base import Cursor, Store, StoreError
 from goodput_core.stores.cloud_logging_spill import spill_tag
 from goodput_core.stores.columns import EventPage
 from goodput_core.stores.postgres_columns import column_statements, read_page
-from goodput_core.stores.postgres_connect import connect, describe, is_overload, slot_for
+from goodput_core.stores.postgres_connect import (
+    connect, describe, is_content_error, is_overload, slot_for)
 from goodput_core.stores.postgres_sql import SCHEMA_VERSION, parse_url, statements
 from goodput_core.stores.sqlite_json import dumps as _dumps
 
@@ -288,9 +289,9 @@ class PostgresStore(QueuedStoreMixin, Store):
             self._ensure_schema(conn)
             try:
                 self._insert(conn, rows)
-            except _TRANSIENT:
-                raise
-            except (psycopg.Error, ValueError, TypeError, UnicodeError, OverflowError) as exc:
+            except Exception as exc:
+                if not is_content_error(exc):
+                    raise  # the moment, not the events: the whole batch is retried
                 # The content was refused: isolate the bad events, keep the rest.
                 logger.warning("goodput: %s refused a batch (%s); inserting it event by "
                                "event", self.url, describe(exc, self._secrets))
@@ -300,9 +301,9 @@ class PostgresStore(QueuedStoreMixin, Store):
         for row in rows:
             try:
                 self._insert(conn, [row])
-            except _TRANSIENT:
-                raise  # the whole batch is retried later; inserted rows are deduplicated
-            except (psycopg.Error, ValueError, TypeError, UnicodeError, OverflowError):
+            except Exception as exc:
+                if not is_content_error(exc):
+                    raise  # the whole batch is retried later; inserted rows are deduplicated
                 self._rejected += 1
 
     def _release(self) -> None:

@@ -40,7 +40,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from goodput_core.stores.base import StoreError
 
-__all__ = ["connect", "describe", "is_overload", "ConnectionSlot", "slot_for", "slot_counts"]
+__all__ = ["connect", "describe", "is_overload", "is_content_error", "ConnectionSlot", "slot_for", "slot_counts"]
 
 #: SQLSTATEs and message parts of a server that is there but cannot take us now.
 _OVERLOAD_STATES = {"53300", "57P03", "53000", "08004"}
@@ -54,7 +54,8 @@ _HINTS = (
     ("password authentication failed", "check the user and password (in the URL, "
      "PGPASSWORD or the passfile)"),
     ("no password supplied", "give a password (in the URL, PGPASSWORD or the passfile)"),
-    ("does not exist", "check the database and user names, or create them"),
+    ("fatal: database \"", "check the database name, or create the database"),
+    ("fatal: role \"", "check the user name, or create that role"),
     ("pg_hba.conf", "the server's pg_hba.conf does not let this user, host or database in"),
     ("certificate verify failed", "check sslrootcert: it must hold the CA that signed "
      "the server's certificate"),
@@ -88,6 +89,24 @@ def is_overload(exc: BaseException) -> bool:
         return True
     low = str(exc).lower()
     return any(part in low for part in _OVERLOAD_TEXT)
+
+
+#: SQLSTATE classes of a statement refused for what it holds: data exception,
+#: integrity violation, a program limit (a value too large). Everything else the
+#: server says (a connection cut, a restart, pgbouncer's login retry, a deadlock)
+#: is about the moment, not the events: the batch is retried whole.
+_CONTENT_CLASSES = ("22", "23", "54")
+
+
+def is_content_error(exc: BaseException) -> bool:
+    """True when ``exc`` refused a batch for its content (retrying cannot help)."""
+    if isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError)):
+        return False
+    if isinstance(exc, psycopg.Error):
+        state = exc.sqlstate
+        # No SQLSTATE: the driver itself could not encode a value (a NUL in text).
+        return state is None or state[:2] in _CONTENT_CLASSES
+    return isinstance(exc, (ValueError, TypeError, UnicodeError, OverflowError))
 
 
 def connect(conninfo: str, *, timeout_s: int) -> "psycopg.Connection":

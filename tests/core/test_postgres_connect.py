@@ -125,7 +125,7 @@ def test_wrong_forms_are_one_line_errors_that_name_what_to_fix(server, db, tmp_p
                                                                monkeypatch):
     cases = {
         server.url(db, password="wrong-" + PASSWORD): "check the user and password",
-        f"postgresql://{USER}:{PASSWORD}@127.0.0.1:{server.port}/nodb": "check the database and user names",
+        f"postgresql://{USER}:{PASSWORD}@127.0.0.1:{server.port}/nodb": "check the database name",
         f"postgresql://{USER}@/{db}?host={tmp_path}&port={server.port}": str(tmp_path),
         f"postgresql://{USER}:{PASSWORD}@127.0.0.1:{server.port}/{db}?sslmode=require":
             "SSL",
