@@ -155,8 +155,9 @@ class PostgresStore(QueuedStoreMixin, Store):
         except StoreError as exc:
             if not getattr(exc, "overload", False):
                 raise
-            logger.warning("goodput: %s; the goodput tables are checked before the first "
-                           "batch", exc)
+            if not getattr(exc, "held_back", False):  # said once per process, not per store
+                logger.warning("goodput: %s; the goodput tables are checked before the "
+                               "first batch", exc)
         self._start_sending(
             spill_dir=spill_dir or default_spill_dir(), required=("e",),
             # One tag per destination (no password): a later process writing

@@ -162,6 +162,7 @@ class ConnectionSlot:
             error = StoreError(f"not connecting again for {wait:.1f} s (the last attempt "
                                "failed; events wait in the buffer)")
             error.overload = self._overloaded  # type: ignore[attr-defined]
+            error.held_back = True  # type: ignore[attr-defined]
             raise error
         try:
             self._conn = self._opener()
