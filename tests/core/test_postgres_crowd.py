@@ -128,7 +128,10 @@ def test_300_recorders_in_6_processes_against_20_connections(tmp_path):
         final = [json.loads(c.stdout.readline()) for c in children]
         assert [c.wait(timeout=60) for c in children] == [0] * procs
         assert all(r["ok"] and r["unstorable"] == 0 for r in final), final
-        assert max(most.values(), default=0) <= 1, most  # one connection per process
+        # One connection per process (the old store held one per recorder: 50 here).
+        # A closed connection's server process may still be listed for a moment
+        # after the client moved on to its next one: so 2 at most in a sample.
+        assert max(most.values(), default=0) <= 2, most
         # Our counts are the server's: each refused attempt is one FATAL in its log.
         assert _refusals_logged(srv) == sum(r["counts"].get("refused", 0) for r in final)
         total, distinct, steps = _stored(srv.url("crowd"))
