@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PIP := $(VENV)/bin/pip
 
-.PHONY: demo test test-maxtext postgres-server
+.PHONY: demo test test-maxtext postgres-server pgbouncer-server
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -17,7 +17,7 @@ demo: $(VENV)/bin/python
 
 # The tests run in a random order (pytest-randomly); the seed is printed first.
 # Repeat an order: make test SEED=<the printed seed>.
-test: $(VENV)/bin/python postgres-server
+test: $(VENV)/bin/python postgres-server pgbouncer-server
 	$(PIP) install -q -e '.[all,test]'
 	@seed="$(SEED)"; seed="$${seed:-$$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}"; \
 	echo "test order: --randomly-seed=$$seed (repeat: make test SEED=$$seed)"; \
@@ -33,3 +33,12 @@ postgres-server:
 	  { [ "$$(id -u)" = 0 ] && apt-get update -q && DEBIAN_FRONTEND=noninteractive \
 	    apt-get install -y -q postgresql; } || \
 	  echo "note: PostgreSQL is not installed; its store's tests will be skipped"
+
+# The PostgreSQL store's pgbouncer test (transaction pooling in front of a
+# throwaway server) runs Debian's pgbouncer itself; installed when missing and
+# we may (root). Debian's package starts no daemon the test depends on.
+pgbouncer-server:
+	@command -v pgbouncer >/dev/null || [ -x /usr/sbin/pgbouncer ] || \
+	  { [ "$$(id -u)" = 0 ] && apt-get update -q && DEBIAN_FRONTEND=noninteractive \
+	    apt-get install -y -q pgbouncer; } || \
+	  echo "note: pgbouncer is not installed; its PostgreSQL test will be skipped"
