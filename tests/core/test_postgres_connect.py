@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from types import SimpleNamespace
 
 import psycopg
 import pytest
@@ -17,8 +18,10 @@ import pytest
 from goodput_core.events import EventRecord
 from goodput_core.stores import StoreError, open_store
 from goodput_core.stores.postgres import PostgresStore
+from goodput_core.stores.postgres_connect import ConnectionSlot
 from goodput_core.stores.postgres_sql import parse_url, redact
 from tests.support.postgres_server import PASSWORD, USER, PostgresServer, find_bindir
+from tests.support.fake_clock import FakeClock
 from tests.support.test_ca import make_ca
 
 if find_bindir() is None:  # .ci/run and `make test` install it; say so loudly elsewhere
@@ -190,3 +193,71 @@ def test_tls_verify_full_against_a_test_ca_and_a_wrong_ca_is_a_clear_error(tls_s
     text = _refused(srv.url("postgres", query="sslmode=verify-full&sslrootcert="
                                              f"{tmp_path / 'missing.pem'}"))
     assert "sslrootcert" in text
+
+
+# ------------------------------------------------------------------ connection use
+class _FakeConn:
+    def __init__(self):
+        self.closed = False
+        self.info = SimpleNamespace(transaction_status=psycopg.pq.TransactionStatus.IDLE)
+
+    def close(self):
+        self.closed = True
+
+
+def test_the_slot_waits_a_growing_jittered_delay_after_each_refusal():
+    clock = FakeClock(100.0)
+    draws = iter([0.0, 1.0, 0.5, 0.5])  # jitter factor = 0.5 + draw
+    attempts = []
+
+    def opener():
+        attempts.append(clock())
+        if len(attempts) <= 4:
+            raise psycopg.OperationalError("FATAL: sorry, too many clients already")
+        return _FakeConn()
+
+    slot = ConnectionSlot(opener, backoff=(0.25, 1.0), clock=clock, rng=lambda: next(draws))
+
+    def lease_at(t):
+        clock.advance(t - clock())
+        with slot.lease() as conn:
+            return conn
+
+    # By hand: the step doubles 0.25, 0.5, 1.0, then stays at 1.0 (the longest); each
+    # delay is step * (0.5 + draw): 0.125, 0.75, 1.0, 1.0 -> the next attempts at
+    # 100.125, 100.875, 101.875, 102.875 (binary fractions: exact in floats).
+    for t, held in [(100.0, False), (100.0625, True), (100.125, False), (100.75, True),
+                    (100.875, False), (101.875, False)]:
+        with pytest.raises((psycopg.OperationalError, StoreError)) as info:
+            lease_at(t)
+        assert isinstance(info.value, StoreError) is held, t
+        assert not held or info.value.overload  # a full server: stores open anyway
+    assert attempts == [100.0, 100.125, 100.875, 101.875]
+    assert slot.counts == {"refused": 4, "held_back": 2}
+    conn = lease_at(102.875)
+    assert attempts[-1] == 102.875 and conn.closed  # nobody waits: given back at once
+    assert slot.counts["opened"] == 1
+    kept = None
+    with slot.lease(more=lambda: True) as kept:  # another batch ready: kept for it
+        pass
+    assert not kept.closed
+    with slot.lease() as again:
+        assert again is kept
+    assert kept.closed and slot.counts["opened"] == 2
+
+
+def test_an_idle_process_holds_no_connection(server, db):
+    store = PostgresStore(server.url(db), flush_interval_s=0.05)
+    store.append([EventRecord("idle", 1, 1.0, None, None, 0, "h", 1, "a", 1)])
+    assert store.flush(30)
+    with psycopg.connect(server.url(db), autocommit=True) as watch:
+        # A closed connection's server process may linger a moment: wait it out.
+        for _ in range(200):
+            left = watch.execute("SELECT count(*) FROM pg_stat_activity WHERE"
+                                 " application_name = 'goodput'").fetchone()[0]
+            if left == 0:
+                break
+            watch.execute("SELECT pg_sleep(0.05)")
+        assert left == 0
+    assert store.stats()["connections"]["opened"] == 2  # the tables' check, the batch
+    store.close()
