@@ -42,11 +42,14 @@ from goodput_core.stores.base import StoreError
 
 __all__ = ["connect", "describe", "is_overload", "is_content_error", "ConnectionSlot", "slot_for", "slot_counts"]
 
-#: SQLSTATEs and message parts of a server that is there but cannot take us now.
-_OVERLOAD_STATES = {"53300", "57P03", "53000", "08004"}
-_OVERLOAD_TEXT = ("too many clients", "too many connections", "remaining connection slots",
+#: A server that is there but full, starting or stopping: it will take us soon.
+#: (Not a role's own CONNECTION LIMIT, "too many connections for role": that is
+#: the configuration, and a store opened under it fails to open, as a wrong
+#: password does.)
+_OVERLOAD_STATES = {"57P03"}  # cannot_connect_now: starting up, shutting down, recovery
+_OVERLOAD_TEXT = ("too many clients already", "remaining connection slots are reserved",
                   "the database system is starting up", "the database system is shutting down",
-                  "no more connections allowed", "cannot connect now")
+                  "no more connections allowed")
 
 #: (part of the driver's message, what to tell the user): the first match wins.
 #: (libpq already says what to check when a server does not answer.)
@@ -84,7 +87,8 @@ def describe(exc: BaseException, secrets: Sequence[str] = ()) -> str:
 
 
 def is_overload(exc: BaseException) -> bool:
-    """True when the server refused us for now (full, starting, shutting down)."""
+    """True when the server refused us for now (full, starting, shutting down;
+    pgbouncer at its ``max_client_conn``)."""
     if getattr(exc, "sqlstate", None) in _OVERLOAD_STATES:
         return True
     low = str(exc).lower()
@@ -151,6 +155,7 @@ class ConnectionSlot:
         self._step = 0.0
         self._not_before = 0.0
         self._overloaded = False  # the last failed attempt met a full or starting server
+        self._last_error = ""
         self.counts: Dict[str, int] = collections.Counter()
 
     def _open(self, gated: bool) -> Any:
@@ -159,8 +164,8 @@ class ConnectionSlot:
         wait = self._not_before - self._clock()
         if wait > 0 and (gated or self._overloaded):
             self.counts["held_back"] += 1
-            error = StoreError(f"not connecting again for {wait:.1f} s (the last attempt "
-                               "failed; events wait in the buffer)")
+            error = StoreError(f"not connecting again for {wait:.1f} s after: "
+                               f"{self._last_error}")
             error.overload = self._overloaded  # type: ignore[attr-defined]
             error.held_back = True  # type: ignore[attr-defined]
             raise error
@@ -168,6 +173,7 @@ class ConnectionSlot:
             self._conn = self._opener()
         except Exception as exc:
             self.counts["refused"] += 1
+            self._last_error = str(exc)
             self._overloaded = bool(getattr(exc, "overload", False)) or is_overload(exc)
             self._step = min(max(self._step * 2, self._backoff[0]), self._backoff[1])
             self._not_before = self._clock() + self._step * (0.5 + self._rng())
