@@ -37,7 +37,6 @@ password appears in no message, log line or ``url`` attribute.
 from __future__ import annotations
 
 import collections
-import json
 import logging
 import math
 import os
@@ -49,12 +48,12 @@ import psycopg
 
 from goodput_core.events import EventRecord
 from goodput_core.stores.background import QueuedStoreMixin
-from goodput_core.stores.base import Cursor, Store, StoreError
+from goodput_core.stores.base import Store, StoreError
 from goodput_core.stores.cloud_logging_spill import spill_tag
-from goodput_core.stores.columns import EventPage
-from goodput_core.stores.postgres_columns import column_statements, read_page
+from goodput_core.stores.postgres_columns import column_statements
 from goodput_core.stores.postgres_connect import (
     connect, describe, is_content_error, is_overload, slot_for)
+from goodput_core.stores.postgres_read import PostgresReadMixin
 from goodput_core.stores.postgres_sql import SCHEMA_VERSION, parse_url, statements
 from goodput_core.stores.sqlite_json import dumps as _dumps
 
@@ -62,10 +61,7 @@ __all__ = ["PostgresStore", "default_spill_dir"]
 
 logger = logging.getLogger("goodput")
 
-_PAGE = 10_000
-_COLUMN_PAGE = 262_144
 _STAGE_TYPES = ["int4", "int4", "int8", "int4", "float8", "int8", "text", "float8"]
-_NAN = math.nan
 #: Failures of the connection itself: retried (the data waits), never dropped.
 _TRANSIENT = (psycopg.OperationalError, psycopg.InterfaceError, OSError)
 
@@ -92,7 +88,7 @@ def _encode(event: EventRecord) -> Dict[str, Any]:
     return {"e": row}
 
 
-class PostgresStore(QueuedStoreMixin, Store):
+class PostgresStore(PostgresReadMixin, QueuedStoreMixin, Store):
     """Events in a PostgreSQL database, shared by every host of a job.
 
     Args:
@@ -176,26 +172,6 @@ class PostgresStore(QueuedStoreMixin, Store):
             error = StoreError(f"cannot connect to {self.url}: {describe(exc, self._secrets)}")
             error.overload = is_overload(exc)
             raise error from None
-
-    def _connection(self) -> "psycopg.Connection":
-        """This thread's reading connection (opened on first use in each thread and
-        process; writes go through the process's shared slot instead)."""
-        conn = getattr(self._local, "conn", None)
-        if conn is not None and getattr(self._local, "pid", None) == os.getpid() \
-                and not conn.closed:
-            return conn
-        conn = self._connect()
-        self._local.conn, self._local.pid = conn, os.getpid()
-        return conn
-
-    def _drop_connection(self) -> None:
-        conn = getattr(self._local, "conn", None)
-        self._local.conn = None
-        if conn is not None and getattr(self._local, "pid", None) == os.getpid():
-            try:
-                conn.close()
-            except Exception:
-                pass
 
     def _ensure_schema(self, conn) -> None:
         if self._schema_checked:
@@ -309,110 +285,6 @@ class PostgresStore(QueuedStoreMixin, Store):
 
     def _release(self) -> None:
         self._drop_connection()  # the reading connection of this thread
-
-    # ----------------------------------------------------------- reads
-    def _query(self, fn: Callable[[Any], Any]) -> Any:
-        """Runs ``fn(conn)``; a connection broken by a server restart is reopened once."""
-        for attempt in (0, 1):
-            conn = self._connection()
-            try:
-                return fn(conn)
-            except _TRANSIENT as exc:
-                self._drop_connection()
-                if attempt:
-                    raise StoreError(f"reading {self.url} failed: "
-                                     f"{describe(exc, self._secrets)}") from None
-            except psycopg.Error as exc:
-                raise StoreError(f"reading {self.url} failed: "
-                                 f"{describe(exc, self._secrets)}") from None
-
-    def _writer(self, conn, writer_id: int) -> Tuple[int, str, int, str]:
-        found = self._writers.get(writer_id)
-        if found is None:
-            with self._ids_lock:
-                for wid, *meta in conn.execute(self._sql["all_writers"]).fetchall():
-                    self._writers[wid] = tuple(meta)
-            found = self._writers.setdefault(writer_id, (0, "", 0, ""))
-        return found
-
-    def read(self, run: str, since: Cursor = None,
-             limit: Optional[int] = None) -> Tuple[List[EventRecord], Cursor]:
-        """Events of ``run`` with an id greater than ``since``, in commit order.
-
-        Args:
-          run: the run name.
-          since: a cursor from an earlier read (the last id read), or None.
-          limit: at most this many events (None: all).
-
-        Returns:
-          (events, cursor): the id of the last event returned, or ``since``.
-
-        Raises:
-          StoreError: the server cannot be reached or refused the query.
-        """
-        if limit is not None and limit <= 0:
-            return [], since
-        return self._query(lambda conn: self._select(conn, run, since, limit))
-
-    def read_columns(self, run: str, since: Cursor = None,
-                     limit: Optional[int] = None) -> Tuple[EventPage, Cursor]:
-        """As :meth:`read`, but the events as numpy columns (no Python object
-        per event; :mod:`goodput_core.stores.postgres_columns`): what the
-        engine reads."""
-        if limit is not None and limit <= 0:
-            return EventPage.empty(run), since
-        return self._query(lambda conn: self._select_columns(conn, run, since, limit))
-
-    def _select_columns(self, conn, run: str, since: Cursor, limit: Optional[int]):
-        row = conn.execute(self._sql["run_id"], (run,)).fetchone()
-        if row is None:
-            return EventPage.empty(run), since
-        last = 0 if since is None else int(since)
-        pages: List[EventPage] = []
-        left = limit
-        while True:  # pages of _COLUMN_PAGE, so that the COPY buffer stays bounded
-            n = _COLUMN_PAGE if left is None else min(_COLUMN_PAGE, left)
-            page, last = read_page(conn, self._sql, run, row[0], last, n,
-                                   lambda wid: self._writer(conn, wid), self.skipped)
-            pages.append(page)
-            left = None if left is None else left - len(page)
-            if len(page) < n or left == 0:
-                break
-        page = pages[0] if len(pages) == 1 else EventPage.concat(run, pages)
-        return page, (last if len(page) else since)
-
-    def _select(self, conn, run: str, since: Cursor, limit: Optional[int]):
-        row = conn.execute(self._sql["run_id"], (run,)).fetchone()
-        if row is None:
-            return [], since
-        run_id, last = row[0], (0 if since is None else int(since))
-        out: List[EventRecord] = []
-        loads = json.loads
-        writers: Dict[int, Tuple[int, str, int, str]] = {}
-        while limit is None or len(out) < limit:
-            page = _PAGE if limit is None else min(_PAGE, limit - len(out))
-            rows = conn.execute(self._sql["select"], (run_id, last, page),
-                                binary=True).fetchall()
-            for kind, t, step, extra, wid, seq, wt, eid in rows:
-                try:
-                    payload = None if extra is None else loads(extra)
-                except ValueError:
-                    self.skipped["bad_extra"] += 1
-                    payload = None
-                meta = writers.get(wid)
-                if meta is None:
-                    meta = writers[wid] = self._writer(conn, wid)
-                out.append(EventRecord(run, kind, _NAN if t is None else t, step, payload,
-                                       *meta, seq, _NAN if wt is None else wt))
-            if rows:
-                last = rows[-1][7]
-            if len(rows) < page:
-                break
-        return out, (last if out else since)
-
-    def runs(self) -> List[str]:
-        """Names of the runs in this store, oldest first."""
-        return self._query(lambda conn: [r[0] for r in conn.execute(self._sql["runs"])])
 
     def _forget_connections(self) -> None:
         # The parent's connections are left alone (closing one here would end the
