@@ -142,8 +142,8 @@ class PostgresStore(PostgresReadMixin, QueuedStoreMixin, Store):
         self._ids_lock = threading.Lock()
         self.skipped: Dict[str, int] = collections.Counter()
         self._batch_size = int(batch_size)
-        self._slot = slot_for(self._conninfo, self._connect,
-                              (float(backoff_initial_s), float(backoff_max_s)))
+        self._connect_backoff = (float(backoff_initial_s), float(backoff_max_s))
+        self._slot = slot_for(self._conninfo, self._connect, self._connect_backoff)
         self._schema_checked = False
         try:  # fails here, at start-up, with a one-line error
             with self._slot.lease(gated=False) as conn:
@@ -291,7 +291,7 @@ class PostgresStore(PostgresReadMixin, QueuedStoreMixin, Store):
         # parent's session; psycopg does not close them on collection either). The
         # writing slot is per process: the child's first batch makes its own.
         self._local = threading.local()
-        self._slot = slot_for(self._conninfo, self._connect, self._slot._backoff)
+        self._slot = slot_for(self._conninfo, self._connect, self._connect_backoff)
 
     def stats(self) -> Dict[str, Any]:
         """The sender's counters, plus this process's connection attempts to the
