@@ -16,12 +16,30 @@ from goodput_core.queries.checkpoint_advice import CheckpointAdvice
 from goodput_core.queries.diagnostics import MetricPoint
 from goodput_core.queries.hangs import Hang
 from goodput_core.queries.host_outliers import HostBreakdown
+from goodput_core.queries.incidents import IncidentSummary
+from goodput_core.queries.lifecycle import Lifecycle
 from goodput_core.queries.elastic import SliceEfficiency
 from goodput_core.queries.program_goodput import ProgramGoodput
 from goodput_core.queries.results import GoodputResult
+from goodput_core.queries.run_trace import TraceSpan
 from goodput_core.queries.step_stats import StepStats
 
-__all__ = ["Exporter", "MonitorSnapshot"]
+__all__ = ["Exporter", "MonitorSnapshot", "TraceDelta"]
+
+
+@dataclass(frozen=True)
+class TraceDelta:
+    """The run as a trace, as far as a cycle handed it out (exporters that set
+    ``wants_trace``).
+
+    Attributes:
+      attempts: every attempt span so far (``closed`` False for one going on).
+      phases: the phase spans that ended since the last cycle (at the final
+        cycle also those still going on), in time order.
+    """
+
+    attempts: List[TraceSpan]
+    phases: List[TraceSpan]
 
 
 @dataclass(frozen=True)
@@ -51,6 +69,11 @@ class MonitorSnapshot:
       hangs: the run's hangs so far (:class:`~goodput_core.queries.hangs.Hang`).
       checkpoint_advice: checkpoint-interval advice (None: insights off).
       hosts: per-host breakdown (None: insights off or fewer than two hosts).
+      trace: the run as a trace (None unless an exporter wants it).
+      lifecycle: scheduling goodput, ETTR and MPG (None: insights off, or the
+        run has no scheduling events).
+      incidents: the run's incidents, MTBF and MTTR (None: insights off or no
+        incident yet).
     """
 
     run: str
@@ -69,6 +92,9 @@ class MonitorSnapshot:
     hangs: List[Hang] = field(default_factory=list)
     checkpoint_advice: Optional[CheckpointAdvice] = None
     hosts: Optional[HostBreakdown] = None
+    trace: Optional[TraceDelta] = None
+    lifecycle: Optional[Lifecycle] = None
+    incidents: Optional[IncidentSummary] = None
 
     @property
     def hung(self) -> bool:
@@ -90,6 +116,9 @@ class Exporter(abc.ABC):
     @abc.abstractmethod
     def export(self, snapshot: MonitorSnapshot) -> None:
         """Publishes one snapshot. May raise: the monitor logs and skips."""
+
+    #: True for an exporter that wants the run as a trace (``snapshot.trace``).
+    wants_trace: bool = False
 
     def close(self) -> None:
         """Flushes and releases resources (called once, at monitor stop)."""

@@ -102,6 +102,10 @@ class _EventFile:
         # then the pid and a zero-padded counter for ties.
         suffix = f".goodput.{time.time_ns():020d}.{os.getpid()}.{next(self._count):06d}"
         self._events = EventsWriter(os.path.join(log_dir, "events"), suffix)
+        if "://" not in log_dir:  # a local file: private, as everything the tool writes
+            from goodput_core.files import private_file
+
+            private_file(self._events._file_name)
 
     def add_scalar(self, tag: str, value: float, step: int, walltime: Optional[float] = None,
                    display_name: str = "") -> None:

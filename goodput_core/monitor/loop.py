@@ -147,7 +147,8 @@ class Monitor:
         self._exported = np.empty(0, np.int64)  # steps whose deviation was handed out
         self._extras = Extras(slice_efficiency=include_slice_efficiency,
                               program_goodput=include_program_goodput, metrics=include_metrics,
-                              insights=include_insights, on_error=self._report)
+                              insights=include_insights, on_error=self._report,
+                              trace=any(getattr(e, "wants_trace", False) for e in exporters))
         self._cycle_lock = threading.Lock()
         self._state_lock = threading.Lock()
         self._stats_lock = threading.Lock()
@@ -317,7 +318,7 @@ class Monitor:
             if "rolling" in parts and windows:
                 rolling = dict(zip(windows, calc.rolling(windows, now)))
             extras = self._extras.compute(calc, parts, now, cumulative,
-                                          windows if "rolling" in parts else ())
+                                          windows if "rolling" in parts else (), final)
             stats, new = None, []
             if "step_deviation" in parts:
                 stats = calc.step_stats(self._ideal)

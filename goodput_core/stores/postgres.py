@@ -21,13 +21,16 @@ answers again (the same buffer and sender as the Cloud Logging store). Each
 event carries its writer's id and sequence number, unique in the table, so a
 batch resent after a lost reply is stored once.
 
-Reads (on the reading thread's own connection) are paged by the event id. Writers of one run take turns through a
+Reads (on the reading thread's own connection) are paged by the event id.
+Writers of one run take turns through a
 transaction-scoped advisory lock, so the ids of a run grow in commit order
 and an incremental reader never skips a batch that commits late.
 
-A batch the server rejects for its content (a value PostgreSQL cannot hold,
-such as a NUL character in a run name) is inserted event by event: only the
-bad events are dropped and counted (``stats()["rejected"]``).
+A batch the server rejects for its content (a value PostgreSQL cannot hold)
+is inserted event by event: only the bad events are dropped and counted
+(``stats()["rejected"]``). A refusal that is not about the content (a
+read-only server, ``INSERT`` revoked, tables missing, out of connection
+slots: :func:`refusal_is_outage`) is an outage: the batch is kept and retried.
 
 Security: every value is a bound parameter; the only name inlined into SQL is
 the schema, checked against a plain-identifier pattern and quoted. The
@@ -57,7 +60,7 @@ from goodput_core.stores.postgres_read import PostgresReadMixin
 from goodput_core.stores.postgres_sql import SCHEMA_VERSION, parse_url, statements
 from goodput_core.stores.sqlite_json import dumps as _dumps
 
-__all__ = ["PostgresStore", "default_spill_dir"]
+__all__ = ["PostgresStore", "default_spill_dir", "refusal_is_outage"]
 
 logger = logging.getLogger("goodput")
 
@@ -78,6 +81,19 @@ def _destination(target: Dict[str, Any]) -> str:
     env = {k: os.environ.get(v, "") for k, v in zip(keys, ("PGHOST", "PGHOSTADDR", "PGPORT",
                                                             "PGDATABASE", "PGUSER", "PGSERVICE"))}
     return " ".join(f"{k}={target.get(k) or env[k]}" for k in keys)
+
+
+_MISSING = ("42P01", "3F000")  # undefined table, invalid schema name
+
+
+def refusal_is_outage(exc: BaseException) -> bool:
+    """True when the server refused a write for a reason that is not the
+    content of the events (a connection cut, a read-only server, ``INSERT``
+    revoked, tables missing, out of connection slots, a restart): the batch is
+    kept and retried, never dropped as bad content. Only a data exception, an
+    integrity violation, a program limit or a value the driver cannot encode is
+    about the content (:func:`~goodput_core.stores.postgres_connect.is_content_error`)."""
+    return not is_content_error(exc)
 
 
 def _encode(event: EventRecord) -> Dict[str, Any]:
@@ -267,19 +283,31 @@ class PostgresStore(PostgresReadMixin, QueuedStoreMixin, Store):
             try:
                 self._insert(conn, rows)
             except Exception as exc:
-                if not is_content_error(exc):
+                if refusal_is_outage(exc):  # read-only, permission, missing table, restart
+                    if getattr(exc, "sqlstate", None) in _MISSING:
+                        self._forget_tables()
                     raise  # the moment, not the events: the whole batch is retried
                 # The content was refused: isolate the bad events, keep the rest.
                 logger.warning("goodput: %s refused a batch (%s); inserting it event by "
                                "event", self.url, describe(exc, self._secrets))
                 self._insert_one_by_one(conn, rows)
 
+    def _forget_tables(self) -> None:
+        """The tables went away under a live writer (dropped, restored from an
+        old dump): forget the ids they held; the retry creates them again
+        (:meth:`_ensure_schema` runs before the next batch)."""
+        with self._ids_lock:
+            self._run_ids.clear()
+            self._writer_ids.clear()
+            self._writers.clear()
+        self._schema_checked = False
+
     def _insert_one_by_one(self, conn, rows: List[list]) -> None:
         for row in rows:
             try:
                 self._insert(conn, [row])
             except Exception as exc:
-                if not is_content_error(exc):
+                if refusal_is_outage(exc):
                     raise  # the whole batch is retried later; inserted rows are deduplicated
                 self._rejected += 1
 
