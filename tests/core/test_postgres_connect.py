@@ -22,7 +22,7 @@ from goodput_core.stores.postgres_connect import ConnectionSlot
 from goodput_core.stores.postgres_sql import parse_url, redact
 from tests.support.postgres_server import PASSWORD, USER, PostgresServer, find_bindir
 from tests.support.fake_clock import FakeClock
-from tests.support.test_ca import make_ca
+from tests.support.tls_ca import make_ca
 
 if find_bindir() is None:  # .ci/run and `make test` install it; say so loudly elsewhere
     if os.environ.get("CI"):
