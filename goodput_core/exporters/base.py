@@ -69,6 +69,8 @@ class MonitorSnapshot:
       hangs: the run's hangs so far (:class:`~goodput_core.queries.hangs.Hang`).
       checkpoint_advice: checkpoint-interval advice (None: insights off).
       hosts: per-host breakdown (None: insights off or fewer than two hosts).
+      run_state: ``running``, ``stopped`` or ``ended`` where the calculator
+        tells a run's state (None: insights off, or not told).
       trace: the run as a trace (None unless an exporter wants it).
       lifecycle: scheduling goodput, ETTR and MPG (None: insights off, or the
         run has no scheduling events).
@@ -92,6 +94,7 @@ class MonitorSnapshot:
     hangs: List[Hang] = field(default_factory=list)
     checkpoint_advice: Optional[CheckpointAdvice] = None
     hosts: Optional[HostBreakdown] = None
+    run_state: Optional[str] = None
     trace: Optional[TraceDelta] = None
     lifecycle: Optional[Lifecycle] = None
     incidents: Optional[IncidentSummary] = None

@@ -93,6 +93,8 @@ _SCHEMA = (
     "CREATE INDEX IF NOT EXISTS events_run ON events (run_id, id)",
 ) + chunks.SCHEMA
 _HINT = "set GOODPUT_STORE=sqlite:///path/to/goodput.sqlite to a writable location"
+_CORRUPT_HINT = ("the file is damaged or is not a goodput store: move it aside (a new store "
+                 "is created there) or point GOODPUT_STORE at another file")
 
 logger = logging.getLogger("goodput")
 
@@ -154,6 +156,8 @@ class SqliteStore(ReadPath, WritePath, Store):
                  mode: int = 0o600, readonly: bool = False,
                  chunk_events: Optional[int] = chunks.CHUNK_EVENTS):
         path = os.path.abspath(os.path.expanduser(os.fspath(path)))
+        if path.startswith("//"):  # sqlite:////tmp/x: POSIX keeps a leading "//"; one is meant
+            path = "/" + path.lstrip("/")
         self.path = path
         self._mode = mode
         self.url = "sqlite:///" + path.lstrip("/")
@@ -180,8 +184,11 @@ class SqliteStore(ReadPath, WritePath, Store):
                 raise
             raise self._error(exc) from exc
 
-    def _error(self, exc: BaseException) -> StoreError:
-        return StoreError(f"cannot use {self.path!r} as a goodput store ({exc}); {_HINT}")
+    def _error(self, exc: Any) -> StoreError:
+        # "file is not a database", "database disk image is malformed": a plain
+        # DatabaseError; where to write instead is the wrong advice for those
+        hint = _CORRUPT_HINT if type(exc) is sqlite3.DatabaseError else _HINT
+        return StoreError(f"cannot use {self.path!r} as a goodput store ({exc}); {hint}")
 
     def _check_path(self) -> None:
         parent = os.path.dirname(self.path)
