@@ -158,3 +158,9 @@ class PostgresReadMixin:
     def runs(self) -> List[str]:
         """Names of the runs in this store, oldest first."""
         return self._query(lambda conn: [r[0] for r in conn.execute(self._sql["runs"])])
+
+    def run_versions(self) -> Dict[str, int]:
+        """Each run's version, oldest run first: its largest event id (one index
+        look-up per run; run summaries use it to tell a changed run)."""
+        return self._query(lambda conn: {name: int(v) for name, v in
+                                         conn.execute(self._sql["run_versions"])})

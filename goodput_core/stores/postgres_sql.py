@@ -180,4 +180,6 @@ def statements(schema: str) -> Dict[str, str]:
                   f" FROM {s}.events WHERE run_id = %s AND id > %s ORDER BY id LIMIT %s",
         "run_id": f"SELECT run_id FROM {s}.runs WHERE name = %s",
         "runs": f"SELECT name FROM {s}.runs ORDER BY run_id",
+        "run_versions": f"SELECT r.name, coalesce((SELECT max(e.id) FROM {s}.events e"
+                        f" WHERE e.run_id = r.run_id), 0) FROM {s}.runs r ORDER BY r.run_id",
     }
