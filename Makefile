@@ -7,7 +7,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PIP := $(VENV)/bin/pip
 
-.PHONY: demo test test-maxtext test-axlearn test-slurm slurm-server postgres-server browser-and-prometheus
+.PHONY: demo test test-maxtext test-axlearn test-slurm slurm-server postgres-server pgbouncer-server browser-and-prometheus
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -19,7 +19,7 @@ demo: $(VENV)/bin/python
 
 # The tests run in a random order (pytest-randomly); the seed is printed first.
 # Repeat an order: make test SEED=<the printed seed>.
-test: $(VENV)/bin/python postgres-server browser-and-prometheus
+test: $(VENV)/bin/python postgres-server pgbouncer-server browser-and-prometheus
 	$(PIP) install -q -e '.[all,test]'
 	@seed="$(SEED)"; seed="$${seed:-$$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}"; \
 	echo "test order: --randomly-seed=$$seed (repeat: make test SEED=$$seed)"; \
@@ -39,6 +39,15 @@ postgres-server:
 	  { [ "$$(id -u)" = 0 ] && apt-get update -q && DEBIAN_FRONTEND=noninteractive \
 	    apt-get install -y -q postgresql; } || \
 	  echo "note: PostgreSQL is not installed; its store's tests will be skipped"
+
+# The PostgreSQL store's pgbouncer test (transaction pooling in front of a
+# throwaway server) runs Debian's pgbouncer itself; installed when missing and
+# we may (root). Debian's package starts no daemon the test depends on.
+pgbouncer-server:
+	@command -v pgbouncer >/dev/null || [ -x /usr/sbin/pgbouncer ] || \
+	  { [ "$$(id -u)" = 0 ] && apt-get update -q && DEBIAN_FRONTEND=noninteractive \
+	    apt-get install -y -q pgbouncer; } || \
+	  echo "note: pgbouncer is not installed; its PostgreSQL test will be skipped"
 
 # The dashboard's browser tests drive Debian's headless chromium with its
 # chromium-driver; the dashboard tests start Debian's prometheus (and run its

@@ -331,6 +331,19 @@ class SqliteStore(ReadPath, WritePath, Store):
         return [r[0] for r in self._query("SELECT name FROM runs ORDER BY run_id")]
 
     @_gated
+    def run_versions(self) -> Dict[str, int]:
+        """Each run's version, oldest run first: the largest event id stored for
+        it, rows and packed chunks alike (it changes whenever an event is added).
+        Two index look-ups per run, whatever the runs' lengths."""
+        if self.readonly and self._schema_version(self._handle().conn) is None:
+            return {}
+        rows = self._query(
+            "SELECT r.name, max(coalesce((SELECT max(id) FROM events e WHERE e.run_id = r.run_id),"
+            " 0), coalesce((SELECT max(last_id) FROM chunks c WHERE c.run_id = r.run_id), 0))"
+            " FROM runs r ORDER BY r.run_id")
+        return {name: int(v) for name, v in rows}
+
+    @_gated
     def integrity_check(self) -> bool:
         """Runs SQLite's full integrity check.
 

@@ -50,6 +50,9 @@ _BLOCK_START = {int(Kind.INPUT_STALL_START): "stall", int(Kind.BLOCKING_LOAD_STA
 _BLOCK_END = {int(Kind.INPUT_STALL_END): "stall", int(Kind.BLOCKING_LOAD_END): "bload"}
 _STALL_END = int(Kind.INPUT_STALL_END)
 _SCHEDULING = {int(Kind.JOB_SUBMITTED), int(Kind.RESOURCES_GRANTED)}
+# Model metrics and run metadata are no part of the partition: every host's
+# reach the run (``record_on_all_hosts=True`` points, a config only one host records).
+_SIDE = {int(Kind.METRIC), int(Kind.METADATA)}
 _EPS = 1e-9  # seconds: below this a straggler's excess is float noise
 
 
@@ -167,7 +170,8 @@ def lead_events(events: Sequence[EventRecord]) -> List[EventRecord]:
 
     Returns:
       The lead stream's events, plus the disruptions and straggler stalls it
-      takes from the other streams; ``events`` itself when one process wrote.
+      takes from the other streams and every stream's metrics and metadata;
+      ``events`` itself when one process wrote.
     """
     streams = _streams(events)
     # events of an unknown writer (no metadata beside known writers' events:
@@ -202,6 +206,7 @@ def lead_events(events: Sequence[EventRecord]) -> List[EventRecord]:
     for i, lead in enumerate(leads):
         until = leads[i + 1].start if i + 1 < len(leads) else math.inf
         out.extend(_borrowed_disruption(lead, foreign, until))
+    out.extend(e for p in pieces if id(p) not in lead_ids for e in p.events if e[1] in _SIDE)
     return out
 
 

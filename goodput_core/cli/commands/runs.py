@@ -1,8 +1,9 @@
-"""``goodput runs``: list the runs in a store (``--state``: with each run's
-state, ``running``, ``ended`` or ``stopped at T (cause)``; ``--group G``: one
-run group, with goodput, total time, disruptions, last step and state; see
-``commands.compare``). ``goodput runs delete RUN`` and ``goodput runs rename
-OLD NEW``: see ``commands.runs_manage``."""
+"""``goodput runs``: list the runs in a store (``--summary``: with each run's state,
+goodput, total time, restarts and last activity, served from run summaries;
+``--state``: with each run's state, ``running``, ``ended`` or ``stopped at T
+(cause)``, read from every run; ``--group G``: one run group, with goodput, total
+time, disruptions, last step and state; see ``commands.compare``). ``goodput
+runs delete RUN`` and ``goodput runs rename OLD NEW``: see ``commands.runs_manage``."""
 
 from __future__ import annotations
 
@@ -28,6 +29,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--state", action="store_true",
                         help="each run's state: running, ended or 'stopped at T (cause)' "
                              "(reads every run)")
+    parser.add_argument("--summary", action="store_true",
+                        help="each run's state, goodput, total time, restarts and last "
+                             "activity (kept in a private cache while a run does not change)")
     parser.add_argument("--json", action="store_true",
                         help="one JSON object: {store, runs} (with --state: runs are "
                              "{run, state} objects; with --group: see compare.py)")
@@ -43,6 +47,8 @@ def run(args) -> int:
         from goodput_core.cli.commands.compare import list_group
 
         return list_group(store, args.group, as_json=args.json)
+    if args.summary:
+        return _with_summaries(store, args.json)
     if args.state:
         return _with_states(store, args.json)
     if args.json:
@@ -53,6 +59,27 @@ def run(args) -> int:
     return 0
 
 
+def _with_summaries(store, as_json: bool) -> int:
+    """Every run with its summary (:mod:`goodput_core.queries.summaries`), newest
+    activity first."""
+    from goodput_core.cli.timespec import format_duration, format_time
+    from goodput_core.queries.summaries import run_summaries
+
+    rows = run_summaries(store)
+    rows.sort(key=lambda s: -(s.last_activity if s.last_activity is not None else -1e300))
+    if as_json:
+        print(json.dumps({"store": store.url, "runs": [s.to_json() for s in rows]},
+                         allow_nan=False))
+        return 0
+    width = max([len("run")] + [len(s.run) for s in rows])
+    print(f"{'run':<{width}}  {'goodput':>8}  {'total':>10}  {'restarts':>8}  "
+          f"{'last activity':<20}  state")
+    for s in rows:
+        group = f"  [{s.group}]" if s.group else ""
+        print(printable(f"{s.run:<{width}}  {s.goodput:7.2f}%  "
+                        f"{format_duration(s.total_seconds):>10}  {s.disruptions:>8}  "
+                        f"{format_time(s.last_activity) if s.last_activity else '-':<20}  "
+                        f"{s.state_text}{group}"))
 def _with_states(store, as_json: bool) -> int:
     """Every run with its state at the time of the command (rule 15)."""
     from goodput_core.cli.commands.report import state_line, state_report

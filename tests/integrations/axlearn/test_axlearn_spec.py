@@ -74,7 +74,7 @@ def test_unknown_keys_are_warned_about_not_dropped_silently(caplog):
     (["name=r", "upload_dir=/o", "enable_monitoring=yes"], "true or false"),
     (["name=r", "upload_dir=/o", "prometheus_port=9431"], "9431"),
     (["name=r", "upload_dir=/o", "prometheus_port=99999"], "prometheus_port"),
-    (["name=r", "upload_dir=/o", "store=postgres://db"], "store URL"),
+    (["name=r", "upload_dir=/o", "store=postgres://db/x?schema=no;such"], "store URL"),
     (["name=r", "upload_dir=/o", "ideal_step_time=-1"], "ideal_step_time"),
     (["name=", "upload_dir=/o"], "non-empty"),
     (["name"], "expected key=value"),
