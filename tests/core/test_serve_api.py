@@ -447,6 +447,10 @@ def test_runs_no_page_is_open_on_are_read_again_rarely():
     store = MemoryStore("rarely")
     store.append(_simple("ended"))
     store.append([e for e in _simple("stopped") if e.time <= T0 + 30])  # silent since 30 s
+    # its lead writer's last heartbeat (semantics rule 15: without heartbeats a
+    # silent run without a final disruption is running, as the reference reads it)
+    store.append([EventRecord("stopped", int(Kind.HEARTBEAT), T0 + 30, None,
+                              {"heartbeat_seconds": 10.0})])
     cache = RunCache(store, clock=clock, min_interval=0.0)
     assert cache.summary("ended")["state"] == "ended"
     assert cache.summary("stopped")["state"] == "stopped"
