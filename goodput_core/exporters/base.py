@@ -93,3 +93,10 @@ class Exporter(abc.ABC):
 
     def close(self) -> None:
         """Flushes and releases resources (called once, at monitor stop)."""
+
+    def process_spec(self) -> Optional[Dict[str, Any]]:
+        """How a monitor process rebuilds this exporter:
+        ``{"factory": "module:Class", "kwargs": {JSON-able}}``; None (the
+        default) when it can only run in this process (the monitor then
+        runs on a thread here; :mod:`goodput_core.monitor.process`)."""
+        return None

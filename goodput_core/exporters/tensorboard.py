@@ -91,9 +91,7 @@ class _EventFile:
 
     def __init__(self, log_dir: str):
         from tensorboardX.event_file_writer import EventsWriter  # only this module imports it
-        from tensorboardX.record_writer import directory_check
 
-        directory_check(log_dir)
         # tensorboardX names files by the second and host only: two writers
         # started within a second in one directory would share a file. The
         # suffix keeps names unique and in creation order (TensorBoard reads a
@@ -140,10 +138,32 @@ class TensorBoardExporter(Exporter):
 
     def __init__(self, tensorboard_dir: str, *, subdir: Optional[str] = SUBDIR,
                  include_badput_breakdown: bool = True, writer: Any = None):
+        from tensorboardX.record_writer import directory_check  # only this module imports it
+
+        self.tensorboard_dir, self.subdir = tensorboard_dir, subdir
         self.log_dir = os.path.join(tensorboard_dir, subdir) if subdir else tensorboard_dir
         self.include_badput_breakdown = bool(include_badput_breakdown)
         self._owns_writer = writer is None
-        self._writer = writer if writer is not None else _EventFile(self.log_dir)
+        if writer is None:
+            directory_check(self.log_dir)  # an unwritable directory fails here, not later
+        # our event file is created by the first export: an exporter handed to a
+        # monitor process leaves no empty file behind in this one
+        self._file: Any = writer
+
+    @property
+    def _writer(self) -> Any:
+        if self._file is None:
+            self._file = _EventFile(self.log_dir)
+        return self._file
+
+    def process_spec(self) -> Optional[dict]:
+        """Rebuilt in a monitor process unless writing through a supplied writer."""
+        if not self._owns_writer or self._file is not None:
+            return None
+        return {"factory": "goodput_core.exporters.tensorboard:TensorBoardExporter",
+                "kwargs": {"tensorboard_dir": os.fspath(self.tensorboard_dir),
+                           "subdir": self.subdir,
+                           "include_badput_breakdown": self.include_badput_breakdown}}
 
     def _scalar(self, tag: str, value: float, step: int, wall: float,
                 display: bool = True) -> None:
@@ -215,7 +235,9 @@ class TensorBoardExporter(Exporter):
 
     def close(self) -> None:
         """Flushes and closes the writer (when this exporter created it)."""
+        if self._file is None:
+            return  # never written: no file
         if self._owns_writer:
-            self._writer.close()
+            self._file.close()
         else:
-            self._writer.flush()
+            self._file.flush()

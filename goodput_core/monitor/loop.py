@@ -48,6 +48,7 @@ from goodput_core.monitor.runner import Deadlines, Runner
 from goodput_core.exporters.base import Exporter, MonitorSnapshot
 from goodput_core.monitor.cycle import Extras, fresh_deviations
 from goodput_core.monitor.exporting import close_all, dispatch
+from goodput_core.monitor.process import ProcessMonitor, child_spec
 
 __all__ = ["Monitor", "PARTS"]
 
@@ -102,6 +103,11 @@ class Monitor:
       include_metrics: add the model-metric points new since the last cycle.
       include_insights: add hangs, checkpoint-interval advice and the
         per-host breakdown (docs/insights.md).
+      process: run the cycles in a separate process (True), on a thread of
+        this process (False), or decide (None: a process unless
+        ``GOODPUT_MONITOR_PROCESS=0``, or unless the monitor can only run
+        here: a memory store, an injected clock, wait or calculator, an
+        exporter without ``process_spec()``). See :mod:`goodput_core.monitor.process`.
 
     Raises:
       ValueError: a bad interval, timeout, window size or ideal step time.
@@ -121,7 +127,8 @@ class Monitor:
                  skip_final_flush: bool = False,
                  recorder: Any = None, calculator: Any = None,
                  include_slice_efficiency: bool = True, include_program_goodput: bool = True,
-                 include_metrics: bool = True, include_insights: bool = True):
+                 include_metrics: bool = True, include_insights: bool = True,
+                 process: Optional[bool] = None):
         self._interval = {"goodput": _positive(interval_s, "interval_s"),
                           "rolling": float(interval_s)}
         self._interval["step_deviation"] = _positive(
@@ -134,12 +141,26 @@ class Monitor:
         self._ideal = (None if configured_ideal_step_time is None
                        else _positive(configured_ideal_step_time, "configured_ideal_step_time"))
         self.run = run
-        if calculator is None:
-            from goodput_core.queries.calculator import Calculator
-            from goodput_core.stores import open_store
-
-            calculator = Calculator(run, open_store(store), clock=clock)
-        self.calculator = calculator
+        self._store = store
+        exporters = list(exporters)
+        self._child_spec = child_spec(
+            process, run, store, exporters, custom=(calculator is not None or wait is not None
+                                                    or clock is not time.time),
+            options=dict(interval_s=float(interval_s),
+                         step_deviation_interval_s=self._interval["step_deviation"],
+                         configured_ideal_step_time=self._ideal,
+                         export_timeout_s=self._export_timeout,
+                         final_flush_timeout_s=self._final_timeout,
+                         skip_final_flush=bool(skip_final_flush),
+                         include_slice_efficiency=include_slice_efficiency,
+                         include_program_goodput=include_program_goodput,
+                         include_metrics=include_metrics, include_insights=include_insights))
+        self._child: Any = None
+        #: Called after each cycle (the monitor process reports its counters).
+        self.on_cycle: Optional[Callable[[], Any]] = None
+        self._calc = calculator
+        if calculator is None and self._child_spec is None:
+            self._calc = self._new_calculator(clock)
         self._clock = clock
         self._skip_final = bool(skip_final_flush)
         self._recorder = recorder
@@ -149,7 +170,7 @@ class Monitor:
                               program_goodput=include_program_goodput, metrics=include_metrics,
                               insights=include_insights, on_error=self._report)
         self._cycle_lock = threading.Lock()
-        self._state_lock = threading.Lock()
+        self._state_lock = threading.RLock()  # start() -> _start_thread()
         self._stats_lock = threading.Lock()
         self._parts_lock = threading.Lock()
         self._stop_evt = threading.Event()
@@ -167,6 +188,30 @@ class Monitor:
                        rolling_windows=rolling_windows)
 
     # ------------------------------------------------------------ settings
+    @property
+    def calculator(self) -> Any:
+        """The Calculator the cycles read through (a monitor that runs in a
+        process opens one here only when asked)."""
+        if self._calc is None:
+            self._calc = self._new_calculator(self._clock)
+        return self._calc
+
+    def _new_calculator(self, clock: Callable[[], float]) -> Any:
+        from goodput_core.queries.calculator import Calculator
+        from goodput_core.stores import open_store
+
+        return Calculator(self.run, open_store(self._store), clock=clock)
+
+    @property
+    def in_process(self) -> bool:
+        """True when the cycles run in a separate process (once started)."""
+        return self._child_spec is not None
+
+    @property
+    def process_id(self) -> Optional[int]:
+        """The monitor process's id once it runs (None: a thread, or not yet)."""
+        return None if self._child is None else self._child.pid
+
     @property
     def exporters(self) -> List[Any]:
         """The exporters, in call order."""
@@ -213,6 +258,10 @@ class Monitor:
                 elif on is False:
                     self._enabled.discard(part)
         self._wake.set()  # the loop re-plans its wait
+        if self._child is not None:
+            self._child.command({"configure": {
+                "goodput": goodput, "step_deviation": step_deviation,
+                "rolling_windows": None if windows is None else list(windows)}})
 
     def wait_idle(self, timeout: Optional[float] = None) -> bool:
         """Waits until no exporter call is running (e.g. a slow one has returned).
@@ -224,7 +273,10 @@ class Monitor:
         return all(r.wait_idle(self._time.remaining(deadline)) for r in self._runners)
 
     def stats(self) -> Dict[str, Any]:
-        """Counters: cycles run and errors by ``"<source>: <kind>"``."""
+        """Counters: cycles run and errors by ``"<source>: <kind>"`` (of the
+        monitor process, as it last reported them, when it runs in one)."""
+        if self._child is not None and self._child.error is None:
+            return self._child.stats()
         with self._stats_lock:
             return {"cycles": self._cycles, "errors": dict(self._errors)}
 
@@ -300,6 +352,11 @@ class Monitor:
                             self._time.wait_until)
         with self._stats_lock:
             self._cycles += 1
+        if self.on_cycle is not None:
+            try:
+                self.on_cycle()
+            except Exception:  # noqa: BLE001 - a report must not fail the cycle
+                logger.debug("on_cycle failed", exc_info=True)
         return snapshot, complete
 
     def _compute(self, parts: Collection[str], final: bool) -> Optional[MonitorSnapshot]:
@@ -343,11 +400,28 @@ class Monitor:
             if self._stopped:
                 logger.warning("goodput monitor %s was stopped; build a new one to restart",
                                self.run)
-            elif self._thread is None:
+            elif self._child_spec is not None:
+                if self._child is None:  # spawned from a thread: returns at once (P9)
+                    self._child = ProcessMonitor(
+                        self.run, self._child_spec, self.exporters,
+                        interval_s=min(self._interval.values()), recorder=self._recorder,
+                        deadlines=self._time, on_failure=self._start_thread)
+                    self._child.command({"configure": {
+                        "goodput": "goodput" in self.parts,
+                        "step_deviation": "step_deviation" in self.parts,
+                        "rolling_windows": list(self.rolling_windows)}})
+                    self._child.start()
+            else:
+                self._start_thread()
+        return self
+
+    def _start_thread(self) -> None:
+        # also where a monitor process could not be spawned: monitor from here
+        with self._state_lock:
+            if self._thread is None and not self._stopped:
                 self._thread = threading.Thread(
                     target=self._loop, name=f"goodput-monitor-{self.run}", daemon=True)
                 self._thread.start()
-        return self
 
     def _default_wait(self, seconds: float) -> bool:
         self._wake.wait(seconds)
@@ -391,11 +465,15 @@ class Monitor:
                 return True
             self._stopped = True
         timeout = self._final_timeout if timeout is _DEFAULT else timeout
+        skip = self._skip_final if skip_final_flush is None else skip_final_flush
+        if self._child is not None:
+            ok = self._child.stop(timeout, skip, self._flush_recorder)
+            if ok is not None:  # else it never ran: a thread may monitor instead
+                return ok
         deadline = self._time.after(timeout)
         # keep a share of the time for close(): flushing files matters even
         # when the final cycle is abandoned
         reserve = 0.0 if timeout is None else min(_CLOSE_RESERVE_S, 0.2 * max(0.0, timeout))
-        skip = self._skip_final if skip_final_flush is None else skip_final_flush
         self._stop_evt.set()
         self._wake.set()
         ok = True
@@ -415,6 +493,12 @@ class Monitor:
     def __exit__(self, *exc: Any) -> None:
         self.stop()
 
+    def _flush_recorder(self, timeout: Optional[float]) -> None:
+        """Stores this process's events of the run (the monitor process reads the store)."""
+        from goodput_core.record.hooks import flush_before_read
+
+        flush_before_read(self.run, _Url(self._child_spec["store"]), timeout)
+
     # ------------------------------------------------------------- errors
     def _report(self, source: str, error: Any) -> None:
         """Logs the first error of each kind per source; counts the rest."""
@@ -430,6 +514,11 @@ class Monitor:
         if n == 1:
             logger.warning("goodput monitor %s: %s: %s (further %r errors are only counted; "
                            "see Monitor.stats())", self.run, source, text, kind)
+
+
+class _Url:
+    def __init__(self, url: Optional[str]):
+        self.url = url
 
 
 def _positive(value: Any, name: str) -> float:
