@@ -286,9 +286,10 @@ class Monitor:
 
         Returns:
           The snapshot handed to the exporters, or None when the store or the
-          calculator failed (logged) or the monitor was stopped.
+          calculator failed (logged), the monitor was stopped, or its cycles
+          run in a monitor process (started: the exporters live there).
         """
-        if self._stopped:
+        if self._stopped or self._handed_over():
             return None
         with self._cycle_lock:
             return self._cycle(self.parts, final, math.inf)[0]
@@ -302,11 +303,14 @@ class Monitor:
             is not enabled is computed once (e.g. the compat one-off flush).
 
         Returns:
-          True when the cycle and every exporter finished in time.
+          True when the cycle and every exporter finished in time (False
+          once the cycles run in a monitor process: ``stop()`` flushes there).
         """
         chosen = self.parts if parts is None else frozenset(parts)
         if not chosen <= set(PARTS):
             raise ValueError(f"unknown parts {sorted(chosen - set(PARTS))}; choose from {PARTS}")
+        if self._handed_over():
+            return False
         timeout = self._final_timeout if timeout is _DEFAULT else timeout
         return self._bounded_cycle(chosen, True, self._time.after(timeout))
 
@@ -467,7 +471,7 @@ class Monitor:
         timeout = self._final_timeout if timeout is _DEFAULT else timeout
         skip = self._skip_final if skip_final_flush is None else skip_final_flush
         if self._child is not None:
-            ok = self._child.stop(timeout, skip, self._flush_recorder)
+            ok = self._child.stop(timeout, skip)
             if ok is not None:  # else it never ran: a thread may monitor instead
                 return ok
         deadline = self._time.after(timeout)
@@ -493,11 +497,13 @@ class Monitor:
     def __exit__(self, *exc: Any) -> None:
         self.stop()
 
-    def _flush_recorder(self, timeout: Optional[float]) -> None:
-        """Stores this process's events of the run (the monitor process reads the store)."""
-        from goodput_core.record.hooks import flush_before_read
-
-        flush_before_read(self.run, _Url(self._child_spec["store"]), timeout)
+    def _handed_over(self) -> bool:
+        """True once the exporters belong to a monitor process (or its spawn is under way)."""
+        child = self._child
+        if child is None or child.error is not None:
+            return False
+        logger.debug("goodput monitor %s: cycles run in the monitor process", self.run)
+        return True
 
     # ------------------------------------------------------------- errors
     def _report(self, source: str, error: Any) -> None:
@@ -514,11 +520,6 @@ class Monitor:
         if n == 1:
             logger.warning("goodput monitor %s: %s: %s (further %r errors are only counted; "
                            "see Monitor.stats())", self.run, source, text, kind)
-
-
-class _Url:
-    def __init__(self, url: Optional[str]):
-        self.url = url
 
 
 def _positive(value: Any, name: str) -> float:

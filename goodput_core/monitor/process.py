@@ -316,8 +316,7 @@ class ProcessMonitor:
                 "errors": dict(self._stats.get("errors", {}))}
 
     # ---------------------------------------------------------------- stop
-    def stop(self, timeout: Optional[float], skip_final: bool,
-             flush_recorder: Callable[[Optional[float]], Any]) -> Optional[bool]:
+    def stop(self, timeout: Optional[float], skip_final: bool) -> Optional[bool]:
         """Ends the child within ``timeout`` seconds (None: unbounded).
 
         The recorder's events are stored first (so the final cycle sees them),
@@ -339,7 +338,7 @@ class ProcessMonitor:
         if proc is None:  # it could not start (logged)
             return None
         if not skip_final:
-            flush_recorder(self._time.remaining(deadline))
+            self._flush_recorder(self._time.remaining(deadline))
         left = self._time.remaining(deadline)
         self._forward_dropped()
         self._send({"stop": left, "skip_final": skip_final})
@@ -355,6 +354,23 @@ class ProcessMonitor:
                 _kill(proc)
         _close_stdin(proc)
         return ok and bool(self._final)
+
+
+    def _flush_recorder(self, timeout: Optional[float]) -> None:
+        """Stores this process's events of the run: the final cycle reads the store."""
+        from goodput_core.record.hooks import flush_before_read
+
+        try:
+            flush_before_read(self.run, _Url(self._spec["store"]), timeout)
+        except Exception:  # noqa: BLE001 - the final cycle reads what is there
+            logger.debug("flushing the recorder failed", exc_info=True)
+
+
+class _Url:
+    """What flush_before_read needs of a store: its URL."""
+
+    def __init__(self, url: Optional[str]):
+        self.url = url
 
 
 def _kill(proc: subprocess.Popen) -> None:
