@@ -112,9 +112,11 @@ def _store_url(store: Any) -> Optional[str]:
         store = getattr(store, "url", None)  # an open Store
         if store is None:
             return None
-    from goodput_core.stores import check_store_url
+    from goodput_core.stores import canonical_store_url, check_store_url
 
     url, scheme, _ = check_store_url(store)
+    if scheme == "sqlite":  # absolute: the same file whatever the child's directory
+        return canonical_store_url(url)
     return None if scheme == "memory" else url
 
 
@@ -361,7 +363,10 @@ class ProcessMonitor:
         from goodput_core.record.hooks import flush_before_read
 
         try:
-            flush_before_read(self.run, _Url(self._spec["store"]), timeout)
+            from goodput_core.stores import canonical_store_url
+
+            # recorders are matched by the URL their open store reports
+            flush_before_read(self.run, _Url(canonical_store_url(self._spec["store"])), timeout)
         except Exception:  # noqa: BLE001 - the final cycle reads what is there
             logger.debug("flushing the recorder failed", exc_info=True)
 
