@@ -76,6 +76,23 @@ def efficiency_tags(size: Any = None) -> Tuple[str, str]:
     return f"{prefix}/stepping_slice_efficiency", f"{prefix}/available_slice_efficiency"
 
 
+def _check_directory(log_dir: str) -> None:
+    """tensorboardX's ``directory_check`` without importing tensorboardX (a
+    third of a second) on the caller's thread: local directories are created;
+    URLs (``gs://``, ``s3://``) need none. tensorboardX is imported by the first export.
+
+    Raises:
+      ImportError: tensorboardX is not installed.
+      OSError: the directory cannot be created.
+    """
+    import importlib.util
+
+    if importlib.util.find_spec("tensorboardX") is None:
+        raise ImportError("the TensorBoard exporter needs tensorboardX: pip install tensorboardX")
+    if "://" not in log_dir:
+        os.makedirs(log_dir, exist_ok=True)
+
+
 class _EventFile:
     """A synchronous stand-in for tensorboardX's ``SummaryWriter`` (scalars only).
 
@@ -138,14 +155,12 @@ class TensorBoardExporter(Exporter):
 
     def __init__(self, tensorboard_dir: str, *, subdir: Optional[str] = SUBDIR,
                  include_badput_breakdown: bool = True, writer: Any = None):
-        from tensorboardX.record_writer import directory_check  # only this module imports it
-
         self.tensorboard_dir, self.subdir = tensorboard_dir, subdir
         self.log_dir = os.path.join(tensorboard_dir, subdir) if subdir else tensorboard_dir
         self.include_badput_breakdown = bool(include_badput_breakdown)
         self._owns_writer = writer is None
         if writer is None:
-            directory_check(self.log_dir)  # an unwritable directory fails here, not later
+            _check_directory(self.log_dir)  # an unwritable directory fails here, not later
         # our event file is created by the first export: an exporter handed to a
         # monitor process leaves no empty file behind in this one
         self._file: Any = writer
