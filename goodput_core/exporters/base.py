@@ -18,6 +18,7 @@ from goodput_core.queries.hangs import Hang
 from goodput_core.queries.host_outliers import HostBreakdown
 from goodput_core.queries.elastic import SliceEfficiency
 from goodput_core.queries.program_goodput import ProgramGoodput
+from goodput_core.queries.quantile_sketch import QuantileSketch
 from goodput_core.queries.results import GoodputResult
 from goodput_core.queries.step_stats import StepStats
 
@@ -51,6 +52,9 @@ class MonitorSnapshot:
       hangs: the run's hangs so far (:class:`~goodput_core.queries.hangs.Hang`).
       checkpoint_advice: checkpoint-interval advice (None: insights off).
       hosts: per-host breakdown (None: insights off or fewer than two hosts).
+      step_time_sketch: the step times seen so far as a quantile sketch (with
+        ``step_stats``; None in a snapshot built without one: exporters then
+        compute quantiles from ``step_stats.step_times``).
     """
 
     run: str
@@ -69,6 +73,7 @@ class MonitorSnapshot:
     hangs: List[Hang] = field(default_factory=list)
     checkpoint_advice: Optional[CheckpointAdvice] = None
     hosts: Optional[HostBreakdown] = None
+    step_time_sketch: Optional[QuantileSketch] = None
 
     @property
     def hung(self) -> bool:

@@ -49,6 +49,7 @@ from goodput_core.exporters.base import Exporter, MonitorSnapshot
 from goodput_core.monitor.cycle import Extras, fresh_deviations
 from goodput_core.monitor.exporting import close_all, dispatch
 from goodput_core.monitor.process import ProcessMonitor, child_spec
+from goodput_core.queries.quantile_sketch import QuantileSketch
 
 __all__ = ["Monitor", "PARTS"]
 
@@ -166,6 +167,7 @@ class Monitor:
         self._recorder = recorder
         self._runners = [Runner(e, self._report) for e in exporters]
         self._exported = np.empty(0, np.int64)  # steps whose deviation was handed out
+        self._sketch = QuantileSketch()  # the times of those steps (Prometheus' quantiles)
         self._extras = Extras(slice_efficiency=include_slice_efficiency,
                               program_goodput=include_program_goodput, metrics=include_metrics,
                               insights=include_insights, on_error=self._report)
@@ -379,15 +381,17 @@ class Monitor:
                 rolling = dict(zip(windows, calc.rolling(windows, now)))
             extras = self._extras.compute(calc, parts, now, cumulative,
                                           windows if "rolling" in parts else ())
-            stats, new = None, []
+            stats, new, sketch = None, [], None
             if "step_deviation" in parts:
                 stats = calc.step_stats(self._ideal)
-                new, self._exported = fresh_deviations(stats, self._exported)
+                new, self._exported = fresh_deviations(stats, self._exported,
+                                                       self._sketch.add)
+                sketch = self._sketch.copy()  # the exporters read it on their threads
         except Exception as exc:  # noqa: BLE001 - queries should not raise; never end the loop
             self._report("calculator", exc)
             return None
         return MonitorSnapshot(self.run, float(now), cumulative, rolling, stats, new,
-                               self._dropped(), final, **extras)
+                               self._dropped(), final, step_time_sketch=sketch, **extras)
 
     def _dropped(self) -> Optional[int]:
         if self._recorder is None:
