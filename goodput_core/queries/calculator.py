@@ -315,7 +315,13 @@ class Calculator(BeyondGoodputMixin):
         with self._lock:
             self._tl.update()
             ideal = ideal_step_time if ideal_step_time is not None else self._ideal
-            return compute_step_stats(self._tl, ideal)
+            # one computation per timeline version: a monitor cycle asks twice
+            # (deviations, checkpoint advice), and nothing new may have arrived
+            key = (id(self._tl), self._tl.version, ideal)
+            cached = getattr(self, "_step_cache", None)
+            if cached is None or cached[0] != key:
+                cached = self._step_cache = (key, compute_step_stats(self._tl, ideal))
+            return cached[1]
 
     def _now(self, now: Any) -> float:
         return time_arg(self._clock() if now is None else now, "now")
