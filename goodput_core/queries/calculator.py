@@ -63,7 +63,7 @@ from goodput_core.queries.elastic import SliceCounts, SliceEfficiency
 from goodput_core.queries.host_outliers import HostTracker
 from goodput_core.queries.program_goodput import ProgramGoodput
 from goodput_core.queries.results import GoodputResult, build_result, empty_result
-from goodput_core.queries.step_stats import StepStats, compute_step_stats
+from goodput_core.queries.step_stats import StepStats, StepTimes, compute_step_stats
 from goodput_core.record.hooks import flush_before_read
 from goodput_core.timeline.buckets import CUSTOM_BASE, IDLE, PRODUCTIVE, BadputType
 from goodput_core.timeline.payload_columns import payload_page
@@ -320,7 +320,10 @@ class Calculator(BeyondGoodputMixin):
             key = (id(self._tl), self._tl.version, ideal)
             cached = getattr(self, "_step_cache", None)
             if cached is None or cached[0] != key:
-                cached = self._step_cache = (key, compute_step_stats(self._tl, ideal))
+                if getattr(self, "_step_times", None) is None:
+                    self._step_times = StepTimes()  # incremental: only what may still change
+                cached = self._step_cache = (key, compute_step_stats(self._tl, ideal,
+                                                                     self._step_times))
             return cached[1]
 
     def _now(self, now: Any) -> float:

@@ -161,8 +161,6 @@ def test_every_record_carries_tensorboardx_s_own_crcs(tmp_path):
 
     from tensorboardX.record_writer import masked_crc32c
 
-    from goodput_core.exporters.base import MonitorSnapshot
-
     tb = TensorBoardExporter(str(tmp_path))
     tb.export(MonitorSnapshot("r", 1_700_000_000.0,
                               new_step_deviations=[(s, s / 7.0) for s in range(50)]))

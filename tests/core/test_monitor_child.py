@@ -79,13 +79,14 @@ def test_the_default_monitor_runs_elsewhere_and_exports_the_calculators_figures(
     m = Monitor(RUN, url, [TensorBoardExporter(str(tmp_path / "tb")), prom], interval_s=0.2,
                 rolling_windows=(3600,))
     assert m.in_process
+    before = set(threading.enumerate())  # other tests' monitors may have left threads
     m.start()
     try:
         got = _scrape_when_ready(prom.url)  # the port the caller chose, served by the child
         pid = m.process_id
         assert pid is not None and pid != os.getpid() and _alive(pid)
         # nothing of the cycles runs here: no exporter worker, no final-cycle thread
-        assert not [t.name for t in threading.enumerate()
+        assert not [t.name for t in set(threading.enumerate()) - before
                     if t.name.startswith(("goodput-export-", "goodput-flush-"))]
     finally:
         assert m.stop(60)
