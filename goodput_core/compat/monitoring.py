@@ -40,6 +40,7 @@ How it differs from the reference:
 from __future__ import annotations
 
 import copy
+import dataclasses
 import datetime
 import logging
 import threading
@@ -80,8 +81,10 @@ class _LazyExporter(Exporter):
     """
 
     def __init__(self, name: str, factory: Callable[[], Exporter],
-                 on_failure: Optional[Callable[[], None]] = None):
+                 on_failure: Optional[Callable[[], None]] = None,
+                 spec: Optional[dict] = None):
         self.name = name
+        self._spec = spec
         self._factory = factory
         self._on_failure = on_failure
         self._inner: Optional[Exporter] = None
@@ -109,6 +112,19 @@ class _LazyExporter(Exporter):
     def close(self) -> None:
         if self._inner is not None:
             self._inner.close()
+
+    def process_spec(self) -> Optional[dict]:
+        """How a monitor process builds the same lazy exporter (None: only here)."""
+        return self._spec
+
+
+def lazy_cloud_monitoring(run: str, options: dict) -> _LazyExporter:
+    """The Cloud Monitoring exporter of a GoodputMonitor, in a monitor process:
+    built lazily on its exporter thread there, as here."""
+    from goodput_core.exporters.cloud_monitoring import CloudMonitoringExporter
+
+    return _LazyExporter("Cloud Monitoring", lambda: CloudMonitoringExporter(
+        run, GCPOptions(**options), include_badput_breakdown=True, include_step_deviation=True))
 
 
 class GoodputMonitor:
@@ -196,6 +212,7 @@ class GoodputMonitor:
         self._rolling_windows: List[Any] = []
         self._gcm_failed = False
         self._lock = threading.RLock()
+        self._store = store
         self._calculator = Calculator(job_name, _open(store), clock=clock)
         # built now so that bad settings (directory, port) fail here, as in the reference
         self._monitor: Optional[Monitor] = self._new_monitor()
@@ -216,18 +233,30 @@ class GoodputMonitor:
         opts = self._gcp_options
         if (opts.enable_gcp_goodput_metrics or opts.enable_gcp_step_deviation_metrics) \
                 and not self._gcm_failed:  # a failure is reported once per GoodputMonitor
+            spec = {"factory": "goodput_core.compat.monitoring:lazy_cloud_monitoring",
+                    "kwargs": {"run": self.job_name,
+                               "options": dataclasses.asdict(self._gcp_options)}}
             exporters.append(_LazyExporter("Cloud Monitoring", self._make_gcm,
-                                           on_failure=self._gcm_failure))
+                                           on_failure=self._gcm_failure, spec=spec))
         if self._prometheus_port is not None:
             from goodput_core.exporters.prometheus import PrometheusExporter
 
             exporters.append(PrometheusExporter(self._prometheus_port))
         exporters.extend(self._extra_exporters)
+        # in a monitor process when it can run in one (as Monitor decides: not
+        # with an injected clock or wait, a memory store...); else on a thread
+        # here, reading through our calculator
+        from goodput_core.monitor.process import child_spec
+
+        here = child_spec(None, self.job_name, self._store, exporters, options={},
+                          custom=self._clock is not time.time or self._wait is not None) is None
         return Monitor(
-            self.job_name, exporters=exporters, calculator=self._calculator,
+            self.job_name, self._store, exporters=exporters,
+            calculator=self._calculator if here else None,
             interval_s=self._upload_interval, step_deviation_interval_s=self._step_interval,
             include_goodput=False, include_step_deviation=False,
-            configured_ideal_step_time=self._ideal, clock=self._clock, wait=self._wait,
+            configured_ideal_step_time=self._ideal,
+            clock=self._clock, wait=self._wait,
             final_flush_timeout_s=self._final_flush_timeout_seconds,
             skip_final_flush=self._skip_final_flush,
             include_slice_efficiency=self._include_slice_efficiency,

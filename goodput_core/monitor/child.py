@@ -11,12 +11,14 @@ stdin, from the training process: first the settings::
                     "kwargs": {...}}, ...], "reply_fd": N}
 
 then commands: ``{"dropped": n}`` (the recorder's dropped-event count),
-``{"configure": {...}}`` (``Monitor.configure``), ``{"stop": seconds or null,
+``{"configure": {...}}`` (``Monitor.configure``), ``{"flush": seconds or null,
+"parts": [...] or null, "id": n}`` (``Monitor.flush``), ``{"stop": seconds or null,
 "skip_final": bool}``. End of input (the training process is gone) stops the
 monitor as ``stop`` does.
 
 The reply pipe, to the training process: ``{"stats": {...}}`` after each
-cycle and ``{"stopped": ok, "stats": {...}}`` last. The process also stops
+cycle, ``{"flushed": n, "ok": bool}`` for each flush and ``{"stopped": ok,
+"stats": {...}}`` last. The process also stops
 when it finds itself re-parented (its parent died while another process
 still held the pipe open).
 """
@@ -91,6 +93,11 @@ def main() -> int:
     stop: Dict[str, Any] = {}
     got_stop = threading.Event()
 
+    def flush(message: Dict[str, Any]) -> None:
+        parts = message.get("parts")
+        ok = monitor.flush(message["flush"], parts=None if parts is None else set(parts))
+        _reply(reply_fd, {"flushed": message["id"], "ok": ok, "stats": monitor.stats()})
+
     def read_commands() -> None:
         for line in stdin:
             try:
@@ -101,6 +108,9 @@ def main() -> int:
                 recorder.dropped = int(message["dropped"])
             if "configure" in message:
                 monitor.configure(**_configure_args(message["configure"]))
+            if "flush" in message:
+                threading.Thread(target=flush, args=(message,), daemon=True,
+                                 name="goodput-monitor-flush-command").start()
             if "stop" in message:
                 stop.update(message)
                 break

@@ -305,15 +305,15 @@ class Monitor:
             is not enabled is computed once (e.g. the compat one-off flush).
 
         Returns:
-          True when the cycle and every exporter finished in time (False
-          once the cycles run in a monitor process: ``stop()`` flushes there).
+          True when the cycle and every exporter finished in time (in the
+          monitor process once it runs in one).
         """
         chosen = self.parts if parts is None else frozenset(parts)
         if not chosen <= set(PARTS):
             raise ValueError(f"unknown parts {sorted(chosen - set(PARTS))}; choose from {PARTS}")
-        if self._handed_over():
-            return False
         timeout = self._final_timeout if timeout is _DEFAULT else timeout
+        if self._handed_over():
+            return self._child.flush(timeout, None if parts is None else chosen)
         return self._bounded_cycle(chosen, True, self._time.after(timeout))
 
     def _bounded_cycle(self, parts: frozenset, final: bool, deadline: float) -> bool:

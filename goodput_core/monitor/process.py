@@ -161,6 +161,8 @@ class ProcessMonitor:
         self._final: Optional[bool] = None  # the child's own verdict on its stop
         self._dropped_sent: Optional[int] = None
         self._pending: List[Dict[str, Any]] = []  # commands given before the spawn
+        self._flushes: Dict[int, Any] = {}  # flush id -> (event, outcome)
+        self._flush_ids = iter(range(1, 1 << 62))
         #: Set when the child could not be started (the error), for tests and logs.
         self.error: Optional[BaseException] = None
 
@@ -299,6 +301,11 @@ class ProcessMonitor:
         message = json.loads(line)
         if "stats" in message:
             self._stats = message["stats"]
+        if "flushed" in message:
+            waiter = self._flushes.pop(message["flushed"], None)
+            if waiter is not None:
+                waiter[1]["ok"] = bool(message.get("ok"))
+                waiter[0].set()
         if "stopped" in message:
             self._final = bool(message["stopped"])
 
@@ -311,6 +318,27 @@ class ProcessMonitor:
             return
         if dropped != self._dropped_sent and self._send({"dropped": dropped}):
             self._dropped_sent = dropped
+
+    def flush(self, timeout: Optional[float], parts: Optional[Sequence[str]]) -> bool:
+        """Asks the child for one cycle (``Monitor.flush``) and waits for it
+        until the deadline (the recorder's events are stored first).
+
+        Returns:
+          True when the child reported the cycle complete in time.
+        """
+        deadline = self._time.after(timeout)
+        if not self._time.wait_until(self._started, deadline) or self._proc is None:
+            return False
+        self._flush_recorder(self._time.remaining(deadline))
+        done, outcome = threading.Event(), {}
+        key = next(self._flush_ids)
+        self._flushes[key] = (done, outcome)
+        self.command({"flush": self._time.remaining(deadline), "id": key,
+                      "parts": None if parts is None else sorted(parts)})
+        if not self._time.wait_until(done, deadline):
+            self._flushes.pop(key, None)
+            return False
+        return outcome.get("ok", False)
 
     def stats(self) -> Dict[str, Any]:
         """The child's counters as last reported (cycles, errors)."""
