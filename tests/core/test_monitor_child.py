@@ -227,3 +227,33 @@ def test_where_the_monitor_runs_is_chosen(tmp_path, monkeypatch):
     assert not Monitor(RUN, url, [], process=False).in_process
     monkeypatch.setenv(ENV, "0")
     assert not Monitor(RUN, url, [TensorBoardExporter(tb)]).in_process
+
+
+def test_the_compat_goodput_monitor_runs_in_a_monitor_process(tmp_path):
+    # what MaxText's and AXLearn's shims build: the reference's GoodputMonitor
+    from goodput_core.compat.monitoring import GoodputMonitor
+
+    url = _finished_run(tmp_path)
+    gm = GoodputMonitor(RUN, "log", str(tmp_path / "tb"), 1, monitoring_enabled=True,
+                        include_step_deviation=True, store=url,
+                        gcp_options=_no_gcm())
+    gm.start_goodput_uploader()
+    gm.start_step_deviation_uploader()
+    monitor = gm.monitor
+    assert monitor.in_process
+    _until(lambda: monitor.process_id is not None, "the spawn")
+    assert monitor.process_id != os.getpid()
+    gm.stop_step_deviation_uploader()  # a final step-deviation cycle there, then that part off
+    gm.stop_goodput_uploader()  # the last part: the process ends
+    assert not _alive(monitor.process_id)
+    calc = Calculator(RUN, url)
+    calc.refresh()
+    tb = read_scalars(str(tmp_path / "tb" / "goodput"))
+    assert tb["goodput/goodput"][-1][1] == pytest.approx(calc.cumulative().goodput, rel=1e-6)
+    assert [s for s, _, _ in tb["step_deviation"]] == calc.step_stats().steps.tolist()
+
+
+def _no_gcm():
+    from goodput_core.gcp import GCPOptions
+
+    return GCPOptions(enable_gcp_goodput_metrics=False, enable_gcp_step_deviation_metrics=False)
