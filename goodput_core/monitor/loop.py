@@ -7,7 +7,7 @@ API summary::
 
     m = Monitor("run-1", "sqlite:///goodput.sqlite",
                 [TensorBoardExporter("/tmp/tb")], interval_s=30, rolling_windows=(3600,))
-    m.start()            # one daemon thread
+    m.start()            # a monitor process (or one daemon thread here, see below)
     ...
     m.stop(timeout=10)   # a final, deadline-bounded cycle; then closes the exporters
 
@@ -28,6 +28,12 @@ that raises is logged once per error kind and then only counted; one that
 hangs is skipped by later cycles until it returns (the step deviations it
 missed are handed to it then), and never delays the others or the loop.
 ``stop()`` returns within its deadline whatever the exporters or the store do.
+
+Where it runs: by default :meth:`Monitor.start` hands the cycles to a monitor
+process (:mod:`goodput_core.monitor.process`), so that they never compete with
+the training thread; ``process=False`` (or ``GOODPUT_MONITOR_PROCESS=0``), a
+memory store, an injected clock, wait or calculator, or an exporter without
+``process_spec()`` keep them on a thread here.
 
 Time: ``clock`` gives the query time and drives the schedule; ``wait(s)``
 blocks for ``s`` seconds (True asks the loop to stop); ``deadlines`` times the
