@@ -76,8 +76,12 @@ def _alive(pid):
 def test_the_default_monitor_runs_elsewhere_and_exports_the_calculators_figures(tmp_path):
     url = _finished_run(tmp_path)
     prom = PrometheusExporter(0)
+    class Rec:  # the training process's recorder: its dropped count is forwarded
+        def stats(self):
+            return {"dropped": 3}
+
     m = Monitor(RUN, url, [TensorBoardExporter(str(tmp_path / "tb")), prom], interval_s=0.2,
-                rolling_windows=(3600,))
+                rolling_windows=(3600,), recorder=Rec())
     assert m.in_process
     before = set(threading.enumerate())  # other tests' monitors may have left threads
     m.start()
@@ -85,6 +89,8 @@ def test_the_default_monitor_runs_elsewhere_and_exports_the_calculators_figures(
         got = _scrape_when_ready(prom.url)  # the port the caller chose, served by the child
         pid = m.process_id
         assert pid is not None and pid != os.getpid() and _alive(pid)
+        dropped = ("goodput_recorder_dropped_events_total", frozenset({("run", RUN)}))
+        _until(lambda: scrape(prom.url).get(dropped) == 3, "the forwarded dropped count")
         # nothing of the cycles runs here: no exporter worker, no final-cycle thread
         assert not [t.name for t in set(threading.enumerate()) - before
                     if t.name.startswith(("goodput-export-", "goodput-flush-"))]
