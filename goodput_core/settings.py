@@ -15,7 +15,9 @@ from typing import Any, Optional, Tuple
 
 __all__ = [
     "ORBAX_PROMETHEUS_PORT",
+    "OTEL_SIGNALS",
     "parse_bool",
+    "parse_otel_signals",
     "parse_port",
     "parse_positive_int",
     "parse_seconds",
@@ -27,6 +29,8 @@ ORBAX_PROMETHEUS_PORT = 9431
 _TRUE = frozenset({"true", "1", "yes", "y", "on"})
 _FALSE = frozenset({"false", "0", "no", "n", "off"})
 _OFF = frozenset({"", "none", "off"})
+#: What the OpenTelemetry exporters can send: figures as metrics, phases as spans.
+OTEL_SIGNALS = ("metrics", "traces")
 
 
 def _bad(name: str, value: Any, expected: str) -> ValueError:
@@ -135,3 +139,22 @@ def parse_seconds(value: Any, name: str, *, zero_is_unset: bool = False) -> Opti
     if not (seconds > 0 and math.isfinite(seconds)):
         raise _bad(name, value, "positive seconds")
     return seconds
+
+
+def parse_otel_signals(value: Any, name: str) -> Tuple[str, ...]:
+    """``GOODPUT_OTEL``-style text: which OpenTelemetry signals to send.
+
+    ``metrics``, ``traces`` or ``metrics,traces``; a true value (``1``, ``on``)
+    means ``metrics``; blank or a false value means none.
+    """
+    if _is_blank(value):
+        return ()
+    text = str(value).strip().lower()
+    if text in _TRUE:
+        return ("metrics",)
+    if text in _FALSE or text in _OFF:
+        return ()
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    if not parts or any(p not in OTEL_SIGNALS for p in parts):
+        raise _bad(name, value, "metrics, traces, metrics,traces or a true/false value")
+    return tuple(sig for sig in OTEL_SIGNALS if sig in parts)

@@ -32,6 +32,7 @@ import numpy as np
 
 from goodput_core.timeline.buckets import BadputType
 from goodput_core.cli.timespec import format_duration, format_time
+from goodput_core.queries.markers import Marker, run_markers
 
 __all__ = ["TimelineData", "Lane", "Marker", "PlotUnavailable", "collect", "render_image",
            "COLOURS", "MARKER_STYLE", "lane_name", "titles", "stagger", "nice_ticks",
@@ -109,15 +110,6 @@ class Lane:
 
 
 @dataclasses.dataclass
-class Marker:
-    """A vertical line: an attempt start, a job end, a crash or a restart."""
-
-    t: float
-    kind: str   # 'attempt', 'end', 'crash' or 'restart'
-    text: str
-
-
-@dataclasses.dataclass
 class TimelineData:
     """Everything a picture needs, independent of the drawing library."""
 
@@ -169,41 +161,6 @@ def _order(key: str) -> Tuple[int, str]:
         return (500, key)
 
 
-def _markers(calc, a: float, b: float) -> List[Marker]:
-    """Attempt starts, job ends, disruptions and restarts inside ``[a, b]``."""
-    tl = calc.timeline  # brought up to date by the property
-    out: List[Marker] = []
-    att = tl.attempts
-    for i, t in enumerate(att.start.tolist()):
-        out.append(Marker(t, "attempt", f"attempt {i + 1} starts"))
-    for t in att.end.tolist():
-        if not math.isnan(t):
-            out.append(Marker(t, "end", "job end"))
-    dis = tl.tables["disruption"]
-    causes = tl.tables.names["disruption"]
-    crash_times = dis["t"].tolist()
-    for t, key in zip(crash_times, dis["key"].tolist()):
-        cause = causes[key] if 0 <= key < len(causes) else "unknown"
-        out.append(Marker(t, "crash", f"crash: {cause}"))
-    for t in tl.stepless_restarts[1].tolist():  # rule 2: disrupted before any step
-        out.append(Marker(t, "restart", "restart (the attempt before had no step)"))
-    seg = tl.segments
-    if len(seg):
-        st = tl.tables["step_start"]
-        for i0, restart, crashed, rec in zip(seg["i0"].tolist(), seg["restart"].tolist(),
-                                             seg["crashed"].tolist(), seg["rec_start"].tolist()):
-            if restart:
-                out.append(Marker(float(st["t"][i0]), "restart",
-                                  f"restart from step {int(st['step'][i0])}"))
-            # a crash inferred from a missing job end (no disruption event recorded)
-            if crashed and not math.isnan(rec) and not any(
-                    abs(rec - c) < 1e-6 for c in crash_times):
-                out.append(Marker(rec, "crash", "crash (no job end)"))
-    out = [m for m in out if a <= m.t <= b]
-    out.sort(key=lambda m: m.t)
-    return out
-
-
 def collect(calc, start: float = -math.inf, end: float = math.inf,
             now: Optional[float] = None, pixels: int = PIXELS) -> TimelineData:
     """The picture's data for ``calc``'s run over ``[start, end]``.
@@ -246,7 +203,7 @@ def collect(calc, start: float = -math.inf, end: float = math.inf,
     return TimelineData(
         run=calc.run or "", goodput=result.goodput, total_seconds=total,
         productive_seconds=result.productive_seconds, disruptions=result.disruptions,
-        window=window, t0=t0, lanes=lanes, markers=_markers(calc, *window), spans=bars,
+        window=window, t0=t0, lanes=lanes, markers=run_markers(calc, *window), spans=bars,
         notes=insight_notes(calc, now))
 
 

@@ -58,6 +58,7 @@ from goodput_core.compat.goodput_utils import (  # noqa: F401  (reached as monit
     WorkloadMetricDetails,
 )
 from goodput_core.exporters.base import Exporter, MonitorSnapshot
+from goodput_core.exporters.otlp import otel_from_env
 from goodput_core.monitor import Monitor
 
 __all__ = ["BadputType", "GCPOptions", "GoodputMonitor"]
@@ -81,9 +82,10 @@ class _LazyExporter(Exporter):
     """
 
     def __init__(self, name: str, factory: Callable[[], Exporter],
-                 on_failure: Optional[Callable[[], None]] = None,
+                 on_failure: Optional[Callable[[], None]] = None, wants_trace: bool = False,
                  spec: Optional[dict] = None):
         self.name = name
+        self.wants_trace = wants_trace
         self._spec = spec
         self._factory = factory
         self._on_failure = on_failure
@@ -209,6 +211,7 @@ class GoodputMonitor:
         self._wait = wait
         self._prometheus_port = prometheus_port
         self._extra_exporters = list(exporters or ())
+        self._otel = otel_from_env()  # a bad GOODPUT_OTEL fails here, at construction
         self._rolling_windows: List[Any] = []
         self._gcm_failed = False
         self._lock = threading.RLock()
@@ -242,6 +245,9 @@ class GoodputMonitor:
             from goodput_core.exporters.prometheus import PrometheusExporter
 
             exporters.append(PrometheusExporter(self._prometheus_port))
+        for signal, factory in self._otel:  # GOODPUT_OTEL: built on the monitor's thread
+            exporters.append(_LazyExporter(f"OpenTelemetry {signal}", factory,
+                                           wants_trace=signal == "traces"))
         exporters.extend(self._extra_exporters)
         # in a monitor process when it can run in one (as Monitor decides: not
         # with an injected clock or wait, a memory store...); else on a thread

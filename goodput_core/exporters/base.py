@@ -20,9 +20,25 @@ from goodput_core.queries.elastic import SliceEfficiency
 from goodput_core.queries.program_goodput import ProgramGoodput
 from goodput_core.queries.quantile_sketch import QuantileSketch
 from goodput_core.queries.results import GoodputResult
+from goodput_core.queries.run_trace import TraceSpan
 from goodput_core.queries.step_stats import StepStats
 
-__all__ = ["Exporter", "MonitorSnapshot"]
+__all__ = ["Exporter", "MonitorSnapshot", "TraceDelta"]
+
+
+@dataclass(frozen=True)
+class TraceDelta:
+    """The run as a trace, as far as a cycle handed it out (exporters that set
+    ``wants_trace``).
+
+    Attributes:
+      attempts: every attempt span so far (``closed`` False for one going on).
+      phases: the phase spans that ended since the last cycle (at the final
+        cycle also those still going on), in time order.
+    """
+
+    attempts: List[TraceSpan]
+    phases: List[TraceSpan]
 
 
 @dataclass(frozen=True)
@@ -55,6 +71,7 @@ class MonitorSnapshot:
       step_time_sketch: the step times seen so far as a quantile sketch (with
         ``step_stats``; None in a snapshot built without one: exporters then
         compute quantiles from ``step_stats.step_times``).
+      trace: the run as a trace (None unless an exporter wants it).
     """
 
     run: str
@@ -74,6 +91,7 @@ class MonitorSnapshot:
     checkpoint_advice: Optional[CheckpointAdvice] = None
     hosts: Optional[HostBreakdown] = None
     step_time_sketch: Optional[QuantileSketch] = None
+    trace: Optional[TraceDelta] = None
 
     @property
     def hung(self) -> bool:
@@ -95,6 +113,9 @@ class Exporter(abc.ABC):
     @abc.abstractmethod
     def export(self, snapshot: MonitorSnapshot) -> None:
         """Publishes one snapshot. May raise: the monitor logs and skips."""
+
+    #: True for an exporter that wants the run as a trace (``snapshot.trace``).
+    wants_trace: bool = False
 
     def close(self) -> None:
         """Flushes and releases resources (called once, at monitor stop)."""

@@ -46,70 +46,26 @@ from __future__ import annotations
 import os
 import socket
 import threading
-from typing import Any, Dict, Iterator, Optional, Sequence, Tuple
+from typing import Any, Iterator, Optional, Sequence, Tuple
 
-import numpy as np
-
-from goodput_core.timeline.buckets import BadputType
 from goodput_core.exporters.base import Exporter, MonitorSnapshot
+from goodput_core.exporters.latest import LatestFigures, figures
 from goodput_core.settings import ORBAX_PROMETHEUS_PORT
 
 __all__ = ["PrometheusExporter", "RESERVED_PORT"]
 
 #: Orbax's metrics port: never ours.
 RESERVED_PORT = ORBAX_PROMETHEUS_PORT
-_SKIPPED = (BadputType.DATA_LOADING_ASYNC, BadputType.CUSTOM_BADPUT_EVENTS)
-
-
-def _window_label(size: Any) -> str:
-    f = float(size)
-    return f"{int(f) if f.is_integer() else f}s"
-
-
-class _RunState:
-    """The latest figures of one run (each part keeps its last value)."""
-
-    def __init__(self) -> None:
-        self.cumulative: Any = None
-        self.rolling: Dict[Any, Any] = {}
-        self.quantiles: Dict[float, float] = {}
-        self.ideal: Optional[float] = None
-        self.dropped: Optional[int] = None
-        self.efficiency: Dict[str, Any] = {}  # "cumulative" / "<N>s" -> SliceEfficiency
-        self.program: Any = None
-        self.metrics: Dict[str, float] = {}
-        self.insights: Optional[MonitorSnapshot] = None  # the last snapshot that had them
 
 
 class _SnapshotCollector:
     """A prometheus_client collector over the latest snapshot of each run."""
 
     def __init__(self, quantiles: Sequence[float]):
-        self._quantiles = tuple(quantiles)
-        self._lock = threading.Lock()
-        self._runs: Dict[str, _RunState] = {}
+        self._latest = LatestFigures(quantiles)
 
     def update(self, snap: MonitorSnapshot) -> None:
-        quantiles: Dict[float, float] = {}
-        stats = snap.step_stats
-        if snap.step_time_sketch is not None and snap.step_time_sketch.count:
-            # the monitor's sketch: O(buckets), not a sort of every step time per cycle
-            quantiles = dict(zip(self._quantiles,
-                                 snap.step_time_sketch.quantiles(self._quantiles)))
-        elif stats is not None and len(stats.step_times):
-            values = np.quantile(np.asarray(stats.step_times, np.float64), self._quantiles)
-            quantiles = dict(zip(self._quantiles, values.tolist()))
-        with self._lock:
-            state = self._runs.setdefault(snap.run, _RunState())
-            if snap.cumulative is not None:
-                state.cumulative = snap.cumulative
-            if snap.rolling:
-                state.rolling = dict(snap.rolling)
-            if stats is not None:
-                state.quantiles, state.ideal = quantiles, stats.ideal_step_time
-            if snap.recorder_dropped is not None:
-                state.dropped = snap.recorder_dropped
-            _update_extras(state, snap)
+        self._latest.update(snap)
 
     def collect(self) -> Iterator[Any]:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -147,80 +103,10 @@ class _SnapshotCollector:
                                         "Events the local recorder dropped (queue full).",
                                         labels=("run",)),
         }
-        with self._lock:
-            runs = list(self._runs.items())
-        for run, s in runs:
-            r = s.cumulative
-            if r is not None:
-                fams["ratio"].add_metric([run], r.goodput / 100.0)
-                fams["prod"].add_metric([run], r.productive_seconds)
-                for bucket, secs in r.badput_seconds.items():
-                    if bucket not in _SKIPPED:
-                        fams["bad"].add_metric([run, bucket.name], secs)
-                for kind, secs in r.custom_badput_seconds.items():
-                    fams["bad"].add_metric([run, f"CUSTOM_BADPUT_EVENTS.{kind}"], secs)
-                fams["total"].add_metric([run], r.total_seconds)
-                fams["disr"].add_metric([run], r.disruptions)
-                fams["step"].add_metric([run], r.max_productive_step)
-            for q, value in s.quantiles.items():
-                fams["q"].add_metric([run, repr(float(q))], value)
-            if s.ideal is not None:
-                fams["ideal"].add_metric([run], s.ideal)
-            for size, window in sorted(s.rolling.items()):
-                fams["win"].add_metric([run, _window_label(size)], window.goodput / 100.0)
-            if s.dropped is not None:
-                fams["drop"].add_metric([run], s.dropped)
-            for window, eff in s.efficiency.items():
-                fams["eff"].add_metric([run, "stepping", window], eff.stepping)
-                fams["eff"].add_metric([run, "available", window], eff.available)
-            if s.program is not None:
-                fams["prog"].add_metric([run], s.program.mfu)
-                fams["mlp"].add_metric([run], s.program.ml_productivity_goodput)
-            for name, value in sorted(s.metrics.items()):
-                fams["metric"].add_metric([run, name], value)
-            if s.insights is not None:
-                _collect_insights(fams, run, s.insights)
+        for run, s in self._latest.runs():
+            for key, labels, value in figures(s):
+                fams[key].add_metric([run, *labels], value)
         yield from fams.values()
-
-
-def _collect_insights(fams: Dict[str, Any], run: str, snap: MonitorSnapshot) -> None:
-    fams["hung"].add_metric([run], 1.0 if snap.hung else 0.0)
-    fams["hang"].add_metric([run], snap.hang_seconds)
-    advice = snap.checkpoint_advice
-    if advice is not None and advice.available:
-        if advice.current_interval_seconds is not None:
-            fams["ckpt"].add_metric([run, "current"], advice.current_interval_seconds)
-        fams["ckpt"].add_metric([run, "recommended"], advice.recommended_interval_seconds)
-    if snap.hosts is not None:
-        for host in snap.hosts.top(10):
-            fams["host"].add_metric([run, str(host.process_index)], host.host_local_seconds)
-        fams["host"].add_metric([run, "median"], snap.hosts.median["host_local_seconds"])
-        for index, bucket, _ in snap.hosts.outliers:
-            fams["outlier"].add_metric([run, str(index), bucket], 1.0)
-
-
-def _update_extras(state: _RunState, snap: MonitorSnapshot) -> None:
-    """Slice efficiency, program goodput and metrics of ``snap`` (lock held).
-
-    Like the other parts, each keeps its last value until a snapshot that
-    computed it says otherwise: the cumulative figures come with the goodput
-    part (``cumulative`` set), the rolling efficiencies with the rolling part.
-    """
-    if snap.cumulative is not None:
-        eff = {k: v for k, v in state.efficiency.items() if k != "cumulative"}
-        if snap.slice_efficiency is not None:
-            eff["cumulative"] = snap.slice_efficiency
-        state.efficiency = eff
-        state.program = snap.program_goodput
-    if snap.rolling:
-        eff = {k: v for k, v in state.efficiency.items() if k == "cumulative"}
-        for size, e in sorted(snap.rolling_slice_efficiency.items()):
-            eff[_window_label(size)] = e
-        state.efficiency = eff
-    for name, point in snap.metrics.items():
-        state.metrics[name] = point.value
-    if snap.checkpoint_advice is not None:
-        state.insights = snap
 
 
 def _serve_inherited(fd: int, registry: Any) -> Tuple[Any, threading.Thread]:

@@ -10,7 +10,10 @@
   and the insights (hangs, checkpoint-interval advice, per-host breakdown:
   :mod:`goodput_core.queries.hangs`, :mod:`goodput_core.queries.checkpoint_advice`,
   :mod:`goodput_core.queries.host_outliers`);
-* with the ``"rolling"`` part: the slice efficiency of each rolling window.
+* with the ``"rolling"`` part: the slice efficiency of each rolling window;
+* with the ``"goodput"`` part, when an exporter wants the run as a trace
+  (``wants_trace``): the attempts and the phases that ended since the last
+  cycle (:mod:`goodput_core.queries.run_trace`).
 
 Each is switched on or off by the monitor's ``include_slice_efficiency``,
 ``include_program_goodput`` and ``include_metrics``. Slice efficiency is left
@@ -26,13 +29,15 @@ snapshot by :mod:`goodput_core.monitor.exporting` (bounded: the newest
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable, Collection, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from goodput_core.queries.diagnostics import MetricPoint
 from goodput_core.queries.elastic import SliceEfficiency, reportable
-from goodput_core.exporters.base import MonitorSnapshot
+from goodput_core.queries.run_trace import attempt_spans, phase_spans
+from goodput_core.exporters.base import TraceDelta
 
 __all__ = ["Extras", "HISTORY_STEPS", "MAX_CARRY", "fresh_deviations", "fresh_steps"]
 
@@ -56,7 +61,7 @@ class Extras:
     """
 
     def __init__(self, *, slice_efficiency: bool = True, program_goodput: bool = True,
-                 metrics: bool = True, insights: bool = True,
+                 metrics: bool = True, insights: bool = True, trace: bool = False,
                  on_error: Optional[Callable[[str, BaseException], None]] = None):
         self.insights = bool(insights)
         self.slice_efficiency = bool(slice_efficiency)
@@ -64,10 +69,12 @@ class Extras:
         self.metrics = bool(metrics)
         self._on_error = on_error
         self._cursor = -1  # the calculator's metric arrival cursor
+        self.trace = bool(trace)
+        self._trace_since = -math.inf  # where the first phase not handed out starts
         self._latest: Dict[str, MetricPoint] = {}
 
     def compute(self, calc: Any, parts: Collection[str], now: float, cumulative: Any,
-                windows: Sequence[Any]) -> Dict[str, Any]:
+                windows: Sequence[Any], final: bool = False) -> Dict[str, Any]:
         """The snapshot fields of the enabled extras for this cycle.
 
         Args:
@@ -76,6 +83,7 @@ class Extras:
           now: the query time.
           cumulative: the cycle's cumulative result (None without the goodput part).
           windows: the rolling window sizes of this cycle (empty without that part).
+          final: the monitor's last cycle (phases still open are handed out too).
 
         Returns:
           Keyword arguments for :class:`MonitorSnapshot` (only the computed ones).
@@ -88,6 +96,8 @@ class Extras:
             self._guard("program goodput", self._program, out, calc, now, cumulative)
         if goodput and self.insights:
             self._guard("insights", self._insights, out, calc, now)
+        if goodput and self.trace:
+            self._guard("trace", self._trace, out, calc, now, final)
         if goodput and self.metrics:
             # last: the cursor moves only once everything else was computed
             self._guard("metrics", self._metrics, out, calc)
@@ -119,6 +129,19 @@ class Extras:
         if getattr(calc, "_store", None) is not None:
             hosts = calc.hosts(now)
             out["hosts"] = hosts if len(hosts.hosts) >= 2 else None
+
+    def _trace(self, out: Dict[str, Any], calc: Any, now: float, final: bool) -> None:
+        # Phases are computed from the start of the first one not handed out yet:
+        # a phase boundary, so the pieces (and their ids) are those of a full read,
+        # and a cycle costs what is new, not the run's length.
+        phases = phase_spans(calc, now, self._trace_since)
+        done = phases if final else [p for p in phases if p.closed]
+        pending = [p for p in phases if not p.closed]
+        if pending and not final:
+            self._trace_since = pending[0].start
+        elif done:
+            self._trace_since = done[-1].end
+        out["trace"] = TraceDelta(attempt_spans(calc, now), done)
 
     def _program(self, out: Dict[str, Any], calc: Any, now: float, cumulative: Any) -> None:
         out["program_goodput"] = calc.program_goodput(now, result=cumulative)

@@ -176,7 +176,8 @@ class Monitor:
         self._sketch = QuantileSketch()  # the times of those steps (Prometheus' quantiles)
         self._extras = Extras(slice_efficiency=include_slice_efficiency,
                               program_goodput=include_program_goodput, metrics=include_metrics,
-                              insights=include_insights, on_error=self._report)
+                              insights=include_insights, on_error=self._report,
+                              trace=any(getattr(e, "wants_trace", False) for e in exporters))
         self._cycle_lock = threading.Lock()
         self._state_lock = threading.RLock()  # start() -> _start_thread()
         self._stats_lock = threading.Lock()
@@ -386,7 +387,7 @@ class Monitor:
             if "rolling" in parts and windows:
                 rolling = dict(zip(windows, calc.rolling(windows, now)))
             extras = self._extras.compute(calc, parts, now, cumulative,
-                                          windows if "rolling" in parts else ())
+                                          windows if "rolling" in parts else (), final)
             stats, new, sketch = None, [], None
             if "step_deviation" in parts:
                 stats = calc.step_stats(self._ideal)

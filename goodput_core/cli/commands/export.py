@@ -1,4 +1,5 @@
-"""``goodput export RUN [--store URL] [-o FILE.jsonl] [--meta]``: a run as JSON lines.
+"""``goodput export RUN [--store URL] [-o FILE.jsonl] [--meta]``: a run as JSON lines;
+``goodput export RUN --format otlp [--endpoint URL] [--protocol P]``: a run as a trace.
 
 One reference-format payload per line (ml-goodput-measurement reads them as
 they are); ``--meta`` adds the writer metadata under ``_writer``, which
@@ -9,6 +10,12 @@ directory with ``O_EXCL`` and a random name (:func:`tempfile.mkstemp`, mode
 0600), so a file or symlink planted at a predictable name is never followed
 or overwritten. ``-o -`` (the default) writes to stdout. The format:
 :mod:`goodput_core.cli.commands.transfer`.
+
+``--format otlp`` sends the run's timeline as one OpenTelemetry trace to an
+OTLP collector (:mod:`goodput_core.exporters.otel_trace`), configured by
+OpenTelemetry's standard variables unless ``--endpoint``/``--protocol`` say
+otherwise; sending a run again repeats the same trace and span ids. It exits
+1 when the collector did not take every span.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ import itertools
 import os
 import sys
 import tempfile
+import time
 
 from goodput_core.cli import CliError, CliIOError
 from goodput_core.cli.commands.common import add_store_argument
@@ -34,9 +42,20 @@ def add_arguments(parser) -> None:
                         help="the JSONL file to write (replaced when complete); '-': stdout")
     parser.add_argument("--meta", action="store_true",
                         help="include writer metadata under a '_writer' key")
+    parser.add_argument("--format", choices=("jsonl", "otlp"), default="jsonl",
+                        help="jsonl: the events (default); otlp: the run's timeline as an "
+                             "OpenTelemetry trace sent to a collector")
+    parser.add_argument("--endpoint", metavar="URL",
+                        help="otlp: the collector's base URL (default: "
+                             "$OTEL_EXPORTER_OTLP_ENDPOINT, else OpenTelemetry's default)")
+    parser.add_argument("--protocol", choices=("http/protobuf", "grpc"),
+                        help="otlp: the transport (default: $OTEL_EXPORTER_OTLP_PROTOCOL, "
+                             "else http/protobuf)")
 
 
 def run(args) -> int:
+    if args.format == "otlp":
+        return _run_otlp(args)
     page = page_size(args)
     store = open_store(args.store, create=False)
     try:
@@ -78,3 +97,35 @@ def _write_file(path: str, pages, meta: bool, progress) -> int:
                 os.unlink(tmp)
             except OSError:
                 pass
+
+
+def _run_otlp(args) -> int:
+    """Sends the run's timeline as a trace; exit 1 when spans were refused."""
+    from goodput_core.queries.calculator import Calculator
+
+    try:
+        from goodput_core.exporters.otel_trace import export_run
+    except ImportError as exc:
+        raise CliError(f"--format otlp needs OpenTelemetry: pip install "
+                       f"'goodput-core[otel]' ({exc})")
+    store = open_store(args.store, create=False)
+    try:
+        if store.read(args.run, limit=1)[0] == [] and args.run not in store.runs():
+            raise CliError(f"no run named {args.run!r} in {store.url} (see: goodput runs)")
+        calc = Calculator(args.run, store)
+        calc.refresh()
+        try:
+            sent = export_run(calc, time.time(), endpoint=args.endpoint,
+                              protocol=args.protocol)
+        except ValueError as exc:
+            raise CliError(str(exc))
+    finally:
+        store.close()
+    where = args.endpoint or "the collector of $OTEL_EXPORTER_OTLP_ENDPOINT"
+    if sent["failed"]:
+        print(f"goodput: {where} did not take {sent['failed']} of {sent['spans']} spans "
+              f"of {args.run!r}", file=sys.stderr)
+        return 1
+    print(f"sent {args.run!r} as a trace of {sent['spans']} spans ({sent['attempts']} "
+          f"attempts, {sent['phases']} phases) to {where}", file=sys.stderr)
+    return 0

@@ -2,7 +2,7 @@
 
 Reads the run from a store (e.g. on another machine, against Cloud Logging)
 and exports every ``--interval`` seconds to the console and, when asked, to
-TensorBoard, Prometheus and Google Cloud Monitoring, until interrupted
+TensorBoard, Prometheus, OpenTelemetry (``--otel``) and Google Cloud Monitoring, until interrupted
 (Ctrl-C or SIGTERM runs a final cycle). ``--once`` runs one cycle and exits.
 """
 
@@ -36,6 +36,14 @@ def add_arguments(parser) -> None:
                         help="the ideal step time in seconds (default: computed)")
     parser.add_argument("--once", action="store_true", help="run one cycle and exit")
     parser.add_argument("--quiet", action="store_true", help="no console line per cycle")
+    otel = parser.add_argument_group("OpenTelemetry (the OTEL_* variables configure the rest)")
+    otel.add_argument("--otel", metavar="SIGNALS", nargs="?", const="metrics",
+                      help="send over OTLP: metrics (the default), traces (each phase "
+                           "as a span once it ends) or metrics,traces")
+    otel.add_argument("--otel-endpoint", metavar="URL",
+                      help="the collector's base URL (default: $OTEL_EXPORTER_OTLP_ENDPOINT)")
+    otel.add_argument("--otel-protocol", choices=("http/protobuf", "grpc"),
+                      help="default: $OTEL_EXPORTER_OTLP_PROTOCOL, else http/protobuf")
     gcm = parser.add_argument_group("Google Cloud Monitoring")
     gcm.add_argument("--gcm", action="store_true", help="also write to Cloud Monitoring")
     gcm.add_argument("--project", help="project id (default: from the metadata server)")
@@ -100,6 +108,7 @@ def _exporters(args, stdout: "_Stdout") -> list:
             raise CliError(f"cannot serve Prometheus metrics on port {args.prometheus}: {exc}")
         print(f"Serving Prometheus metrics on {exporter.url}", flush=True)
         out.append(exporter)
+    out.extend(_otel_exporters(args))
     if args.gcm:
         try:
             from goodput_core.gcp import GCPOptions
@@ -112,6 +121,29 @@ def _exporters(args, stdout: "_Stdout") -> list:
     elif args.project or args.location or args.accelerator_type:
         raise CliError("--project, --location and --accelerator-type go with --gcm")
     return out
+
+
+def _otel_exporters(args) -> list:
+    from goodput_core.cli import CliError
+    from goodput_core.settings import parse_otel_signals
+
+    try:
+        signals = parse_otel_signals(args.otel, "--otel")
+    except ValueError as exc:
+        raise CliError(str(exc))
+    if not signals:
+        if args.otel_endpoint or args.otel_protocol:
+            raise CliError("--otel-endpoint and --otel-protocol go with --otel")
+        return []
+    try:
+        from goodput_core.exporters.otel import OtelExporter
+        from goodput_core.exporters.otel_trace import OtelTraceExporter
+        kinds = {"metrics": OtelExporter, "traces": OtelTraceExporter}
+        return [kinds[s](args.otel_endpoint, protocol=args.otel_protocol) for s in signals]
+    except ImportError as exc:
+        raise CliError(f"--otel needs the 'otel' extra: pip install 'goodput-core[otel]' ({exc})")
+    except ValueError as exc:
+        raise CliError(str(exc))
 
 
 def run(args) -> int:

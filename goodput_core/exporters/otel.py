@@ -1,0 +1,207 @@
+"""OpenTelemetry exporter: the monitor's figures as OTLP metrics.
+
+The same figures as the Prometheus exporter, named by OpenTelemetry's
+conventions (dotted names, UCUM units, namespaced attributes). OpenTelemetry
+has no conventions for training jobs yet; these are the ones we propose:
+
+=================================  =====  =========================================
+metric                             unit   attributes (besides ``goodput.run``)
+=================================  =====  =========================================
+``goodput.ratio``                  ``1``  cumulative goodput, 0-1
+``goodput.productive.duration``    ``s``
+``goodput.badput.duration``        ``s``  ``goodput.bucket`` (partition buckets;
+                                          custom types as ``CUSTOM_BADPUT_EVENTS.<T>``)
+``goodput.total.duration``         ``s``
+``goodput.disruptions``            ``{disruption}``
+``goodput.step.max_productive``    ``{step}``
+``goodput.step.duration``          ``s``  ``goodput.quantile`` ("0.5", "0.9", "0.99")
+``goodput.step.ideal_duration``    ``s``
+``goodput.window.ratio``           ``1``  ``goodput.window`` ("3600s")
+``goodput.slice.efficiency``       ``1``  ``goodput.efficiency.kind``, ``goodput.window``
+``goodput.program.ratio``          ``1``  (MFU)
+``goodput.ml_productivity.ratio``  ``1``
+``goodput.metric``                        ``goodput.metric.name`` (model metrics)
+``goodput.hang.active``            ``1``  1 while a hang is open
+``goodput.hang.duration``          ``s``
+``goodput.checkpoint.interval``    ``s``  ``goodput.interval.kind`` (current, recommended)
+``goodput.host.local.duration``    ``s``  ``goodput.process_index`` (top 10 and "median")
+``goodput.host.outlier``           ``1``  ``goodput.process_index``, ``goodput.bucket``
+``goodput.recorder.dropped_events``       (a counter) events the recorder dropped
+=================================  =====  =========================================
+
+Every metric is an asynchronous (observable) gauge read from the latest
+snapshot of each run, except the dropped-events counter. The resource carries
+``service.name`` (``goodput``), ``host.name`` and ``process.pid``;
+``OTEL_RESOURCE_ATTRIBUTES`` and ``OTEL_SERVICE_NAME`` override them.
+
+Reliability: the export runs on the monitor's exporter thread, never the
+training thread. One export per snapshot, bounded by the OTLP timeout
+(:data:`~goodput_core.exporters.otlp.DEFAULT_TIMEOUT_S` unless set); a
+collector that is down, slow or refusing makes the export fail after at most
+that long, counted in :attr:`OtelExporter.failed_exports` (and the data points it
+carried in :attr:`OtelExporter.dropped_points`), logged once; nothing raises.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Dict, Iterable, Mapping, Optional, Sequence, Tuple
+
+from goodput_core.exporters.base import Exporter, MonitorSnapshot
+from goodput_core.exporters.latest import LatestFigures, figures
+
+__all__ = ["OtelExporter", "METRICS"]
+
+logger = logging.getLogger(__name__)
+
+#: figure key -> (metric name, unit, attribute names after goodput.run, description)
+METRICS: Dict[str, Tuple[str, str, Tuple[str, ...], str]] = {
+    "ratio": ("goodput.ratio", "1", (), "Cumulative goodput (0-1)."),
+    "prod": ("goodput.productive.duration", "s", (), "Productive time."),
+    "bad": ("goodput.badput.duration", "s", ("goodput.bucket",), "Badput by bucket."),
+    "total": ("goodput.total.duration", "s", (), "Total measured time."),
+    "disr": ("goodput.disruptions", "{disruption}", (), "Restarts of the run."),
+    "step": ("goodput.step.max_productive", "{step}", (),
+             "The largest step whose progress was kept."),
+    "q": ("goodput.step.duration", "s", ("goodput.quantile",), "Step-time quantiles."),
+    "ideal": ("goodput.step.ideal_duration", "s", (), "Ideal step time."),
+    "win": ("goodput.window.ratio", "1", ("goodput.window",), "Rolling-window goodput (0-1)."),
+    "eff": ("goodput.slice.efficiency", "1", ("goodput.efficiency.kind", "goodput.window"),
+            "Slice efficiency (0-1): stepping or available."),
+    "prog": ("goodput.program.ratio", "1", (),
+             "Program goodput: model FLOPs utilisation during productive time (0-1)."),
+    "mlp": ("goodput.ml_productivity.ratio", "1", (),
+            "ML productivity goodput: runtime x program goodput (0-1)."),
+    "metric": ("goodput.metric", "", ("goodput.metric.name",), "Latest model metric value."),
+    "hung": ("goodput.hang.active", "1", (), "1 while the run is hung, else 0."),
+    "hang": ("goodput.hang.duration", "s", (), "Seconds of every hang so far."),
+    "ckpt": ("goodput.checkpoint.interval", "s", ("goodput.interval.kind",),
+             "Checkpoint interval: current and recommended."),
+    "host": ("goodput.host.local.duration", "s", ("goodput.process_index",),
+             "Host-local badput of the top hosts and the median host."),
+    "outlier": ("goodput.host.outlier", "1", ("goodput.process_index", "goodput.bucket"),
+                "1 for each outlier host, with its bucket."),
+    "drop": ("goodput.recorder.dropped_events", "{event}", (),
+             "Events the local recorder dropped (queue full)."),
+}
+
+
+class OtelExporter(Exporter):
+    """Sends the monitor's figures over OTLP after every snapshot.
+
+    Args:
+      endpoint: the collector's base URL (None: ``OTEL_EXPORTER_OTLP_ENDPOINT``,
+        else OpenTelemetry's default for the protocol).
+      protocol: ``http/protobuf`` or ``grpc`` (None: ``OTEL_EXPORTER_OTLP_PROTOCOL``,
+        else ``http/protobuf``).
+      headers: extra request headers (None: ``OTEL_EXPORTER_OTLP_HEADERS``).
+      timeout_s: each export's deadline, retries included.
+      resource_attributes: added to the resource (``OTEL_RESOURCE_ATTRIBUTES`` wins).
+      quantiles: the step-time quantiles to send.
+      exporter: an OpenTelemetry ``MetricExporter`` to use instead of OTLP (tests,
+        or another backend's exporter).
+
+    Raises:
+      ValueError: an unsupported protocol, a bad timeout or quantile.
+      ImportError: OpenTelemetry is not installed (``pip install 'goodput-core[otel]'``).
+    """
+
+    name = "otel"
+
+    def __init__(self, endpoint: Optional[str] = None, *, protocol: Optional[str] = None,
+                 headers: Optional[Mapping[str, str]] = None,
+                 timeout_s: Optional[float] = None,
+                 resource_attributes: Optional[Mapping[str, Any]] = None,
+                 quantiles: Sequence[float] = (0.5, 0.9, 0.99), exporter: Any = None):
+        if not all(0.0 <= float(q) <= 1.0 for q in quantiles):
+            raise ValueError(f"quantiles must be within [0, 1], got {list(quantiles)}")
+        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+        from goodput_core.exporters.otlp import export_timeout, otlp_exporter, resource
+
+        self._exporter = exporter if exporter is not None else otlp_exporter(
+            "metrics", endpoint=endpoint, protocol=protocol, headers=headers,
+            timeout_s=timeout_s)
+        self._timeout_ms = 1000.0 * export_timeout("metrics", timeout_s)
+        self._latest = LatestFigures(quantiles)
+        # A pull reader: we collect once per snapshot and export ourselves, so the
+        # result of every export is known (counted drops) and no thread is started.
+        self._reader = InMemoryMetricReader()
+        self._provider = MeterProvider(resource=resource(resource_attributes),
+                                       metric_readers=[self._reader])
+        meter = self._provider.get_meter("goodput_core")
+        for key, (name, unit, _, doc) in METRICS.items():
+            make = meter.create_observable_counter if key == "drop" else \
+                meter.create_observable_gauge
+            make(name, callbacks=[self._callback(key)], unit=unit, description=doc)
+        self.exports = 0
+        self.failed_exports = 0
+        self.dropped_points = 0
+        self._warned = False
+        self._closed = False
+
+    def _callback(self, key: str):
+        from opentelemetry.metrics import Observation
+
+        attr_names = METRICS[key][2]
+
+        def observe(_options: Any) -> Iterable[Any]:
+            out = []
+            for run, state in self._latest.runs():
+                for k, labels, value in figures(state):
+                    if k == key:
+                        attrs = {"goodput.run": run, **dict(zip(attr_names, labels))}
+                        out.append(Observation(value, attrs))
+            return out
+
+        return observe
+
+    def export(self, snapshot: MonitorSnapshot) -> None:
+        """Takes the snapshot's figures and sends every run's latest figures."""
+        if self._closed:
+            return
+        self._latest.update(snapshot)
+        self._send()
+
+    def _send(self) -> None:
+        from opentelemetry.sdk.metrics.export import MetricExportResult
+
+        data = self._reader.get_metrics_data()
+        if data is None:
+            return
+        points = sum(len(m.data.data_points) for rm in data.resource_metrics
+                     for sm in rm.scope_metrics for m in sm.metrics)
+        try:
+            result = self._exporter.export(data, timeout_millis=self._timeout_ms)
+        except Exception as exc:  # an exporter must never raise into the monitor
+            result, error = None, exc
+        else:
+            error = None
+        self.exports += 1
+        if result != MetricExportResult.SUCCESS:
+            self.failed_exports += 1
+            self.dropped_points += points
+            if not self._warned:
+                self._warned = True
+                logger.warning("goodput: the OpenTelemetry collector did not take the "
+                               "metrics (%s); later failures are only counted",
+                               error or "export failed")
+
+    def close(self) -> None:
+        """Shuts the exporter down (idempotent; no final export: the monitor's
+        final cycle already sent the last figures)."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._exporter.shutdown(timeout_millis=self._timeout_ms)
+        except TypeError:
+            self._exporter.shutdown()
+        except Exception:  # pragma: no cover - a broken exporter at shutdown
+            logger.debug("goodput: OpenTelemetry exporter shutdown failed", exc_info=True)
+        try:
+            self._provider.shutdown()
+        except Exception:  # pragma: no cover
+            logger.debug("goodput: OpenTelemetry meter provider shutdown failed",
+                         exc_info=True)

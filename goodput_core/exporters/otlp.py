@@ -1,0 +1,158 @@
+"""OTLP plumbing shared by the OpenTelemetry metric and trace exporters.
+
+Everything is configured as OpenTelemetry users expect: the standard
+variables (``OTEL_EXPORTER_OTLP_ENDPOINT``, ``OTEL_EXPORTER_OTLP_PROTOCOL``,
+``OTEL_EXPORTER_OTLP_HEADERS``, ``OTEL_EXPORTER_OTLP_TIMEOUT``,
+``OTEL_RESOURCE_ATTRIBUTES``, ``OTEL_SERVICE_NAME`` and their per-signal
+forms) are read by the official exporters themselves; arguments given in code
+win over them. Only this module and the two exporters import OpenTelemetry.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import Any, Dict, Mapping, Optional
+
+__all__ = ["PROTOCOLS", "DEFAULT_TIMEOUT_S", "ENV", "export_timeout", "otel_from_env",
+           "otlp_exporter", "protocol_of", "resource"]
+
+#: The variable that turns the OpenTelemetry exporters on in monitors built by the
+#: compatible GoodputMonitor (MaxText, AXLearn): ``metrics``, ``traces`` or both.
+ENV = "GOODPUT_OTEL"
+
+#: The OTLP transports the official Python exporters implement.
+PROTOCOLS = ("http/protobuf", "grpc")
+#: Our default export timeout when neither the code nor OTEL_EXPORTER_OTLP_TIMEOUT
+#: sets one: shorter than OpenTelemetry's 10 s, so a collector that is down costs a
+#: monitor cycle at most this long (the exporter retries with backoff until then).
+DEFAULT_TIMEOUT_S = 5.0
+_PATHS = {"metrics": "/v1/metrics", "traces": "/v1/traces"}
+
+
+def otel_from_env(environ: Optional[Mapping[str, str]] = None) -> list:
+    """``[(signal, factory), ...]`` for the signals ``GOODPUT_OTEL`` asks for.
+
+    Each factory builds the exporter (endpoint, protocol and the rest from the
+    standard ``OTEL_*`` variables); nothing is imported until it is called.
+
+    Raises:
+      ValueError: ``GOODPUT_OTEL`` is not ``metrics``, ``traces``, both or a boolean.
+    """
+    from goodput_core.settings import parse_otel_signals
+
+    env = os.environ if environ is None else environ
+    out = []
+    for signal in parse_otel_signals(env.get(ENV), ENV):
+        if signal == "metrics":
+            def factory() -> Any:
+                from goodput_core.exporters.otel import OtelExporter
+                return OtelExporter()
+        else:
+            def factory() -> Any:
+                from goodput_core.exporters.otel_trace import OtelTraceExporter
+                return OtelTraceExporter()
+        out.append((signal, factory))
+    return out
+
+
+def protocol_of(signal: str, protocol: Optional[str] = None) -> str:
+    """The OTLP protocol for ``signal`` ("metrics" or "traces").
+
+    ``protocol``, else ``OTEL_EXPORTER_OTLP_<SIGNAL>_PROTOCOL``, else
+    ``OTEL_EXPORTER_OTLP_PROTOCOL``, else ``http/protobuf`` (OpenTelemetry's
+    default).
+
+    Raises:
+      ValueError: a protocol the Python exporters do not implement (``http/json``).
+    """
+    value = (protocol or os.environ.get(f"OTEL_EXPORTER_OTLP_{signal.upper()}_PROTOCOL")
+             or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL") or "http/protobuf")
+    value = value.strip().lower()
+    if value not in PROTOCOLS:
+        raise ValueError(f"OTLP protocol {value!r} is not supported: use one of "
+                         f"{', '.join(PROTOCOLS)} (OTEL_EXPORTER_OTLP_PROTOCOL)")
+    return value
+
+
+def export_timeout(signal: str, timeout_s: Optional[float] = None) -> float:
+    """The export deadline in seconds: ``timeout_s``, else
+    ``OTEL_EXPORTER_OTLP_<SIGNAL>_TIMEOUT`` / ``OTEL_EXPORTER_OTLP_TIMEOUT``
+    (milliseconds), else :data:`DEFAULT_TIMEOUT_S`."""
+    if timeout_s is not None:
+        value = float(timeout_s)
+    else:
+        raw = (os.environ.get(f"OTEL_EXPORTER_OTLP_{signal.upper()}_TIMEOUT")
+               or os.environ.get("OTEL_EXPORTER_OTLP_TIMEOUT"))
+        try:  # the variables are in milliseconds per the specification
+            value = float(raw) / 1000.0 if raw else DEFAULT_TIMEOUT_S
+        except ValueError:
+            raise ValueError(f"OTEL_EXPORTER_OTLP_TIMEOUT must be milliseconds, got {raw!r}")
+    if not value > 0:
+        raise ValueError(f"the OTLP timeout must be > 0 seconds, got {value}")
+    return value
+
+
+def otlp_exporter(signal: str, *, endpoint: Optional[str] = None,
+                  protocol: Optional[str] = None, headers: Optional[Mapping[str, str]] = None,
+                  timeout_s: Optional[float] = None, insecure: Optional[bool] = None) -> Any:
+    """The official OTLP exporter for ``signal`` ("metrics" or "traces").
+
+    Args:
+      endpoint: the collector's base URL, as ``OTEL_EXPORTER_OTLP_ENDPOINT``
+        (e.g. ``http://localhost:4318`` for HTTP, ``http://localhost:4317`` for
+        gRPC); the HTTP signal path (``/v1/metrics``, ``/v1/traces``) is added.
+        None: the standard variables, else OpenTelemetry's default.
+      protocol: ``http/protobuf`` or ``grpc`` (None: the standard variables).
+      headers: extra request headers (None: ``OTEL_EXPORTER_OTLP_HEADERS``).
+      timeout_s: the export deadline, retries included (None: the standard
+        variable, else :data:`DEFAULT_TIMEOUT_S`).
+      insecure: gRPC without TLS (None: an ``http://`` endpoint is insecure).
+
+    Raises:
+      ValueError: an unsupported protocol or a bad timeout.
+      ImportError: the exporter package is missing (``pip install 'goodput-core[otel]'``).
+    """
+    proto = protocol_of(signal, protocol)
+    timeout = export_timeout(signal, timeout_s)
+    kwargs: Dict[str, Any] = {"timeout": timeout}
+    if headers is not None:
+        kwargs["headers"] = dict(headers)
+    if proto == "grpc":
+        if signal == "metrics":
+            from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter as cls
+        else:
+            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as cls
+        if endpoint is not None:
+            kwargs["endpoint"] = endpoint
+            if insecure is None and endpoint.startswith("http://"):
+                insecure = True
+        if insecure is not None:
+            kwargs["insecure"] = insecure
+        return cls(**kwargs)
+    if signal == "metrics":
+        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as cls
+    else:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as cls
+    if endpoint is not None:
+        kwargs["endpoint"] = endpoint.rstrip("/") + _PATHS[signal]
+    return cls(**kwargs)
+
+
+def resource(extra: Optional[Mapping[str, Any]] = None) -> Any:
+    """The resource describing this process, overridable by the standard variables.
+
+    Ours: ``service.name`` ``goodput``, ``host.name``, ``process.pid``, plus
+    ``extra`` (e.g. ``goodput.process_index``). ``OTEL_SERVICE_NAME`` and
+    ``OTEL_RESOURCE_ATTRIBUTES`` take precedence over every one of them.
+    """
+    from opentelemetry.sdk.resources import OTELResourceDetector, Resource, SERVICE_NAME
+
+    ours: Dict[str, Any] = {SERVICE_NAME: "goodput", "host.name": socket.gethostname(),
+                            "process.pid": os.getpid()}
+    ours.update(extra or {})
+    env = OTELResourceDetector().detect()
+    service = os.environ.get("OTEL_SERVICE_NAME")
+    if service:
+        env = env.merge(Resource({SERVICE_NAME: service}))
+    return Resource.create(ours).merge(env)
