@@ -20,7 +20,8 @@ The reply pipe, to the training process: ``{"stats": {...}}`` after each
 cycle, ``{"flushed": n, "ok": bool}`` for each flush and ``{"stopped": ok,
 "stats": {...}}`` last. The process also stops
 when it finds itself re-parented (its parent died while another process
-still held the pipe open).
+still held the pipe open). It runs at a lower CPU priority (``nice`` +10)
+than the training process.
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ logger = logging.getLogger("goodput")
 
 _FACTORY_PREFIXES = ("goodput_core.", "goodput_integrations.")
 _PARENT_CHECK_S = 1.0
+#: The monitor process's CPU priority below the training process's (``nice``).
+NICE = 10
 
 
 class _Dropped:
@@ -69,6 +72,12 @@ def _reply(fd: int, message: Dict[str, Any]) -> None:
 
 def main() -> int:
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    try:
+        # below the training process: where CPUs are short (a resumed run's
+        # first cycle reads its whole history), the kernel runs the job first
+        os.nice(NICE)
+    except OSError:
+        pass
     stdin = sys.stdin.buffer
     settings = json.loads(stdin.readline() or b"null")
     if not settings:

@@ -263,3 +263,18 @@ def _no_gcm():
     from goodput_core.gcp import GCPOptions
 
     return GCPOptions(enable_gcp_goodput_metrics=False, enable_gcp_step_deviation_metrics=False)
+
+
+def test_the_monitor_process_runs_below_the_training_process_s_priority(tmp_path):
+    from goodput_core.monitor.child import NICE
+
+    url = _finished_run(tmp_path)
+    prom = PrometheusExporter(0)
+    m = Monitor(RUN, url, [prom], interval_s=0.2)
+    m.start()
+    try:
+        _scrape_when_ready(prom.url)  # the child has set its priority before its first cycle
+        here = os.getpriority(os.PRIO_PROCESS, 0)
+        assert os.getpriority(os.PRIO_PROCESS, m.process_id) == min(here + NICE, 19)
+    finally:
+        assert m.stop(60)
