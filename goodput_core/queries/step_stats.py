@@ -19,6 +19,7 @@ from typing import Any, Dict, Optional
 
 import numpy as np
 
+from goodput_core.queries.sorted_times import SortedTimes, ideal_of_sorted
 from goodput_core.timeline.segments import CLOSE_STEP_END
 
 __all__ = [
@@ -155,8 +156,15 @@ class StepTimes:
         self._row = 0  # and last steps of segment rows >= row
         self._steps = np.empty(0, np.int64)
         self._times = np.empty(0)
+        #: The step times of the last update, kept sorted (the ideal step time).
+        self.sorted = SortedTimes()
 
     def update(self, timeline) -> tuple:
+        steps, times = self._update(timeline)
+        self.sorted.update(steps, times)
+        return steps, times
+
+    def _update(self, timeline) -> tuple:
         key = (id(timeline), timeline.full_rebuilds)
         if key != self._key:
             self._key, self._lo, self._row = key, 0, 0
@@ -237,7 +245,12 @@ def compute_step_stats(timeline, configured_ideal: Optional[float] = None,
       A :class:`StepStats`.
     """
     steps, times = step_times(timeline, cache)
-    ideal = configured_ideal if configured_ideal is not None else ideal_step_time(times)
+    if configured_ideal is not None:
+        ideal = configured_ideal
+    elif cache is not None:  # the same figure from the times kept sorted: no partition
+        ideal = ideal_of_sorted(cache.sorted.sorted)
+    else:
+        ideal = ideal_step_time(times)
     dev = np.abs(times - ideal) if ideal is not None else np.empty(0)
     return StepStats(steps, times, None if ideal is None else float(ideal), dev,
                      deviation_aggregate(dev))

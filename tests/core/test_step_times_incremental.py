@@ -67,3 +67,36 @@ def test_incremental_step_times_equal_the_full_computation(seed):
         assert max(rebuilds) > 0  # the late events made the timeline start afresh
     # the incremental path was taken: the base holds frozen steps
     assert len(calc._step_times._steps) > 0
+
+
+def test_the_ideal_step_time_from_sorted_times_equals_the_direct_one():
+    from goodput_core.queries.sorted_times import SortedTimes, ideal_of_sorted
+    from goodput_core.queries.step_stats import ideal_step_time
+
+    rng = np.random.default_rng(11)
+    kept = SortedTimes()
+    steps, times = np.empty(0, np.int64), np.empty(0)
+    for round_ in range(60):
+        # new steps (ties and outliers included), and some earlier times recomputed
+        n = int(rng.integers(0, 40))
+        new = np.round(rng.lognormal(0, 0.3, n), 2)
+        new[rng.random(n) < 0.05] *= 50
+        steps = np.concatenate((steps, np.arange(len(steps), len(steps) + n)))
+        times = np.concatenate((times, new))
+        if len(times) and round_ % 3 == 0:
+            times = times.copy()
+            times[rng.integers(0, len(times), 3)] = np.round(rng.lognormal(0, 0.3, 3), 2)
+        got = kept.update(steps, times)
+        np.testing.assert_array_equal(got, np.sort(times))
+        want = ideal_step_time(times)
+        if want is None:
+            assert ideal_of_sorted(got) is None
+        else:  # the same mean, summed in another order
+            assert ideal_of_sorted(got) == pytest.approx(want, rel=1e-12)
+    # a step appearing before others (late events): sorted afresh, still right
+    steps2 = np.concatenate(([-1], steps))
+    times2 = np.concatenate(([0.5], times))
+    np.testing.assert_array_equal(kept.update(steps2, times2), np.sort(times2))
+    for n in (1, 2, 3, 4, 5):  # odd and even counts, the MAD's two middle values
+        x = np.sort(rng.lognormal(0, 1, n))
+        assert ideal_of_sorted(x) == pytest.approx(ideal_step_time(x), rel=1e-12)
