@@ -26,16 +26,31 @@ class SortedTimes:
         self._times = np.empty(0)
         self.sorted = np.empty(0)
 
-    def update(self, steps: np.ndarray, times: np.ndarray) -> np.ndarray:
-        """Takes the current (steps, times) (steps sorted, unique); returns the
-        times sorted."""
+    def update(self, steps: np.ndarray, times: np.ndarray,
+               touched: Optional[np.ndarray] = None) -> np.ndarray:
+        """Takes the current (steps, times) (steps sorted, unique, never fewer
+        than before); returns the times sorted.
+
+        Args:
+          touched: the steps whose time may have changed since the last update
+            (None: any of them); the others are not compared.
+        """
         m = len(self._steps)
-        grew = len(steps) >= m and (not m or steps[m - 1] == self._steps[-1]) \
-            and np.array_equal(steps[:m], self._steps)
+        # the old steps are a prefix: as many steps up to the old last one as before
+        grew = len(steps) >= m and (not m or (
+            steps[m - 1] == self._steps[-1]
+            and int(np.searchsorted(steps, self._steps[-1], side="right")) == m))
         if not grew or np.isnan(times[m:]).any():
             self.sorted = np.sort(times)  # a step appeared before others (rare): afresh
         else:
-            changed = np.flatnonzero(times[:m] != self._times[:m])
+            if touched is None:
+                changed = np.flatnonzero(times[:m] != self._times[:m])
+            else:
+                idx = np.searchsorted(self._steps, touched)
+                ok = idx < m
+                idx, touched = idx[ok], touched[ok]
+                idx = np.unique(idx[self._steps[idx] == touched])
+                changed = idx[times[idx] != self._times[idx]]
             removed = np.sort(self._times[changed])
             added = np.sort(np.concatenate((times[changed], times[m:])))
             if np.isnan(removed).any() or np.isnan(added).any():

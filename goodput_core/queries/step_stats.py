@@ -158,10 +158,15 @@ class StepTimes:
         self._times = np.empty(0)
         #: The step times of the last update, kept sorted (the ideal step time).
         self.sorted = SortedTimes()
+        self._tail = np.empty(0, np.int64)  # the steps recomputed at the last update
 
     def update(self, timeline) -> tuple:
-        steps, times = self._update(timeline)
-        self.sorted.update(steps, times)
+        key = self._key
+        steps, times, tail = self._update(timeline)
+        # times change only where a span was recomputed, now or at the last update
+        touched = None if key != self._key else np.union1d(self._tail, tail)
+        self.sorted.update(steps, times, touched)
+        self._tail = tail
         return steps, times
 
     def _update(self, timeline) -> tuple:
@@ -183,7 +188,8 @@ class StepTimes:
             self._steps, self._times = _override(self._steps, self._times,
                                                  *_latest(steps[final], times[final], when[final]))
             self._lo, self._row = lo, row
-        return _override(self._steps, self._times, *_latest(steps, times, when))
+        tail_steps, tail_times = _latest(steps, times, when)
+        return (*_override(self._steps, self._times, tail_steps, tail_times), tail_steps)
 
 
 def ideal_step_time(times: np.ndarray) -> Optional[float]:

@@ -14,7 +14,7 @@ import pytest
 
 from goodput_core.events import EventRecord, Kind
 from goodput_core.queries.calculator import Calculator
-from goodput_core.queries.step_stats import step_times
+from goodput_core.queries.step_stats import ideal_step_time, step_times
 
 RUN = "inc"
 
@@ -60,6 +60,11 @@ def test_incremental_step_times_equal_the_full_computation(seed):
         full_steps, full_times = step_times(calc._tl)  # from scratch
         assert got.steps.tolist() == full_steps.tolist()
         np.testing.assert_array_equal(got.step_times, full_times)
+        # the ideal from the times kept sorted: the direct figure (summed in another order)
+        want = ideal_step_time(full_times)
+        assert (got.ideal_step_time is None) == (want is None)
+        if want is not None:
+            assert got.ideal_step_time == pytest.approx(want, rel=1e-12)
         rebuilds.add(calc._tl.full_rebuilds)
         checks += 1
     assert checks > 50 and len(got.steps) > 500
