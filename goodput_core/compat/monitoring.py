@@ -252,7 +252,7 @@ class GoodputMonitor:
         # in a monitor process when it can run in one (as Monitor decides: not
         # with an injected clock or wait, a memory store...); else on a thread
         # here, reading through our calculator
-        from goodput_core.monitor.process import child_spec
+        from goodput_core.monitor.placement import child_spec
 
         here = child_spec(None, self.job_name, self._store, exporters, options={},
                           custom=self._clock is not time.time or self._wait is not None) is None

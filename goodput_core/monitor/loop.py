@@ -54,7 +54,8 @@ from goodput_core.monitor.runner import Deadlines, Runner
 from goodput_core.exporters.base import Exporter, MonitorSnapshot
 from goodput_core.monitor.cycle import Extras, fresh_deviations
 from goodput_core.monitor.exporting import close_all, dispatch
-from goodput_core.monitor.process import ProcessMonitor, child_spec
+from goodput_core.monitor.placement import child_spec
+from goodput_core.monitor.process import ProcessMonitor
 from goodput_core.queries.quantile_sketch import QuantileSketch
 
 __all__ = ["Monitor", "PARTS"]

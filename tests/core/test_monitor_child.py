@@ -23,7 +23,7 @@ from goodput_core.cli.synthetic import record_synthetic_job  # noqa: E402
 from goodput_core.exporters.prometheus import PrometheusExporter  # noqa: E402
 from goodput_core.exporters.tensorboard import TensorBoardExporter  # noqa: E402
 from goodput_core.monitor import Monitor  # noqa: E402
-from goodput_core.monitor.process import ENV  # noqa: E402
+from goodput_core.monitor.placement import ENV  # noqa: E402
 from goodput_core.queries.calculator import Calculator  # noqa: E402
 from goodput_core.record.recorder import Recorder  # noqa: E402
 from goodput_core.stores.memory import MemoryStore  # noqa: E402
