@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from goodput_core.queries.checkpoint_advice import CheckpointAdvice
 from goodput_core.queries.diagnostics import MetricPoint
@@ -23,7 +23,7 @@ from goodput_core.queries.results import GoodputResult
 from goodput_core.queries.run_trace import TraceSpan
 from goodput_core.queries.step_stats import StepStats
 
-__all__ = ["Exporter", "MonitorSnapshot", "TraceDelta"]
+__all__ = ["Exporter", "MonitorSnapshot", "TraceDelta", "portable_settings"]
 
 
 @dataclass(frozen=True)
@@ -126,3 +126,16 @@ class Exporter(abc.ABC):
         default) when it can only run in this process (the monitor then
         runs on a thread here; :mod:`goodput_core.monitor.process`)."""
         return None
+
+
+def portable_settings(**settings: Any) -> Optional[Dict[str, Any]]:
+    """``settings`` as plain JSON values for ``process_spec()`` (mappings as
+    dicts), or None when one is not (the exporter then stays in this process)."""
+    import json
+
+    out = {k: dict(v) if isinstance(v, Mapping) else v for k, v in settings.items()}
+    try:
+        json.dumps(out)
+    except (TypeError, ValueError):
+        return None
+    return out
