@@ -16,7 +16,8 @@ then commands: ``{"dropped": n}`` (the recorder's dropped-event count),
 "skip_final": bool}``. End of input (the training process is gone) stops the
 monitor as ``stop`` does.
 
-The reply pipe, to the training process: ``{"stats": {...}}`` after each
+The reply pipe, to the training process: ``{"ready": true}`` once the
+exporters are built, ``{"stats": {...}}`` after each
 cycle, ``{"flushed": n, "ok": bool}`` for each flush and ``{"stopped": ok,
 "stats": {...}}`` last. The process also stops
 when it finds itself re-parented (its parent died while another process
@@ -99,6 +100,7 @@ def main() -> int:
     monitor = Monitor(settings["run"], settings["store"], exporters, process=False,
                       recorder=recorder, **options)
     monitor.on_cycle = lambda: _reply(reply_fd, {"stats": monitor.stats()})
+    _reply(reply_fd, {"ready": True})  # the training process closes its copies now
     stop: Dict[str, Any] = {}
     got_stop = threading.Event()
 

@@ -80,6 +80,7 @@ class ProcessMonitor:
         self._lock = threading.Lock()
         self._write_lock = threading.Lock()
         self._ready = False  # the settings went out: commands go straight to the child
+        self._up = False  # the child said it is up (its exporters built)
         self._proc: Optional[subprocess.Popen] = None
         self._reply: Optional[int] = None
         self._started = threading.Event()  # the spawn attempt is over (either way)
@@ -170,11 +171,29 @@ class ProcessMonitor:
                     break
             for message in pending:
                 self._send(message)
-        for exporter in self._exporters:  # the child holds its own copies now
+
+    def _release_exporters(self) -> None:
+        """The child is up and holds its own copies: close ours."""
+        for exporter in self._exporters:
             try:
                 exporter.close()
             except Exception:  # noqa: BLE001 - our copy only
                 logger.debug("closing a handed-over exporter failed", exc_info=True)
+
+    def _fall_back(self, code: Optional[int]) -> None:
+        """The child exited before it was up (not a Python that can run it, an
+        import failing there): the exporters serve from here, on a thread."""
+        self.error = RuntimeError(f"the monitor process exited before it started (code {code})")
+        logger.warning("goodput monitor %s: %s; monitoring from a thread of this process "
+                       "instead", self.run, self.error)
+        for exporter in self._exporters:
+            if hasattr(exporter, "take_back"):
+                try:
+                    exporter.take_back()
+                except Exception:  # noqa: BLE001 - that exporter stays quiet
+                    logger.debug("taking an exporter back failed", exc_info=True)
+        if self._on_failure is not None:
+            self._on_failure()
 
     # ------------------------------------------------------------ forwarding
     def _send(self, message: Dict[str, Any]) -> bool:
@@ -216,8 +235,10 @@ class ProcessMonitor:
                 self._forward_dropped()
             except Exception:  # noqa: BLE001 - the forwarder must not die on a bad line
                 logger.debug("goodput monitor %s: forwarding failed", self.run, exc_info=True)
-        code = self._proc.poll() if self._proc is not None else None
-        if not self._stopping.is_set():
+        code = _exit_code(self._proc)
+        if not self._up and not self._stopping.is_set():
+            self._fall_back(code)
+        elif not self._stopping.is_set():
             logger.warning("goodput monitor %s: the monitor process exited (code %s); "
                            "monitoring stopped, training goes on", self.run, code)
         try:
@@ -228,6 +249,9 @@ class ProcessMonitor:
 
     def _on_reply(self, line: bytes) -> None:
         message = json.loads(line)
+        if "ready" in message:
+            self._up = True
+            self._release_exporters()
         if "stats" in message:
             self._stats = message["stats"]
         if "flushed" in message:
@@ -294,7 +318,7 @@ class ProcessMonitor:
                            self.run)
             return False
         proc = self._proc
-        if proc is None:  # it could not start (logged)
+        if proc is None or self.error is not None:  # it could not start (logged)
             return None
         if not skip_final:
             self._flush_recorder(self._time.remaining(deadline))
@@ -312,6 +336,7 @@ class ProcessMonitor:
             except subprocess.TimeoutExpired:
                 _kill(proc)
         _close_stdin(proc)
+        self._release_exporters()  # (idempotent) also when it never said it was up
         return ok and bool(self._final)
 
 
@@ -333,6 +358,16 @@ class _Url:
 
     def __init__(self, url: Optional[str]):
         self.url = url
+
+
+def _exit_code(proc: Optional[subprocess.Popen]) -> Optional[int]:
+    """The child's exit status once it has exited (it closed its pipe: soon)."""
+    if proc is None:
+        return None
+    try:
+        return proc.wait(_KILL_WAIT_S)
+    except subprocess.TimeoutExpired:
+        return None
 
 
 def _kill(proc: subprocess.Popen) -> None:
