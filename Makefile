@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PIP := $(VENV)/bin/pip
 
-.PHONY: demo test test-maxtext postgres-server
+.PHONY: demo test test-maxtext test-slurm slurm-server postgres-server
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -33,3 +33,16 @@ postgres-server:
 	  { [ "$$(id -u)" = 0 ] && apt-get update -q && DEBIAN_FRONTEND=noninteractive \
 	    apt-get install -y -q postgresql; } || \
 	  echo "note: PostgreSQL is not installed; its store's tests will be skipped"
+
+# Opt-in: a real Slurm (slurmctld, slurmd, slurmdbd on a private MariaDB, all on
+# this machine, as root) records, requeues and accounts a run; the report's
+# scheduling time is checked against sacct (tests/external/slurm_e2e.py).
+# SLURM_FIXTURE=path also saves sacct's JSON (the CI fixture of test_schedulers).
+test-slurm: $(VENV)/bin/python slurm-server
+	$(PIP) install -q -e '.[test]'
+	$(VENV)/bin/python tests/external/slurm_e2e.py $(if $(SLURM_FIXTURE),--record-fixture $(SLURM_FIXTURE))
+
+slurm-server:
+	@command -v slurmctld >/dev/null && command -v slurmdbd >/dev/null && command -v mariadbd >/dev/null || \
+	  { [ "$$(id -u)" = 0 ] && apt-get update -q && DEBIAN_FRONTEND=noninteractive \
+	    apt-get install -y -q slurm-wlm slurmdbd mariadb-server munge; }

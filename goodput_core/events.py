@@ -87,6 +87,10 @@ class Kind(enum.IntEnum):
     INPUT_STALL_END = 29
     HANG = 30  # a hang detected by the watchdog (insights)
     HANG_END = 31  # progress resumed after a hang
+    # Scheduling (lifecycle): the scheduler accepted the job (or requeued it),
+    # and every host of an attempt was placed.
+    JOB_SUBMITTED = 50
+    RESOURCES_GRANTED = 51
 
 
 class KindSpec(NamedTuple):
@@ -162,6 +166,8 @@ KINDS: Dict[Kind, KindSpec] = {
         _spec(Kind.HANG, "hang_time", STEP_COUNT,
               required=(HANG_LAST_PROGRESS, HANG_EXPECTED_STEP), reference=False),
         _spec(Kind.HANG_END, "hang_end_time", reference=False),
+        _spec(Kind.JOB_SUBMITTED, "job_submitted_time", reference=False),
+        _spec(Kind.RESOURCES_GRANTED, "resources_granted_time", reference=False),
     )
 }
 

@@ -36,23 +36,43 @@ def pytest_unconfigure(config):
     faulthandler.dump_traceback_later(_EXIT_HANG_S, exit=True, file=sys.__stderr__)
 
 
+_PRIVATE_VARS = ("XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_STATE_HOME",
+                 "GOODPUT_STORE")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config):
+    """No test reads or writes the user's default store, cache, profile or
+    config directories (``~/.local/share/goodput``, ``~/.cache/goodput``:
+    shared by every checkout on a machine, and possibly of another schema
+    version), and no ``GOODPUT_*`` setting from the caller's shell reaches a
+    test. This runs before any test module is imported, so an environment
+    copied at import time (``CHILD_ENV = dict(os.environ, ...)``) and every
+    child process get the private paths too (a session fixture came too late
+    for those: profiles appeared under ``~/.local/share/goodput``)."""
+    if os.getpid() != _SESSION_PID:
+        return
+    factory = getattr(config, "_tmp_path_factory", None)
+    if factory is not None:
+        base = factory.mktemp("home")
+    else:  # the tmpdir plugin disabled (-p no:tmpdir): a directory of our own
+        import pathlib
+        import tempfile
+        base = pathlib.Path(tempfile.mkdtemp(prefix="goodput-test-home-"))
+    for name in [n for n in os.environ if n.startswith("GOODPUT_")]:
+        del os.environ[name]
+    for name in _PRIVATE_VARS[:-1]:
+        os.environ[name] = str(base / name.split("_")[1].lower())
+    # the same file as the XDG default: tests that unset it land there too
+    store = base / "data" / "goodput" / "goodput.sqlite"
+    os.environ["GOODPUT_STORE"] = "sqlite:///" + str(store).lstrip("/")
+    config._goodput_private_home = base
+
+
 @pytest.fixture(autouse=True, scope="session")
-def _private_default_paths(tmp_path_factory):
-    """No test reads or writes the user's default store, cache or profile
-    directory (``~/.local/share/goodput``, ``~/.cache/goodput``: shared by
-    every checkout on a machine, and possibly of another schema version), and
-    no ``GOODPUT_*`` setting from the caller's shell reaches a test. Child
-    processes inherit the same private paths."""
-    base = tmp_path_factory.mktemp("home")
-    with pytest.MonkeyPatch.context() as mp:
-        for name in [n for n in os.environ if n.startswith("GOODPUT_")]:
-            mp.delenv(name)
-        mp.setenv("XDG_DATA_HOME", str(base / "data"))
-        mp.setenv("XDG_CACHE_HOME", str(base / "cache"))
-        # the same file as the XDG default: tests that unset it land there too
-        store = base / "data" / "goodput" / "goodput.sqlite"
-        mp.setenv("GOODPUT_STORE", "sqlite:///" + str(store).lstrip("/"))
-        yield base
+def _private_default_paths(pytestconfig):
+    """The private directory the environment points at (see pytest_configure)."""
+    yield getattr(pytestconfig, "_goodput_private_home", None)
 
 
 @pytest.fixture(autouse=True)

@@ -28,7 +28,7 @@ __all__ = ["main", "CliError"]
 COMMANDS = {
     "demo": ("demo", "train a small Flax model with a crash and a restart, then report "
                       "(--synthetic: no jax needed)"),
-    "runs": ("runs", "list the runs in a store"),
+    "runs": ("runs", "list the runs in a store; runs delete RUN, runs rename OLD NEW"),
     "events": ("events", "print the recorded events of a run as JSON lines"),
     "monitor": ("monitor", "export a run's goodput periodically (TensorBoard, Prometheus, GCM)"),
     "report": ("report", "goodput, every badput bucket, steps and step times of a run"),
@@ -36,6 +36,13 @@ COMMANDS = {
     "timeline": ("timeline", "draw a run's attributed spans over time (PNG or HTML)"),
     "export": ("export", "write a run's events to a JSONL file, one reference payload per line"),
     "import": ("import_", "copy a run between stores and JSONL files, skipping what is there"),
+    "backup": ("backup", "a consistent copy of an embedded store, while writers run"),
+    "compact": ("compact", "pack, checkpoint and rebuild an embedded store"),
+    "incidents": ("incidents", "every disruption: cause, time to detect and restart, "
+                               "progress lost; MTBF, MTTR"),
+    "project": ("project", "what-if: expected ETTR at another scale or checkpoint interval"),
+    "import-scheduler": ("import_scheduler", "add scheduling times from Slurm (sacct --json) "
+                                             "or Kubernetes events to a run"),
 }
 
 

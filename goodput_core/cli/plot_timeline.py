@@ -392,7 +392,11 @@ def render_image(data: TimelineData, path: str) -> None:
     sub = "\n".join(line if len(line) <= width else line[:width - 1] + "\u2026"
                      for line in lines)
     fig.text(0.02, 1 - 0.32 / fig_h, sub, fontsize=9, color="#444444", ha="left", va="top")
-    try:
-        fig.savefig(path)
+    from goodput_core.files import replaced_atomically
+
+    try:  # 0600, replacing the path atomically; the format from its extension
+        fmt = os.path.splitext(path)[1].lstrip(".").lower() or "png"
+        with replaced_atomically(path, binary=True) as out:
+            fig.savefig(out, format=fmt)
     finally:
         plt.close(fig)

@@ -16,6 +16,8 @@ from goodput_core.queries.checkpoint_advice import CheckpointAdvice
 from goodput_core.queries.diagnostics import MetricPoint
 from goodput_core.queries.hangs import Hang
 from goodput_core.queries.host_outliers import HostBreakdown
+from goodput_core.queries.incidents import IncidentSummary
+from goodput_core.queries.lifecycle import Lifecycle
 from goodput_core.queries.elastic import SliceEfficiency
 from goodput_core.queries.program_goodput import ProgramGoodput
 from goodput_core.queries.quantile_sketch import QuantileSketch
@@ -72,6 +74,10 @@ class MonitorSnapshot:
         ``step_stats``; None in a snapshot built without one: exporters then
         compute quantiles from ``step_stats.step_times``).
       trace: the run as a trace (None unless an exporter wants it).
+      lifecycle: scheduling goodput, ETTR and MPG (None: insights off, or the
+        run has no scheduling events).
+      incidents: the run's incidents, MTBF and MTTR (None: insights off or no
+        incident yet).
     """
 
     run: str
@@ -92,6 +98,8 @@ class MonitorSnapshot:
     hosts: Optional[HostBreakdown] = None
     step_time_sketch: Optional[QuantileSketch] = None
     trace: Optional[TraceDelta] = None
+    lifecycle: Optional[Lifecycle] = None
+    incidents: Optional[IncidentSummary] = None
 
     @property
     def hung(self) -> bool:

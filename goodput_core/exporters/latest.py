@@ -117,7 +117,9 @@ def figures(s: RunFigures) -> Iterator[Figure]:
     ``q`` (quantile), ``ideal``, ``win`` (window), ``drop``, ``eff`` (kind,
     window), ``prog``, ``mlp``, ``metric`` (name), ``hung``, ``hang``,
     ``ckpt`` (kind), ``host`` (process index), ``outlier`` (process index,
-    bucket). Each exporter names them in its own conventions.
+    bucket), and, for runs with scheduling events or incidents, ``sg``,
+    ``ettr``, ``mpg``, ``sched``, ``inc``, ``mtbf``, ``mttr``. Each exporter
+    names them in its own conventions.
     """
     r = s.cumulative
     if r is not None:
@@ -152,6 +154,19 @@ def figures(s: RunFigures) -> Iterator[Figure]:
 
 
 def _insight_figures(snap: MonitorSnapshot) -> Iterator[Figure]:
+    lc = snap.lifecycle
+    if lc is not None:
+        for key, value in (("sg", lc.scheduling_goodput), ("ettr", lc.ettr), ("mpg", lc.mpg)):
+            if value is not None:
+                yield key, (), value
+        yield "sched", (), lc.scheduling_seconds
+    inc = snap.incidents
+    if inc is not None:
+        yield "inc", (), len(inc.incidents)
+        if inc.mtbf_seconds is not None:
+            yield "mtbf", (), inc.mtbf_seconds
+        if inc.mttr_seconds is not None:
+            yield "mttr", (), inc.mttr_seconds
     yield "hung", (), 1.0 if snap.hung else 0.0
     yield "hang", (), snap.hang_seconds
     advice = snap.checkpoint_advice

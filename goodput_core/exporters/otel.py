@@ -27,6 +27,11 @@ metric                             unit   attributes (besides ``goodput.run``)
 ``goodput.host.local.duration``    ``s``  ``goodput.process_index`` (top 10 and "median")
 ``goodput.host.outlier``           ``1``  ``goodput.process_index``, ``goodput.bucket``
 ``goodput.recorder.dropped_events``       (a counter) events the recorder dropped
+``goodput.scheduling.ratio``       ``1``  scheduling goodput (runs with scheduling events)
+``goodput.ettr``, ``goodput.mpg``  ``1``  ETTR and ML productivity goodput
+``goodput.scheduling.duration``    ``s``  time waiting for resources
+``goodput.incidents``                     incidents (disruptions with a restart)
+``goodput.mtbf``, ``goodput.mttr`` ``s``
 =================================  =====  =========================================
 
 Every metric is an asynchronous (observable) gauge read from the latest
@@ -81,6 +86,15 @@ METRICS: Dict[str, Tuple[str, str, Tuple[str, ...], str]] = {
              "Host-local badput of the top hosts and the median host."),
     "outlier": ("goodput.host.outlier", "1", ("goodput.process_index", "goodput.bucket"),
                 "1 for each outlier host, with its bucket."),
+    "sg": ("goodput.scheduling.ratio", "1", (),
+           "Scheduling goodput: time holding the resources / time since submission."),
+    "ettr": ("goodput.ettr", "1", (), "Effective training-time ratio (productive / wall "
+             "clock since submission)."),
+    "mpg": ("goodput.mpg", "1", (), "ML productivity goodput: scheduling x runtime x program."),
+    "sched": ("goodput.scheduling.duration", "s", (), "Time waiting for resources."),
+    "inc": ("goodput.incidents", "{incident}", (), "Disruptions followed by a restart."),
+    "mtbf": ("goodput.mtbf", "s", (), "Mean time between failures."),
+    "mttr": ("goodput.mttr", "s", (), "Mean time from a failure to the next first step."),
     "drop": ("goodput.recorder.dropped_events", "{event}", (),
              "Events the local recorder dropped (queue full)."),
 }

@@ -99,6 +99,17 @@ class _SnapshotCollector:
                           "top hosts and the median host.", ("process_index",)),
             "outlier": gauge("goodput_host_outlier", "1 for a host whose host-local time "
                              "makes it an outlier.", ("process_index", "bucket")),
+            "sg": gauge("goodput_scheduling_ratio", "Scheduling goodput: time holding the "
+                        "resources / time since submission (0-1)."),
+            "ettr": gauge("goodput_ettr_ratio", "Effective training-time ratio: productive "
+                          "time / time since submission (0-1)."),
+            "mpg": gauge("goodput_mpg_ratio", "ML productivity goodput: scheduling x runtime "
+                         "x program goodput (0-1)."),
+            "sched": gauge("goodput_scheduling_seconds", "Time waiting for resources."),
+            "inc": gauge("goodput_incidents", "Disruptions followed by a restart."),
+            "mtbf": gauge("goodput_mtbf_seconds", "Mean time between failures."),
+            "mttr": gauge("goodput_mttr_seconds", "Mean time from a failure to the next "
+                          "attempt's first step."),
             "drop": CounterMetricFamily("goodput_recorder_dropped_events",
                                         "Events the local recorder dropped (queue full).",
                                         labels=("run",)),

@@ -118,6 +118,10 @@ class _EventFile:
         # then the pid and a zero-padded counter for ties.
         suffix = f".goodput.{time.time_ns():020d}.{os.getpid()}.{next(self._count):06d}"
         self._events = EventsWriter(os.path.join(log_dir, "events"), suffix)
+        if "://" not in log_dir:  # a local file: private, as everything the tool writes
+            from goodput_core.files import private_file
+
+            private_file(self._events._file_name)
         self._tags: Dict[str, str] = {}
         self._write = self._events.write_event
         records = getattr(self._events, "_py_recordio_writer", None)

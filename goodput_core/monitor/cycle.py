@@ -36,6 +36,8 @@ import numpy as np
 
 from goodput_core.queries.diagnostics import MetricPoint
 from goodput_core.queries.elastic import SliceEfficiency, reportable
+from goodput_core.queries.incidents import incidents
+from goodput_core.queries.lifecycle import lifecycle
 from goodput_core.queries.run_trace import attempt_spans, phase_spans
 from goodput_core.exporters.base import TraceDelta
 
@@ -70,6 +72,8 @@ class Extras:
         self._on_error = on_error
         self._cursor = -1  # the calculator's metric arrival cursor
         self.trace = bool(trace)
+        self._incidents_key: Any = None
+        self._incidents: Any = None
         self._trace_since = -math.inf  # where the first phase not handed out starts
         self._latest: Dict[str, MetricPoint] = {}
 
@@ -126,6 +130,15 @@ class Extras:
     def _insights(self, out: Dict[str, Any], calc: Any, now: float) -> None:
         out["hangs"] = calc.hangs(now)
         out["checkpoint_advice"] = calc.checkpoint_advice(now)
+        lc = lifecycle(calc, now)
+        out["lifecycle"] = lc if lc.available else None
+        # incidents read the whole run: only when there is one, and again only
+        # when an attempt or a disruption was added since
+        tl = calc.timeline
+        key = (len(tl.attempts), len(tl.tables["disruption"]))
+        if key[0] > 1 and key != self._incidents_key:
+            self._incidents_key, self._incidents = key, incidents(calc, now)
+        out["incidents"] = self._incidents
         if getattr(calc, "_store", None) is not None:
             hosts = calc.hosts(now)
             out["hosts"] = hosts if len(hosts.hosts) >= 2 else None

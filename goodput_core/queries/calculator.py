@@ -47,6 +47,7 @@ goodput, insights) are in :mod:`goodput_core.queries.beyond_goodput`.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import threading
@@ -63,11 +64,13 @@ from goodput_core.queries.elastic import SliceCounts, SliceEfficiency
 from goodput_core.queries.host_outliers import HostTracker
 from goodput_core.queries.program_goodput import ProgramGoodput
 from goodput_core.queries.results import GoodputResult, build_result, empty_result
+from goodput_core.queries.scheduling import SCHEDULING, SchedulingWaits, scheduling_waits
 from goodput_core.queries.step_stats import StepStats, StepTimes, compute_step_stats
 from goodput_core.record.hooks import flush_before_read
 from goodput_core.timeline.buckets import CUSTOM_BASE, IDLE, PRODUCTIVE, BadputType
 from goodput_core.timeline.payload_columns import payload_page
 from goodput_core.timeline.segments import CLOSE_JOB_END, CLOSE_STEP_END, NO_RESTART
+from goodput_core.timeline.intervals import paint
 from goodput_core.timeline.spans import Timeline
 
 __all__ = ["Calculator", "GoodputResult", "MetricSeries", "ProgramGoodput", "SliceCounts",
@@ -226,7 +229,7 @@ class Calculator(BeyondGoodputMixin):
             if not len(att):
                 return None
             t = self._now(now)
-            return float(att.start[0]), max(att.lifetime_end(t), float(att.start[0]))
+            return _lifetime(self._tl, t)
 
     def cumulative(self, now: Any = None, exclude: Optional[Sequence[Interval]] = None
                    ) -> GoodputResult:
@@ -255,10 +258,26 @@ class Calculator(BeyondGoodputMixin):
             tl.update()
             if not len(tl.attempts):
                 return empty_result(t, tl.skipped(), tl.tables.elastic_seen)
-            lo = float(tl.attempts.start[0])
-            life = (lo, max(tl.attempts.lifetime_end(t), lo))
+            life = _lifetime(tl, t)
             wa, wb = max(a, life[0]), max(min(b, life[1]), max(a, life[0]))
-            return build_result(tl, a, b, excl, life, t, _step_summary(tl, wa, wb))
+            waits = scheduling_waits(tl.tables, tl.attempts.start, t)
+            if not waits:
+                return build_result(tl, a, b, excl, life, t, _step_summary(tl, wa, wb))
+            # waits for resources leave the partition like idle time (lifecycle)
+            sched = waits.inside(*life)
+            r = build_result(tl, a, b, excl + sched, life, t, _step_summary(tl, wa, wb))
+            idle_s, idle_e = tl.attempts.idle()
+            minus = (np.concatenate([idle_s, [x for x, _ in excl]]),
+                     np.concatenate([idle_e, [y for _, y in excl]]))
+            secs = min(waits.seconds(wa, wb, minus), r.excluded_seconds)
+            return dataclasses.replace(r, excluded_seconds=r.excluded_seconds - secs,
+                                       scheduling_seconds=secs)
+
+    def scheduling(self, now: Any = None) -> SchedulingWaits:
+        """The run's waits for resources (empty without scheduling events)."""
+        with self._lock:
+            self._tl.update()
+            return scheduling_waits(self._tl.tables, self._tl.attempts.start, self._now(now))
 
     def rolling(self, seconds: Iterable[float], now: Any = None,
                 exclude: Optional[Sequence[Interval]] = None) -> List[GoodputResult]:
@@ -277,7 +296,8 @@ class Calculator(BeyondGoodputMixin):
 
         Returns:
           ``(start, end, label)`` tuples; labels are ``PRODUCTIVE``, ``IDLE``,
-          a BadputType name, or ``CUSTOM_BADPUT_EVENTS:<TYPE>``.
+          ``SCHEDULING`` (a wait for resources after a requeue), a BadputType
+          name, or ``CUSTOM_BADPUT_EVENTS:<TYPE>``.
         """
         s, e, c, names = self._labelled(start, end, now)
         return [(x, y, _label(code, names)) for x, y, code in zip(s.tolist(), e.tolist(),
@@ -303,7 +323,14 @@ class Calculator(BeyondGoodputMixin):
         with self._lock:
             if life is None:
                 return np.empty(0), np.empty(0), np.empty(0, np.int64), []
-            s, e, c = self._tl.labelled(max(a, life[0]), min(b, life[1]))
+            lo, hi = max(a, life[0]), min(b, life[1])
+            s, e, c = self._tl.labelled(lo, hi)
+            waits = scheduling_waits(self._tl.tables, self._tl.attempts.start, self._now(now))
+            if waits:  # waits for resources are their own lane, under idle time
+                idle = c == IDLE
+                ws = np.array([x for x, _ in waits.inside(lo, hi)], np.float64)
+                we = np.array([y for _, y in waits.inside(lo, hi)], np.float64)
+                s, e, c = paint([(s[idle], e[idle], IDLE), (ws, we, SCHEDULING), (s, e, c)], lo)
             return s, e, c, list(self._tl.tables.names["custom"])
 
     def step_stats(self, ideal_step_time: Optional[float] = None) -> StepStats:
@@ -330,11 +357,23 @@ class Calculator(BeyondGoodputMixin):
         return time_arg(self._clock() if now is None else now, "now")
 
 
+def _lifetime(tl: Timeline, now: float) -> Tuple[float, float]:
+    """(first job start, or the first grant before it; last job end or now)."""
+    att = tl.attempts
+    lo = float(att.start[0])
+    held = scheduling_waits(tl.tables, att.start, now).held_start
+    if held is not None:
+        lo = min(lo, held)
+    return lo, max(att.lifetime_end(now), lo)
+
+
 def _label(code: int, custom_names: List[str]) -> str:
     if code == PRODUCTIVE:
         return "PRODUCTIVE"
     if code == IDLE:
         return "IDLE"
+    if code == SCHEDULING:
+        return "SCHEDULING"
     if code >= CUSTOM_BASE:
         return f"CUSTOM_BADPUT_EVENTS:{custom_names[code - CUSTOM_BASE]}"
     return BadputType(code).name

@@ -20,12 +20,15 @@ Inputs, from the run itself:
 
 * ``M`` = total time / disruptions (a note says the estimate is rough with
   fewer than 3 failures);
-* ``C`` = mean blocking save time (save seconds of the partition / saves);
+* ``C`` = mean blocking save time: the partition's save seconds inside the
+  completed saves / completed saves (a save cut by a failure counts in
+  neither);
 * ``R`` = mean per restart of infrastructure recovery, plus the restore,
   init, preparation and program startup of each attempt after the first,
   up to its second step;
-* the current interval = median time between consecutive save starts; steps
-  per interval from the ideal step time.
+* the current interval = the work between saves: the median time between
+  consecutive completed save starts in one attempt, less ``C`` (the model's
+  ``tau`` excludes the save); steps per interval = seconds / ideal step time.
 
 No advice, with a reason, without failures or without saves.
 """
@@ -40,6 +43,7 @@ import numpy as np
 
 from goodput_core.timeline.buckets import BadputType as B
 from goodput_core.timeline.ingest import ORBAX_SAVE
+from goodput_core.timeline.intervals import union
 
 __all__ = ["CheckpointAdvice", "advise", "waste", "best_interval", "advice_of_run"]
 
@@ -86,8 +90,9 @@ class CheckpointAdvice:
       disruptions, saves: what the estimate rests on.
       mtbf_seconds, save_seconds, restart_seconds: M, C and R.
       step_seconds: the ideal step time (None: unknown).
-      current_interval_seconds / _steps: median time between saves (None
-        with fewer than two saves in one attempt).
+      current_interval_seconds / _steps: the work between saves, the median
+        time between save starts less the save time (None with fewer than
+        two saves in one attempt).
       recommended_interval_seconds / _steps: the optimum of the model.
       young_interval_seconds, daly_interval_seconds: the closed forms.
       waste_now, waste_recommended: expected shares of time lost (0-1).
@@ -132,28 +137,45 @@ def advise(mtbf: float, save: float, restart: float, *, current: Optional[float]
 def advice_of_run(tl, result, stats) -> CheckpointAdvice:
     """The advice for a run from its timeline, cumulative result and step stats."""
     n_fail = int(result.disruptions)
-    T = tl.tables
-    ob = T["orbax"]
-    saves = np.concatenate((ob["t"][ob["key"] == ORBAX_SAVE],
-                            T["save"]["t"][T["save"]["e"] == 0]))
-    saves.sort()
+    starts, ends = completed_saves(tl)
     if n_fail == 0:
         return CheckpointAdvice(False, "no failures recorded: nothing to weigh saves against",
-                                0, len(saves))
-    if not len(saves):
+                                0, len(starts))
+    if not len(starts):
         return CheckpointAdvice(False, "no checkpoint saves recorded", n_fail, 0)
     total = result.total_seconds
     mtbf = total / n_fail
-    save = result.badput_seconds[B.UNPRODUCTIVE_CHECKPOINT_SAVE_TIME] / len(saves)
+    # C: the partition's save seconds inside the completed saves only (a save
+    # cut by a failure is neither a save nor a save second).
+    us, ue = union(starts, ends)
+    save = tl.measure(us, ue).get(int(B.UNPRODUCTIVE_CHECKPOINT_SAVE_TIME), 0.0) / len(starts)
     restart = (result.badput_seconds[B.INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION]
                + _after_restarts(tl)) / n_fail
-    gaps = np.diff(saves)
-    att = np.searchsorted(tl.attempts.start, saves, side="right")
+    gaps = np.diff(starts)
+    att = np.searchsorted(tl.attempts.start, starts, side="right")
     gaps = gaps[(att[1:] == att[:-1]) & (gaps > 0)]
-    current = float(np.median(gaps)) if len(gaps) else None
+    # The model's interval is the work between saves: the save itself is not in it.
+    current = max(float(np.median(gaps)) - save, 0.0) if len(gaps) else None
     note = "" if n_fail >= 3 else f"rough: only {n_fail} failure(s) seen"
-    return advise(mtbf, save, restart, current=current, step=stats.ideal_step_time,
-                  disruptions=n_fail, saves=len(saves), note=note)
+    return advise(mtbf, save, restart, current=current or None, step=stats.ideal_step_time,
+                  disruptions=n_fail, saves=len(starts), note=note)
+
+
+def completed_saves(tl):
+    """``(starts, ends)`` of the run's completed checkpoint saves, by start:
+    Orbax save entries, and explicit save starts followed by their end in
+    the same attempt. A save whose end never came (cut by a failure) is left
+    out."""
+    T = tl.tables
+    ob = T["orbax"]
+    is_save = ob["key"] == ORBAX_SAVE
+    t, e = T["save"]["t"], T["save"]["e"]
+    att = np.searchsorted(tl.attempts.start, t, side="right")
+    paired = np.flatnonzero((e[:-1] == 0) & (e[1:] == 1) & (att[:-1] == att[1:]))
+    starts = np.concatenate((ob["t"][is_save], t[paired]))
+    ends = np.concatenate((ob["end"][is_save], t[paired + 1]))
+    order = np.argsort(starts, kind="stable")
+    return starts[order], ends[order]
 
 
 def _after_restarts(tl) -> float:

@@ -1,12 +1,13 @@
 """Hangs as the calculator reports them (docs/insights.md, "Hang detection").
 
 The watchdog (:mod:`goodput_core.record.watchdog`) records a ``hang`` event when no
-step started or ended for too long, and a ``hang_end`` event when progress
-resumes. A hang's span runs from the time the hung step should have ended
-(its last progress + the expected step time) to the end of the hang; inside
-the partition that time is the ``HANG`` bucket, below infrastructure
-recovery and wasted progress (a hang that ends in a crash is part of the
-recovery from that crash).
+step or phase started or ended for too long, and a ``hang_end`` event when
+progress resumes. A hang's span runs from the time the hung step should have
+ended (its last progress + the expected step time) to the end of the hang;
+inside the partition that time is the ``HANG`` bucket, below infrastructure
+recovery, wasted progress and every phase (``buckets.PRIORITY``): a hang that
+ends in a crash is part of the recovery from that crash, and a hang never
+takes a phase's time.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ class Hang:
 
     Attributes:
       step: the step that hung (the last one that started), or None.
-      last_progress: when a step last started or ended before the hang.
+      last_progress: when a step or phase last started or ended before the hang.
       start: when the hung step should have ended (the span's start).
       detected: when the watchdog noticed.
       end: when progress resumed or the job restarted; None while open.

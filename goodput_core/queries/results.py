@@ -28,8 +28,8 @@ class GoodputResult:
 
     Seconds always satisfy ``productive_seconds + sum of badput_seconds
     (DATA_LOADING_ASYNC excepted) == total_seconds`` and
-    ``total_seconds + idle_seconds + excluded_seconds`` = the window's part
-    of the lifetime.
+    ``total_seconds + idle_seconds + excluded_seconds + scheduling_seconds``
+    = the window's part of the lifetime.
 
     Attributes:
       goodput: productive share of total time, in percent (0 when total is 0).
@@ -50,6 +50,9 @@ class GoodputResult:
       window: the effective ``(start, end)`` (clipped to the lifetime).
       lifetime: ``(first job start, last job end or now)``; NaNs without one.
       query_time: the ``now`` of the query.
+      scheduling_seconds: waits for resources after a requeue, inside the
+        lifetime (:mod:`goodput_core.queries.scheduling`; 0 without scheduling
+        events): carved out of the partition like idle time.
     """
 
     goodput: float
@@ -69,6 +72,7 @@ class GoodputResult:
     window: Tuple[float, float]
     lifetime: Tuple[float, float]
     query_time: float
+    scheduling_seconds: float = 0.0
 
     @property
     def badput_total_seconds(self) -> float:

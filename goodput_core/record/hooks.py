@@ -19,14 +19,16 @@ import time
 import weakref
 from typing import Any, Optional
 
-__all__ = ["flush_all", "flush_before_read", "READ_FLUSH_TIMEOUT_S"]
+from goodput_core import exit_bound
+
+__all__ = ["flush_all", "flush_at_exit", "flush_before_read", "READ_FLUSH_TIMEOUT_S"]
 
 logger = logging.getLogger("goodput")
 
 #: Every live recorder of this process (weak: a recorder no one holds is gone).
 _LIVE: "weakref.WeakSet[Any]" = weakref.WeakSet()
 
-_EXIT_FLUSH_TIMEOUT_S = 10.0
+_EXIT_FLUSH_TIMEOUT_S = 10.0  # flush_all() called by hand; the exit hooks share exit_bound
 #: The longest a query waits for this process's unstored events (seconds).
 READ_FLUSH_TIMEOUT_S = 5.0
 
@@ -47,6 +49,26 @@ def flush_all(timeout: float = _EXIT_FLUSH_TIMEOUT_S) -> bool:
             ok = rec.flush(remaining) and ok
         except Exception:
             ok = False
+    return ok
+
+
+def flush_at_exit() -> bool:
+    """The exit hook: flushes every recorder within what is left of the exit
+    bound (:mod:`goodput_core.exit_bound`, 5 s in total by default), leaves
+    what is still unstored in spill files (saying so on stderr) and
+    checkpoints embedded stores. Idempotent: every exit hook may call it."""
+    ok = flush_all(exit_bound.remaining())
+    for rec in list(_LIVE):
+        try:
+            rec._leave_spilled()
+        except Exception:
+            logger.debug("goodput: spilling at exit failed", exc_info=True)
+        checkpoint = getattr(getattr(rec, "_store", None), "checkpoint", None)
+        if ok and callable(checkpoint) and exit_bound.remaining() > 0:
+            try:
+                checkpoint()
+            except Exception:  # the file stays valid with its -wal beside it
+                logger.debug("goodput: checkpoint at exit failed", exc_info=True)
     return ok
 
 
@@ -115,7 +137,7 @@ def _flush_at_multiprocessing_exit(_token: Any = None) -> None:
     if util is None or _mp_hooked["pid"] == os.getpid():
         return
     try:
-        util.Finalize(None, flush_all, exitpriority=10)
+        util.Finalize(None, flush_at_exit, exitpriority=10)
         if not _mp_hooked["after_fork"]:
             util.register_after_fork(_MP_TOKEN, _flush_at_multiprocessing_exit)
             _mp_hooked["after_fork"] = True
@@ -134,7 +156,7 @@ def install() -> None:
     if _installed:
         return
     _installed.append(True)
-    atexit.register(flush_all)
+    atexit.register(flush_at_exit)
     if hasattr(os, "register_at_fork"):
         os.register_at_fork(before=_flush_at_multiprocessing_exit,
                             after_in_child=_after_fork_in_child)

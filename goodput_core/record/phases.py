@@ -214,6 +214,16 @@ class PhaseMixin:
         """Records the end of an input stall."""
         self._record(Kind.INPUT_STALL_END, end_time)
 
+    def record_job_submitted(self, submitted_time=None):
+        """Records that the scheduler accepted the job, or requeued it (lifecycle:
+        the wait until :meth:`record_resources_granted` is scheduling time)."""
+        self._record(Kind.JOB_SUBMITTED, submitted_time)
+
+    def record_resources_granted(self, granted_time=None):
+        """Records that every host of an attempt was placed (the job holds its
+        resources from here)."""
+        self._record(Kind.RESOURCES_GRANTED, granted_time)
+
     def record_disruption(self, cause: str, time=None):
         """Records that the job was disrupted (``preemption``, ``sigterm``, ...)."""
         self._record_text(Kind.DISRUPTION, time, "disruption_cause", cause, optional=False)

@@ -42,6 +42,7 @@ from goodput_core.record import hooks
 # re-exported: callers and tests written before the hooks moved read them here
 from goodput_core.record.hooks import _LIVE, flush_all, flush_before_read  # noqa: F401
 from goodput_core.record.phases import PhaseMixin
+from goodput_core.record.stats import empty_stats, recorder_stats
 from goodput_core.record.storable import (
     INT64_MAX, INT64_MIN, check_extra, check_int, check_text, describe_error)
 from goodput_core.stores import Store, check_store_url
@@ -124,6 +125,8 @@ class Recorder(PhaseMixin, WriterMixin):
         if not isinstance(run, str) or not run:
             raise ValueError(f"run name must be a non-empty string, got {run!r}")
         check_text(run, "run name")
+        if "\x00" in run:  # no store can hold it (PostgreSQL text refuses NUL)
+            raise ValueError(f"run name {run!r} contains a NUL character")
         if queue_size < 1:
             raise ValueError("queue_size must be >= 1")
         if isinstance(process_index, bool) or not (
@@ -153,6 +156,7 @@ class Recorder(PhaseMixin, WriterMixin):
         self._written = 0
         self._write_errors = 0
         self._unstorable = 0  # events the store refused for their content (writer.py)
+        self._spill_errors = 0  # failed writes of the spill file (writer.py)
         self._closed = False
         self._zone_warned = False
         self._init_process_state()
@@ -172,6 +176,10 @@ class Recorder(PhaseMixin, WriterMixin):
         self._seq = itertools.count(1)
         self._pending = None
         self._draining = False
+        self._spill_lock = threading.Lock()  # the failed batch and the queue vs the spill file
+        self._outbox = None  # this writer's spill file (record/spill.py), made on first need
+        self._adopt_due = True  # look for earlier processes' spill files once the store opens
+        self._spill_released = False  # exit or close released the spill files
         self._writer: Optional[threading.Thread] = None
         if self._store is not None:
             self._writer = threading.Thread(
@@ -213,25 +221,12 @@ class Recorder(PhaseMixin, WriterMixin):
     def flush(self, timeout: Optional[float] = 10.0, wait_for_delivery: bool = True) -> bool:
         """Blocks until every event recorded before this call is stored.
 
-        While the store is not open yet, the writer is asked to open it now
-        (a fence may block; this call is one); if it cannot, one more try is
-        made here and False returned at once when that fails too (see
-        :meth:`stats` for why). Otherwise as :meth:`WriterMixin.flush`.
+        Never longer than ``timeout``: the store is opened (and written) by
+        the writer thread only. While the store cannot be opened or refuses
+        writes, the events go to the spill file and this returns False as
+        soon as the writer tried (see :meth:`stats`). Otherwise as
+        :meth:`WriterMixin.flush`.
         """
-        store = self._store
-        if isinstance(store, DeferredStore) and not store.is_open:
-            start = time.monotonic()
-            writer = self._writer
-            if writer is not None and writer.is_alive():
-                self._wake.set()  # open now, not at the first interval
-                store.wait_tried(timeout)
-            if not store.is_open:
-                try:
-                    store.open()  # the cause may have gone (a directory created, ...)
-                except Exception:  # noqa: BLE001 - logged by the store, in stats()
-                    return False
-            if timeout is not None:
-                timeout = max(0.0, timeout - (time.monotonic() - start))
         return super().flush(timeout, wait_for_delivery)
 
     @property
@@ -245,22 +240,9 @@ class Recorder(PhaseMixin, WriterMixin):
         return self._attempt
 
     def stats(self) -> Dict[str, Any]:
-        """Counters: events written, dropped (queue full), rejected per kind, errors.
-
-        ``unstorable`` counts events accepted at record time that the store
-        still refused for their content (each dropped alone, the rest of its
-        batch written); ``write_errors`` counts failed attempts that were
-        retried; ``store_error`` says why the store cannot be opened (else None).
-        """
-        return {
-            "written": self._written,
-            "dropped": self._dropped,
-            "rejected": dict(self._rejected),
-            "unstorable": self._unstorable,
-            "write_errors": self._write_errors,
-            "queued": len(self._queue),
-            "store_error": self._store_error(),
-        }
+        """What happened to the events recorded so far: stored, waiting, spilled,
+        dropped and why (the keys: :func:`goodput_core.record.stats.recorder_stats`)."""
+        return recorder_stats(self)
 
     @property
     def dropped(self) -> int:
@@ -395,12 +377,29 @@ class Recorder(PhaseMixin, WriterMixin):
         self._record(kind, time, step, extra or None)
 
     def close(self, timeout: Optional[float] = 10.0) -> bool:
-        """Flushes and stops the writer. Later ``record_*`` calls are dropped."""
+        """Flushes and stops the writer. Later ``record_*`` calls are dropped.
+
+        Events the store did not take within ``timeout`` stay in the spill
+        file (logged), delivered by a later :meth:`flush` or the next process
+        that opens the store; an embedded store is checkpointed into its one file.
+        """
         ok = self.flush(timeout)
         self._closed = True
         self._cap = self._high = 0  # further events are counted as dropped
         self._backoff.set()
         self._wake.set()
+        if not ok and self._outbox is not None and self._outbox.own_pending():
+            logger.warning("goodput: run %r: %d events not stored in %s wait in %s; a later "
+                           "flush() or the next process that opens that store delivers them",
+                           self.run, self._outbox.own_pending(),
+                           getattr(self._store, "url", "the store"),
+                           self._outbox.stats()["spill_file"])
+        checkpoint = getattr(self._store, "checkpoint", None)
+        if ok and callable(checkpoint):
+            try:
+                checkpoint()
+            except Exception:  # noqa: BLE001 - the file stays valid with its -wal beside
+                logger.debug("goodput: checkpoint failed", exc_info=True)
         return ok
 
     def __enter__(self) -> "Recorder":
@@ -430,8 +429,7 @@ class NullRecorder(PhaseMixin):
         return True
 
     def stats(self) -> Dict[str, Any]:
-        return {"written": 0, "dropped": 0, "rejected": {}, "unstorable": 0, "write_errors": 0,
-                "queued": 0, "store_error": None}
+        return empty_stats()
 
 
 NULL_RECORDER = NullRecorder()

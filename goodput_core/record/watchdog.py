@@ -5,21 +5,27 @@ watchdog every batch of events it drains (:meth:`HangWatchdog.observe`); the
 watchdog's own daemon thread checks every few seconds whether the job is
 open, outside any known non-step phase (accelerator init, preparation, a
 checkpoint save or restore, a compile, a custom badput event, an elastic
-wait or re-initialisation) and without a step start or end for longer than
-``max(factor x expected step time, min_seconds)``. Expected step time: the
-ideal step time (step_stats' rule) once 10 steps were timed, else the
-longest step so far; no hang is declared before two steps started.
+wait or re-initialisation) and without progress for longer than
+``max(factor x expected step time, min_seconds)``. Progress is a step or a
+phase starting or ending: the silence after a long save is timed from the
+save's end. Expected step time: the ideal step time (step_stats' rule) once
+10 steps were timed, else the longest step so far; no hang is declared
+before two steps started.
 
 Staleness is measured on a monotonic clock from when the progress was
 *observed*, so a test's fake clock never fakes a hang. If the writer itself
 is held up (a slow store), the last event still queued is looked at too, so
-a blocked store does not look like a hung loop.
+a blocked store does not look like a hung loop. Checks run every
+``min(10 s, threshold / 4)``; the writer observes an event at most one
+flush interval after it was recorded, so a hang is declared between
+``threshold`` and ``threshold + flush interval + check interval`` after the
+last progress.
 
 On detection the watchdog records a ``hang`` event (detection time, last
 progress time, step, expected step time, a summary of every thread's stack),
 logs one warning and calls the optional ``on_hang`` callback (for example to
 end the process so that the scheduler restarts it). When a step starts or
-ends again it records ``hang_end`` at that event's time.
+ends, or a phase starts or ends, it records ``hang_end`` at that event's time.
 
 Settings: ``Recorder(..., hang_detection=...)`` takes ``True`` (defaults),
 ``False``, or a :class:`HangSettings`; the environment variables
@@ -51,7 +57,6 @@ ENV_ENABLED = "GOODPUT_HANG_DETECTION"
 ENV_FACTOR = "GOODPUT_HANG_FACTOR"
 ENV_MIN_SECONDS = "GOODPUT_HANG_MIN_SECONDS"
 
-_PROGRESS = {int(Kind.STEP_START), int(Kind.STEP_END)}
 # Phases during which a long silence is expected (data loading is not one:
 # a deadlocked input pipeline is a hang).
 _PHASES = {
@@ -66,6 +71,12 @@ _PHASES = {
     int(Kind.ELASTIC_WAIT_START): ("wait", 1), int(Kind.ELASTIC_WAIT_END): ("wait", -1),
     int(Kind.ELASTIC_REINIT_START): ("reinit", 1), int(Kind.ELASTIC_REINIT_END): ("reinit", -1),
 }
+_STEPS = {int(Kind.STEP_START), int(Kind.STEP_END)}
+# Progress: a step or a phase starting or ending. A phase's end counts like a
+# step's, so the silence after a long save or evaluation is timed from its end
+# (timed from the last step, every save longer than the threshold would look
+# like a hang the moment it ended).
+_PROGRESS = _STEPS | set(_PHASES)
 _RECENT_STEPS = 200
 _MIN_FOR_IDEAL = 10
 _MAX_STACK_CHARS = 4000
@@ -184,11 +195,12 @@ class HangWatchdog:
         with self._lock:
             for ev in batch:
                 kind = ev[1]
-                if kind in _PROGRESS:
+                if kind in _STEPS:
                     self._progress(kind, ev[2], ev[3])
                 elif kind in _PHASES:
                     name, delta = _PHASES[kind]
                     self._phases[name] = max(self._phases[name] + delta, 0)
+                    self._progress(kind, ev[2], ev[3])
                 elif kind == Kind.JOB_START:
                     self._reset()
                     self._job_open = started = True
@@ -263,7 +275,7 @@ class HangWatchdog:
                 HANG_LAST_PROGRESS: hang["last_progress_time"],
                 HANG_EXPECTED_STEP: hang["expected_step_seconds"],
                 HANG_STACK: hang["stack"]})
-            logger.warning("goodput: run %r looks hung: no step started or ended for %.0f s "
+            logger.warning("goodput: run %r looks hung: no step or phase started or ended for %.0f s "
                            "(step %s; threshold %.0f s). Stacks:\n%s", rec.run,
                            now - hang["last_progress_time"], hang["step"], threshold,
                            hang["stack"])
@@ -287,6 +299,10 @@ class HangWatchdog:
         return kind in _PROGRESS and self._progress_t is not None and t > self._progress_t
 
     def _end_hang(self, t: float) -> None:
+        # Never before the detection: a span recorded when it ends (the JAX
+        # adapter's compiles) brings a start time from before the hang was
+        # declared, and an end before the detection would match no hang.
+        t = max(t, self._open_hang.get("detected_time", t))
         self._open_hang = None
         rec = self._rec()
         if rec is not None:

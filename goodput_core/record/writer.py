@@ -3,15 +3,19 @@
 Mixed into :class:`goodput_core.record.recorder.Recorder`, which owns the state it
 uses (``_queue``, ``_wake``, ``_store``, writer metadata, counters). A batch
 that fails to write for a reason that may pass (the store's own errors:
-disk full, locked, unreachable) is kept and retried with exponential backoff,
-so nothing is lost or written twice; the backoff is a real wait that neither
+cannot be opened, disk full, locked, read-only, unreachable) is moved, with
+everything queued behind it, to this writer's spill file
+(:mod:`goodput_core.record.spill`) and retried with exponential backoff: the
+spilled events are delivered first, in order, once the store answers, and a
+process that ends before that leaves them to the next one. Nothing is lost
+or written twice; the backoff is a real wait that neither
 :meth:`WriterMixin.flush` nor a filling queue cuts short (only ``close()``
 does), so a failing store never makes the writer spin. A batch that fails
 because of its content (an event the store cannot encode) is split in halves
 until the events that fail alone are isolated: those are dropped and counted
 (``stats()["unstorable"]``), every other event is written.
 :meth:`WriterMixin.flush` puts a fence in the queue and waits until the
-writer has stored everything before it.
+writer has stored everything before it, never longer than its timeout.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import os
 import sys
 import threading
 import time
-from typing import List, Optional
+from typing import Any, Callable, List, Optional
 
 from goodput_core.events import EventRecord
 from goodput_core.stores.base import StoreError
@@ -44,6 +48,7 @@ class _Fence:
 
 _FIRST_BACKOFF_S = 0.05
 _MAX_BACKOFF_S = 5.0
+_SPILL_BATCH = 10_000
 
 
 def _may_pass(error: BaseException) -> bool:
@@ -133,7 +138,7 @@ class WriterMixin:
         return []
 
     def _drain(self, deadline: Optional[float] = None) -> None:
-        """Writes everything queued; keeps a failed batch and retries it with backoff.
+        """Writes everything queued; on a failure spills it and retries with backoff.
 
         Args:
           deadline: a ``time.monotonic()`` after which a failing store is left
@@ -150,37 +155,156 @@ class WriterMixin:
 
     def has_unstored(self) -> bool:
         """True while events recorded so far may not all be in the store yet."""
-        return bool(self._queue) or self._draining or self._pending is not None
+        outbox = self._outbox
+        return (bool(self._queue) or self._draining or self._pending is not None
+                or (outbox is not None and outbox.own_pending() > 0))
 
     def _drain_queue(self, deadline: Optional[float]) -> None:
-        pending = self._pending
         backoff = _FIRST_BACKOFF_S
         while True:
-            if pending is None:
-                pending, fences = self._drain_batch()
-            else:
-                fences = []
-            if not pending and not fences:
-                self._pending = None
-                return
-            left = self._write(pending)
-            if left:
-                self._pending = left
-                for f in fences:  # fences stay ordered after the failed batch
-                    self._queue.appendleft(f)
-                wait = backoff if deadline is None else min(backoff, deadline - time.monotonic())
-                if self._closed or wait <= 0:
+            fences: list = []
+            if self._deliver_spilled():
+                with self._spill_lock:
+                    pending = self._pending
+                    if pending is None:
+                        pending, fences = self._drain_batch()
+                        self._pending = pending or None  # visible to an exit spill in flight
+                if not pending and not fences:
                     return
-                # Not self._wake: flush() and a filling queue set it, and a wait
-                # on it would return at once and retry in a tight loop.
-                self._backoff.wait(wait)
-                backoff = min(backoff * 2, _MAX_BACKOFF_S)
-                pending = self._pending
-                continue
-            pending = self._pending = None
-            for f in fences:
-                f.ok = True
-                f.done.set()
+                left = self._write(pending) if pending else []
+                with self._spill_lock:
+                    if self._pending is not pending:
+                        left = []  # the exit hook spilled this batch meanwhile
+                    else:
+                        self._pending = left or None
+                if not left:
+                    own = self._outbox.own_pending() if self._outbox is not None else 0
+                    for f in fences:
+                        f.ok = own == 0
+                        f.done.set()
+                    continue
+            # The store cannot take events now: they go to the spill file (not
+            # memory). A flush waiting on them learns it at once when the store
+            # cannot even be opened; else it waits for the retries, in order.
+            self._adopt_due = True
+            fences += self._spill_memory()
+            if self._store_open():
+                for f in reversed(fences):
+                    self._queue.appendleft(f)
+            else:
+                for f in fences:
+                    f.done.set()
+            wait = backoff if deadline is None else min(backoff, deadline - time.monotonic())
+            if self._closed or wait <= 0:
+                return
+            # Not self._wake: flush() and a filling queue set it, and a wait
+            # on it would return at once and retry in a tight loop.
+            self._backoff.wait(wait)
+            backoff = min(backoff * 2, _MAX_BACKOFF_S)
+
+    # ------------------------------------------------------------ spilling
+    def _store_open(self) -> bool:
+        return bool(getattr(self._store, "is_open", True))
+
+    def _deliver_spilled(self) -> bool:
+        """Delivers spilled events (earlier processes' first, then ours), in order.
+
+        Returns:
+          True when none is waiting any more, False when the store failed.
+        """
+        if self._spill_released:  # exit or close took the files: nothing more here
+            return self._outbox is None or not self._outbox.pending()
+        if self._adopt_due and self._store_open():
+            self._adopt_due = False
+            try:
+                self._outbox_for().adopt()
+            except Exception:  # noqa: BLE001 - a spill directory we cannot read
+                logger.exception("goodput: could not look for spilled events")
+        outbox = self._outbox
+        while outbox is not None:
+            events = outbox.peek(_SPILL_BATCH)
+            if not events:
+                return True
+            left = self._write(events)
+            if left:  # ``left`` is the unwritten tail: the head is delivered
+                outbox.keep_from(len(events) - len(left))
+                return False
+            outbox.commit(len(events))
+        return True
+
+    def _outbox_for(self):
+        if self._outbox is None:
+            from goodput_core.record.spill import Outbox
+
+            self._outbox = Outbox(getattr(self._store, "url", "") or "")
+        return self._outbox
+
+    def _spill_memory(self) -> list:
+        """Moves the failed batch and the queue into the spill file; returns the fences met.
+
+        When the file cannot be written either, the failed batch stays in
+        memory (retried as before) and the queue keeps its bound.
+        """
+        fences: list = []
+        with self._spill_lock:
+            try:
+                outbox = self._outbox_for()
+                if self._pending:
+                    outbox.put(self._pending)
+                    self._pending = None
+                while self._queue:
+                    batch, met = self._drain_batch()
+                    fences += met
+                    if batch:
+                        try:
+                            outbox.put(batch)
+                        except OSError:
+                            self._pending = batch
+                            raise
+            except OSError as exc:
+                self._spill_errors += 1
+                if self._spill_errors == 1:
+                    logger.error("goodput: cannot spill unstored events to %s (%s); they "
+                                 "wait in memory", self._outbox_for().directory, exc)
+        return fences
+
+    def _leave_spilled(self, say: Optional[Callable[[str], Any]] = None) -> int:
+        """Spills what is still unstored and releases the spill files (exit, close).
+
+        Returns:
+          Events left in this writer's spill file for a later process.
+        """
+        if self._store is None or self._pid != os.getpid():
+            return 0
+        lost = 0
+        if self._queue or self._pending:
+            self._spill_memory()
+            lost = len(self._pending or ())
+            while self._queue:  # the spill file failed too: flushes are answered now
+                item = self._queue.popleft()
+                if isinstance(item, _Fence):
+                    item.done.set()
+                else:
+                    lost += 1
+        outbox = self._outbox
+        if outbox is None:
+            return 0
+        with self._spill_lock:
+            self._spill_released = True
+            left, path = outbox.close()
+        if left or lost:
+            say = say or sys.stderr.write
+            url = getattr(self._store, "url", "the store")
+            if left and path:
+                say(f"goodput: run {self.run!r}: {left} events not stored in {url} are kept "
+                    f"in {path}; the next process that opens that store delivers them\n")
+            elif left:
+                say(f"goodput: run {self.run!r}: {left} events not stored in the in-process "
+                    f"store {url} are lost with it\n")
+            if lost:
+                say(f"goodput: run {self.run!r}: {lost} events could neither be stored in "
+                    f"{url} nor spilled; they are lost\n")
+        return left
 
     def _writer_loop(self) -> None:
         my_pid = self._pid
@@ -196,6 +320,18 @@ class WriterMixin:
             if self._closed and not self._queue:
                 return
 
+    def _drain_within(self, deadline: Optional[float], timeout: Optional[float]) -> None:
+        """Drains on a helper thread, waiting ``timeout`` at most: opening a
+        store may block far longer than any flush may take."""
+        try:
+            helper = threading.Thread(target=self._drain, args=(deadline,), daemon=True,
+                                      name=f"goodput-flush-{self.run}")
+            helper.start()
+        except RuntimeError:  # no new threads (interpreter shutting down)
+            self._drain(deadline)
+            return
+        helper.join(timeout)
+
     def flush(self, timeout: Optional[float] = 10.0, wait_for_delivery: bool = True) -> bool:
         """Blocks until every event recorded before this call is stored.
 
@@ -207,7 +343,9 @@ class WriterMixin:
             disk during an outage).
 
         Returns:
-          True when everything was stored, False on timeout or store failure.
+          True when everything was stored; False on timeout, or at once when
+          the store failed and the events went to the spill file instead
+          (``stats()`` says how many; they are delivered later).
         """
         if self._store is None:
             flush = getattr(self._cloud_logger, "flush", None)
@@ -225,7 +363,7 @@ class WriterMixin:
         self._queue.append(fence)
         writer = self._writer
         if writer is None or not writer.is_alive():
-            self._drain(deadline)  # no writer (interpreter exit, dead thread): write inline
+            self._drain_within(deadline, timeout)  # no writer (closed, dead thread)
         else:
             self._wake.set()
             fence.done.wait(timeout)

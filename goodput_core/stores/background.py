@@ -21,10 +21,10 @@ import atexit
 import logging
 import os
 import sys
-import time
 import weakref
 from typing import Any, Callable, Dict, List, Optional, Tuple, Type
 
+from goodput_core import exit_bound
 from goodput_core.stores.cloud_logging_sender import BatchSender
 from goodput_core.stores.cloud_logging_spill import SpillBuffer
 
@@ -32,8 +32,8 @@ __all__ = ["QueuedStoreMixin", "EXIT_TIMEOUT_S"]
 
 logger = logging.getLogger("goodput")
 
-#: How long the exit hook waits for the stores' deliveries, all together.
-EXIT_TIMEOUT_S = 5.0
+#: The default bound on everything goodput does at exit (``GOODPUT_EXIT_TIMEOUT_S``).
+EXIT_TIMEOUT_S = exit_bound.DEFAULT_EXIT_TIMEOUT_S
 _LIVE: "weakref.WeakSet" = weakref.WeakSet()
 
 
@@ -112,11 +112,15 @@ class QueuedStoreMixin:
         """
         return self._sender.flush(timeout)
 
-    def close(self, timeout: Optional[float] = 10.0) -> bool:
+    def close(self, timeout: Optional[float] = 10.0,
+              say: Optional[Callable[[str], Any]] = None) -> bool:
         """Delivers what it can within ``timeout``, then stops the sender.
 
         Events still undelivered are left in a spill file, delivered by the
         next store opened on the same destination (in this or a later process).
+
+        Args:
+          say: where to say what was left (default: the log; at exit: stderr).
 
         Returns:
           True when everything was delivered.
@@ -126,8 +130,12 @@ class QueuedStoreMixin:
         self._closed = True
         ok, left_in = self._sender.close(timeout)
         if left_in:
-            logger.warning("goodput: %s unreachable; undelivered events kept in %s",
-                           self.url, left_in)
+            text = (f"goodput: {self.url} unreachable; undelivered events kept in {left_in}; "
+                    "the next process that opens that store delivers them")
+            if say is None:
+                logger.warning("%s", text)
+            else:
+                say(text + "\n")
         self._release()
         return ok
 
@@ -149,17 +157,19 @@ class QueuedStoreMixin:
 
 
 def _close_all() -> None:
-    """At exit: push the recorders' queues into the stores, then deliver (bounded)."""
+    """At exit: push the recorders' queues into the stores, then deliver; all of
+    it within the one exit bound (:mod:`goodput_core.exit_bound`)."""
     hooks = sys.modules.get("goodput_core.record.hooks")
     if hooks is not None:  # its own atexit hook runs after ours (LIFO)
         try:
-            hooks.flush_all(EXIT_TIMEOUT_S)
+            hooks.flush_at_exit()
         except Exception:
             pass
-    deadline = time.monotonic() + EXIT_TIMEOUT_S
     for store in list(_LIVE):
+        if store._closed:
+            continue
         try:
-            store.close(max(0.0, deadline - time.monotonic()))
+            store.close(exit_bound.remaining(), say=sys.stderr.write)
         except Exception:
             logger.exception("goodput: closing %s at exit failed", store.url)
 

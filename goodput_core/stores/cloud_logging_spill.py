@@ -31,7 +31,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Deque, Dict, List, Optional, Tuple
 
-__all__ = ["SpillBuffer", "default_spill_dir", "spill_tag"]
+__all__ = ["SpillBuffer", "SpillFile", "default_spill_dir", "spill_paths", "spill_tag"]
 
 logger = logging.getLogger("goodput")
 
@@ -50,21 +50,28 @@ def spill_tag(project: str, log_name: str) -> str:
     return hashlib.sha1(f"{project}\0{log_name}".encode()).hexdigest()[:16]
 
 
-class _SpillFile:
+class SpillFile:
     """One locked JSONL file, appended at its end and read from an offset.
 
     Appends go straight to the file descriptor (no Python buffer, so a failed
     write can be cut off cleanly); reads use a separate buffered handle.
+    A file whose owner calls :meth:`save_progress` keeps its read offset in a
+    ``.pos`` file beside it, so a process that adopts it later starts after
+    what was already delivered (stores without idempotent inserts need that).
     """
 
     def __init__(self, path: str, adopt: bool = False, required: Tuple[str, ...] = ("p", "i")):
         self.path = path
         self._required = required
-        flags = os.O_RDWR | (0 if adopt else os.O_CREAT | os.O_EXCL)
+        flags = os.O_RDWR | os.O_NOFOLLOW | (0 if adopt else os.O_CREAT | os.O_EXCL)
         fd = os.open(path, flags, 0o600)
         try:
             # Non-blocking: a file another live store holds is not an orphan.
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if adopt and os.fstat(fd).st_nlink == 0:
+                # Its adopter delivered and deleted it between our open and our
+                # lock: taking it now would deliver it again.
+                raise FileNotFoundError(path)
             self._reader = open(path, "rb")
         except OSError:
             os.close(fd)
@@ -74,6 +81,8 @@ class _SpillFile:
         self.unread = 0
         self.bad_lines = 0
         if adopt:
+            self.read_pos = _saved_progress(path)
+            self._reader.seek(self.read_pos)
             self.unread = sum(1 for line in self._reader if line.strip())
 
     def write(self, entries: List[Entry]) -> None:
@@ -119,12 +128,22 @@ class _SpillFile:
         os.ftruncate(self.fd, 0)
         self.read_pos = self.unread = 0
 
+    def save_progress(self) -> None:
+        """Records the read offset beside the file (``PATH.pos``, written in place)."""
+        pos = self.path + ".pos"
+        fd = os.open(pos, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        try:
+            os.pwrite(fd, b"%020d\n" % self.read_pos, 0)
+        finally:
+            os.close(fd)
+
     def close(self, delete: bool) -> None:
         if delete:
-            try:
-                os.unlink(self.path)
-            except OSError:
-                pass
+            for path in (self.path, self.path + ".pos"):
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
         self._reader.close()
         os.close(self.fd)  # releases the lock
 
@@ -155,9 +174,9 @@ class SpillBuffer:
         self._required = required
         self._lock = threading.Lock()
         self._mem: Deque[Entry] = collections.deque()
-        self._orphans: Deque[_SpillFile] = collections.deque()
+        self._orphans: Deque[SpillFile] = collections.deque()
         self._orphan_head: List[Entry] = []  # read ahead from the first orphan
-        self._own: Optional[_SpillFile] = None
+        self._own: Optional[SpillFile] = None
         self._peeked_from = None
         self.spilled_total = 0
         self.max_in_memory = 0
@@ -174,20 +193,14 @@ class SpillBuffer:
         Returns:
           The number of entries adopted.
         """
-        try:
-            names = sorted(os.listdir(self.directory))
-        except OSError:
-            return 0
-        paths = [os.path.join(self.directory, n) for n in names
-                 if n.startswith(self.tag + ".") and n.endswith(".jsonl")]
-        paths.sort(key=lambda p: _mtime(p))
+        paths = spill_paths(self.directory, self.tag)
         count = 0
         with self._lock:
             for path in paths:
                 if self._own is not None and path == self._own.path:
                     continue
                 try:
-                    spill = _SpillFile(path, adopt=True, required=self._required)
+                    spill = SpillFile(path, adopt=True, required=self._required)
                 except OSError:
                     continue  # held by a live store (or vanished)
                 self._orphans.append(spill)
@@ -198,11 +211,11 @@ class SpillBuffer:
                            "earlier process", count, self.directory)
         return count
 
-    def _own_file(self) -> _SpillFile:
+    def _own_file(self) -> SpillFile:
         if self._own is None:
             self._ensure_dir()
             name = f"{self.tag}.{os.getpid()}.{uuid.uuid4().hex[:12]}.jsonl"
-            self._own = _SpillFile(os.path.join(self.directory, name), required=self._required)
+            self._own = SpillFile(os.path.join(self.directory, name), required=self._required)
         return self._own
 
     # ------------------------------------------------------------ queue
@@ -294,7 +307,7 @@ class SpillBuffer:
                 # between duplicates entries on disk, which insert ids make harmless.
                 self._ensure_dir()
                 name = f"{self.tag}.{os.getpid()}.{uuid.uuid4().hex[:12]}.jsonl"
-                spill = _SpillFile(os.path.join(self.directory, name), required=self._required)
+                spill = SpillFile(os.path.join(self.directory, name), required=self._required)
                 spill.write(self._orphan_head)
                 for orphan in self._orphans:
                     _copy(orphan, spill)
@@ -327,7 +340,7 @@ class SpillBuffer:
                     "adopted": self.adopted, "spill_bad_lines": bad}
 
 
-def _copy(source: _SpillFile, dest: _SpillFile) -> None:
+def _copy(source: SpillFile, dest: SpillFile) -> None:
     while source.unread:
         chunk = source.read(_CHUNK)
         if not chunk:
@@ -340,6 +353,31 @@ def _take(queue: Deque[Entry], n: int):
         if i >= n:
             return
         yield item
+
+
+def spill_paths(directory: str, tag: str) -> List[str]:
+    """The spill files of ``tag`` in ``directory``, oldest first (none when it is missing)."""
+    try:
+        names = sorted(os.listdir(directory))
+    except OSError:
+        return []
+    paths = [os.path.join(directory, n) for n in names
+             if n.startswith(tag + ".") and n.endswith(".jsonl")]
+    paths.sort(key=_mtime)
+    return paths
+
+
+def _saved_progress(path: str) -> int:
+    """The read offset a previous owner saved for ``path`` (0 when none)."""
+    try:
+        fd = os.open(path + ".pos", os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return 0
+    try:
+        text = os.read(fd, 64).strip()
+    finally:
+        os.close(fd)
+    return int(text) if text.isdigit() else 0
 
 
 def _mtime(path: str) -> float:

@@ -8,10 +8,11 @@ to its writer, which calls :meth:`DeferredStore.append` first (quality.md P9:
 the first ``record_*`` costs what any other does).
 
 An open that fails raises :class:`StoreError` from that call and is logged
-once; the writer keeps the batch and retries (opening again), the error is
-kept for :meth:`~goodput_core.record.recorder.Recorder.stats`, and
-:meth:`~goodput_core.record.recorder.Recorder.flush` tries one more open and
-returns False at once when that fails too. A fork waits for an open in
+once; the writer spills the batch to its local spill file and retries
+(opening again), the error is kept for
+:meth:`~goodput_core.record.recorder.Recorder.stats`, and
+:meth:`~goodput_core.record.recorder.Recorder.flush` returns False as soon as
+the writer's open failed. Nothing opens the store on the caller's thread. A fork waits for an open in
 progress, so a child never inherits a half-built store.
 """
 
@@ -135,6 +136,17 @@ class DeferredStore(Store):
         """The opened store's own fence (Cloud Logging delivers in the background)."""
         flush = getattr(self._inner, "flush", None)
         return flush(timeout) if callable(flush) else True
+
+    def stats(self) -> Any:
+        """The opened store's own counters, or None (not open, or it keeps none)."""
+        stats = getattr(self._inner, "stats", None)
+        return stats() if callable(stats) else None
+
+    def checkpoint(self) -> None:
+        """The opened store's checkpoint (the embedded store folds its log into the file)."""
+        checkpoint = getattr(self._inner, "checkpoint", None)
+        if callable(checkpoint):
+            checkpoint()
 
     def close(self) -> None:
         inner = self._inner

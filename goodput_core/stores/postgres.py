@@ -21,9 +21,11 @@ Reads are paged by the event id. Writers of one run take turns through a
 transaction-scoped advisory lock, so the ids of a run grow in commit order
 and an incremental reader never skips a batch that commits late.
 
-A batch the server rejects for its content (a value PostgreSQL cannot hold,
-such as a NUL character in a run name) is inserted event by event: only the
-bad events are dropped and counted (``stats()["rejected"]``).
+A batch the server rejects for its content (a value PostgreSQL cannot hold)
+is inserted event by event: only the bad events are dropped and counted
+(``stats()["rejected"]``). A refusal that is not about the content (a
+read-only server, ``INSERT`` revoked, tables missing, out of connection
+slots: :func:`refusal_is_outage`) is an outage: the batch is kept and retried.
 
 Security: every value is a bound parameter; the only name inlined into SQL is
 the schema, checked against a plain-identifier pattern and quoted. The
@@ -68,6 +70,28 @@ def default_spill_dir() -> str:
     """``$XDG_CACHE_HOME/goodput/postgres-spill`` (``~/.cache/...``)."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "goodput", "postgres-spill")
+
+
+#: SQLSTATE classes and codes that say the server cannot take writes now, not
+#: that one event is wrong: connection (08), transaction rollback (40),
+#: resources such as too many connections (53), object not available (55),
+#: operator intervention such as a shutdown (57), system errors (58), invalid
+#: authorization (28), read-only transaction (25006: a standby, a failover,
+#: ``default_transaction_read_only``), permission denied (42501), a table or
+#: schema that is missing (42P01, 3F000).
+_OUTAGE_CLASSES = ("08", "28", "40", "53", "55", "57", "58")
+_OUTAGE_CODES = ("25006", "42501", "42P01", "3F000")
+_MISSING = ("42P01", "3F000")  # undefined table, invalid schema name
+
+
+def refusal_is_outage(exc: BaseException) -> bool:
+    """True when the server refused a write for a reason that is not the
+    content of the events (see :data:`_OUTAGE_CODES`): the batch is kept and
+    retried, never dropped as bad content."""
+    if isinstance(exc, _TRANSIENT):
+        return True
+    state = getattr(exc, "sqlstate", None) or ""
+    return state[:2] in _OUTAGE_CLASSES or state in _OUTAGE_CODES
 
 
 def _one_line(exc: BaseException) -> str:
@@ -253,10 +277,29 @@ class PostgresStore(QueuedStoreMixin, Store):
             self._drop_connection()  # a broken connection is not reused
             raise
         except (psycopg.Error, ValueError, TypeError, UnicodeError, OverflowError) as exc:
+            if refusal_is_outage(exc):  # read-only, permission, missing table: retried
+                self._drop_connection()
+                if getattr(exc, "sqlstate", None) in _MISSING:
+                    self._recreate_tables()
+                raise
             # The content was refused: isolate the bad events, keep the rest.
             logger.warning("goodput: %s refused a batch (%s); inserting it event by event",
                            self.url, _one_line(exc))
             self._insert_one_by_one(rows)
+
+    def _recreate_tables(self) -> None:
+        """The tables went away under a live writer (dropped, restored from an
+        old dump): forget the ids they held and create them again, so that the
+        retry stores the batch (a failure here is retried with it)."""
+        with self._ids_lock:
+            self._run_ids.clear()
+            self._writer_ids.clear()
+            self._writers.clear()
+        try:
+            self._ensure_schema(self._connection())
+        except StoreError as exc:
+            logger.warning("goodput: cannot create the goodput tables in %s again: %s",
+                           self.url, exc)
 
     def _insert_one_by_one(self, rows: List[list]) -> None:
         conn = self._connection()
@@ -266,7 +309,10 @@ class PostgresStore(QueuedStoreMixin, Store):
             except _TRANSIENT:
                 self._drop_connection()
                 raise  # the whole batch is retried later; inserted rows are deduplicated
-            except (psycopg.Error, ValueError, TypeError, UnicodeError, OverflowError):
+            except (psycopg.Error, ValueError, TypeError, UnicodeError, OverflowError) as exc:
+                if refusal_is_outage(exc):
+                    self._drop_connection()
+                    raise
                 self._rejected += 1
 
     def _release(self) -> None:

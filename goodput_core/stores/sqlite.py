@@ -202,7 +202,10 @@ class SqliteStore(ReadPath, WritePath, Store):
         try:  # created here, with our mode, before SQLite creates it with the umask's
             os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, self._mode))
         except FileExistsError:
-            pass
+            if os.path.islink(self.path) and not os.path.exists(self.path):
+                # SQLite would create the link's target with the umask's mode,
+                # wherever it points: refused
+                raise self._error("it is a symlink to a file that does not exist") from None
         except OSError as exc:
             raise self._error(exc) from exc
 
@@ -259,6 +262,10 @@ class SqliteStore(ReadPath, WritePath, Store):
                     conn.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)",
                                  (str(SCHEMA_VERSION),))
             version = self._schema_version(conn)
+        if not self.readonly and version == SCHEMA_VERSION and \
+                conn.execute("PRAGMA user_version").fetchone()[0] < chunks.FORMAT_VERSION:
+            with _write_transaction(conn):  # the marker every read checks (sqlite_chunks)
+                conn.execute(f"PRAGMA user_version = {chunks.FORMAT_VERSION}")
         if self.readonly and version in (None, 1):
             return  # not written yet, or by version 1: readable as it is
         if version != SCHEMA_VERSION:
@@ -326,12 +333,35 @@ class SqliteStore(ReadPath, WritePath, Store):
         return self._query("PRAGMA integrity_check") == [("ok",)]
 
     @_gated
+    def checkpoint(self) -> bool:
+        """Folds the write-ahead log into the file (``PRAGMA wal_checkpoint(TRUNCATE)``).
+
+        Afterwards the file alone holds every committed event: a ``cp`` of it
+        reads every run. Never waits: while another connection reads or
+        writes, SQLite answers busy and nothing changes (the next clean close
+        or exit checkpoints).
+
+        Returns:
+          True when the whole log was folded in.
+        """
+        if self.readonly:
+            return False
+        try:
+            row = self._handle().conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        except (sqlite3.Error, StoreError):
+            return False
+        return bool(row) and row[0] == 0
+
+    @_gated
     def close(self) -> None:
-        """Closes this thread's connection (and those of threads that have ended).
+        """Checkpoints the log into the file (:meth:`checkpoint`), then closes
+        this thread's connection (and those of threads that have ended).
 
         Connections of other live threads are closed when their threads end or
         when the store is garbage collected.
         """
+        if getattr(self._local, "handle", None) is not None:
+            self.checkpoint()
         handle = getattr(self._local, "handle", None)
         self._local.handle = None
         with self._lock:

@@ -41,6 +41,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from goodput_core.events import EventRecord, Kind
+from goodput_core.stores.base import StoreError
 from goodput_core.stores.columns import EventPage, joined_rows_of
 
 __all__ = ["SCHEMA", "CHUNK_EVENTS", "CORRUPT_REASONS", "Raw", "read_raw", "compact",
@@ -336,6 +337,22 @@ def insert_packed(conn: sqlite3.Connection, rows: List[tuple]) -> bool:
     return True
 
 
+#: The store format this version reads and writes, also kept in the file's
+#: header (``PRAGMA user_version``) where every read checks it: a later
+#: version that changes how events are kept raises it, and a reader of this
+#: version still running then fails with an error instead of reading part of
+#: a run.
+FORMAT_VERSION = 2
+
+
+def check_format(conn: sqlite3.Connection) -> None:
+    """Raises StoreError when the file was (re)written by a newer format."""
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    if version > FORMAT_VERSION:
+        raise StoreError(f"the store was changed to format {version} by a newer goodput "
+                         f"version while this one ({FORMAT_VERSION}) read it: upgrade goodput")
+
+
 def read_raw(conn: sqlite3.Connection, run_id: int, since: int, limit: int,
              engine_only: bool = False) -> Tuple[Raw, Optional[int]]:
     """Events of a run with an id above ``since``, at most ``limit`` (< 0: all),
@@ -346,6 +363,7 @@ def read_raw(conn: sqlite3.Connection, run_id: int, since: int, limit: int,
     got, last = 0, None
     conn.execute("BEGIN")  # one snapshot for both tables
     try:
+        check_format(conn)
         if has_chunks(conn):
             cur = conn.execute("SELECT first_id, last_id, n, cols, extra, odd FROM chunks"
                                " WHERE run_id = ? AND last_id > ? ORDER BY run_id, last_id",

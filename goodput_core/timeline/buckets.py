@@ -86,15 +86,18 @@ PARTITION_BADPUT: Tuple[BadputType, ...] = tuple(
     b for b in BadputType if b is not BadputType.DATA_LOADING_ASYNC)
 
 _B = BadputType
-#: Overlap priority, highest first (semantics.md rule 8). IDLE outranks all:
-#: nothing that happens between attempts counts. WASTED_PROGRESS and the
-#: heuristic PROGRAM_STARTUP are applied as overlays at query time (see
-#: timeline.py) because they depend on events that may arrive much later.
+#: Overlap priority, highest first (docs/semantics.md rule 8, whose table is
+#: checked against this one); the timeline paints in this order. IDLE
+#: outranks all: nothing that happens between attempts counts.
+#: WASTED_PROGRESS and the heuristic PROGRAM_STARTUP are applied as overlays
+#: at query time (see spans.py) because they depend on events that may
+#: arrive much later; OTHER is what nothing else covers. HANG comes below
+#: every phase: a hang's span never takes a save's, restore's, evaluation's
+#: or compile's time; above blocking loads, because a stuck loader is a hang.
 PRIORITY: Tuple[int, ...] = (
     IDLE,
     _B.INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION,
     _B.WASTED_PROGRESS_FROM_DISRUPTION,
-    _B.HANG,
     _B.UNPRODUCTIVE_CHECKPOINT_SAVE_TIME,
     _B.UNPRODUCTIVE_CHECKPOINT_RESTORE_TIME,
     _B.CUSTOM_BADPUT_EVENTS,
@@ -104,6 +107,7 @@ PRIORITY: Tuple[int, ...] = (
     _B.ELASTIC_SLICE_DOWN,
     _B.TPU_INITIALIZATION,
     _B.TRAINING_PREP,
+    _B.HANG,
     _B.DATA_LOADING_SYNC,
     PRODUCTIVE,
     _B.OTHER,

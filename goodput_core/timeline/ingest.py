@@ -66,10 +66,13 @@ _TABLE_COLUMNS = {
     "disruption": ("key",), "orbax": ("end", "key"),
     # side tables: not part of the partition (see SIDE_TABLES)
     "slices": ("active", "avail", "total"), "metric": ("step", "key", "val"),
+    "submitted": (), "granted": (),
 }
-SIDE_TABLES = frozenset({"slices", "metric"})
+# Scheduling times change no span: they are read at query time (lifecycle).
+SIDE_TABLES = frozenset({"slices", "metric", "submitted", "granted"})
 _SLICE_KEYS = ("active_slices", "available_slices", "total_slices")
-_SIMPLE_KINDS = {Kind.JOB_START: "job_start", Kind.JOB_END: "job_end"}
+_SIMPLE_KINDS = {Kind.JOB_START: "job_start", Kind.JOB_END: "job_end",
+                 Kind.JOB_SUBMITTED: "submitted", Kind.RESOURCES_GRANTED: "granted"}
 _SIDE_KINDS = {int(Kind.METADATA), int(Kind.METRIC), int(Kind.ELASTIC_SLICE_COUNTS)}
 _KNOWN = {int(k) for k in Kind}
 _MAX_STACK_CHARS = 4000  # a hang's stack summary kept for the report
@@ -108,6 +111,8 @@ class EventTables:
         #: (when the hung step should have ended), ``last_progress``, ``step``,
         #: ``expected_step_seconds`` and ``stack``, in arrival order.
         self.hangs: List[Dict[str, Any]] = []
+        #: Who recorded each disruption: ``(time, process index, host)``, arrival order.
+        self.disruption_writers: List[Tuple[float, int, str]] = []
         self.order = 0  # arrival counter (ties in time are broken by arrival)
 
     def __getitem__(self, name: str) -> Table:
@@ -273,6 +278,10 @@ class EventTables:
                 self.skipped["missing_field"] += 1
                 return
             cols["key"].append(key)
+            if name == "disruption":
+                self.disruption_writers.append(
+                    (t, int(ev[5]) if len(ev) > 5 and ev[5] is not None else 0,
+                     str(ev[6]) if len(ev) > 6 and ev[6] is not None else ""))
         if is_end is not None:
             cols["e"].append(is_end)
         cols["t"].append(t)

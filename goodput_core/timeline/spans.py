@@ -56,7 +56,7 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
-from goodput_core.timeline.buckets import CUSTOM_BASE, IDLE, PRODUCTIVE, BadputType
+from goodput_core.timeline.buckets import CUSTOM_BASE, IDLE, PRIORITY, PRODUCTIVE, BadputType
 from goodput_core.timeline.ingest import ORBAX_SAVE, EventTables
 from goodput_core.timeline.intervals import (Growable, IntervalList, complement, paint, split_by_regions,
                                     union)
@@ -194,22 +194,27 @@ class Timeline:
             ins, ine = split_by_regions(ins, ine, sts, ste)[2:]
             outs, oute = _cat((outs, oute), (sts, ste))
         fam = {name: pairs[name][:2] for name, _ in _FAMILY_CODES}
-        levels = [
-            (*idle, IDLE),
-            (*rec, B.INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION),
-            (*pairs["hang"][:2], B.HANG),
-            (*save, B.UNPRODUCTIVE_CHECKPOINT_SAVE_TIME),
-            (*restore, B.UNPRODUCTIVE_CHECKPOINT_RESTORE_TIME),
-            (cs, ce, CUSTOM_BASE + ck.astype(np.int64)),
-            (*fam["compile"], B.PROGRAM_STARTUP),
-            (*fam["reinit"], B.ELASTIC_REINITIALIZATION),
-            (ws[up], we[up], B.ELASTIC_SCALE_UP),
-            (ws[~up], we[~up], B.ELASTIC_SLICE_DOWN),
-            (*fam["tpu"], B.TPU_INITIALIZATION),
-            (*fam["prep"], B.TRAINING_PREP),
-            (outs, oute, B.DATA_LOADING_SYNC),
-            (t0, rows["prod_end"], PRODUCTIVE),
-        ]
+        by_code = {
+            IDLE: (*idle, IDLE),
+            B.INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION: (
+                *rec, B.INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION),
+            B.HANG: (*pairs["hang"][:2], B.HANG),
+            B.UNPRODUCTIVE_CHECKPOINT_SAVE_TIME: (*save, B.UNPRODUCTIVE_CHECKPOINT_SAVE_TIME),
+            B.UNPRODUCTIVE_CHECKPOINT_RESTORE_TIME: (*restore,
+                                                     B.UNPRODUCTIVE_CHECKPOINT_RESTORE_TIME),
+            B.CUSTOM_BADPUT_EVENTS: (cs, ce, CUSTOM_BASE + ck.astype(np.int64)),
+            B.PROGRAM_STARTUP: (*fam["compile"], B.PROGRAM_STARTUP),
+            B.ELASTIC_REINITIALIZATION: (*fam["reinit"], B.ELASTIC_REINITIALIZATION),
+            B.ELASTIC_SCALE_UP: (ws[up], we[up], B.ELASTIC_SCALE_UP),
+            B.ELASTIC_SLICE_DOWN: (ws[~up], we[~up], B.ELASTIC_SLICE_DOWN),
+            B.TPU_INITIALIZATION: (*fam["tpu"], B.TPU_INITIALIZATION),
+            B.TRAINING_PREP: (*fam["prep"], B.TRAINING_PREP),
+            B.DATA_LOADING_SYNC: (outs, oute, B.DATA_LOADING_SYNC),
+            PRODUCTIVE: (t0, rows["prod_end"], PRODUCTIVE),
+        }
+        # The one overlap order (buckets.PRIORITY); wasted progress is an
+        # overlay and OTHER the rest, so neither is painted here.
+        levels = [by_code[code] for code in PRIORITY if code in by_code]
         return [(s, e, np.asarray(c, np.int64)) for s, e, c in levels], (ins, ine)
 
     def _freeze_point(self, pairs, att: Attempts) -> float:

@@ -137,14 +137,16 @@ class Attempt:
         self.messages: List[Dict[str, Any]] = []
         self.attempt_id: Optional[str] = None
         self.killed = False
-        with open(log_path, "ab") as log:
+        # private (0600) like every file the tool writes; a planted symlink is refused
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW
+        with open(os.open(log_path, flags, 0o600), "ab") as log:
             self.proc = subprocess.Popen(
                 child_command(options), stdout=subprocess.PIPE, stderr=log,
                 stdin=subprocess.DEVNULL, env=env if env is not None else child_env(),
                 text=True, bufsize=1)
         # the child's stdout, line by line as we read it (line-buffered: a
         # crash of the parent loses nothing already read)
-        self._log = open(log_path, "a", encoding="utf-8", buffering=1)
+        self._log = open(os.open(log_path, flags, 0o600), "a", encoding="utf-8", buffering=1)
 
     @property
     def pid(self) -> int:

@@ -45,8 +45,9 @@ def test_inputs_come_from_the_run():
     assert advice.mtbf_seconds == pytest.approx(r.total_seconds / truth["failures"])
     assert advice.save_seconds == pytest.approx(30.0)          # every save blocked 30 s
     assert advice.restart_seconds == pytest.approx(120.0, rel=0.02)  # 90 s gap + 30 s restore
-    assert advice.current_interval_seconds == pytest.approx(45 * STEP + 30.0)
-    assert advice.current_interval_steps == pytest.approx((45 * STEP + 30.0) / STEP)
+    # the work between saves: 45 steps of 10 s (the 30 s save is not in it)
+    assert advice.current_interval_seconds == pytest.approx(45 * STEP)
+    assert advice.current_interval_steps == pytest.approx(45)
     assert advice.young_interval_seconds == pytest.approx(
         math.sqrt(2 * 30.0 * advice.mtbf_seconds))
 

@@ -80,6 +80,7 @@ JSON_KEYS = {
     "data_loading_async_seconds", "data_loading_async_percent", "disruptions",
     "max_productive_step", "last_step", "step_time", "skipped", "program_goodput",
     "program_goodput_unusable", "slice_efficiency", "metrics", "insights",
+    "scheduling_seconds", "lifecycle", "incidents",
 }
 
 

@@ -192,6 +192,11 @@ _HUNG = textwrap.dedent("""
     rec.record_job_start_time()
     for step in range(30):
         rec.record_step_start_time(step)
+        if step == 10:           # a save 2x the threshold, then 0.1 s before the next step:
+            rec.record_checkpoint_save_start_time(step)     # no hang (timed from its end)
+            time.sleep(1.0)
+            rec.record_checkpoint_save_end_time(step)
+            time.sleep(0.1)
         if step == 20:
             lock.acquire()
             threading.Timer(block, lock.release).start()
@@ -225,6 +230,8 @@ def test_a_real_process_whose_step_blocks_on_a_lock(tmp_path):
     assert "acquire" in hang.stack or "_HUNG" in hang.stack or "<string>" in hang.stack
     r = calc.cumulative()
     assert r.badput_seconds[B.HANG] == pytest.approx(hang.seconds, abs=0.05)
+    # the save at step 10 raised no hang (the only one is step 20's) and kept its time
+    assert r.badput_seconds[B.UNPRODUCTIVE_CHECKPOINT_SAVE_TIME] == pytest.approx(1.0, abs=0.2)
 
 
 def hang_expected(hang, calc):

@@ -126,7 +126,10 @@ def check_invariants(r) -> None:
         assert 0.0 <= v <= 100.0 + 1e-9
     if math.isfinite(r.window[0]):
         span = r.window[1] - r.window[0]
-        assert r.total_seconds + r.idle_seconds + r.excluded_seconds == pytest.approx(span, abs=tol)
+        # scheduling waits leave the partition like idle time (lifecycle)
+        assert r.total_seconds + r.idle_seconds + r.excluded_seconds + r.scheduling_seconds == \
+            pytest.approx(span, abs=tol)
+        assert r.scheduling_seconds >= 0
     assert all(isinstance(n, int) and n > 0 for n in r.skipped.values())
 
 
@@ -143,6 +146,7 @@ def check_spans(calc: Calculator, r) -> None:
         sums[label] = sums.get(label, 0.0) + (b - a)
     assert sums.get("PRODUCTIVE", 0.0) == pytest.approx(r.productive_seconds, abs=tol * 10)
     assert sums.get("IDLE", 0.0) == pytest.approx(r.idle_seconds, abs=tol * 10)
+    assert sums.get("SCHEDULING", 0.0) == pytest.approx(r.scheduling_seconds, abs=tol * 10)
     for k, v in r.badput_seconds.items():
         if k is not B.DATA_LOADING_ASYNC:
             assert sums.get(k.name, 0.0) == pytest.approx(v, abs=tol * 10), k

@@ -55,3 +55,25 @@ def test_a_hung_test_stops_the_run_with_every_stack(tmp_path):
     assert "Timeout" in out and "test_hangs" in out
     assert "helper-thread" in out  # every thread's stack, not only the test's
     assert "test_never_reached" not in out and "passed" not in out  # the run stopped there
+
+
+def test_a_test_run_writes_nothing_under_the_real_home(tmp_path):
+    """A pytest of its own, as a user runs it (HOME set, no XDG_* or GOODPUT_*
+    variables), over tests that write stores, profiles and child processes,
+    among them tests/support/home_probe.py (an environment copied at import
+    time, the path by which profiles once reached ~/.local/share/goodput):
+    nothing may appear under that HOME. Mutation killed: the private paths set
+    by a session fixture instead of pytest_configure (the probe's child then
+    writes ``.local/share/goodput/...``)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GOODPUT_", "XDG_"))}
+    env["HOME"] = str(home)
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "-p", "no:cacheprovider",
+         "tests/support/home_probe.py", "tests/core/test_mldiagnostics.py",
+         "tests/core/test_hangs.py::test_a_real_run_without_hangs_records_none"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert " passed" in result.stdout
+    assert sorted(str(p.relative_to(home)) for p in home.rglob("*")) == []

@@ -21,9 +21,7 @@ otherwise; sending a run again repeats the same trace and span ids. It exits
 from __future__ import annotations
 
 import itertools
-import os
 import sys
-import tempfile
 import time
 
 from goodput_core.cli import CliError, CliIOError
@@ -79,24 +77,13 @@ def run(args) -> int:
 
 def _write_file(path: str, pages, meta: bool, progress) -> int:
     """Writes the pages to a fresh temporary file beside ``path``, then renames it."""
-    target = os.path.abspath(path)
-    tmp = None
+    from goodput_core.files import replaced_atomically
+
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(target)}.",
-                                   suffix=".tmp", dir=os.path.dirname(target))
-        with open(fd, "w", encoding="utf-8", newline="\n") as out:
-            n = write_batches(pages, out, meta, progress)
-        os.replace(tmp, target)
-        tmp = None
-        return n
+        with replaced_atomically(path) as out:
+            return write_batches(pages, out, meta, progress)
     except OSError as exc:
         raise CliIOError(f"cannot write {path}: {exc.strerror or exc}") from exc
-    finally:
-        if tmp is not None:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
 
 
 def _run_otlp(args) -> int:

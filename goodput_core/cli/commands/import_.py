@@ -138,7 +138,10 @@ class JsonlSink:
                 with open(self.spec, "rb") as f:
                     f.seek(-1, os.SEEK_END)
                     needs_newline = f.read(1) != b"\n"
-            f = open(self.spec, "a", encoding="utf-8", newline="\n")
+            # appended to (imports are idempotent); created 0600, never through a symlink
+            fd = os.open(self.spec, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW,
+                         0o600)
+            f = open(fd, "a", encoding="utf-8", newline="\n")
             if needs_newline:  # a truncated last line must not swallow our first one
                 f.write("\n")
             return f

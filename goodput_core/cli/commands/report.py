@@ -33,6 +33,7 @@ key                            value
 ``total_seconds``              lifetime in the window minus idle and excluded
 ``idle_seconds``               between an attempt's job end and the next start
 ``excluded_seconds``           removed by ``--exclude`` (inside the window)
+``scheduling_seconds``         waits for resources after a requeue (not in total)
 ``badput_seconds``             ``{BUCKET: seconds}``, BadputType names: the
                                ten base buckets of the partition always
                                (``DATA_LOADING_ASYNC`` is not one: see
@@ -76,6 +77,8 @@ key                            value
 ``metrics``                    ``{name: {step, time, time_iso, value}}``: the
                                latest point of each recorded model metric
                                (``step`` null when recorded without one)
+``lifecycle``, ``incidents``    scheduling goodput, ETTR, MPG and the incidents
+                               (keys in :mod:`goodput_core.cli.commands.report_lifecycle`)
 ``insights``                   ``{hangs, checkpoint, hosts}``: hangs,
                                checkpoint-interval advice and host outliers
                                (keys in :mod:`goodput_core.cli.commands.report_insights`)
@@ -97,6 +100,7 @@ from goodput_core.timeline.buckets import BadputType
 from goodput_core.cli import CliError
 from goodput_core.cli.commands.common import add_store_argument
 from goodput_core.cli.commands.report_insights import insights_report, insights_table
+from goodput_core.cli.commands.report_lifecycle import lifecycle_report, lifecycle_table
 from goodput_core.queries.elastic import reportable
 from goodput_core.queries.program_goodput import unusable_metadata
 from goodput_core.queries.step_stats import percentile
@@ -217,6 +221,7 @@ def build_report(calc, result, stats, *, store_url: str, window_spec: Optional[s
         "total_seconds": result.total_seconds,
         "idle_seconds": result.idle_seconds,
         "excluded_seconds": result.excluded_seconds,
+        "scheduling_seconds": result.scheduling_seconds,
         "badput_seconds": _partition(result.badput_seconds),
         "badput_percent": _partition(result.badput_percent),
         "custom_badput_seconds": dict(sorted(result.custom_badput_seconds.items())),
@@ -237,6 +242,7 @@ def build_report(calc, result, stats, *, store_url: str, window_spec: Optional[s
     }
     report.update(_diagnostics(calc, result, has_life))
     report["insights"] = insights_report(calc, result.query_time)
+    report.update(lifecycle_report(calc, result))
     return _finite(report)
 
 
@@ -302,6 +308,9 @@ def format_table(rep: Dict[str, Any]) -> str:
     out.append(f"Total time:     {_secs(rep['total_seconds'])}")
     out.append(f"Idle time:      {_secs(rep['idle_seconds'])}   (between attempts; not in total)")
     out.append(f"Excluded time:  {_secs(rep['excluded_seconds'])}")
+    if rep.get("scheduling_seconds"):
+        out.append(f"Scheduling:     {_secs(rep['scheduling_seconds'])}   (waiting for "
+                   f"resources after a requeue; not in total)")
     out.append(f"Goodput:        {rep['goodput_percent']:.2f} %")
     out.append("")
     out.append(f"  {'category':<40} {'seconds':>14} {'% total':>9}  {'duration':>12}")
@@ -329,6 +338,7 @@ def format_table(rep: Dict[str, Any]) -> str:
     out.append(f"  deviation (aggregate)    {_secs(st['deviation_aggregate_seconds'])}")
     out.extend(_diagnostics_table(rep))
     out.extend(insights_table(rep.get("insights") or {}))
+    out.extend(lifecycle_table(rep))
     skipped = rep["skipped"]
     out.append("Skipped inputs" + ("" if skipped else ": none"))
     for reason, n in skipped.items():

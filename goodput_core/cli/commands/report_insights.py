@@ -73,7 +73,7 @@ def insights_table(ins: Dict[str, Any]) -> List[str]:
                    f"{end}")
         out.extend(f"      {line.strip()}" for line in h["top_frames"])
     ck = ins.get("checkpoint") or {}
-    out.append("Checkpoint interval")
+    out.append("Checkpoint interval (seconds of work between saves, the save not in them)")
     if not ck.get("available"):
         out.append(f"  no advice: {ck.get('reason', 'no data')}")
     else:

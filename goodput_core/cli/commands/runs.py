@@ -1,8 +1,11 @@
 """``goodput runs``: list the runs in a store (``--group G``: one run group,
-with goodput, total time, disruptions and last step; see ``commands.compare``)."""
+with goodput, total time, disruptions and last step; see ``commands.compare``).
+``goodput runs delete RUN`` and ``goodput runs rename OLD NEW``: see
+``commands.runs_manage``."""
 
 from __future__ import annotations
 
+import argparse
 import json
 
 from goodput_core.cli.commands.common import add_store_argument
@@ -11,6 +14,11 @@ from goodput_core.text import printable
 
 
 def add_arguments(parser) -> None:
+    parser.add_argument("action", nargs="?", choices=("delete", "rename"), default=None,
+                        help="delete RUN, or rename OLD NEW (embedded store; asks first)")
+    parser.add_argument("names", nargs="*", metavar="NAME", help=argparse.SUPPRESS)
+    parser.add_argument("--yes", action="store_true",
+                        help="delete or rename without asking (needed without a terminal)")
     add_store_argument(parser)
     parser.add_argument("--group", default=None, metavar="G",
                         help="only the runs of run group G, with goodput, total time, "
@@ -20,6 +28,10 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
+    if args.action is not None:
+        from goodput_core.cli.commands.runs_manage import manage
+
+        return manage(args)
     store = open_store(args.store, create=False)
     if args.group is not None:
         from goodput_core.cli.commands.compare import list_group

@@ -71,8 +71,11 @@ def run(args) -> int:
 
 # ------------------------------------------------------------------ HTML
 def render_html(data: pt.TimelineData, path: str) -> None:
-    """Writes a self-contained HTML page (inline SVG, hover titles, no URLs)."""
-    with open(path, "w", encoding="utf-8") as f:
+    """Writes a self-contained HTML page (inline SVG, hover titles, no URLs),
+    0600, replacing ``path`` atomically (:mod:`goodput_core.files`)."""
+    from goodput_core.files import replaced_atomically
+
+    with replaced_atomically(path) as f:
         f.write(html_page(data))
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import glob
 import os
+import stat
 import subprocess
 import sys
 
@@ -89,6 +90,11 @@ def test_the_real_demo_crashes_restarts_and_reports(tmp_path):
     # each attempt's log holds what its child printed
     assert '"event": "crash"' in (logs / "attempt-1.log").read_text()
     assert '"event": "done"' in (logs / "attempt-2.log").read_text()
+    # every file the demo wrote is private, and its store is one file (the log folded in)
+    written = [p for p in outdir.rglob("*") if p.is_file()]
+    assert written and {stat.S_IMODE(p.stat().st_mode) for p in written} == {0o600}
+    wal = outdir / "goodput.sqlite-wal"
+    assert not wal.exists() or wal.stat().st_size == 0
 
 
 def test_synthetic_demo_uses_the_default_outdir(tmp_path, monkeypatch, capsys):

@@ -237,27 +237,57 @@ def test_axlearn_data_loading_events_record_input_stalls(tmp_path, monkeypatch):
     assert stalls_of(url, run) == pytest.approx(waited, rel=0.25, abs=0.1)
 
 
+@jax.jit
+def rounds_step(x, batch, rounds):
+    """``rounds`` chained matmuls: a step whose device work the caller chooses."""
+    return jax.lax.fori_loop(0, rounds, lambda _, y: jnp.tanh(y @ y) + batch, x)
+
+
 def test_a_device_bound_stretch_stops_measuring_until_the_loop_starves(rec):
     """After QUIET_LOADS loads that end with the device busy, the watcher thread
     is no longer handed steps; the first load during which the device finished
-    turns it back on (that one load is not measured: never over-reported)."""
+    turns it back on (that one load is not measured: never over-reported).
+
+    Independent of the machine's speed and load: one long step (about 2 s of
+    device work, sized by timing a short one here) is queued first and every
+    later step waits on it, so each quick load ends with the device busy
+    whatever the loop's pace; the first slow load itself waits for the device
+    to finish, so "the device finished during this load" is certain rather
+    than a race between a sleep and a matmul. Only the loads after it are
+    compared with the wall time measured around them."""
     from goodput_integrations.jax.stalls import QUIET_LOADS
 
     x = heavy_state()
+    t = time.perf_counter()
+    jax.block_until_ready(rounds_step(x, jnp.float32(0), 4))
+    per_round = max((time.perf_counter() - t) / 4, 1e-4)
+    long_rounds = int(2.0 / per_round) + 1
     with gjax.instrumented(rec.recorder) as adapter:
-        step = gjax.train_step(heavy_step)
+        step = gjax.train_step(rounds_step)
         data = gjax.instrument_iterator(starved(10 ** 6, 0.0))
-        for _ in range(QUIET_LOADS + 4):  # loads far shorter than the device step
-            x = step(x, next(data))
+        x = step(x, next(data), long_rounds)        # the device is busy from here ...
+        for _ in range(QUIET_LOADS + 4):             # ... through every quick load
+            x = step(x, next(data), 1)
         assert not adapter.stalls.measuring
-        x = step(x, next(data))  # the device is busy when the slow loads begin
+        x = step(x, next(data), 1)  # the device is still busy when the slow loads begin
+        latest = [x]
+
+        def slow_loads(n, cost):
+            for i in range(n):
+                if i == 0:
+                    jax.block_until_ready(latest[0])  # the device finishes during this load
+                time.sleep(cost)
+                yield jnp.float32(i)
+
+        slow = gjax.instrument_iterator(slow_loads(6, 0.15))
         waited = 0.0
-        slow = gjax.instrument_iterator(starved(6, 0.15))
-        for _ in range(6):
+        for i in range(6):
             t = time.perf_counter()
             batch = next(slow)
-            waited += time.perf_counter() - t
-            x = step(x, batch)
+            if i > 0:   # the first load is the unmeasured one
+                waited += time.perf_counter() - t
+            x = step(x, batch, 1)
+            latest[0] = x
         jax.block_until_ready(x)
         assert adapter.stalls.flush(10)
         assert adapter.stalls.measuring and adapter.stalls.unmeasured == 1
@@ -265,7 +295,8 @@ def test_a_device_bound_stretch_stops_measuring_until_the_loop_starves(rec):
     ends = rec.with_key("input_stall_end_time")
     got = sum(e["input_stall_end_time"] - s["input_stall_start_time"]
               for s, e in zip(stalls, ends))
-    # the device idled most of each slow load; one load went unmeasured
+    # the device idled most of each later slow load (a one-round step against
+    # a 0.15 s load); the first one went unmeasured and is not in `waited`
     assert 0.3 * waited <= got <= waited
 
 

@@ -1,0 +1,47 @@
+"""``goodput backup STORE DEST``: a consistent copy of an embedded store, while writers run.
+
+The copy holds every event committed before the backup started (SQLite's
+online backup reads one snapshot) and is one self-contained file, 0600,
+written under a temporary name beside DEST and renamed when complete.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from goodput_core.cli import CliError, CliIOError
+
+__all__ = ["add_arguments", "run"]
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("store", metavar="STORE", help="the embedded store (sqlite path or URL)")
+    parser.add_argument("dest", metavar="DEST", help="the file to write (replaced when complete)")
+
+
+def sqlite_path(store: str) -> str:
+    """The file of an embedded store URL or path; other stores are refused."""
+    from goodput_core.stores import check_store_url
+
+    _, scheme, rest = check_store_url(store)
+    if scheme != "sqlite":
+        raise CliError(f"{store!r} is not an embedded (sqlite) store; back up a PostgreSQL "
+                       "store with pg_dump")
+    path = os.path.expanduser(rest)
+    path = os.path.abspath("/" + path.lstrip("/") if path.startswith("/") else path)
+    if not os.path.isfile(path):
+        raise CliError(f"no goodput store at {path!r}")
+    return path
+
+
+def run(args) -> int:
+    from goodput_core.stores.sqlite_admin import backup
+
+    path = sqlite_path(args.store)
+    try:
+        runs = backup(path, args.dest)
+    except OSError as exc:
+        raise CliIOError(f"cannot write {args.dest}: {exc.strerror or exc}") from None
+    print(f"backed up {path} to {args.dest}: {runs} runs", file=sys.stderr)
+    return 0

@@ -1,0 +1,57 @@
+"""``goodput runs delete RUN`` and ``goodput runs rename OLD NEW`` (embedded store).
+
+Both ask for confirmation on the terminal; ``--yes`` skips the question, and
+without a terminal (a script, a pipe) they refuse unless ``--yes`` is given.
+A run that a live process is still writing should not be deleted or renamed.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from goodput_core.cli import CliError
+from goodput_core.cli.commands.backup import sqlite_path
+from goodput_core.text import printable
+
+__all__ = ["manage"]
+
+
+def _confirm(question: str, yes: bool) -> bool:
+    if yes:
+        return True
+    if not sys.stdin.isatty():
+        raise CliError("no terminal to confirm on: pass --yes to go ahead")
+    sys.stderr.write(question + " [y/N] ")
+    sys.stderr.flush()
+    return sys.stdin.readline().strip().lower() in ("y", "yes")
+
+
+def manage(args) -> int:
+    """Runs ``delete`` or ``rename``; returns the exit code (1: not confirmed)."""
+    from goodput_core.stores import default_store_url
+    from goodput_core.stores import sqlite_admin as admin
+
+    want = {"delete": 1, "rename": 2}[args.action]
+    if len(args.names) != want:
+        raise CliError(f"runs {args.action} takes {'RUN' if want == 1 else 'OLD NEW'}")
+    path = sqlite_path(args.store or default_store_url())
+    run = args.names[0]
+    count = admin.count_events(path, run)  # no such run: an error before any question
+    if args.action == "delete":
+        if not _confirm(f"delete run {printable(run)!r} and its {count} events from {path}?",
+                        args.yes):
+            print("nothing deleted", file=sys.stderr)
+            return 1
+        n = admin.delete_run(path, run)
+        print(f"deleted run {printable(run)!r}: {n} events", file=sys.stderr)
+        return 0
+    new = args.names[1]
+    if not new or "\x00" in new:
+        raise CliError(f"{new!r} is not a run name")
+    if not _confirm(f"rename run {printable(run)!r} ({count} events) to {printable(new)!r} "
+                    f"in {path}?", args.yes):
+        print("nothing renamed", file=sys.stderr)
+        return 1
+    admin.rename_run(path, run, new)
+    print(f"renamed run {printable(run)!r} to {printable(new)!r}", file=sys.stderr)
+    return 0

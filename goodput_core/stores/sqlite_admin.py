@@ -1,0 +1,160 @@
+"""Keeping an embedded store: a consistent backup, compaction, deleting and
+renaming runs (what ``goodput backup``, ``compact`` and ``runs delete|rename`` do).
+
+Each operation opens the file with a connection of its own and a busy
+timeout: writers running meanwhile are never blocked for long (a backup is
+one read transaction, which WAL lets writers run beside); deleting or
+renaming a run is one write transaction.
+
+A run that a live process is still writing should not be deleted or renamed:
+its writer keeps the run's id and goes on adding rows under it.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from typing import Tuple
+
+from goodput_core.files import temporary_beside
+from goodput_core.stores.base import StoreError
+from goodput_core.stores.sqlite_chunks import has_chunks
+
+__all__ = ["backup", "compact", "delete_run", "rename_run"]
+
+_BUSY_MS = 30_000
+
+
+def _connect(path: str) -> sqlite3.Connection:
+    if not os.path.isfile(path):
+        raise StoreError(f"no goodput store at {path!r}")
+    conn = sqlite3.connect(path, isolation_level=None, timeout=_BUSY_MS / 1000)
+    conn.execute(f"PRAGMA busy_timeout = {_BUSY_MS}")
+    return conn
+
+
+def backup(path: str, dest: str) -> int:
+    """Copies the store at ``path`` to ``dest`` as one self-contained file.
+
+    SQLite's online backup reads one consistent snapshot (every transaction
+    committed before it started, none after) while writers go on. ``dest``
+    is written under a temporary name beside it (0600) and renamed when
+    complete; it is a plain rollback-journal database (no ``-wal`` beside it).
+
+    Returns:
+      The number of runs in the copy.
+    """
+    from urllib.parse import quote
+
+    if not os.path.isfile(path):
+        raise StoreError(f"no goodput store at {path!r}")
+    source = sqlite3.connect(f"file:{quote(os.path.abspath(path))}?mode=ro", uri=True,
+                             timeout=_BUSY_MS / 1000)
+    try:
+        with temporary_beside(dest) as tmp:
+            target = sqlite3.connect(tmp, isolation_level=None)
+            try:
+                source.backup(target)  # all pages in one step: one snapshot
+                target.execute("PRAGMA journal_mode=DELETE").fetchall()
+                has_runs = target.execute(
+                    "SELECT 1 FROM sqlite_master WHERE name = 'runs'").fetchone()
+                runs = target.execute("SELECT count(*) FROM runs").fetchone()[0] \
+                    if has_runs else 0
+            finally:
+                target.close()
+    finally:
+        source.close()
+    return runs
+
+
+def compact(path: str) -> Tuple[int, int]:
+    """Packs every run's full chunks, folds the log in and rebuilds the file.
+
+    Returns:
+      (bytes before, bytes after), the ``-wal`` file included.
+    """
+    from goodput_core.stores import sqlite_chunks as chunks
+
+    before = _size(path)
+    conn = _connect(path)
+    try:
+        if has_chunks(conn):
+            for (run_id,) in conn.execute("SELECT run_id FROM runs").fetchall():
+                chunks.compact(conn, run_id, max_chunks=1 << 30)
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        conn.execute("VACUUM")
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+    except sqlite3.Error as exc:
+        raise StoreError(f"cannot compact {path!r}: {exc}") from exc
+    finally:
+        conn.close()
+    return before, _size(path)
+
+
+def _size(path: str) -> int:
+    return sum(os.path.getsize(p) for p in (path, path + "-wal") if os.path.exists(p))
+
+
+def _run_id(conn: sqlite3.Connection, run: str) -> int:
+    row = conn.execute("SELECT run_id FROM runs WHERE name = ?", (run,)).fetchone()
+    if row is None:
+        raise StoreError(f"no run named {run!r} in the store")
+    return row[0]
+
+
+def count_events(path: str, run: str) -> int:
+    """How many events ``run`` holds (rows and packed chunks)."""
+    conn = _connect(path)
+    try:
+        run_id = _run_id(conn, run)
+        n = conn.execute("SELECT count(*) FROM events WHERE run_id = ?", (run_id,)).fetchone()[0]
+        if has_chunks(conn):
+            n += conn.execute("SELECT coalesce(sum(n), 0) FROM chunks WHERE run_id = ?",
+                              (run_id,)).fetchone()[0]
+        return n
+    finally:
+        conn.close()
+
+
+def delete_run(path: str, run: str) -> int:
+    """Deletes ``run`` and all its events in one transaction; returns how many."""
+    conn = _connect(path)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            run_id = _run_id(conn, run)
+            n = conn.execute("DELETE FROM events WHERE run_id = ?", (run_id,)).rowcount
+            if has_chunks(conn):
+                n += conn.execute("SELECT coalesce(sum(n), 0) FROM chunks WHERE run_id = ?",
+                                  (run_id,)).fetchone()[0]
+                conn.execute("DELETE FROM chunks WHERE run_id = ?", (run_id,))
+            conn.execute("DELETE FROM runs WHERE run_id = ?", (run_id,))
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.rollback()
+            raise
+        return n
+    except sqlite3.Error as exc:
+        raise StoreError(f"cannot delete {run!r} from {path!r}: {exc}") from exc
+    finally:
+        conn.close()
+
+
+def rename_run(path: str, old: str, new: str) -> None:
+    """Renames a run (its events keep their run id); ``new`` must be free."""
+    conn = _connect(path)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            run_id = _run_id(conn, old)
+            if conn.execute("SELECT 1 FROM runs WHERE name = ?", (new,)).fetchone():
+                raise StoreError(f"a run named {new!r} exists already")
+            conn.execute("UPDATE runs SET name = ? WHERE run_id = ?", (new, run_id))
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.rollback()
+            raise
+    except sqlite3.Error as exc:
+        raise StoreError(f"cannot rename {old!r} in {path!r}: {exc}") from exc
+    finally:
+        conn.close()
