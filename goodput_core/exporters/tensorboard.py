@@ -110,6 +110,7 @@ class _EventFile:
     def __init__(self, log_dir: str):
         from tensorboardX.event_file_writer import EventsWriter  # only this module imports it
 
+        _check_directory(log_dir)  # (again: the directory may have gone since)
         # tensorboardX names files by the second and host only: two writers
         # started within a second in one directory would share a file. The
         # suffix keeps names unique and in creation order (TensorBoard reads a
