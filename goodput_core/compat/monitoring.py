@@ -8,10 +8,11 @@ the reference's constructor (names, positional order, defaults) and its
 
 How it differs from the reference:
 
-* One daemon thread (a :class:`~goodput_core.monitor.Monitor`) instead of
-  one process per uploader, reading the store incrementally through one
-  shared calculator; each uploader is a *part* of its cycles, on its own
-  interval (``upload_interval``, ``step_deviation_interval_seconds``).
+* One monitor (a :class:`~goodput_core.monitor.Monitor`, in one monitor
+  process, or on one daemon thread where it cannot run in a process)
+  instead of one process per uploader, reading the store incrementally;
+  each uploader is a *part* of its cycles, on its own interval
+  (``upload_interval``, ``step_deviation_interval_seconds``).
 * ``step_deviation`` is written once per step, not rewritten every cycle.
 * Rolling windows are also written to TensorBoard (``goodput/rolling_<N>s``),
   and so are program goodput and model metrics when the run has them
