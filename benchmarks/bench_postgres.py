@@ -1,32 +1,33 @@
-"""The PostgreSQL store beside SQLite: ingest, read, end-to-end report (run by hand).
+"""The PostgreSQL store beside the embedded SQLite store: ingest, report, monitor.
 
 Usage (from the repository root; needs Debian's ``postgresql`` package, no
-running server: the script starts a throwaway one on loopback and removes it)::
+running server: the script starts a throwaway one on loopback, fsync on, and
+removes it)::
 
-    python benchmarks/bench_postgres.py [--events 1000000] [--writers 8] [--repeats 3]
+    python benchmarks/bench_postgres.py ingest [--events 640000] [--writers 1 16 64]
+    python benchmarks/bench_postgres.py report [--events 10000000] [--repeats 3]
 
-Each repeat, on a fresh database:
+**ingest**: ``--writers`` processes append ``--events / writers`` events each
+(``bench_store.make_events``, each process its own writer id) to one run at
+once, in batches of 5,000 (the recorder's writer), then flush: events/s for
+all of them together, from the common start to the last flush (every event
+committed). The same processes then do the same into one SQLite file.
+Connection use comes along: PostgreSQL connections each writer opened.
 
-* **ingest, 1 writer**: one process appends ``--events`` events in batches of
-  5,000 (what the recorder's writer thread does) and flushes; events/s from
-  the first append to the end of the flush (every event committed);
-* **ingest, N writers**: ``--writers`` processes append ``--events / N``
-  events each to the same run at once; events/s for all of them together;
-* **read**: one ``read`` of the whole run (EventRecords: what ``goodput events``
-  and ``export`` page through);
-* **read_columns**: the same as numpy columns (what a cold calculator, the
-  report and the monitor read);
-* **report**: ``goodput report RUN --store URL`` end to end (process start,
-  read, compute, print), beside the same command on a SQLite file holding
-  the same events.
-
-Prints the machine and the median (min-max) of each figure. Events are those
-of ``bench_store.make_events`` (step starts/ends, a custom event every 100 steps).
+**report**: one run of ``--events`` events (``bench_calculator.stream``: the
+P2 job, 100 restarts) written to PostgreSQL and to SQLite, then
+``goodput report RUN`` as a process over each: wall time and peak RSS
+(``wait4``), medians of ``--repeats``. Then the monitor's cost per interval:
+a :class:`Calculator` refreshed once (cold), then ``--repeats`` intervals
+each of 10,000 new events appended and one ``refresh()`` (incremental read +
+compute), and one refresh with nothing new; medians.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
+import json
 import os
 import statistics
 import subprocess
@@ -40,33 +41,39 @@ ROOT = os.path.dirname(HERE)
 sys.path[:0] = [ROOT, HERE]
 
 from _machine import machine  # noqa: E402
-from bench_store import make_events  # noqa: E402
 
-from goodput_core.stores.postgres import PostgresStore  # noqa: E402
-from goodput_core.stores.sqlite import SqliteStore  # noqa: E402
 from tests.support.postgres_server import PostgresServer  # noqa: E402
 
 _WRITER = """
-import sys, time
+import json, sys, time
 sys.path[:0] = [{root!r}, {here!r}]
 from bench_store import make_events
-from goodput_core.stores.postgres import PostgresStore
-url, index, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+kind, url, index, n = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 events = [e._replace(attempt=f"w{{index}}") for e in make_events(n)]
-store = PostgresStore(url)
+if kind == "postgres":
+    from goodput_core.stores.postgres import PostgresStore
+    store = PostgresStore(url)
+else:
+    from goodput_core.stores.sqlite import SqliteStore
+    store = SqliteStore(url)
 sys.stdout.write("ready\\n"); sys.stdout.flush()
 sys.stdin.readline()  # all writers start together
 for i in range(0, n, 5000):
     store.append(events[i:i + 5000])
-assert store.flush(600)
+if kind == "postgres":
+    assert store.flush(1800)
+stats = store.stats() if kind == "postgres" else {{}}
 store.close()
+print(json.dumps(stats.get("connections", {{}})))
 """
 
 
-def _ingest_parallel(url: str, writers: int, per_writer: int) -> float:
+def _ingest(kind: str, url: str, writers: int, per_writer: int) -> tuple:
+    """(events/s of all writers together, connections opened in all)."""
     code = _WRITER.format(root=ROOT, here=HERE)
-    procs = [subprocess.Popen([sys.executable, "-c", code, url, str(i), str(per_writer)],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    procs = [subprocess.Popen([sys.executable, "-c", code, kind, url, str(i), str(per_writer)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                              env=dict(os.environ, XDG_CACHE_HOME=tempfile.mkdtemp()))
              for i in range(writers)]
     for p in procs:
         assert p.stdout.readline().strip() == "ready"
@@ -74,68 +81,137 @@ def _ingest_parallel(url: str, writers: int, per_writer: int) -> float:
     for p in procs:
         p.stdin.write("go\n")
         p.stdin.flush()
+    opened = 0
     for p in procs:
-        assert p.wait(timeout=1800) == 0
-    return writers * per_writer / (time.perf_counter() - t0)
+        opened += json.loads(p.stdout.readline()).get("opened", 0)
+        assert p.wait(timeout=3600) == 0
+    return writers * per_writer / (time.perf_counter() - t0), opened
 
 
-def _report_seconds(store_url: str) -> float:
+def bench_ingest(server: PostgresServer, events: int, writer_counts, repeats: int) -> None:
+    print(f"ingest: {events:,} events in all, writers {writer_counts}, {repeats} repeats")
+    for writers in writer_counts:
+        pg, lite, conns = [], [], []
+        for _ in range(repeats):
+            db = "i" + uuid.uuid4().hex[:10]
+            server.create_database(db)
+            rate, opened = _ingest("postgres", server.url(db), writers, events // writers)
+            pg.append(rate)
+            conns.append(opened)
+            with tempfile.TemporaryDirectory() as tmp:
+                lite.append(_ingest("sqlite", os.path.join(tmp, "i.sqlite"), writers,
+                                    events // writers)[0])
+        ratio = statistics.median(p / s for p, s in zip(pg, lite))
+        print(f"  {writers:3d} writers: postgres {_rate(pg)}, sqlite {_rate(lite)}, "
+              f"postgres/sqlite x{ratio:.2f}; connections opened {statistics.median(conns):.0f}")
+
+
+def _rate(values) -> str:
+    return f"{statistics.median(values):>10,.0f} ev/s ({min(values):,.0f}-{max(values):,.0f})"
+
+
+def _secs(values) -> str:
+    return f"{statistics.median(values):.2f} s ({min(values):.2f}-{max(values):.2f})"
+
+
+def _build(store, n: int, flush_every: int = 50_000) -> float:
+    """Writes the P2 workload of ``n`` events; returns the seconds it took."""
+    from bench_calculator import stream
+
+    events = stream(n)
     t0 = time.perf_counter()
-    out = subprocess.run([sys.executable, "-m", "goodput_core.cli", "report", "bench",
-                          "--store", store_url], capture_output=True, text=True,
-                         stdin=subprocess.DEVNULL, env=dict(os.environ, PYTHONPATH=ROOT))
-    assert out.returncode == 0, out.stderr
+    written = 0
+    while True:
+        batch = list(itertools.islice(events, 10_000))
+        if not batch:
+            break
+        store.append(batch)
+        written += len(batch)
+        if written % flush_every == 0 and hasattr(store, "flush"):
+            assert store.flush(600)  # the memory buffer stays below max_buffer
+    if hasattr(store, "flush"):
+        assert store.flush(600)
     return time.perf_counter() - t0
 
 
-def one_repeat(server: PostgresServer, events: list, writers: int) -> dict:
-    n = len(events)
-    out = {}
-    db = "b" + uuid.uuid4().hex[:10]
+def _report(store_url: str) -> tuple:
+    """(wall s, peak RSS MiB) of ``goodput report bench`` as a process."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-m", "goodput_core.cli", "report", "bench",
+                             "--store", store_url], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                            env=dict(os.environ, PYTHONPATH=ROOT), cwd=tempfile.gettempdir())
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t0
+    err = proc.stderr.read().decode()
+    proc.stderr.close()
+    assert os.waitstatus_to_exitcode(status) == 0, err
+    return wall, usage.ru_maxrss / 1024
+
+
+def _monitor(store, n: int, repeats: int) -> tuple:
+    """(cold refresh s, median refresh s after 10,000 new events, idle refresh s)."""
+    from bench_calculator import stream
+
+    from goodput_core.queries.calculator import Calculator
+
+    calc = Calculator("bench", store)
+    t0 = time.perf_counter()
+    calc.refresh()
+    calc.cumulative()
+    cold = time.perf_counter() - t0
+    tail = list(itertools.islice(stream(n, tail=10_000 * repeats), n, None))  # the run goes on
+    times = []
+    for i in range(repeats):
+        store.append(tail[i * 10_000:(i + 1) * 10_000])
+        if hasattr(store, "flush"):
+            assert store.flush(600)
+        t0 = time.perf_counter()
+        assert calc.refresh() == 10_000
+        calc.cumulative()
+        times.append(time.perf_counter() - t0)
+    t0 = time.perf_counter()
+    assert calc.refresh() == 0
+    calc.cumulative()
+    return cold, statistics.median(times), time.perf_counter() - t0
+
+
+def bench_report(server: PostgresServer, n: int, repeats: int) -> None:
+    from goodput_core.stores.postgres import PostgresStore
+    from goodput_core.stores.sqlite import SqliteStore
+
+    print(f"report: {n:,} events (P2 workload), {repeats} repeats")
+    db = "r" + uuid.uuid4().hex[:10]
     server.create_database(db)
     url = server.url(db)
-    store = PostgresStore(url)
-    t0 = time.perf_counter()
-    for i in range(0, n, 5000):
-        store.append(events[i:i + 5000])
-    assert store.flush(1800)
-    out["ingest_1"] = n / (time.perf_counter() - t0)
-    t0 = time.perf_counter()
-    got, _ = store.read("bench")
-    out["read"] = n / (time.perf_counter() - t0)
-    assert len(got) == n
-    del got
-    t0 = time.perf_counter()
-    page, _ = store.read_columns("bench")
-    out["read_columns"] = n / (time.perf_counter() - t0)
-    assert len(page) == n
-    del page
-    store.close()
-    out["report_pg"] = _report_seconds(url)
     with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "bench.sqlite")
+        path = os.path.join(tmp, "r.sqlite")
+        pg = PostgresStore(url)
+        print(f"  built postgres in {_build(pg, n):.0f} s")
         lite = SqliteStore(path)
-        for i in range(0, n, 5000):
-            lite.append(events[i:i + 5000])
+        print(f"  built sqlite in {_build(lite, n):.0f} s")
         lite.close()
-        out["report_sqlite"] = _report_seconds(path)
-    db = "p" + uuid.uuid4().hex[:10]
-    server.create_database(db)
-    out["ingest_n"] = _ingest_parallel(server.url(db), writers, n // writers)
-    return out
-
-
-def _fmt(values: list, unit: str) -> str:
-    med = statistics.median(values)
-    if unit == "s":
-        return f"{med:8.2f} s (min {min(values):.2f}, max {max(values):.2f})"
-    return f"{med:>12,.0f} events/s (min {min(values):,.0f}, max {max(values):,.0f})"
+        rows = {"postgres": [_report(url) for _ in range(repeats)],
+                "sqlite": [_report(path) for _ in range(repeats)]}
+        for name, got in rows.items():
+            print(f"  goodput report, {name:8s}: {_secs([w for w, _ in got])}, peak RSS "
+                  f"{statistics.median(m for _, m in got):.0f} MiB (max {max(m for _, m in got):.0f})")
+        ratio = statistics.median(p[0] / s[0] for p, s in zip(rows["postgres"], rows["sqlite"]))
+        print(f"  report postgres / sqlite: x{ratio:.2f}")
+        lite = SqliteStore(path)
+        for name, store in (("postgres", pg), ("sqlite", lite)):
+            cold, step, idle = _monitor(store, n, repeats)
+            print(f"  monitor, {name:8s}: cold refresh {cold:.2f} s; per interval with "
+                  f"10,000 new events {step * 1000:.1f} ms; with none {idle * 1000:.1f} ms")
+        pg.close()
+        lite.close()
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--events", type=int, default=1_000_000)
-    parser.add_argument("--writers", type=int, default=8)
+    parser.add_argument("what", choices=("ingest", "report"))
+    parser.add_argument("--events", type=int)
+    parser.add_argument("--writers", type=int, nargs="+", default=[1, 16, 64])
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args(argv)
     server = PostgresServer(fsync=True)
@@ -145,22 +221,16 @@ def main(argv=None) -> None:
 
         with psycopg.connect(server.url(), autocommit=True) as conn:
             version = conn.execute("SHOW server_version").fetchone()[0]
-        print(f"machine: {machine()}; PostgreSQL {version} on loopback (fsync on)")
-        print(f"{args.events:,} events, {args.writers} writers, {args.repeats} repeats")
-        events = make_events(args.events)
-        runs = [one_repeat(server, events, args.writers) for _ in range(args.repeats)]
+        print(f"machine: {machine()}; PostgreSQL {version} on loopback (fsync on); "
+              f"load average {os.getloadavg()[0]:.1f}")
+        if args.what == "ingest":
+            bench_ingest(server, args.events or 640_000, args.writers, args.repeats)
+        else:
+            bench_report(server, args.events or 10_000_000, args.repeats)
+        print(f"load average at the end {os.getloadavg()[0]:.1f}")
     finally:
         server.stop()
         server.remove()
-    col = {k: [r[k] for r in runs] for k in runs[0]}
-    print(f"ingest, 1 writer          : {_fmt(col['ingest_1'], 'ev')}")
-    print(f"ingest, {args.writers} writers together : {_fmt(col['ingest_n'], 'ev')}")
-    print(f"read (one call)           : {_fmt(col['read'], 'ev')}")
-    print(f"read_columns (one call)   : {_fmt(col['read_columns'], 'ev')}")
-    print(f"goodput report, postgres  : {_fmt(col['report_pg'], 's')}")
-    print(f"goodput report, sqlite    : {_fmt(col['report_sqlite'], 's')}")
-    ratio = statistics.median(p / s for p, s in zip(col["report_pg"], col["report_sqlite"]))
-    print(f"report postgres / sqlite  : x{ratio:.2f}")
 
 
 if __name__ == "__main__":

@@ -87,6 +87,11 @@ class Kind(enum.IntEnum):
     INPUT_STALL_END = 29
     HANG = 30  # a hang detected by the watchdog (insights)
     HANG_END = 31  # progress resumed after a hang
+    # A load recorded by the native ``with rec.data_loading():`` (semantics
+    # rule 16): the accelerator waited for it, wherever it lies. Recorded
+    # inside the load's own DATA_LOADING_START/END, which the reference reads.
+    BLOCKING_LOAD_START = 40
+    BLOCKING_LOAD_END = 41
     # Scheduling (lifecycle): the scheduler accepted the job (or requeued it),
     # and every host of an attempt was placed.
     JOB_SUBMITTED = 50
@@ -166,6 +171,8 @@ KINDS: Dict[Kind, KindSpec] = {
         _spec(Kind.HANG, "hang_time", STEP_COUNT,
               required=(HANG_LAST_PROGRESS, HANG_EXPECTED_STEP), reference=False),
         _spec(Kind.HANG_END, "hang_end_time", reference=False),
+        _spec(Kind.BLOCKING_LOAD_START, "blocking_load_start_time", reference=False),
+        _spec(Kind.BLOCKING_LOAD_END, "blocking_load_end_time", reference=False),
         _spec(Kind.JOB_SUBMITTED, "job_submitted_time", reference=False),
         _spec(Kind.RESOURCES_GRANTED, "resources_granted_time", reference=False),
     )

@@ -43,6 +43,7 @@ COMMANDS = {
     "project": ("project", "what-if: expected ETTR at another scale or checkpoint interval"),
     "import-scheduler": ("import_scheduler", "add scheduling times from Slurm (sacct --json) "
                                              "or Kubernetes events to a run"),
+    "serve": ("serve", "a live web dashboard over a store: runs, run pages, groups side by side"),
 }
 
 
@@ -90,6 +91,9 @@ def _silence_stdout() -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="goodput", description="Measure the goodput of ML training jobs.")
+    from goodput_core import __version__
+
+    parser.add_argument("--version", action="version", version=f"goodput {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)

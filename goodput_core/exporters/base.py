@@ -73,6 +73,8 @@ class MonitorSnapshot:
       step_time_sketch: the step times seen so far as a quantile sketch (with
         ``step_stats``; None in a snapshot built without one: exporters then
         compute quantiles from ``step_stats.step_times``).
+      run_state: ``running``, ``stopped`` or ``ended`` where the calculator
+        tells a run's state (None: insights off, or not told).
       trace: the run as a trace (None unless an exporter wants it).
       lifecycle: scheduling goodput, ETTR and MPG (None: insights off, or the
         run has no scheduling events).
@@ -97,6 +99,7 @@ class MonitorSnapshot:
     checkpoint_advice: Optional[CheckpointAdvice] = None
     hosts: Optional[HostBreakdown] = None
     step_time_sketch: Optional[QuantileSketch] = None
+    run_state: Optional[str] = None
     trace: Optional[TraceDelta] = None
     lifecycle: Optional[Lifecycle] = None
     incidents: Optional[IncidentSummary] = None

@@ -117,9 +117,9 @@ def figures(s: RunFigures) -> Iterator[Figure]:
     ``q`` (quantile), ``ideal``, ``win`` (window), ``drop``, ``eff`` (kind,
     window), ``prog``, ``mlp``, ``metric`` (name), ``hung``, ``hang``,
     ``ckpt`` (kind), ``host`` (process index), ``outlier`` (process index,
-    bucket), and, for runs with scheduling events or incidents, ``sg``,
-    ``ettr``, ``mpg``, ``sched``, ``inc``, ``mtbf``, ``mttr``. Each exporter
-    names them in its own conventions.
+    bucket), ``stopped`` (where the engine tells a run's state), and, for runs
+    with scheduling events or incidents, ``sg``, ``ettr``, ``mpg``, ``sched``,
+    ``inc``, ``mtbf``, ``mttr``. Each exporter names them in its own conventions.
     """
     r = s.cumulative
     if r is not None:
@@ -169,6 +169,8 @@ def _insight_figures(snap: MonitorSnapshot) -> Iterator[Figure]:
             yield "mttr", (), inc.mttr_seconds
     yield "hung", (), 1.0 if snap.hung else 0.0
     yield "hang", (), snap.hang_seconds
+    if snap.run_state is not None:
+        yield "stopped", (), 1.0 if snap.run_state == "stopped" else 0.0
     advice = snap.checkpoint_advice
     if advice is not None and advice.available:
         if advice.current_interval_seconds is not None:

@@ -23,6 +23,8 @@ metric                             unit   attributes (besides ``goodput.run``)
 ``goodput.metric``                        ``goodput.metric.name`` (model metrics)
 ``goodput.hang.active``            ``1``  1 while a hang is open
 ``goodput.hang.duration``          ``s``
+``goodput.run.stopped``            ``1``  1 while the run is stopped (where the
+                                          engine tells a run's state)
 ``goodput.checkpoint.interval``    ``s``  ``goodput.interval.kind`` (current, recommended)
 ``goodput.host.local.duration``    ``s``  ``goodput.process_index`` (top 10 and "median")
 ``goodput.host.outlier``           ``1``  ``goodput.process_index``, ``goodput.bucket``
@@ -80,6 +82,7 @@ METRICS: Dict[str, Tuple[str, str, Tuple[str, ...], str]] = {
     "metric": ("goodput.metric", "", ("goodput.metric.name",), "Latest model metric value."),
     "hung": ("goodput.hang.active", "1", (), "1 while the run is hung, else 0."),
     "hang": ("goodput.hang.duration", "s", (), "Seconds of every hang so far."),
+    "stopped": ("goodput.run.stopped", "1", (), "1 while the run is stopped, else 0."),
     "ckpt": ("goodput.checkpoint.interval", "s", ("goodput.interval.kind",),
              "Checkpoint interval: current and recommended."),
     "host": ("goodput.host.local.duration", "s", ("goodput.process_index",),

@@ -33,6 +33,9 @@ Metrics (all labelled by ``run``), from the latest snapshot of each run:
 ``{process_index}``                        the median host (``median``)
 ``goodput_host_outlier{process_index,``    1 for each outlier host, with its bucket
 ``bucket}``
+``goodput_run_stopped``                    1 while the run is stopped (no sign of life,
+                                           or a recorded disruption last), else 0
+                                           (where the engine tells a run's state)
 =========================================  ==========================================
 
 The metrics live on a private ``CollectorRegistry`` (never the global one,
@@ -99,6 +102,8 @@ class _SnapshotCollector:
                           "top hosts and the median host.", ("process_index",)),
             "outlier": gauge("goodput_host_outlier", "1 for a host whose host-local time "
                              "makes it an outlier.", ("process_index", "bucket")),
+            "stopped": gauge("goodput_run_stopped", "1 while the run is stopped (no sign of "
+                             "life, or ended by a disruption), else 0."),
             "sg": gauge("goodput_scheduling_ratio", "Scheduling goodput: time holding the "
                         "resources / time since submission (0-1)."),
             "ettr": gauge("goodput_ettr_ratio", "Effective training-time ratio: productive "

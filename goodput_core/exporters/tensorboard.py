@@ -54,10 +54,17 @@ from typing import Any, Dict, Optional, Tuple
 from goodput_core.timeline.buckets import BadputType
 from goodput_core.exporters.base import Exporter, MonitorSnapshot
 
-__all__ = ["TensorBoardExporter", "SUBDIR", "efficiency_tags", "window_tag"]
+__all__ = ["TensorBoardExporter", "SUBDIR", "efficiency_tags", "metric_tag", "window_tag"]
 
 #: The reference writes into ``<tensorboard_dir>/goodput``.
 SUBDIR = "goodput"
+
+
+def metric_tag(name: str) -> str:
+    """``metrics/<name>`` without empty path parts: JAX's event names start
+    with a slash (``/jax/compilation_cache/...``), which would make
+    ``metrics//jax/...``, a tag TensorBoard shows under an empty folder."""
+    return "/".join(["metrics", *(part for part in name.split("/") if part)])
 
 
 def window_tag(size: Any) -> str:
@@ -258,7 +265,7 @@ class TensorBoardExporter(Exporter):
             self._scalar("step_deviation", deviation, step, wall, display=False)
         for name, points in sorted(snapshot.new_metric_points.items()):
             for p in points:  # the metric's own step and time, not the cycle's
-                self._scalar(f"metrics/{name}", p.value, max(p.step, 0), p.time)
+                self._scalar(metric_tag(name), p.value, max(p.step, 0), p.time)
         self._writer.flush()
 
     def _extras(self, snapshot: MonitorSnapshot, step: int, wall: float) -> None:

@@ -142,6 +142,9 @@ class Extras:
         if getattr(calc, "_store", None) is not None:
             hosts = calc.hosts(now)
             out["hosts"] = hosts if len(hosts.hosts) >= 2 else None
+        state = getattr(calc, "state", None)  # liveness, where the engine tells it
+        if callable(state):
+            out["run_state"] = str(state(now).state)
 
     def _trace(self, out: Dict[str, Any], calc: Any, now: float, final: bool) -> None:
         # Phases are computed from the start of the first one not handed out yet:

@@ -14,6 +14,7 @@ import math
 from typing import Any, Dict, List, Optional, Tuple
 
 from goodput_core.queries.arguments import time_arg
+from goodput_core.queries.blocking_loads import blocking_load_seconds
 from goodput_core.queries.checkpoint_advice import CheckpointAdvice, advice_of_run
 from goodput_core.queries.diagnostics import (
     MetricSeries, merged_metadata, metric_series, metrics_since)
@@ -131,6 +132,18 @@ class BeyondGoodputMixin:
             t = self._now(now)
             self._tl.update()
             return hangs_of_run(self._tl.tables, self._tl.attempts.start, t)
+
+    def blocking_load_seconds(self, start: Any = -math.inf, end: Any = math.inf,
+                              now: Any = None) -> float:
+        """Seconds of ``[start, end]`` (clipped to the lifetime) covered by loads
+        recorded with ``with rec.data_loading():``, blocking by default
+        (:mod:`goodput_core.queries.blocking_loads`)."""
+        life = self.lifetime(now)
+        if life is None:
+            return 0.0
+        a, b = max(time_arg(start, "start"), life[0]), min(time_arg(end, "end"), life[1])
+        with self._lock:
+            return blocking_load_seconds(self._tl.tables, a, b)
 
     def checkpoint_advice(self, now: Any = None) -> CheckpointAdvice:
         """Checkpoint-interval advice from this run's failures, saves and

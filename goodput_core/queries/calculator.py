@@ -62,6 +62,7 @@ from goodput_core.queries.beyond_goodput import BeyondGoodputMixin
 from goodput_core.queries.diagnostics import MetricSeries
 from goodput_core.queries.elastic import SliceCounts, SliceEfficiency
 from goodput_core.queries.host_outliers import HostTracker
+from goodput_core.queries.many_writers import ManyWriters
 from goodput_core.queries.program_goodput import ProgramGoodput
 from goodput_core.queries.results import GoodputResult, build_result, empty_result
 from goodput_core.queries.scheduling import SCHEDULING, SchedulingWaits, scheduling_waits
@@ -92,7 +93,10 @@ class Calculator(BeyondGoodputMixin):
     Args:
       run: the run name. Required with ``store``; with :meth:`add`, events
         of other runs are skipped (None: accept every event).
-      store: a store URL, path or open Store to read with :meth:`refresh`.
+      store: a store URL, path or open Store to read with :meth:`refresh`;
+        None with a run: the default store, the one ``Recorder(run)`` writes
+        to (``$GOODPUT_STORE`` or the embedded file), opened at the first
+        :meth:`refresh`.
       clock: returns the current POSIX time (``now`` of queries).
       ideal_step_time: a configured ideal step time in seconds (optional).
 
@@ -122,12 +126,27 @@ class Calculator(BeyondGoodputMixin):
         self._tl = Timeline()
         self._lock = threading.RLock()
         self._host_tracker = HostTracker(run or "", self._store, clock=clock)
+        # Several writer processes on one run: job figures from the lead stream
+        self._many = ManyWriters(run)
 
     # --------------------------------------------------------------- input
     def add(self, events: Iterable[Any]) -> int:
-        """Adds events (EventRecords); returns how many were stored."""
+        """Adds events (EventRecords); returns how many were stored.
+
+        Events of several writer processes (``host``, ``pid``) make the job
+        figures come from the lead stream (``docs/semantics.md``, many writers).
+        """
+        events = events if isinstance(events, list) else list(events)
         with self._lock:
-            return self._tl.add(events, self.run)
+            many = self._many
+            if many.active:
+                many.extend(events)
+                self._tl = many.timeline()
+                return len(events)
+            stored = self._tl.add(events, self.run)
+            if many.note_records(events, keep=True):
+                self._tl = many.timeline()
+            return stored
 
     def add_payloads(self, payloads: Iterable[Any]) -> int:
         """Adds reference-format payload dicts; unparsable ones are counted."""
@@ -158,10 +177,7 @@ class Calculator(BeyondGoodputMixin):
         Returns:
           The number of events read (0 without a store).
         """
-        if self._store is None:
-            self._warn_once("no-store", "goodput: Calculator(%r) has no store, so refresh() reads "
-                            "nothing: pass store= (a URL, a path or an open store; a Recorder "
-                            "given no store writes to %s)", self.run, _default_url())
+        if self._store is None and not self._open_default_store():
             return 0
         flush_before_read(self.run, self._store)
         with self._lock:
@@ -173,6 +189,27 @@ class Calculator(BeyondGoodputMixin):
                             getattr(self._store, "url", self._store),
                             getattr(self._store, "url", self._store))
         return n
+
+    def _open_default_store(self) -> bool:
+        """The store a ``Recorder(run)`` given no store writes to, for a
+        Calculator given a run and no store; False (warned once) while there
+        is none to read."""
+        from goodput_core.stores import StoreError, open_store
+
+        url = _default_url()
+        if self.run:
+            try:
+                self._store = open_store(url, create=False)
+            except StoreError as exc:
+                self._warn_once("no-store", "goodput: Calculator(%r) reads the default store, "
+                                "where a Recorder given no store writes (%s): %s", self.run,
+                                url, exc)
+                return False
+            self._host_tracker = HostTracker(self.run, self._store, clock=self._clock)
+            return True
+        self._warn_once("no-store", "goodput: a Calculator without a run reads no store: "
+                        "pass run and store= (a Recorder given no store writes to %s)", url)
+        return False
 
     def _warn_once(self, key: str, message: str, *args: Any) -> None:
         if key not in self._warned:
@@ -191,19 +228,32 @@ class Calculator(BeyondGoodputMixin):
         """
         read_columns = getattr(store, "read_columns", None)
         total = 0
+        many = self._many
         with self._lock:
             while True:
-                if read_columns is not None:
+                if many.active:  # several writers: every event, with its writer
+                    page, cursor = store.read(self.run, since=cursor, limit=_PAGE)
+                    many.extend(page)
+                    self._host_tracker.observe(page)
+                elif read_columns is not None:
                     page, cursor = read_columns(self.run, since=cursor, limit=_PAGE)
                     self._tl.add_page(page)  # also counts the corrupt rows skipped
                     self._host_tracker.observe_indices(page.process_indices)
+                    if many.note_writers(page.writers):
+                        cursor, total = None, 0  # a second writer: read again, as records
+                        continue
                 else:
                     page, cursor = store.read(self.run, since=cursor, limit=_PAGE)
                     if page:
                         self._tl.add(page, self.run)
                         self._host_tracker.observe(page)
+                        if many.note_records(page, keep=False):
+                            cursor, total = None, 0
+                            continue
                 total += len(page)
                 if len(page) < _PAGE:
+                    if many.active and total:
+                        self._tl = many.timeline()
                     return total, cursor
 
     # ------------------------------------------------------------- queries

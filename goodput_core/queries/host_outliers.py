@@ -33,6 +33,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence
 import numpy as np
 
 from goodput_core.timeline.buckets import BadputType as B
+from goodput_core.timeline.streams import stream_indices, writer_key
 
 __all__ = ["HOST_LOCAL_BUCKETS", "HostStats", "HostBreakdown", "HostTracker", "breakdown_of"]
 
@@ -118,6 +119,14 @@ def breakdown_of(calculators: Dict[int, Any], now: float, *, ratio: float = 2.0,
     return HostBreakdown(hosts, median, outliers)
 
 
+def _has_index(ev: Any) -> bool:
+    try:
+        int(ev[5])
+        return True
+    except (TypeError, ValueError, IndexError):
+        return False
+
+
 class HostTracker:
     """Per-host incremental calculators for one run.
 
@@ -138,18 +147,30 @@ class HostTracker:
         self._hosts: Dict[int, Any] = {}
         self._lock = threading.Lock()
         self._seen: set = set()
+        self._records: List[Any] = []  # every event read (multi-host runs only)
+        self._settled: Dict[Any, int] = {}  # (host, pid) -> settled process index
         self.multi_host = store is None  # fed by add(): always per host
 
     def add(self, events: Iterable[Any]) -> None:
-        """Routes EventRecords to their host's calculator."""
-        groups: Dict[int, list] = {}
-        for ev in events:
-            try:
-                index = int(ev[5])
-            except (TypeError, ValueError, IndexError):
-                continue
-            groups.setdefault(index, []).append(ev)
+        """Routes EventRecords to their host's calculator.
+
+        A host is a writer process's settled index (semantics rule 13): the
+        events a process recorded before it knew its index (a JAX host's job
+        start, under the default 0) are that host's. When a process settles on
+        a new index after its events were routed, every host is rebuilt.
+        """
+        events = [ev for ev in events if _has_index(ev)]
         with self._lock:
+            self._records.extend(events)
+            settled = stream_indices(self._records)
+            moved = any(settled.get(k) != i for k, i in self._settled.items())
+            self._settled = settled
+            if moved:
+                self._hosts = {}
+                events = self._records
+            groups: Dict[int, list] = {}
+            for ev in events:
+                groups.setdefault(settled[writer_key(ev)], []).append(ev)
             for index, evs in groups.items():
                 calc = self._hosts.get(index)
                 if calc is None:

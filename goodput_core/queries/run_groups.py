@@ -75,7 +75,8 @@ def group_of(calc: Any) -> Optional[str]:
 def runs_in_group(store: Any, group: str, *, clock: Any = None) -> List[Tuple[str, Any]]:
     """The runs of ``store`` whose group is ``group``, oldest first.
 
-    Reads every run of the store once (the group is in each run's events).
+    The group of each run comes from its summary (:mod:`goodput_core.queries.summaries`:
+    cached while the run does not change), so only the group's runs are read.
 
     Args:
       store: an open :class:`~goodput_core.stores.Store`.
@@ -86,13 +87,17 @@ def runs_in_group(store: Any, group: str, *, clock: Any = None) -> List[Tuple[st
       ``[(run name, refreshed Calculator), ...]``.
     """
     from goodput_core.queries.calculator import Calculator
+    from goodput_core.queries.summaries import run_summaries
 
     group = check_run_group(group, "--group")
     kwargs = {} if clock is None else {"clock": clock}
+    now = None if clock is None else clock()
+    # the run summaries know each run's group: only the group's runs are read
+    members = [s.run for s in run_summaries(store, now=now) if s.group == group]
     out = []
-    for run in store.runs():
+    for run in members:
         calc = Calculator(run, store, **kwargs)
         calc.refresh()
-        if group_of(calc) == group:
+        if group_of(calc) == group:  # a run that changed group since its summary
             out.append((run, calc))
     return out

@@ -14,7 +14,7 @@ Context managers (each also works as a decorator)::
                                          # an exception records a disruption)
     with rec.tpu_init(): ...             # accelerator initialisation
     with rec.training_preparation(): ...
-    with rec.data_loading(): ...
+    with rec.data_loading(): ...         # a blocking load (overlapped=True: prefetched)
     with rec.step(k): ...                # step start/end (end only on success)
     with rec.custom_badput_event("eval"): ...
     with rec.checkpoint_save(step): ...  # blocking part of a non-Orbax save
@@ -290,9 +290,31 @@ class PhaseMixin:
         return _Phase(self.record_training_preparation_start_time,
                       self.record_training_preparation_end_time)
 
-    def data_loading(self) -> _Phase:
-        """Loading one batch."""
-        return _Phase(self.record_data_loading_start_time, self.record_data_loading_end_time)
+    def data_loading(self, overlapped: bool = False) -> _Phase:
+        """Loading one batch.
+
+        By default the load blocks: the accelerator waits for it (a synchronous
+        loop), so it is ``DATA_LOADING_SYNC`` wherever it lies, inside a step
+        span too. Pass ``overlapped=True`` for a prefetching loader whose loads
+        run while the accelerator computes: then only a load outside steps is
+        blocking time, one inside a step is ``DATA_LOADING_ASYNC`` (reported,
+        not badput), as with the reference's ``record_data_loading_*`` methods.
+        """
+        if overlapped:
+            return _Phase(self.record_data_loading_start_time, self.record_data_loading_end_time)
+        return _Phase(self._blocking_load_start, self._blocking_load_end)
+
+    def _blocking_load_start(self) -> None:
+        # the load (which the reference reads) and its blocking span (rule 16)
+        self._record_now_pair(Kind.DATA_LOADING_START, Kind.BLOCKING_LOAD_START)
+
+    def _blocking_load_end(self) -> None:
+        self._record_now_pair(Kind.BLOCKING_LOAD_END, Kind.DATA_LOADING_END)
+
+    def _record_now_pair(self, first: Kind, second: Kind) -> None:
+        """Two events at the same instant, now (the recorder has a faster one)."""
+        self._record(first, None)
+        self._record(second, None)
 
     def step(self, step: int) -> _Phase:
         """One training step: start on enter, end on success."""

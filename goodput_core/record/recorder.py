@@ -252,12 +252,15 @@ class Recorder(PhaseMixin, WriterMixin):
     # ------------------------------------------------------------- hot path
     def _emit(self, kind: int, t: float, step: Optional[int], extra: Optional[dict],
               write_time: float) -> None:
+        # The process index in force now, not when the writer stores the event:
+        # a host's early events (its job start, before JAX knows the index)
+        # keep the index they were recorded under (semantics rule 13).
         q = self._queue
         n = len(q)
         if n < self._high:
-            q.append((kind, t, step, extra, write_time))
+            q.append((kind, t, step, extra, write_time, self.process_index))
         elif n < self._cap:
-            q.append((kind, t, step, extra, write_time))
+            q.append((kind, t, step, extra, write_time, self.process_index))
             self._wake.set()
         else:
             with self._drop_lock:
@@ -321,6 +324,17 @@ class Recorder(PhaseMixin, WriterMixin):
             except Exception:  # a clock that returns no number is the writer's problem
                 pass
         self._emit(int(kind), t, step, extra, write_time)
+
+    def _record_now_pair(self, first: Kind, second: Kind) -> None:
+        """Two events at one clock read (a blocking load's start or end and its
+        blocking span's): as two ``_record(kind, None)`` calls, one read cheaper."""
+        try:
+            t = self._clock()
+        except Exception as exc:  # a broken clock: never break training
+            self._reject(first, exc)
+            return
+        self._emit(int(first), t, None, None, t)
+        self._emit(int(second), t, None, None, t)
 
     def _check_zone_offset(self, kind: Kind, t: float, clock: float) -> None:
         """Warns once per recorder about a time shifted by a time-zone offset

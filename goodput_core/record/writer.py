@@ -72,8 +72,7 @@ class WriterMixin:
     def _drain_batch(self, limit: int = 10_000):
         """Pops up to ``limit`` events; returns (records, fences reached)."""
         q = self._queue
-        run, pidx, host, pid, attempt = (
-            self.run, self.process_index, self._host, self._pid, self._attempt)
+        run, host, pid, attempt = self.run, self._host, self._pid, self._attempt
         seq = self._seq
         batch, fences = [], []
         popleft = q.popleft
@@ -85,7 +84,7 @@ class WriterMixin:
             if type(item) is _Fence:
                 fences.append(item)
                 continue
-            kind, t, step, extra, wt = item
+            kind, t, step, extra, wt, pidx = item  # pidx: stamped at record time
             batch.append(EventRecord(run, kind, t, step, extra, pidx, host, pid, attempt,
                                      next(seq), wt))
         watchdog = self._watchdog

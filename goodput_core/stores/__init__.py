@@ -146,7 +146,8 @@ def open_store(url: Union[str, os.PathLike, Store, None] = None, *, create: bool
         from goodput_core.stores.sqlite import SqliteStore
 
         if not create and not os.path.exists(os.path.expanduser(rest)):
-            raise StoreError(f"no goodput store at {rest!r}: record a run first or pass "
+            shown = "/" + rest.lstrip("/") if rest.startswith("//") else rest  # sqlite:////x
+            raise StoreError(f"no goodput store at {shown!r}: record a run first or pass "
                              "--store with the path of an existing store")
         return SqliteStore(rest, readonly=not create)
     if scheme in _POSTGRES:

@@ -52,7 +52,7 @@ class EventPage:
     """
 
     __slots__ = ("run", "kind", "time", "step", "has_step", "write_time", "extra", "corrupt",
-                 "process_indices")
+                 "process_indices", "writers")
 
     def __init__(self, run: str, kind: np.ndarray, time: np.ndarray, step: np.ndarray,
                  has_step: np.ndarray, write_time: np.ndarray,
@@ -64,6 +64,7 @@ class EventPage:
         self.extra = extra or {}
         self.corrupt = corrupt or {}
         self.process_indices: tuple = ()
+        self.writers: tuple = ()  # distinct (host, pid) of the writers, where known
 
     def __len__(self) -> int:
         return len(self.kind)
@@ -90,4 +91,5 @@ class EventPage:
         page = cls(run, cat("kind"), cat("time"), cat("step"), cat("has_step"),
                    cat("write_time"), extra, dict(corrupt))
         page.process_indices = tuple({i for p in pages for i in p.process_indices})
+        page.writers = tuple({w for p in pages for w in p.writers})
         return page

@@ -44,6 +44,11 @@ class MemoryStore(Store):
         with self._lock:
             return list(self._runs)
 
+    def run_versions(self) -> Dict[str, int]:
+        """Each run's version: how many events it holds (they are only appended)."""
+        with self._lock:
+            return {run: len(events) for run, events in self._runs.items()}
+
 
 def open_named(name: str) -> MemoryStore:
     """Returns the process-wide memory store called ``name`` (created on first use)."""

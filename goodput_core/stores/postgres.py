@@ -1,15 +1,19 @@
-"""PostgreSQL as an event store (``postgresql://USER:PASSWORD@HOST:PORT/DB``).
+"""PostgreSQL as an event store (any ``postgresql://`` URL libpq accepts).
 
 The distributed store for multi-host jobs off Google Cloud (GPU clusters under
 Slurm or Kubernetes, other clouds, on premises): every host of a job writes
 to one database that the team already runs. Needs the ``postgres`` extra
 (``pip install 'goodput-core[postgres]'``, the psycopg 3 driver); nothing is
 imported unless this store is used. URL and schema:
-:mod:`goodput_core.stores.postgres_sql`.
+:mod:`goodput_core.stores.postgres_sql`; connections:
+:mod:`goodput_core.stores.postgres_connect`.
 
 Writes never wait for the network: :meth:`PostgresStore.append` encodes the
 events and queues them; one background thread inserts them in batches (one
-transaction and one multi-row ``INSERT ... SELECT unnest(...)`` per batch).
+transaction per batch). Every store of a process writing to one server shares
+one connection, opened for a burst of batches and closed when no batch waits,
+so an idle process holds none; a refused connection ("too many clients") is
+retried after a jittered, growing delay while the events wait.
 When the server is unreachable (restart, network, failover) the batch is
 retried with exponential backoff; memory holds ``max_buffer`` events at most
 and the rest waits in a local spill file, delivered in order once the server
@@ -17,7 +21,8 @@ answers again (the same buffer and sender as the Cloud Logging store). Each
 event carries its writer's id and sequence number, unique in the table, so a
 batch resent after a lost reply is stored once.
 
-Reads are paged by the event id. Writers of one run take turns through a
+Reads (on the reading thread's own connection) are paged by the event id.
+Writers of one run take turns through a
 transaction-scoped advisory lock, so the ids of a run grow in commit order
 and an incremental reader never skips a batch that commits late.
 
@@ -35,7 +40,6 @@ password appears in no message, log line or ``url`` attribute.
 from __future__ import annotations
 
 import collections
-import json
 import logging
 import math
 import os
@@ -47,21 +51,20 @@ import psycopg
 
 from goodput_core.events import EventRecord
 from goodput_core.stores.background import QueuedStoreMixin
-from goodput_core.stores.base import Cursor, Store, StoreError
+from goodput_core.stores.base import Store, StoreError
 from goodput_core.stores.cloud_logging_spill import spill_tag
-from goodput_core.stores.columns import EventPage
-from goodput_core.stores.postgres_columns import column_statements, read_page
+from goodput_core.stores.postgres_columns import column_statements
+from goodput_core.stores.postgres_connect import (
+    connect, describe, is_content_error, is_overload, slot_for)
+from goodput_core.stores.postgres_read import PostgresReadMixin
 from goodput_core.stores.postgres_sql import SCHEMA_VERSION, parse_url, statements
 from goodput_core.stores.sqlite_json import dumps as _dumps
 
-__all__ = ["PostgresStore", "default_spill_dir"]
+__all__ = ["PostgresStore", "default_spill_dir", "refusal_is_outage"]
 
 logger = logging.getLogger("goodput")
 
-_PAGE = 10_000
-_COLUMN_PAGE = 262_144
 _STAGE_TYPES = ["int4", "int4", "int8", "int4", "float8", "int8", "text", "float8"]
-_NAN = math.nan
 #: Failures of the connection itself: retried (the data waits), never dropped.
 _TRANSIENT = (psycopg.OperationalError, psycopg.InterfaceError, OSError)
 
@@ -72,32 +75,25 @@ def default_spill_dir() -> str:
     return os.path.join(base, "goodput", "postgres-spill")
 
 
-#: SQLSTATE classes and codes that say the server cannot take writes now, not
-#: that one event is wrong: connection (08), transaction rollback (40),
-#: resources such as too many connections (53), object not available (55),
-#: operator intervention such as a shutdown (57), system errors (58), invalid
-#: authorization (28), read-only transaction (25006: a standby, a failover,
-#: ``default_transaction_read_only``), permission denied (42501), a table or
-#: schema that is missing (42P01, 3F000).
-_OUTAGE_CLASSES = ("08", "28", "40", "53", "55", "57", "58")
-_OUTAGE_CODES = ("25006", "42501", "42P01", "3F000")
+def _destination(target: Dict[str, Any]) -> str:
+    """Where a URL leads, without its password (the spill file's tag)."""
+    keys = ("host", "hostaddr", "port", "dbname", "user", "service")
+    env = {k: os.environ.get(v, "") for k, v in zip(keys, ("PGHOST", "PGHOSTADDR", "PGPORT",
+                                                            "PGDATABASE", "PGUSER", "PGSERVICE"))}
+    return " ".join(f"{k}={target.get(k) or env[k]}" for k in keys)
+
+
 _MISSING = ("42P01", "3F000")  # undefined table, invalid schema name
 
 
 def refusal_is_outage(exc: BaseException) -> bool:
     """True when the server refused a write for a reason that is not the
-    content of the events (see :data:`_OUTAGE_CODES`): the batch is kept and
-    retried, never dropped as bad content."""
-    if isinstance(exc, _TRANSIENT):
-        return True
-    state = getattr(exc, "sqlstate", None) or ""
-    return state[:2] in _OUTAGE_CLASSES or state in _OUTAGE_CODES
-
-
-def _one_line(exc: BaseException) -> str:
-    """The server's message on one line (libpq repeats the host; keep the FATAL part)."""
-    text = " ".join(str(exc).split())
-    return text.partition("failed: ")[2] or text
+    content of the events (a connection cut, a read-only server, ``INSERT``
+    revoked, tables missing, out of connection slots, a restart): the batch is
+    kept and retried, never dropped as bad content. Only a data exception, an
+    integrity violation, a program limit or a value the driver cannot encode is
+    about the content (:func:`~goodput_core.stores.postgres_connect.is_content_error`)."""
+    return not is_content_error(exc)
 
 
 def _encode(event: EventRecord) -> Dict[str, Any]:
@@ -108,35 +104,47 @@ def _encode(event: EventRecord) -> Dict[str, Any]:
     return {"e": row}
 
 
-class PostgresStore(QueuedStoreMixin, Store):
+class PostgresStore(PostgresReadMixin, QueuedStoreMixin, Store):
     """Events in a PostgreSQL database, shared by every host of a job.
 
     Args:
-      url: ``postgresql://USER:PASSWORD@HOST:PORT/DATABASE[?schema=NAME]``.
+      url: a ``postgresql://`` URL as libpq takes it (``[?schema=NAME]`` is ours).
       batch_size: events per insert transaction at most.
-      flush_interval_s: how long a partial batch waits for more events.
+      flush_interval_s: how long a partial batch waits for more events (each
+        batch burst opens a connection: longer means fewer connections).
       spill_dir: where events beyond ``max_buffer`` wait during an outage
         (default :func:`default_spill_dir`).
       max_buffer: events held in memory at most while the server is away.
       connect_timeout_s: how long opening a connection may take.
       sleep: ``sleep(seconds)`` between write retries (inject in tests).
       backoff_initial_s, backoff_max_s: the retry delay doubles from the
-        first to the second (+-20 % jitter).
+        first to the second (+-20 % jitter); so does the process's delay
+        before connecting again after a failed attempt (full jitter).
 
     Raises:
       StoreError: malformed URL, server unreachable, authentication failed,
-        no such database, or a schema written by a newer goodput version.
+        no such database, or a schema written by a newer goodput version. A
+        server that is full ("too many clients") or starting up is no error:
+        the tables are then checked before the first batch.
     """
 
-    def __init__(self, url: str, *, batch_size: int = 10_000, flush_interval_s: float = 0.2,
+    def __init__(self, url: str, *, batch_size: int = 10_000, flush_interval_s: float = 1.0,
                  spill_dir: Optional[str] = None, max_buffer: int = 100_000,
                  connect_timeout_s: float = 5.0,
                  sleep: Optional[Callable[[float], Any]] = None,
                  backoff_initial_s: float = 0.2, backoff_max_s: float = 30.0):
         try:
-            self._conninfo, self.schema, self.url = parse_url(url)
+            parsed = parse_url(url)
         except ValueError as exc:
             raise StoreError(str(exc)) from None
+        self._conninfo, self.schema, self.url = parsed.conninfo, parsed.schema, parsed.redacted
+        self._secrets = parsed.secrets
+        try:
+            from psycopg.conninfo import conninfo_to_dict
+
+            target = conninfo_to_dict(self._conninfo)
+        except psycopg.Error as exc:  # an unknown parameter, a malformed URL
+            raise StoreError(f"store URL {self.url}: {describe(exc, self._secrets)}") from None
         if batch_size < 1 or max_buffer < 1:
             raise StoreError("batch_size and max_buffer must be >= 1")
         self._sql = statements(self.schema)
@@ -149,47 +157,41 @@ class PostgresStore(QueuedStoreMixin, Store):
         self._writers: Dict[int, Tuple[int, str, int, str]] = {}
         self._ids_lock = threading.Lock()
         self.skipped: Dict[str, int] = collections.Counter()
-        conn = self._connection()  # fails here, at start-up, with a one-line error
-        self._ensure_schema(conn)
+        self._batch_size = int(batch_size)
+        self._connect_backoff = (float(backoff_initial_s), float(backoff_max_s))
+        self._slot = slot_for(self._conninfo, self._connect, self._connect_backoff)
+        self._schema_checked = False
+        try:  # fails here, at start-up, with a one-line error
+            with self._slot.lease(gated=False) as conn:
+                self._ensure_schema(conn)
+        except StoreError as exc:
+            if not getattr(exc, "overload", False):
+                raise
+            if not getattr(exc, "held_back", False):  # said once per process, not per store
+                logger.warning("goodput: %s; the goodput tables are checked before the "
+                               "first batch", exc)
         self._start_sending(
             spill_dir=spill_dir or default_spill_dir(), required=("e",),
-            # One tag per server, database and schema (no password): a later
-            # process writing there adopts and delivers what an earlier one left.
-            spill_tag=spill_tag(self._conninfo.rpartition("@")[2].partition("?")[0],
-                                self.schema),
-            max_buffer=int(max_buffer), batch_size=int(batch_size),
+            # One tag per destination (no password): a later process writing
+            # there adopts and delivers what an earlier one left.
+            spill_tag=spill_tag(_destination(target), self.schema),
+            max_buffer=int(max_buffer), batch_size=self._batch_size,
             flush_interval_s=float(flush_interval_s), sleep=sleep,
-            backoff=(float(backoff_initial_s), float(backoff_max_s)), transient=_TRANSIENT)
+            backoff=(float(backoff_initial_s), float(backoff_max_s)),
+            transient=_TRANSIENT + (StoreError,))
 
     # ----------------------------------------------------------- connections
     def _connect(self) -> "psycopg.Connection":
         try:
-            return psycopg.connect(self._conninfo, autocommit=True,
-                                   connect_timeout=self._connect_timeout,
-                                   application_name="goodput")
+            return connect(self._conninfo, timeout_s=self._connect_timeout)
         except psycopg.Error as exc:
-            raise StoreError(f"cannot connect to {self.url}: {_one_line(exc)}") from None
-
-    def _connection(self) -> "psycopg.Connection":
-        """This thread's connection (opened on first use in each thread and process)."""
-        conn = getattr(self._local, "conn", None)
-        if conn is not None and getattr(self._local, "pid", None) == os.getpid() \
-                and not conn.closed:
-            return conn
-        conn = self._connect()
-        self._local.conn, self._local.pid = conn, os.getpid()
-        return conn
-
-    def _drop_connection(self) -> None:
-        conn = getattr(self._local, "conn", None)
-        self._local.conn = None
-        if conn is not None and getattr(self._local, "pid", None) == os.getpid():
-            try:
-                conn.close()
-            except Exception:
-                pass
+            error = StoreError(f"cannot connect to {self.url}: {describe(exc, self._secrets)}")
+            error.overload = is_overload(exc)
+            raise error from None
 
     def _ensure_schema(self, conn) -> None:
+        if self._schema_checked:
+            return
         try:
             with conn.transaction():
                 # Several hosts may open a fresh database at once: one creates.
@@ -199,15 +201,18 @@ class PostgresStore(QueuedStoreMixin, Store):
                 if not exists:
                     conn.execute(self._sql["create"])
                 row = conn.execute(self._sql["version"]).fetchone()
+        except _TRANSIENT:
+            raise  # the connection broke: the caller drops it and retries
         except psycopg.Error as exc:
             raise StoreError(f"cannot set up the goodput tables in {self.url}: "
-                             f"{_one_line(exc)}") from None
+                             f"{describe(exc, self._secrets)}") from None
         version = row[0] if row else None
         if version is None or not str(version).isdigit() or int(version) != SCHEMA_VERSION:
             raise StoreError(
                 f"{self.url} has goodput store schema version {version}, not the "
                 f"{SCHEMA_VERSION} this version understands: upgrade goodput-core or use "
                 "another schema (?schema=NAME)")
+        self._schema_checked = True
 
     # ----------------------------------------------------------- writes
     def append(self, batch: Sequence[EventRecord]) -> None:
@@ -249,10 +254,8 @@ class PostgresStore(QueuedStoreMixin, Store):
         """One transaction: binary ``COPY`` into a staging table, then one insert
         that skips (writer, seq) pairs already stored (COPY alone cannot)."""
         run_ids, writer_ids = self._ids(conn, rows)
-        if getattr(self._local, "staged", None) is not conn:
-            conn.execute(self._sql["stage"])
-            self._local.staged = conn
         with conn.transaction():
+            conn.execute(self._sql["stage"])
             for run_id in sorted({run_ids[r[0]] for r in rows}):  # sorted: no deadlock
                 conn.execute(self._sql["lock_run"], (self._lock_ns, run_id))
             with conn.cursor().copy(self._sql["copy"]) as copy:
@@ -269,161 +272,61 @@ class PostgresStore(QueuedStoreMixin, Store):
         self._rejected += len(entries) - len(rows)
         if not rows:
             return
-        try:
-            self._insert(self._connection(), rows)
-        except StoreError:
-            raise  # could not connect: retried by the sender
-        except _TRANSIENT:
-            self._drop_connection()  # a broken connection is not reused
-            raise
-        except (psycopg.Error, ValueError, TypeError, UnicodeError, OverflowError) as exc:
-            if refusal_is_outage(exc):  # read-only, permission, missing table: retried
-                self._drop_connection()
-                if getattr(exc, "sqlstate", None) in _MISSING:
-                    self._recreate_tables()
-                raise
-            # The content was refused: isolate the bad events, keep the rest.
-            logger.warning("goodput: %s refused a batch (%s); inserting it event by event",
-                           self.url, _one_line(exc))
-            self._insert_one_by_one(rows)
 
-    def _recreate_tables(self) -> None:
+        def more() -> bool:  # another full batch is ready: keep the connection for it
+            return len(self._sender.buffer) - len(entries) >= self._batch_size
+
+        # Could not connect (StoreError) or the connection broke (_TRANSIENT):
+        # the slot closes it and the sender retries the batch later.
+        with self._slot.lease(more) as conn:
+            self._ensure_schema(conn)
+            try:
+                self._insert(conn, rows)
+            except Exception as exc:
+                if refusal_is_outage(exc):  # read-only, permission, missing table, restart
+                    if getattr(exc, "sqlstate", None) in _MISSING:
+                        self._forget_tables()
+                    raise  # the moment, not the events: the whole batch is retried
+                # The content was refused: isolate the bad events, keep the rest.
+                logger.warning("goodput: %s refused a batch (%s); inserting it event by "
+                               "event", self.url, describe(exc, self._secrets))
+                self._insert_one_by_one(conn, rows)
+
+    def _forget_tables(self) -> None:
         """The tables went away under a live writer (dropped, restored from an
-        old dump): forget the ids they held and create them again, so that the
-        retry stores the batch (a failure here is retried with it)."""
+        old dump): forget the ids they held; the retry creates them again
+        (:meth:`_ensure_schema` runs before the next batch)."""
         with self._ids_lock:
             self._run_ids.clear()
             self._writer_ids.clear()
             self._writers.clear()
-        try:
-            self._ensure_schema(self._connection())
-        except StoreError as exc:
-            logger.warning("goodput: cannot create the goodput tables in %s again: %s",
-                           self.url, exc)
+        self._schema_checked = False
 
-    def _insert_one_by_one(self, rows: List[list]) -> None:
-        conn = self._connection()
+    def _insert_one_by_one(self, conn, rows: List[list]) -> None:
         for row in rows:
             try:
                 self._insert(conn, [row])
-            except _TRANSIENT:
-                self._drop_connection()
-                raise  # the whole batch is retried later; inserted rows are deduplicated
-            except (psycopg.Error, ValueError, TypeError, UnicodeError, OverflowError) as exc:
+            except Exception as exc:
                 if refusal_is_outage(exc):
-                    self._drop_connection()
-                    raise
+                    raise  # the whole batch is retried later; inserted rows are deduplicated
                 self._rejected += 1
 
     def _release(self) -> None:
-        self._drop_connection()
-
-    # ----------------------------------------------------------- reads
-    def _query(self, fn: Callable[[Any], Any]) -> Any:
-        """Runs ``fn(conn)``; a connection broken by a server restart is reopened once."""
-        for attempt in (0, 1):
-            conn = self._connection()
-            try:
-                return fn(conn)
-            except _TRANSIENT as exc:
-                self._drop_connection()
-                if attempt:
-                    raise StoreError(f"reading {self.url} failed: {_one_line(exc)}") from None
-            except psycopg.Error as exc:
-                raise StoreError(f"reading {self.url} failed: {_one_line(exc)}") from None
-
-    def _writer(self, conn, writer_id: int) -> Tuple[int, str, int, str]:
-        found = self._writers.get(writer_id)
-        if found is None:
-            with self._ids_lock:
-                for wid, *meta in conn.execute(self._sql["all_writers"]).fetchall():
-                    self._writers[wid] = tuple(meta)
-            found = self._writers.setdefault(writer_id, (0, "", 0, ""))
-        return found
-
-    def read(self, run: str, since: Cursor = None,
-             limit: Optional[int] = None) -> Tuple[List[EventRecord], Cursor]:
-        """Events of ``run`` with an id greater than ``since``, in commit order.
-
-        Args:
-          run: the run name.
-          since: a cursor from an earlier read (the last id read), or None.
-          limit: at most this many events (None: all).
-
-        Returns:
-          (events, cursor): the id of the last event returned, or ``since``.
-
-        Raises:
-          StoreError: the server cannot be reached or refused the query.
-        """
-        if limit is not None and limit <= 0:
-            return [], since
-        return self._query(lambda conn: self._select(conn, run, since, limit))
-
-    def read_columns(self, run: str, since: Cursor = None,
-                     limit: Optional[int] = None) -> Tuple[EventPage, Cursor]:
-        """As :meth:`read`, but the events as numpy columns (no Python object
-        per event; :mod:`goodput_core.stores.postgres_columns`): what the
-        engine reads."""
-        if limit is not None and limit <= 0:
-            return EventPage.empty(run), since
-        return self._query(lambda conn: self._select_columns(conn, run, since, limit))
-
-    def _select_columns(self, conn, run: str, since: Cursor, limit: Optional[int]):
-        row = conn.execute(self._sql["run_id"], (run,)).fetchone()
-        if row is None:
-            return EventPage.empty(run), since
-        last = 0 if since is None else int(since)
-        pages: List[EventPage] = []
-        left = limit
-        while True:  # pages of _COLUMN_PAGE, so that the COPY buffer stays bounded
-            n = _COLUMN_PAGE if left is None else min(_COLUMN_PAGE, left)
-            page, last = read_page(conn, self._sql, run, row[0], last, n,
-                                   lambda wid: self._writer(conn, wid), self.skipped)
-            pages.append(page)
-            left = None if left is None else left - len(page)
-            if len(page) < n or left == 0:
-                break
-        page = pages[0] if len(pages) == 1 else EventPage.concat(run, pages)
-        return page, (last if len(page) else since)
-
-    def _select(self, conn, run: str, since: Cursor, limit: Optional[int]):
-        row = conn.execute(self._sql["run_id"], (run,)).fetchone()
-        if row is None:
-            return [], since
-        run_id, last = row[0], (0 if since is None else int(since))
-        out: List[EventRecord] = []
-        loads = json.loads
-        writers: Dict[int, Tuple[int, str, int, str]] = {}
-        while limit is None or len(out) < limit:
-            page = _PAGE if limit is None else min(_PAGE, limit - len(out))
-            rows = conn.execute(self._sql["select"], (run_id, last, page),
-                                binary=True).fetchall()
-            for kind, t, step, extra, wid, seq, wt, eid in rows:
-                try:
-                    payload = None if extra is None else loads(extra)
-                except ValueError:
-                    self.skipped["bad_extra"] += 1
-                    payload = None
-                meta = writers.get(wid)
-                if meta is None:
-                    meta = writers[wid] = self._writer(conn, wid)
-                out.append(EventRecord(run, kind, _NAN if t is None else t, step, payload,
-                                       *meta, seq, _NAN if wt is None else wt))
-            if rows:
-                last = rows[-1][7]
-            if len(rows) < page:
-                break
-        return out, (last if out else since)
-
-    def runs(self) -> List[str]:
-        """Names of the runs in this store, oldest first."""
-        return self._query(lambda conn: [r[0] for r in conn.execute(self._sql["runs"])])
+        self._drop_connection()  # the reading connection of this thread
 
     def _forget_connections(self) -> None:
         # The parent's connections are left alone (closing one here would end the
-        # parent's session; psycopg does not close them on collection either).
+        # parent's session; psycopg does not close them on collection either). The
+        # writing slot is per process: the child's first batch makes its own.
         self._local = threading.local()
+        self._slot = slot_for(self._conninfo, self._connect, self._connect_backoff)
+
+    def stats(self) -> Dict[str, Any]:
+        """The sender's counters, plus this process's connection attempts to the
+        server (``connections``: opened, refused, held_back; shared by its stores)."""
+        out = super().stats()
+        out["connections"] = dict(self._slot.counts)
+        return out
 
     def __repr__(self) -> str:
         return f"PostgresStore({self.url!r})"

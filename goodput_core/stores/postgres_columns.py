@@ -83,5 +83,7 @@ def read_page(conn: Any, sql: Dict[str, str], run: str, run_id: int, since: int,
     page = EventPage(run, col["kind"].astype(np.int64), col["time"].astype(np.float64),
                      col["step"].astype(np.int64), col["has_step"].copy(),
                      col["wt"].astype(np.float64), extra)
-    page.process_indices = tuple({writer_of(w)[0] for w in np.unique(col["writer"]).tolist()})
+    writers = [writer_of(w) for w in np.unique(col["writer"]).tolist()]
+    page.process_indices = tuple({w[0] for w in writers})
+    page.writers = tuple({tuple(w[1:3]) for w in writers})
     return page, int(ids[-1])

@@ -1,10 +1,16 @@
 """The PostgreSQL store's URL handling and SQL text (no driver import here).
 
-URL: ``postgresql://USER:PASSWORD@HOST:PORT/DATABASE[?schema=NAME&...]`` (or
-``postgres://``). ``schema`` names the PostgreSQL schema that holds the
-tables (default ``goodput``); every other query parameter (``sslmode``,
-``connect_timeout``, ...) goes to libpq as it is. The password never leaves
-this module in clear: :func:`redact` replaces it in every URL we show.
+URL: any ``postgresql://`` (or ``postgres://``) connection URI that libpq
+accepts, handed to the driver as it is: ``postgresql://USER:PASSWORD@HOST:PORT/DB``,
+a Unix socket directory (``postgresql://USER@/DB?host=/run/postgresql``),
+``postgresql://`` or ``postgresql:///DB`` with the ``PG*`` environment
+variables, several hosts for failover (``postgresql://h1:5432,h2:5432/DB``),
+``?service=NAME`` (``PGSERVICEFILE``), ``passfile``, ``sslmode``,
+``sslrootcert``... Only our own parameter, ``schema`` (the PostgreSQL schema
+that holds the tables, default ``goodput``), is taken out first. The password
+never leaves this module in clear: :func:`redact` replaces it (in the user
+part and in a ``password=`` parameter) in every URL we show, and
+:attr:`PostgresUrl.secrets` lists what to scrub from a driver's message.
 
 Schema (version :data:`SCHEMA_VERSION`, kept in ``meta``)::
 
@@ -18,8 +24,11 @@ Schema (version :data:`SCHEMA_VERSION`, kept in ``meta``)::
     INDEX  events (run_id, id)
     UNIQUE events (writer_id, seq) WHERE seq > 0   -- a resent batch is stored once
 
-A batch is written by binary ``COPY`` into a session's temporary staging
-table, then moved into ``events`` by one ``INSERT ... ON CONFLICT DO NOTHING``.
+A batch is written by binary ``COPY`` into a temporary staging table created
+inside the batch's transaction (dropped at its commit), then moved into
+``events`` by one ``INSERT ... ON CONFLICT DO NOTHING``. Nothing outlives a
+transaction on the server (no session temp table, prepared statement, session
+advisory lock or ``SET``), so a transaction-pooling pgbouncer in front works.
 
 ``extra`` is the same strict JSON text as the SQLite store's. Times are
 ``DOUBLE PRECISION``, which keeps NaN as it is.
@@ -28,10 +37,11 @@ table, then moved into ``events`` by one ``INSERT ... ON CONFLICT DO NOTHING``.
 from __future__ import annotations
 
 import re
-from typing import Dict, Tuple
-from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
+from typing import Dict, NamedTuple, Tuple
+from urllib.parse import unquote, urlsplit, urlunsplit
 
-__all__ = ["SCHEMA_VERSION", "DEFAULT_SCHEMA", "parse_url", "redact", "statements"]
+__all__ = ["SCHEMA_VERSION", "DEFAULT_SCHEMA", "PostgresUrl", "parse_url", "redact",
+           "statements"]
 
 SCHEMA_VERSION = 1
 DEFAULT_SCHEMA = "goodput"
@@ -39,50 +49,77 @@ _SCHEMES = ("postgresql", "postgres")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]{0,62}$")
 
 
+class PostgresUrl(NamedTuple):
+    """A store URL taken apart: what libpq gets, our schema, what we show."""
+
+    conninfo: str  #: the URL for libpq: as given, less ``schema=``
+    schema: str  #: the PostgreSQL schema of the tables
+    redacted: str  #: the URL with any password replaced by ``***``
+    secrets: Tuple[str, ...]  #: passwords in the URL, to scrub from messages
+
+
+def _split(url: str) -> Tuple[object, Tuple[str, ...]]:
+    """(urlsplit parts with passwords replaced by ***, the passwords)."""
+    parts = urlsplit(url)
+    secrets = []
+    netloc = parts.netloc
+    userinfo, at, hosts = netloc.rpartition("@")
+    if at and ":" in userinfo:  # (hosts may be several: no .port/.password here)
+        user, _, password = userinfo.partition(":")
+        secrets.append(unquote(password))
+        netloc = f"{user}:***@{hosts}"
+    pairs = parts.query.split("&") if parts.query else []
+    for i, pair in enumerate(pairs):
+        key, eq, value = pair.partition("=")
+        if unquote(key) == "password" and eq:
+            secrets.append(unquote(value))
+            pairs[i] = f"{key}=***"
+    return parts._replace(netloc=netloc, query="&".join(pairs)), tuple(s for s in secrets if s)
+
+
+def _join(parts) -> str:
+    """urlunsplit, but keeping ``//`` with an empty host (``postgresql:///db``)."""
+    query = f"?{parts.query}" if parts.query else ""
+    fragment = f"#{parts.fragment}" if parts.fragment else ""
+    return f"{parts.scheme}://{parts.netloc}{parts.path}{query}{fragment}"
+
+
 def redact(url: str) -> str:
-    """``url`` with its password (if any) replaced by ``***``."""
+    """``url`` with its password (user part or ``password=``) replaced by ``***``."""
     try:
-        parts = urlsplit(url)
+        parts, _ = _split(url)
     except ValueError:
         return "<unparsable URL>"
-    if parts.password is None:
-        return url
-    user = parts.username or ""
-    host = parts.netloc.rpartition("@")[2]
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+    return _join(parts) if "://" in url else urlunsplit(parts)
 
 
-def parse_url(url: str) -> Tuple[str, str, str]:
-    """Splits a store URL into (libpq conninfo URL, schema name, redacted URL).
+def parse_url(url: str) -> PostgresUrl:
+    """Takes our ``schema=`` out of a store URL; the rest is left to libpq.
 
     Raises:
-      ValueError: not a postgresql:// URL, no database, or a bad schema name.
+      ValueError: not a postgresql:// URL, or a bad schema name.
     """
     redacted = redact(url)
     try:
         parts = urlsplit(url)
-        query = parse_qsl(parts.query, keep_blank_values=True)
-        parts.port  # noqa: B018 - raises ValueError on a non-numeric port
+        _, secrets = _split(url)
     except ValueError as exc:
         raise ValueError(f"store URL {redacted!r} is malformed ({exc})") from None
     if parts.scheme not in _SCHEMES:
-        raise ValueError(f"store URL {redacted!r} is not postgresql://USER:PASSWORD@HOST/DB")
-    if not parts.hostname or not parts.path.strip("/"):
-        raise ValueError(f"store URL {redacted!r} names no host or no database: use "
-                         "postgresql://USER:PASSWORD@HOST:PORT/DATABASE")
-    params: Dict[str, str] = {}
-    schema = DEFAULT_SCHEMA
-    for key, value in query:
-        if key == "schema":
-            schema = value
+        raise ValueError(f"store URL {redacted!r} is not a postgresql:// URL (e.g. "
+                         "postgresql://USER:PASSWORD@HOST:PORT/DATABASE)")
+    schema, kept = DEFAULT_SCHEMA, []
+    for pair in (parts.query.split("&") if parts.query else []):
+        key, _, value = pair.partition("=")
+        if unquote(key) == "schema":
+            schema = unquote(value)
         else:
-            params[key] = value
+            kept.append(pair)  # as written: libpq decodes it
     if not _NAME.match(schema):
         raise ValueError(f"store URL {redacted!r}: schema {schema!r} is not a plain SQL "
                          "name (letters, digits, _ and $, at most 63)")
-    conninfo = urlunsplit(("postgresql", parts.netloc, quote(parts.path, safe="/%"),
-                           urlencode(params), ""))
-    return conninfo, schema, redacted
+    conninfo = _join(parts._replace(query="&".join(kept), fragment=""))
+    return PostgresUrl(conninfo, schema, redacted, secrets)
 
 
 def statements(schema: str) -> Dict[str, str]:
@@ -127,12 +164,14 @@ def statements(schema: str) -> Dict[str, str]:
         # so ids of a run grow in commit order and a reader's cursor never skips a
         # batch that commits later with a smaller id.
         "lock_run": "SELECT pg_advisory_xact_lock(%s, %s)",
-        # A batch goes by binary COPY into a per-session staging table, then into
-        # events in one statement that skips (writer, seq) pairs already stored.
-        "stage": "CREATE TEMP TABLE IF NOT EXISTS goodput_stage (run_id INTEGER,"
+        # A batch goes by binary COPY into a staging table of its own transaction
+        # (dropped at commit: behind a transaction-pooling pgbouncer the next
+        # transaction may run on another server session), then into events in one
+        # statement that skips (writer, seq) pairs already stored.
+        "stage": "CREATE TEMP TABLE goodput_stage (run_id INTEGER,"
                  " writer_id INTEGER, seq BIGINT, kind INTEGER, time DOUBLE PRECISION,"
                  " step BIGINT, extra TEXT, write_time DOUBLE PRECISION)"
-                 " ON COMMIT DELETE ROWS",
+                 " ON COMMIT DROP",
         "copy": "COPY goodput_stage FROM STDIN (FORMAT BINARY)",
         "insert": f"INSERT INTO {s}.events (run_id, writer_id, seq, kind, time, step, extra,"
                   " write_time) SELECT * FROM goodput_stage"
@@ -141,4 +180,6 @@ def statements(schema: str) -> Dict[str, str]:
                   f" FROM {s}.events WHERE run_id = %s AND id > %s ORDER BY id LIMIT %s",
         "run_id": f"SELECT run_id FROM {s}.runs WHERE name = %s",
         "runs": f"SELECT name FROM {s}.runs ORDER BY run_id",
+        "run_versions": f"SELECT r.name, coalesce((SELECT max(e.id) FROM {s}.events e"
+                        f" WHERE e.run_id = r.run_id), 0) FROM {s}.runs r ORDER BY r.run_id",
     }

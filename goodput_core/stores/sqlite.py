@@ -93,6 +93,8 @@ _SCHEMA = (
     "CREATE INDEX IF NOT EXISTS events_run ON events (run_id, id)",
 ) + chunks.SCHEMA
 _HINT = "set GOODPUT_STORE=sqlite:///path/to/goodput.sqlite to a writable location"
+_CORRUPT_HINT = ("the file is damaged or is not a goodput store: move it aside (a new store "
+                 "is created there) or point GOODPUT_STORE at another file")
 
 logger = logging.getLogger("goodput")
 
@@ -154,6 +156,8 @@ class SqliteStore(ReadPath, WritePath, Store):
                  mode: int = 0o600, readonly: bool = False,
                  chunk_events: Optional[int] = chunks.CHUNK_EVENTS):
         path = os.path.abspath(os.path.expanduser(os.fspath(path)))
+        if path.startswith("//"):  # sqlite:////tmp/x: POSIX keeps a leading "//"; one is meant
+            path = "/" + path.lstrip("/")
         self.path = path
         self._mode = mode
         self.url = "sqlite:///" + path.lstrip("/")
@@ -180,8 +184,11 @@ class SqliteStore(ReadPath, WritePath, Store):
                 raise
             raise self._error(exc) from exc
 
-    def _error(self, exc: BaseException) -> StoreError:
-        return StoreError(f"cannot use {self.path!r} as a goodput store ({exc}); {_HINT}")
+    def _error(self, exc: Any) -> StoreError:
+        # "file is not a database", "database disk image is malformed": a plain
+        # DatabaseError; where to write instead is the wrong advice for those
+        hint = _CORRUPT_HINT if type(exc) is sqlite3.DatabaseError else _HINT
+        return StoreError(f"cannot use {self.path!r} as a goodput store ({exc}); {hint}")
 
     def _check_path(self) -> None:
         parent = os.path.dirname(self.path)
@@ -322,6 +329,19 @@ class SqliteStore(ReadPath, WritePath, Store):
         if self.readonly and self._schema_version(self._handle().conn) is None:
             return []  # an empty file: no run yet
         return [r[0] for r in self._query("SELECT name FROM runs ORDER BY run_id")]
+
+    @_gated
+    def run_versions(self) -> Dict[str, int]:
+        """Each run's version, oldest run first: the largest event id stored for
+        it, rows and packed chunks alike (it changes whenever an event is added).
+        Two index look-ups per run, whatever the runs' lengths."""
+        if self.readonly and self._schema_version(self._handle().conn) is None:
+            return {}
+        rows = self._query(
+            "SELECT r.name, max(coalesce((SELECT max(id) FROM events e WHERE e.run_id = r.run_id),"
+            " 0), coalesce((SELECT max(last_id) FROM chunks c WHERE c.run_id = r.run_id), 0))"
+            " FROM runs r ORDER BY r.run_id")
+        return {name: int(v) for name, v in rows}
 
     @_gated
     def integrity_check(self) -> bool:

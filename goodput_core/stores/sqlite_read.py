@@ -103,6 +103,7 @@ class ReadPath:
         w = raw.writer
         distinct = w[:1] if len(w) and (w == w[0]).all() else np.unique(w)
         page.process_indices = tuple({h.writers[x][0] for x in distinct.tolist()})
+        page.writers = tuple({h.writers[x][1:3] for x in distinct.tolist()})
         return page, cursor
 
     def _read_raw(self, h, run: str, since: Cursor, limit: Optional[int],

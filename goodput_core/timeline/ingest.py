@@ -57,6 +57,8 @@ PAIR_FAMILIES: Dict[int, Tuple[str, int]] = {
     Kind.CUSTOM_BADPUT_START: ("custom", 0), Kind.CUSTOM_BADPUT_END: ("custom", 1),
     Kind.ELASTIC_WAIT_START: ("wait", 0), Kind.ELASTIC_WAIT_END: ("wait", 1),
     Kind.INPUT_STALL_START: ("stall", 0), Kind.INPUT_STALL_END: ("stall", 1),
+    # loads through the native context manager: input stalls too (rule 16)
+    Kind.BLOCKING_LOAD_START: ("bload", 0), Kind.BLOCKING_LOAD_END: ("bload", 1),
     # A hang's start is derived from its payload (see EventTables._add_hang).
     Kind.HANG_END: ("hang", 1),
 }

@@ -71,7 +71,7 @@ _FAMILY_CODES = (("tpu", B.TPU_INITIALIZATION), ("prep", B.TRAINING_PREP),
                  ("reinit", B.ELASTIC_REINITIALIZATION), ("compile", B.PROGRAM_STARTUP))
 FREEZE_LAG_STEPS = 32  # how many recent steps every update re-examines
 _FAMILIES = ("tpu", "prep", "dl", "reinit", "save", "restore", "compile", "custom", "wait",
-             "stall", "hang")
+             "stall", "bload", "hang")
 
 
 class Timeline:
@@ -188,8 +188,9 @@ class Timeline:
         reg_e = rows["region_end"]
         ok = reg_e > reg_s
         ins, ine, outs, oute = split_by_regions(*pairs["dl"][:2], reg_s[ok], reg_e[ok])
-        # input stalls block wherever they lie; the rest of a load stays overlapped
-        sts, ste = union(*pairs["stall"][:2])
+        # input stalls block wherever they lie, and so do loads through the
+        # native context manager (rule 16); the rest of a load stays overlapped
+        sts, ste = union(*_cat(pairs["stall"][:2], pairs["bload"][:2]))
         if len(sts):
             ins, ine = split_by_regions(ins, ine, sts, ste)[2:]
             outs, oute = _cat((outs, oute), (sts, ste))

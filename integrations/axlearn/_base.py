@@ -24,6 +24,7 @@ __all__ = [
     "RecorderBase",
     "initialize",
     "parse_flags",
+    "recorder_config",
     "register",
 ]
 
@@ -97,6 +98,29 @@ else:
     Event = _Event
     EventType = _EventType
     RecorderBase = _PlainRecorder
+
+
+def recorder_config(fields: Sequence[str]) -> Optional[type]:
+    """AXLearn's ``Config`` of our recorder: its base's (``name``) plus
+    ``fields``, each defaulting to None (unset); None without AXLearn.
+
+    With AXLearn's config system (``axlearn.common.config``) the class is a
+    ``config_class``, so ``default_config().set(upload_dir=...)`` checks the
+    field names as AXLearn does; with a registry that has no config system,
+    a plain subclass of its ``Config``.
+    """
+    base = getattr(RecorderBase, "Config", None)
+    if _axm is None or base is None:
+        return None
+    namespace: Dict[str, Any] = dict.fromkeys(fields)
+    try:
+        from axlearn.common.config import config_class
+    except ImportError:
+        return type("Config", (base,), namespace)
+    namespace["__annotations__"] = dict.fromkeys(fields, Optional[Any])
+    namespace["__module__"] = __name__
+    namespace["__qualname__"] = "GoodputSuiteRecorder.Config"
+    return config_class(type("Config", (base,), namespace))
 
 
 def register(name: str, cls: type) -> type:

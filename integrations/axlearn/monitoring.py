@@ -15,6 +15,7 @@ port in use) is logged there and the run goes on without it.
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import threading
 from typing import Any, Callable, Dict, Optional
@@ -33,6 +34,21 @@ _STOPS = (("rolling", "stop_rolling_window_goodput_uploader"),
           ("goodput", "stop_goodput_uploader"))
 
 
+def _tensorboard_installed(spec: RecorderSpec) -> bool:
+    """Whether tensorboardX imports; if not, one warning now, when the recorder
+    is built (the monitors write TensorBoard files: without it there is nothing
+    to monitor into, and each start would fail deep in a thread)."""
+    try:
+        found = importlib.util.find_spec("tensorboardX") is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        logger.warning("goodput: tensorboardX is not installed, so run %r is recorded but not "
+                       "monitored (no TensorBoard files in %s): pip install "
+                       "'goodput-core[axlearn]'", spec.name, spec.upload_dir)
+    return found
+
+
 class RunMonitors:
     """Starts and stops a run's monitors (the caller decides on which process).
 
@@ -46,6 +62,7 @@ class RunMonitors:
         self._clock = clock
         self._lock = threading.Lock()
         self._start: Optional[BackgroundStart] = None
+        self._usable = not spec.enable_monitoring or _tensorboard_installed(spec)
 
     @property
     def running(self) -> bool:
@@ -64,7 +81,8 @@ class RunMonitors:
             extra["prometheus_port"] = spec.prometheus_port
         return GoodputMonitor(
             job_name=spec.name, logger_name=spec.logger_name, tensorboard_dir=tensorboard_dir,
-            upload_interval=spec.upload_interval, monitoring_enabled=True,
+            upload_interval=max(1, spec.upload_interval),  # 0: every second (spec.py)
+            monitoring_enabled=True,
             pathway_enabled=spec.pathways, include_badput_breakdown=True,
             include_step_deviation=spec.include_step_deviation,
             configured_ideal_step_time=spec.ideal_step_time,
@@ -78,7 +96,7 @@ class RunMonitors:
         """Builds and starts the monitors on their own thread (no-op while running);
         returns at once. A failure is logged there; what was started is stopped."""
         with self._lock:
-            if self._start is None:
+            if self._start is None and self._usable:
                 self._start = BackgroundStart(f"goodput-monitor-start-{self._spec.name}",
                                               self._build, abandon=_stop_late).begin()
 

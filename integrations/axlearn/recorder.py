@@ -51,7 +51,14 @@ from typing import Any, Callable, Dict, Iterator, Optional, Tuple
 
 from goodput_integrations.axlearn import _base
 from goodput_integrations.axlearn.monitoring import RunMonitors
-from goodput_integrations.axlearn.spec import RecorderSpec, parse_spec, spec_items
+from goodput_integrations.axlearn.spec import (
+    AXLEARN_KEYS,
+    OUR_KEYS,
+    RecorderSpec,
+    config_items,
+    parse_spec,
+    spec_items,
+)
 from goodput_integrations.jax.gate import ProcessGate
 
 __all__ = ["GoodputSuiteRecorder", "NAME"]
@@ -60,6 +67,8 @@ logger = logging.getLogger("goodput")
 
 #: The registry name (AXLearn's own recorder is ``goodput``: names must differ).
 NAME = "goodput_suite"
+#: The fields of our AXLearn ``Config`` besides ``name``: every spec key.
+CONFIG_FIELDS = tuple(k for k in AXLEARN_KEYS + OUR_KEYS if k != "name")
 
 _Entry = Tuple[str, str, int]  # (engine method, time keyword, time's positional index)
 _LEGACY: Dict[str, _Entry] = {
@@ -121,6 +130,13 @@ class GoodputSuiteRecorder(_base.RecorderBase):
       process_index: returns this process's index, or an int (tests).
     """
 
+    _config = _base.recorder_config(CONFIG_FIELDS)
+    if _config is not None:
+        #: AXLearn's config of this recorder: ``name`` plus :data:`CONFIG_FIELDS`
+        #: (AXLearn's own recorder's fields and ours); only with AXLearn.
+        Config = _config
+    del _config
+
     # Test hooks used when from_flags gets none (AXLearn passes only fv=).
     _hook_clock: Optional[Callable[[], float]] = None
     _hook_process_index: Any = None
@@ -128,16 +144,19 @@ class GoodputSuiteRecorder(_base.RecorderBase):
     def __init__(self, cfg: Any = None, *, spec: Optional[RecorderSpec] = None,
                  clock: Optional[Callable[[], float]] = None, process_index: Any = None):
         if spec is None:
-            # built through AXLearn's config (cfg.instantiate()): only the name is
-            # known; no monitoring without an upload_dir
-            name = getattr(cfg, "name", None)
-            if not name:
-                raise ValueError("GoodputSuiteRecorder needs a spec (use from_flags)")
-            spec = RecorderSpec(name=str(name), enable_monitoring=False)
+            # built through AXLearn's config: default_config().set(name=..., upload_dir=...,
+            # ...).instantiate(); the fields mean what the --recorder_spec keys mean
+            if not getattr(cfg, "name", None):
+                raise ValueError("GoodputSuiteRecorder needs a name (default_config()"
+                                 ".set(name=...)) or a spec (from_flags)")
+            spec = parse_spec([f"name={cfg.name}"] + list(config_items(cfg, CONFIG_FIELDS)))
         if _base.AXLEARN_AVAILABLE:
             if cfg is None:
                 cfg = type(self).default_config()
                 cfg.name = spec.name
+                if hasattr(cfg, "upload_dir"):  # our Config: the spec's values, as AXLearn's
+                    for key in CONFIG_FIELDS:
+                        setattr(cfg, key, getattr(spec, key))
             super().__init__(cfg)
         self.spec = spec
         self._clock = clock or type(self)._hook_clock or time.time

@@ -12,10 +12,12 @@ key                                default   meaning
 =================================  ========  ==========================================
 name                               required  run name (``goodput_logger_{name}`` stream)
 upload_dir                         --        TensorBoard dir; needed when monitoring
-upload_interval                    30        seconds between uploads
+upload_interval                    30        seconds between uploads (0, accepted as
+                                             AXLearn does: every second)
 rolling_window_size                --        rolling windows, seconds: ``3600,86400``
 jax_backend                        --        ``proxy`` means Pathways
 enable_monitoring                  true      monitor inside ``maybe_monitor_all``
+                                             (``true``/``false`` only, as AXLearn)
 store                              default   store URL (``sqlite:///...``, ``memory://``,
                                              ``cloud-logging://PROJECT/LOG``)
 prometheus_port                    off       serve Prometheus on 127.0.0.1:<port>
@@ -43,7 +45,8 @@ from typing import Any, Dict, Iterable, Optional, Sequence, Tuple
 from goodput_core import settings
 from goodput_core.queries.run_groups import check_run_group
 
-__all__ = ["AXLEARN_KEYS", "OUR_KEYS", "RecorderSpec", "parse_spec", "spec_items"]
+__all__ = ["AXLEARN_KEYS", "OUR_KEYS", "RecorderSpec", "config_items", "parse_spec",
+           "spec_items"]
 
 logger = logging.getLogger("goodput")
 
@@ -116,6 +119,22 @@ def _int(key: str, value: Any) -> int:
     return settings.parse_positive_int(value, _name(key))
 
 
+def _interval(key: str, value: Any) -> int:
+    # AXLearn takes int(value): 0 is accepted there (its monitor then uploads
+    # back to back); here 0 is accepted and the monitors upload every second
+    return settings.parse_positive_int(value, _name(key), minimum=0)
+
+
+def _axlearn_bool(key: str, value: Any) -> bool:
+    # AXLearn's to_bool: a bool, or "true"/"false" in any case; "1" or "yes" raise
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text not in ("true", "false"):
+        raise _bad(key, value, "true or false (as AXLearn)")
+    return text == "true"
+
+
 def _windows(key: str, value: Any) -> Tuple[int, ...]:
     return settings.parse_window_sizes(value, _name(key))
 
@@ -147,10 +166,10 @@ def _text(key: str, value: Any) -> str:
 _PARSERS = {
     "name": _text,
     "upload_dir": _text,
-    "upload_interval": _int,
+    "upload_interval": _interval,
     "rolling_window_size": _windows,
     "jax_backend": _text,
-    "enable_monitoring": _bool,
+    "enable_monitoring": _axlearn_bool,
     "store": _store,
     "prometheus_port": _port,
     "include_step_deviation": _bool,
@@ -163,6 +182,23 @@ _PARSERS = {
     "eager_monitoring": _bool,
     "run_group": lambda key, value: check_run_group(value, _name(key)),
 }
+
+
+def config_items(cfg: Any, keys: Iterable[str]) -> Sequence[str]:
+    """The ``key=value`` strings of the fields ``keys`` of an AXLearn config
+    (``default_config().set(upload_dir=..., ...)``) that are set (not None),
+    written as on the command line: a list as ``a,b``, a bool as ``true``."""
+    items = []
+    for key in keys:
+        value = getattr(cfg, key, None)
+        if value is None:
+            continue
+        if isinstance(value, bool):
+            value = "true" if value else "false"
+        elif isinstance(value, (list, tuple)):
+            value = ",".join(str(v) for v in value)
+        items.append(f"{key}={value}")
+    return items
 
 
 def spec_items(fv: Any) -> Sequence[str]:

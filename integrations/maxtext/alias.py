@@ -39,7 +39,7 @@ import types
 from typing import Any, Callable, Dict, Iterator, Optional, Tuple
 
 from goodput_integrations.errors import AdapterUnavailable
-from goodput_integrations.maxtext import runtime
+from goodput_integrations.maxtext import runtime, whole_process
 
 __all__ = [
     "AliasConflict",
@@ -103,6 +103,9 @@ class AliasSettings:
         exception record a disruption (the JAX adapter's handlers, installed
         then: after whatever the job installed while importing, which they
         chain to).
+      process_start: the POSIX time the process started: the recorders
+        account for the whole process from then to its exit
+        (:mod:`~goodput_integrations.maxtext.whole_process`); None: off.
     """
 
     store: Optional[str] = None
@@ -114,6 +117,7 @@ class AliasSettings:
     compile_spans: bool = False
     disruptions: bool = False
     run_group: str = ""
+    process_start: Optional[float] = None
 
 
 class _Session:
@@ -135,6 +139,7 @@ class _Session:
                 runtime.install_disruption_hooks()
             if self.settings.run_group and getattr(recorder, "enabled", True):
                 recorder.record_metadata(run_group=self.settings.run_group)
+            whole_process.track(recorder, self.settings.process_start)
 
     # --- defaults
     def defaults(self, kind: str) -> Dict[str, Any]:
@@ -294,7 +299,8 @@ def enable_reference_alias(*, store: Optional[str] = None,
                            ideal_step_time: Optional[float] = None,
                            compile_spans: bool = False,
                            disruptions: bool = False,
-                           run_group: str = "") -> AliasSettings:
+                           run_group: str = "",
+                           process_start: Optional[float] = None) -> AliasSettings:
     """Makes ``ml_goodput_measurement`` imports resolve to our compat modules,
     in this process only, until :func:`disable_reference_alias`.
 
@@ -302,8 +308,8 @@ def enable_reference_alias(*, store: Optional[str] = None,
 
     Args:
       store, clock, prometheus_port, rolling_windows, checkpoint_stats,
-        ideal_step_time, compile_spans, disruptions, run_group: see
-        :class:`AliasSettings`.
+        ideal_step_time, compile_spans, disruptions, run_group, process_start:
+        see :class:`AliasSettings`.
 
     Returns:
       The settings in force.
@@ -318,7 +324,8 @@ def enable_reference_alias(*, store: Optional[str] = None,
                              checkpoint_stats=bool(checkpoint_stats),
                              ideal_step_time=ideal_step_time,
                              compile_spans=bool(compile_spans),
-                             disruptions=bool(disruptions), run_group=run_group or "")
+                             disruptions=bool(disruptions), run_group=run_group or "",
+                             process_start=process_start)
     global _session
     with _LOCK:
         if _session is not None:

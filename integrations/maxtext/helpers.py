@@ -41,6 +41,10 @@ Differences from MaxText's helpers (all deliberate):
   config (MaxText's own helper assigns to its read-only config and fails).
 * Before the monitor's final upload, pending events of this process are
   flushed, so the last numbers include the job end.
+* The whole process is accounted for
+  (:mod:`~goodput_integrations.maxtext.whole_process`): the job starts when
+  the process started (imports and config as training preparation), and
+  the time from the job end to the exit is the custom badput ``SHUTDOWN``.
 * ``elastic_enabled`` picks the elastic recorder and monitor, but MaxText's
   own ``elastic_utils.record_slice_state`` is not called (it is MaxText code).
 * A ``DATA_LOADING`` block also records the input stall inside it (the part
@@ -57,7 +61,7 @@ import functools
 import logging
 from typing import Any, Iterator, List, Optional, Tuple
 
-from goodput_integrations.maxtext import runtime
+from goodput_integrations.maxtext import runtime, whole_process
 from goodput_integrations.maxtext.config import MaxTextGoodputSettings, read_settings
 
 __all__ = [
@@ -171,6 +175,8 @@ def create_goodput_recorder(config: Any) -> Any:
     recorder = cls(settings.job_name, settings.logger_name, writes, **_clock_kwargs(settings))
     if writes:
         runtime.track(recorder, checkpoint_stats=settings.checkpoint_stats)
+        if settings.clock is None:  # real time: the process's start is on the same clock
+            whole_process.track(recorder, whole_process.process_start_time())
     if settings.run_group:
         recorder.record_metadata(run_group=settings.run_group)
     return recorder

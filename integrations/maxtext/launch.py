@@ -35,9 +35,15 @@ gets our classes. It also adds what MaxText does not record
 (patched when MaxText imports Orbax, never imported by us), compilations
 as program startup (MaxText compiles its train step outside any goodput
 block), and a
+the whole process (:mod:`~goodput_integrations.maxtext.whole_process`:
+imports and config before MaxText's job start as training preparation, the
+shutdown after its job end as the custom badput ``SHUTDOWN``), and a
 disruption with its cause when the command raises (``exception:<Type>``,
 ``exit:<status>``) or the process gets SIGTERM once MaxText has built its
-recorder (``sigterm``). Nothing heavy is imported before the command runs.
+recorder (``sigterm``). MaxText's own ``maybe_monitor_goodput`` is guarded
+(:mod:`~goodput_integrations.maxtext.monitor_guard`): a monitor that fails
+to start is one warning, never the job's end. Nothing heavy is imported
+before the command runs.
 """
 
 from __future__ import annotations
@@ -49,7 +55,7 @@ import sys
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 from goodput_integrations.errors import AdapterUnavailable
-from goodput_integrations.maxtext import alias, config, runtime
+from goodput_integrations.maxtext import alias, config, monitor_guard, runtime, whole_process
 
 __all__ = ["main", "parse_args"]
 
@@ -117,8 +123,10 @@ def _hint(command: Sequence[str]) -> None:
                     "(and monitors it with monitor_goodput=true)")
 
 
-def _enable(options: dict, clock: Optional[Callable[[], float]]) -> None:
-    options = dict(options, clock=clock, compile_spans=True, disruptions=True)
+def _enable(options: dict, clock: Optional[Callable[[], float]],
+            process_start: Optional[float]) -> None:
+    options = dict(options, clock=clock, compile_spans=True, disruptions=True,
+                   process_start=process_start)
     try:
         alias.enable_reference_alias(**options)
     except AdapterUnavailable as exc:
@@ -145,12 +153,15 @@ def run(command: Sequence[str]) -> Any:
 
 
 def main(argv: Optional[Sequence[str]] = None, *,
-         clock: Optional[Callable[[], float]] = None) -> int:
+         clock: Optional[Callable[[], float]] = None,
+         process_start: Optional[float] = None) -> int:
     """The launcher's entry point.
 
     Args:
       argv: the arguments after the module name (default ``sys.argv[1:]``).
       clock: test hook: the time source of every aliased class.
+      process_start: test hook: when the process started, on ``clock``
+        (default: from the OS, unless ``clock`` is given).
 
     Returns:
       0 when the command returned normally (an exception or ``SystemExit``
@@ -167,13 +178,17 @@ def main(argv: Optional[Sequence[str]] = None, *,
         print(f"goodput launch: {exc}\n\n{_USAGE}", file=sys.stderr)
         return 2
     _hint(command)
-    _enable(options, clock)
+    if process_start is None and clock is None:
+        process_start = whole_process.process_start_time()
+    _enable(options, clock, process_start)
+    monitor_guard.arm()
     try:
         run(command)
     except BaseException as exc:  # propagating out of MaxText: a crash (or exit 0)
         runtime.record_crash(exc)
         raise
     finally:
+        monitor_guard.disarm()
         alias.disable_reference_alias()  # also removes the hooks and the Orbax patch
     return 0
 

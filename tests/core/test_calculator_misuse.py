@@ -15,15 +15,26 @@ def _warnings(caplog):
             if r.name == "goodput" and r.levelno == logging.WARNING]
 
 
-def test_refresh_without_a_store_warns_once_and_names_the_default_store(caplog, monkeypatch,
-                                                                          tmp_path):
+def test_a_calculator_without_a_store_reads_the_recorders_default_store(caplog, monkeypatch,
+                                                                        tmp_path):
     monkeypatch.setenv("GOODPUT_STORE", str(tmp_path / "default.sqlite"))
-    calc = Calculator("my-run")
+    calc = Calculator("my-run", clock=FakeClock(1010.0))
     with caplog.at_level(logging.WARNING, logger="goodput"):
-        assert calc.refresh() == 0
+        assert calc.refresh() == 0  # nothing recorded yet: no store file
         assert calc.refresh() == 0
     (message,) = _warnings(caplog)
-    assert "has no store" in message and "default.sqlite" in message
+    assert "default store" in message and "default.sqlite" in message
+    clock = FakeClock(1000.0)
+    rec = Recorder("my-run", clock=clock)  # no store: the default one
+    rec.record_job_start_time()
+    clock.advance(2.0)
+    rec.record_step_start_time(7)
+    assert rec.close(30)
+    assert calc.refresh() == 2
+    # what the recorder wrote: job start at 1000 (10 s before now), step 7
+    result = calc.cumulative(1010.0)
+    assert (result.total_seconds, result.last_step) == (10.0, 7)
+    assert Calculator().refresh() == 0  # no run: nothing to read, said once
 
 
 def test_a_run_name_or_store_path_with_a_typo_warns_once(caplog, tmp_path):

@@ -89,7 +89,8 @@ def test_the_demo_prints_commands_that_work_as_printed(tmp_path, capsys):
     out = capsys.readouterr().out
     tail = out.split("Look again")[1].splitlines()[1:]
     commands = [line.strip() for line in tail if " --store " in line]
-    assert [shlex.split(c)[1] for c in commands] == ["report", "runs", "timeline"]
+    assert [shlex.split(c)[1] for c in commands] == ["report", "runs", "timeline", "serve"]
+    _check_the_dashboard_as_printed(commands.pop(), tail, tmp_path)
     results = {}
     for command in commands:  # run exactly as printed: `goodput` only when the shell finds it
         argv = shlex.split(command)
@@ -100,3 +101,30 @@ def test_the_demo_prints_commands_that_work_as_printed(tmp_path, capsys):
     assert "synth" in results["runs"].split()
     assert "Goodput:" in results["report"] and "disruptions (restarts)   1" in results["report"]
     assert (tmp_path / "timeline.html").exists()
+
+
+def _check_the_dashboard_as_printed(command, tail, cwd):
+    """The printed ``goodput serve`` starts (on a free port here: 8765 may be
+    taken on a shared machine) and serves the printed run page's run."""
+    import re
+    import urllib.parse
+
+    from tests.support.dashboard import get_json
+
+    (url,) = [line.split("then open ", 1)[1].strip() for line in tail if "then open " in line]
+    page = urllib.parse.urlsplit(url)
+    assert (page.hostname, page.port) == ("127.0.0.1", 8765)
+    assert page.path == "/run/synth"
+    proc = subprocess.Popen(shlex.split(command) + ["--port", "0"], cwd=cwd, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL)
+    try:
+        first = proc.stdout.readline()
+        served = re.search(r"on (http://127\.0\.0\.1:\d+/)", first)
+        assert served, (first, proc.stderr.read() if proc.poll() is not None else "")
+        run = page.path[len("/run/"):]
+        report = get_json(f"{served.group(1)}api/runs/{run}/report")
+        assert report["run"] == "synth" and report["disruptions"] == 1
+    finally:
+        proc.terminate()
+        proc.wait(30)

@@ -180,3 +180,27 @@ def test_every_record_carries_tensorboardx_s_own_crcs(tmp_path):
     assert records == 51  # the file version record and the 50 deviations
     assert read_scalars(str(tmp_path / "goodput"))["step_deviation"][7][:2] == (
         7, pytest.approx(1.0, rel=1e-6))
+
+
+def test_metric_tags_have_no_empty_parts_read_back(tmp_path):
+    """JAX's compilation-cache metrics (as the JAX adapter records them) start
+    with a slash: their tags are ``metrics/jax/...``, never ``metrics//jax/...``."""
+    from goodput_integrations.jax.listeners import CACHE_METRICS
+
+    store = MemoryStore(uuid.uuid4().hex)
+    rec = Recorder("tags", store, clock=lambda: T0)
+    rec.record_job_start_time(T0)
+    names = sorted(CACHE_METRICS) + ["loss", "eval//loss/"]
+    for i, name in enumerate(names):
+        rec.record_metric(name, float(i), step=1, time=T0 + 1)
+    assert rec.close(30)
+    m = Monitor("tags", store, [TensorBoardExporter(str(tmp_path))], clock=lambda: T0 + 10)
+    m.run_once()
+    assert m.stop(10)
+    scalars = read_scalars(os.path.join(str(tmp_path), "goodput"))
+    tags = sorted(t for t in scalars if t.startswith("metrics"))
+    # by hand: every name's non-empty parts after "metrics/"
+    assert tags == sorted(["metrics/jax/compilation_cache/cache_retrieval_time_sec",
+                           "metrics/jax/compilation_cache/compile_time_saved_sec",
+                           "metrics/loss", "metrics/eval/loss"])
+    assert not any("//" in t for t in scalars)

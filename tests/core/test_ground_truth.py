@@ -8,7 +8,11 @@ without a recorded disruption, crashes before the first step (during
 accelerator init, preparation or compilation; rule 2), recovery gaps,
 restarts from the last checkpoint, planned stops with idle gaps) is played through the public
 :class:`~goodput_core.record.recorder.Recorder` with a fake clock into a memory
-store, read back by a :class:`Calculator` (refreshed at random points, so
+store (by one writer, or by three lockstep hosts that each record the job, as
+``per_host`` recording does: the later hosts learn their index after their
+job start, one host's disruption stands for the job's, and a straggler's
+longer input stalls gate the job's steps; loads through the reference's
+methods or the native context manager, blocking or overlapped), read back by a :class:`Calculator` (refreshed at random points, so
 the incremental path is exercised), and every bucket must equal the true
 duration to 1e-9 s.
 
@@ -22,11 +26,13 @@ compare with). Durations are multiples of 1/64 s, so sums are exact.
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import os
 import random
 import uuid
 from typing import Dict, List, Optional
+from unittest import mock
 
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
@@ -80,6 +86,10 @@ class AttemptPlan:
     early_at: int = 0     # ticks into that phase when it crashes
     early_end: bool = False  # the phase's end is recorded at the crash (a context
                              # manager unwinding); else its start stays unmatched
+    load_api: str = "reference"  # 'reference' (record_data_loading_*), 'blocking'
+                                 # (with rec.data_loading()) or 'overlapped'
+    straggle: int = 0     # several writers: the last host's extra input stall in every
+                          # step followed by another (<= step - load)
 
 
 class Span:
@@ -89,14 +99,54 @@ class Span:
         self.kind = "between"  # 'between', 'last' (closed), 'open', 'crash'
 
 
+class Hosts:
+    """Several lockstep hosts recording one run: every call goes to each
+    host's recorder at the same (fake) time, as with ``per_host`` recording.
+    Host ``i`` records its first job start under index 0 and then learns its
+    index (a JAX host's index is known after ``jax.distributed`` starts); a
+    disruption is recorded by the last host only (the host that failed)."""
+
+    def __init__(self, recorders: List[Recorder]):
+        self.recorders = recorders
+        self.lead, self.last = recorders[0], recorders[-1]
+
+    def __getattr__(self, name):
+        def every(*args, **kwargs):
+            out = [getattr(r, name)(*args, **kwargs) for r in self.recorders]
+            if name == "record_job_start_time":
+                for i, r in enumerate(self.recorders):
+                    r.process_index = i
+            return out[0]
+        return every
+
+    def record_disruption(self, cause):
+        self.last.record_disruption(cause)
+
+    def data_loading(self, overlapped=False):
+        stack = contextlib.ExitStack()
+        for r in self.recorders:
+            stack.enter_context(r.data_loading(overlapped=overlapped))
+        return stack
+
+
+def _recorders(run: str, store: str, clock, writers: int) -> List[Recorder]:
+    out = []
+    for i in range(writers):  # one writer process per simulated host
+        with mock.patch("socket.gethostname", return_value=f"sim-host-{i}"):
+            out.append(Recorder(run, store, clock=clock, strict=True))
+    return out
+
+
 class Simulator:
     """Plays attempts through a Recorder and books the true durations."""
 
-    def __init__(self, seed: int):
+    def __init__(self, seed: int, writers: int = 1):
         self.clock = FakeClock(T0)
         self.store = f"memory://gt-{uuid.uuid4().hex}"
         self.run = "gt"
-        self.rec = Recorder(self.run, self.store, clock=self.clock, strict=True)
+        recs = _recorders(self.run, self.store, self.clock, writers)
+        self.rec = recs[0] if writers == 1 else Hosts(recs)
+        self.writers = writers
         self.calc = Calculator(self.run, self.store, clock=self.clock)
         self.rng = random.Random(seed)
         self.truth: Dict[str, float] = collections.Counter()
@@ -158,9 +208,8 @@ class Simulator:
             self.checkpoint(p, "restore", p.restore, self.ckpt)
         self.spend(p.prep_b, "TRAINING_PREP")
         rec.record_training_preparation_end_time()
-        rec.record_data_loading_start_time()
-        self.spend(p.sync_load, "DATA_LOADING_SYNC")
-        rec.record_data_loading_end_time()
+        with self.load(p):  # outside steps: blocking whatever the API says
+            self.spend(p.sync_load, "DATA_LOADING_SYNC")
         if p.early_crash == "compile":  # compiled ahead of the first step
             self.phase("program_startup", p, p.compile, "PROGRAM_STARTUP", True)
             return
@@ -168,7 +217,8 @@ class Simulator:
         seg = {"spans": [], "heuristic": p.compile_mode == "heuristic"}
         self.segments.append(seg)
         for i in range(p.n_steps):
-            seg["spans"].append(self.step(p, first_step + i, first=(i == 0)))
+            seg["spans"].append(self.step(p, first_step + i, first=(i == 0),
+                                          last_step=first_step + p.n_steps - 1))
             self.maybe_refresh()
         last = first_step + p.n_steps - 1
         if p.ending == "crash":
@@ -179,7 +229,18 @@ class Simulator:
             self.open(p, seg)
         seg["last"] = last
 
-    def step(self, p: AttemptPlan, s: int, first: bool) -> Span:
+    @contextlib.contextmanager
+    def load(self, p: AttemptPlan):
+        """One load through the plan's API."""
+        if p.load_api == "reference":
+            self.rec.record_data_loading_start_time()
+            yield
+            self.rec.record_data_loading_end_time()
+        else:
+            with self.rec.data_loading(overlapped=p.load_api == "overlapped"):
+                yield
+
+    def step(self, p: AttemptPlan, s: int, first: bool, last_step: int) -> Span:
         rec, span = self.rec, Span(s)
         rec.record_step_start_time(s)
         if first and p.compile_mode == "explicit":
@@ -188,14 +249,26 @@ class Simulator:
             self.pending["program_startup"] = False
             span.parts["PROGRAM_STARTUP"] += self.spend(p.compile)
             rec.record_program_startup_end_time(fun_name="train_step")
-        rec.record_data_loading_start_time()
-        span.parts[PROD] += self.spend(p.load - p.stall)
-        self.async_load += (p.load - p.stall) * TICK
-        if p.stall:  # an input stall: sync loading wherever it lies, even in an open step
-            rec.record_input_stall_start_time()
-            span.parts["DATA_LOADING_SYNC"] += self.spend(p.stall)
-            rec.record_input_stall_end_time()
-        rec.record_data_loading_end_time()
+        with self.load(p):
+            if p.load_api == "blocking":  # rule 16: the whole load blocks, even in an open step
+                span.parts["DATA_LOADING_SYNC"] += self.spend(p.load - p.stall)
+            else:
+                span.parts[PROD] += self.spend(p.load - p.stall)
+                self.async_load += (p.load - p.stall) * TICK
+            if p.stall:  # an input stall: sync loading wherever it lies, even in an open step
+                rec.record_input_stall_start_time()
+                span.parts["DATA_LOADING_SYNC"] += self.spend(p.stall)
+                rec.record_input_stall_end_time()
+        if self.writers > 1 and p.straggle and s < last_step and p.compile_mode != "heuristic":
+            # the last host's input stall runs on after the lead's load: the job
+            # waited for it (rule 13), in a span closed by the next step start
+            # (not with the startup heuristic: the simulator books its excess
+            # as if every step span had the same productive time)
+            t = self.clock.t
+            self.rec.last.record_input_stall_start_time(t)
+            self.rec.last.record_input_stall_end_time(t + p.straggle * TICK)
+            span.parts["DATA_LOADING_SYNC"] += p.straggle * TICK
+            span.parts[PROD] -= p.straggle * TICK
         span.parts[PROD] += self.spend(p.step - p.load)
         if first and p.compile_mode == "heuristic":
             span.parts[HEUR] += self.spend(p.compile)
@@ -337,17 +410,20 @@ def _plan(draw, last: bool) -> AttemptPlan:
         resume_from_ckpt=draw(st.booleans()), orbax=draw(st.booleans()),
         orbax_no_start=draw(st.booleans()), step_ends=draw(st.booleans()),
         early_crash="" if last else draw(st.sampled_from(["", "", "init", "prep", "compile"])),
-        early_at=draw(ticks), early_end=draw(st.booleans()))
+        early_at=draw(ticks), early_end=draw(st.booleans()),
+        load_api=draw(st.sampled_from(["reference", "blocking", "overlapped"])),
+        straggle=draw(st.sampled_from([0, (step - load) // 2, step - load])))
 
 
 @st.composite
 def jobs(draw):
     n = draw(st.integers(1, 4))
-    return [_plan(draw, last=(i == n - 1)) for i in range(n)], draw(st.integers(0, 2 ** 31))
+    return ([_plan(draw, last=(i == n - 1)) for i in range(n)], draw(st.integers(0, 2 ** 31)),
+            draw(st.sampled_from([1, 3])))
 
 
-def check(plans: List[AttemptPlan], seed: int) -> None:
-    sim = Simulator(seed)
+def check(plans: List[AttemptPlan], seed: int, writers: int = 1) -> None:
+    sim = Simulator(seed, writers)
     sim.play(plans)
     max_kept = sim.settle()
     sim.rec.flush()
@@ -383,21 +459,24 @@ def check(plans: List[AttemptPlan], seed: int) -> None:
 @settings(max_examples=int(os.environ.get("GOODPUT_HYPOTHESIS_EXAMPLES", 80)), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(jobs())
 def test_every_bucket_equals_the_true_duration(job):
-    plans, seed = job
-    check(plans, seed)
+    plans, seed, writers = job
+    check(plans, seed, writers)
 
 
-def test_a_fixed_job_with_crash_restart_and_planned_stop():
+@pytest.mark.parametrize("writers, load_api, straggle", [
+    (1, "reference", 0), (1, "blocking", 0), (1, "overlapped", 0),
+    (3, "reference", 0), (3, "blocking", 0), (3, "overlapped", 24), (3, "blocking", 48)])
+def test_a_fixed_job_with_crash_restart_and_planned_stop(writers, load_api, straggle):
     base = dict(gap=8, tpu=320, prep_a=64, restore=0, prep_b=64, sync_load=32,
                 compile_mode="heuristic", compile=256, step=64, load=16, eval_every=5, eval=128,
                 save_every=4, save=32, n_steps=10, ending="crash", partial=20,
                 disruption=True, gap_after=1280, resume_from_ckpt=False, orbax=True,
-                orbax_no_start=False, step_ends=False)
+                orbax_no_start=False, step_ends=False, load_api=load_api, straggle=straggle)
     plans = [AttemptPlan(**base),
              AttemptPlan(**{**base, "restore": 96, "compile_mode": "explicit", "ending": "end",
                             "orbax": False, "step_ends": True, "resume_from_ckpt": True}),
              AttemptPlan(**{**base, "ending": "end", "disruption": False})]
-    check(plans, 7)
+    check(plans, 7, writers)
 
 
 @pytest.mark.parametrize("phase", ["init", "prep", "compile"])

@@ -9,6 +9,7 @@ import logging
 import math
 import subprocess
 import sys
+import datetime
 import textwrap
 import uuid
 from pathlib import Path
@@ -26,16 +27,28 @@ from goodput_core.compat.mldiagnostics import (
     metrics,
     xprof,
 )
+from goodput_core.compat.mldiagnostics.custom_types.mlrun_types import (
+    ApplicationFramework,
+    Framework,
+    RunPhase,
+)
 from goodput_core.compat.mldiagnostics.metric_types import MetricType
 from tests.support.fake_clock import FakeClock
 
 ROOT = Path(__file__).resolve().parents[2]
 T0 = 1_700_000_000.0
+# off GKE the SDK appends the local time of the call (YYYYmmddHHMMSS) to the name
+STAMP = datetime.datetime.fromtimestamp(T0).strftime("%Y%m%d%H%M%S")
+_PLACE_ENV = ("RUN_WORKLOAD_ID", "SLURM_JOB_ID", "GKE_DIAGON_METADATA", "DIAGON_BASE_URL",
+              "LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK")
 
 
 @pytest.fixture(autouse=True)
-def no_run_left():
-    """Every test starts and ends without an active run or pending metrics."""
+def no_run_left(monkeypatch):
+    """Every test starts and ends without an active run or pending metrics,
+    and without the variables that tell where it runs (GKE, Slurm...)."""
+    for env in _PLACE_ENV:
+        monkeypatch.delenv(env, raising=False)
     mld.end_run()
     _state._pending.clear()
     _state._counts.clear()
@@ -107,7 +120,8 @@ def test_the_sdks_enums_are_accepted(clock):
     run, _ = new_run(clock, framework=mlrun_types.Framework.JAX,
                      application_framework=mlrun_types.ApplicationFramework.MAXTEXT,
                      rl_orchestrator="tunix")
-    assert (run.framework, run.application_framework) == ("JAX", "MAXTEXT")
+    assert (run.framework, run.application_framework) == (Framework.JAX,
+                                                           ApplicationFramework.MAXTEXT)
 
 
 def test_importing_it_imports_no_framework():
@@ -122,9 +136,14 @@ def test_importing_it_imports_no_framework():
 def test_a_run_records_job_configs_metrics_and_steps(clock, tmp_path):
     run, url = new_run(clock, run_group="slice-sweep", gcs_path=str(tmp_path) + "//p/",
                        configs={"epochs": 3, "opt": {"lr": 0.1}}, project="p")
-    assert run.name == run.display_name == "exp-1" and run.run_phase == "ACTIVE"
-    assert run.gcs_path == f"{tmp_path}/p" and run.profile_dir == f"{tmp_path}/p/exp-1"
-    assert run.configs.userConfigs == {"epochs": 3, "opt": {"lr": 0.1}}
+    assert run.display_name == "exp-1" and run.name == f"exp-1-{STAMP}"
+    assert run.run_phase == RunPhase.PHASE_ACTIVE
+    assert run.gcs_path == f"{tmp_path}/p" and run.profile_dir == f"{tmp_path}/p/{run.name}"
+    # the run's userConfigs are strings, as the SDK makes them; the store keeps the values
+    from google_cloud_mldiagnostics.utils import config_utils
+
+    assert run.configs.userConfigs == config_utils.sanitize_config(
+        {"epochs": 3, "opt": {"lr": 0.1}}) == {"epochs": "3", "opt": "{'lr': 0.1}"}
     assert set(run.configs) == {"softwareConfigs", "hardwareConfigs", "userConfigs"}
     assert run.configs.softwareConfigs["framework"] == "JAX"
     for step in (1, 2, 3):
@@ -136,7 +155,7 @@ def test_a_run_records_job_configs_metrics_and_steps(clock, tmp_path):
     clock.advance(2.0)
     metrics.record("eval_loss", 0.5, step=3, labels={"split": "eval", "a": "1"})
     mld.end_run()
-    assert run.run_phase == "COMPLETED"
+    assert run.run_phase == RunPhase.PHASE_COMPLETED
     calc = calc_of(run, url)
     meta = calc.metadata()
     assert meta["run_group"] == "slice-sweep"
@@ -211,11 +230,12 @@ def test_where_profiles_go(clock, monkeypatch, tmp_path):
     monkeypatch.delenv("GOODPUT_PROFILE_DIR", raising=False)
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
     run, _ = new_run(clock)
-    assert run.profile_dir == str(tmp_path / "data" / "goodput" / "profiles" / "exp-1")
+    name = f"exp-1-{STAMP}"
+    assert run.profile_dir == str(tmp_path / "data" / "goodput" / "profiles" / name)
     monkeypatch.setenv("GOODPUT_PROFILE_DIR", str(tmp_path / "p"))
-    assert new_run(clock, gcs_path="gs://b/x")[0].profile_dir == str(tmp_path / "p" / "exp-1")
+    assert new_run(clock, gcs_path="gs://b/x")[0].profile_dir == str(tmp_path / "p" / name)
     assert new_run(clock, gcs_path=str(tmp_path / "g"))[0].profile_dir == str(
-        tmp_path / "g" / "exp-1")
+        tmp_path / "g" / name)
     assert new_run(clock, profile_dir=str(tmp_path / "own"))[0].profile_dir == str(
         tmp_path / "own")
 
@@ -267,7 +287,8 @@ def test_bad_names_and_values_are_counted_not_raised(clock, caplog):
         metrics.record(MetricType.LOSS, 1.0, labels="x")
         metrics.record_metrics(["not a dict"])
         metrics.record_metrics(None)
-    assert metrics.stats()["bad_metric"] == 8
+    # text and a dict: the SDK sends them as log entries; here counted apart, not recorded
+    assert metrics.stats()["bad_metric"] == 6 and metrics.stats()["non_numeric"] == 2
     assert sum("metrics.record" in r.getMessage() for r in caplog.records) == 1
     metrics.record(MetricType.LOSS, 1.0)  # still recording
     assert calc_of(run, url).metrics("loss").values.tolist() == [1.0]
@@ -289,27 +310,28 @@ def test_strict_runs_raise_the_sdks_recording_error(clock):
         metrics.record(MetricType.LOSS, "nan-ish text")
 
 
-def test_xprof_without_a_run_logs_and_runs_the_block(caplog):
+def test_xprof_without_a_run_or_a_place_for_traces_raises_as_the_sdk(clock):
     ran = []
-    with caplog.at_level(logging.WARNING, "goodput"):
+    with pytest.raises(exceptions.ProfilingError, match="No active ML run"):
         with xprof():
             ran.append(1)
 
-        @xprof()
-        def fn(x):
-            return x + 1
+    @xprof()
+    def fn(x):
+        ran.append(x)
 
-        assert fn(1) == 2
-        prof = xprof()
-        prof.start(session_id="s")
-        prof.stop()
-    assert ran == [1]
-    assert any("No active ML run found for profiling" in r.getMessage()
-               for r in caplog.records)
+    with pytest.raises(exceptions.ProfilingError, match="No active ML run"):
+        fn(1)
+    with pytest.raises(exceptions.ProfilingError, match="No active ML run"):
+        xprof().start(session_id="s")
+    new_run(clock)  # no gcs_path, no profile_dir, no $GOODPUT_PROFILE_DIR
+    with pytest.raises(exceptions.ProfilingError, match="No GCS path"):
+        xprof().start(session_id="s")
+    assert ran == []  # the SDK raises before the block runs
 
 
-def test_metric_only_run_captures_nothing(clock):
-    new_run(clock, metric_only_run=True)
+def test_metric_only_run_captures_nothing(clock, tmp_path):
+    new_run(clock, metric_only_run=True, gcs_path=str(tmp_path))
     prof = xprof()
     prof.start("s")
     assert prof._capture is None and prof.session_dir is None
@@ -321,7 +343,8 @@ def test_an_unhandled_exception_is_a_disruption_and_exit_is_a_job_end(tmp_path):
     script = textwrap.dedent(f"""
         import sys
         from goodput_core.compat.mldiagnostics import machinelearning_run, metrics
-        machinelearning_run(name=sys.argv[1], store={str(store)!r}, process_index=0)
+        machinelearning_run(name=sys.argv[1], store={str(store)!r}, process_index=0,
+                            run_workload_id="w")
         metrics.record("loss", 1.0, step=1)
         if sys.argv[1] == "crash":
             raise RuntimeError("boom")
@@ -333,7 +356,7 @@ def test_an_unhandled_exception_is_a_disruption_and_exit_is_a_job_end(tmp_path):
 
     kinds = {}
     for name in ("ok", "crash"):
-        events, _ = open_store(f"sqlite:///{store}").read(name)
+        events, _ = open_store(f"sqlite:///{store}").read(f"{name}-w")
         kinds[name] = [e.kind for e in events]
     from goodput_core.events import Kind
 

@@ -119,7 +119,7 @@ class _OnlyRead(Store):
 
 def test_pages_longer_than_one_copy(url, monkeypatch):
     """limit None reads the whole run in bounded COPY pages, joined."""
-    import goodput_core.stores.postgres as pg
+    import goodput_core.stores.postgres_read as pg  # where reads page
 
     monkeypatch.setattr(pg, "_COLUMN_PAGE", 4)
     store = PostgresStore(url)

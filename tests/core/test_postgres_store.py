@@ -208,8 +208,9 @@ def test_start_up_errors_are_one_line_and_hide_the_password(server):
         text = str(info.value)
         assert message in text and "\n" not in text
         assert PASSWORD not in text and "***" in text
-    with pytest.raises(StoreError, match="names no host or no database"):
-        open_store("postgresql://u:pw@127.0.0.1:5432/")
+    with pytest.raises(StoreError, match='invalid URI query parameter: "bogus"') as info:
+        open_store(f"postgresql://u:{PASSWORD}@127.0.0.1:5432/db?bogus=1")
+    assert PASSWORD not in str(info.value) and "fix that URL parameter" in str(info.value)
 
 
 def test_redact():

@@ -80,8 +80,10 @@ def test_inputs_are_measured_from_the_run():
     # plus detection 0.2 s after the last step start: 5 s
     assert p.restart_seconds == pytest.approx(5.0)
     assert p.save_seconds == pytest.approx(0.5)
-    assert p.current_interval_seconds == pytest.approx(5.5)  # save to save
-    assert p.ettr_now == pytest.approx(expected_ettr(1, p.rate_per_host_hour, 5, 0.5, 5.5))
+    # the checkpoint advice's interval: the work between saves (5.5 s from one
+    # save's start to the next, less the 0.5 s save)
+    assert p.current_interval_seconds == pytest.approx(5.0)
+    assert p.ettr_now == pytest.approx(expected_ettr(1, p.rate_per_host_hour, 5, 0.5, 5.0))
     assert p.ettr_projected == pytest.approx(
         expected_ettr(16, p.rate_per_host_hour, 5, 0.5, 60))
 

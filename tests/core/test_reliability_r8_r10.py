@@ -115,7 +115,8 @@ def test_r8_a_poisoned_batch_is_split_and_only_the_bad_events_are_dropped(tmp_pa
     # Slip unstorable events past record-time validation, straight into the queue:
     # a step beyond 64 bits, a tuple key, an object whose str() raises.
     for poison in ((2 ** 70, None), (1, {(1, 2): 3}), (2, {"x": Unprintable()})):
-        rec._queue.append((int(Kind.STEP_START), 1.0, poison[0], poison[1], 1.0))
+        # (kind, time, step, extra, write time, process index): the queue's tuples
+        rec._queue.append((int(Kind.STEP_START), 1.0, poison[0], poison[1], 1.0, 0))
     for i in range(1000, 2000):
         rec.record_step_start_time(i, 100.0 + i)
     assert rec.flush(30)

@@ -15,8 +15,6 @@ The certificate is valid for ``localhost`` and ``127.0.0.1`` for two days.
 from __future__ import annotations
 
 import atexit
-import datetime as _dt
-import ipaddress
 import os
 import shutil
 import tempfile
@@ -41,29 +39,9 @@ _TLS: Optional[TlsFiles] = None
 
 
 def _make_cert():
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
+    from tests.support.tls_ca import self_signed_loopback
 
-    key = ec.generate_private_key(ec.SECP256R1())  # fast, unlike RSA key generation
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
-    now = _dt.datetime.now(_dt.timezone.utc)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name).issuer_name(name).public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - _dt.timedelta(hours=1))
-        .not_valid_after(now + _dt.timedelta(days=2))
-        .add_extension(x509.SubjectAlternativeName([
-            x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-            critical=False)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                serialization.NoEncryption())
-    return key_pem, cert.public_bytes(serialization.Encoding.PEM)
+    return self_signed_loopback()
 
 
 def loopback_tls() -> TlsFiles:

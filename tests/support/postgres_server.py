@@ -18,7 +18,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 __all__ = ["PostgresServer", "find_bindir", "USER", "PASSWORD"]
 
@@ -53,9 +53,12 @@ class PostgresServer:
     Args:
       bindir: PostgreSQL's bin directory (default: :func:`find_bindir`).
       fsync: False (tests) trades durability for speed; benchmarks keep it on.
+      max_connections: the server's limit (3 of them reserved for superusers).
+      tls: ``(certificate PEM, key PEM)`` to serve TLS with (``ssl = on``).
     """
 
-    def __init__(self, bindir: Optional[str] = None, fsync: bool = False):
+    def __init__(self, bindir: Optional[str] = None, fsync: bool = False,
+                 max_connections: int = 100, tls: Optional[Tuple[bytes, bytes]] = None):
         self.bindir = bindir or find_bindir()
         if self.bindir is None:
             raise RuntimeError("PostgreSQL is not installed (apt-get install postgresql)")
@@ -77,10 +80,30 @@ class PostgresServer:
                    "--auth-local=trust", "--auth-host=scram-sha-256", "-E", "UTF8",
                    "--no-sync"])
         os.unlink(pwfile)
+        conf = (f"\nlisten_addresses = '127.0.0.1'\nport = {self.port}\n"
+                f"unix_socket_directories = '{root}'\nfsync = {'on' if fsync else 'off'}\n"
+                f"max_connections = {max_connections}\nshared_buffers = 32MB\n")
+        if tls is not None:
+            for name, pem in (("server.crt", tls[0]), ("server.key", tls[1])):
+                path = os.path.join(self.data, name)
+                with open(path, "wb") as f:
+                    f.write(pem)
+                os.chmod(path, 0o600)  # the server refuses a key others may read
+                if self._as_postgres:
+                    subprocess.run(["chown", "postgres:postgres", path], check=True)
+            conf += "ssl = on\nssl_cert_file = 'server.crt'\nssl_key_file = 'server.key'\n"
         with open(os.path.join(self.data, "postgresql.conf"), "a") as f:
-            f.write(f"\nlisten_addresses = '127.0.0.1'\nport = {self.port}\n"
-                    f"unix_socket_directories = '{root}'\nfsync = {'on' if fsync else 'off'}\n"
-                    "max_connections = 100\nshared_buffers = 32MB\n")
+            f.write(conf)
+
+    @property
+    def socket_dir(self) -> str:
+        """The directory of the server's Unix socket (``.s.PGSQL.<port>``)."""
+        return self.root
+
+    @property
+    def log_path(self) -> str:
+        """The server's log file (its FATAL lines count refused connections)."""
+        return os.path.join(self.root, "log")
 
     def _cmd(self, args: List[str]) -> List[str]:
         cmd = [os.path.join(self.bindir, args[0])] + args[1:]
@@ -94,7 +117,7 @@ class PostgresServer:
 
     def start(self) -> None:
         """Starts the server and waits until it accepts connections."""
-        self._run(["pg_ctl", "-D", self.data, "-l", os.path.join(self.root, "log"),
+        self._run(["pg_ctl", "-D", self.data, "-l", self.log_path,
                    "-w", "-t", str(_START_TIMEOUT_S), "start"])
 
     def stop(self) -> None:
@@ -117,3 +140,12 @@ class PostgresServer:
 
         with psycopg.connect(self.url(), autocommit=True) as conn:
             conn.execute(f'CREATE DATABASE "{name}"')
+
+    def create_role(self, name: str, password: str, database: str) -> None:
+        """A login role that is no superuser (as writers of a real job connect),
+        allowed to create the store's schema in ``database``."""
+        import psycopg
+
+        with psycopg.connect(self.url(), autocommit=True) as conn:
+            conn.execute(f"CREATE ROLE \"{name}\" LOGIN PASSWORD '{password}'")
+            conn.execute(f'GRANT CREATE ON DATABASE "{database}" TO "{name}"')

@@ -280,7 +280,17 @@ def _finish(run_name: str, store: str, outdir: str, synthetic: bool) -> None:
     print(f"  {cmd} report {shlex.quote(run_name)} --store {url}")
     print(f"  {cmd} runs --store {url}")
     print(f"  {cmd} timeline {shlex.quote(run_name)} --store {url} -o timeline.html")
+    print("Watch it in the browser (a live dashboard; Ctrl-C stops it):")
+    print(f"  {cmd} serve --store {url}")
+    print(f"  then open {_dashboard_url(run_name)}")
     sys.stdout.flush()
+
+
+def _dashboard_url(run_name: str) -> str:
+    """The run page of ``goodput serve`` on its default address."""
+    import urllib.parse
+
+    return f"http://127.0.0.1:8765/run/{urllib.parse.quote(run_name, safe='')}"
 
 
 def _goodput_command() -> str:

@@ -48,6 +48,11 @@ key                            value
                                not part of the partition (that time is also
                                productive or another bucket)
 ``data_loading_async_percent`` the same in percent of total
+``data_loading_blocking_default`` ``{seconds, how_to_change}``: the seconds of
+                               the window covered by loads recorded with
+                               ``with rec.data_loading():``, blocking (sync)
+                               by default, and how to declare a prefetching
+                               loader instead
 ``disruptions``                restarts whose segment began in the window
 ``max_productive_step``        the largest step whose progress was kept
 ``last_step``                  the last step recorded in the window
@@ -100,6 +105,7 @@ from goodput_core.timeline.buckets import BadputType
 from goodput_core.cli import CliError
 from goodput_core.cli.commands.common import add_store_argument
 from goodput_core.cli.commands.report_insights import insights_report, insights_table
+from goodput_core.queries.blocking_loads import HOW_TO_CHANGE
 from goodput_core.cli.commands.report_lifecycle import lifecycle_report, lifecycle_table
 from goodput_core.queries.elastic import reportable
 from goodput_core.queries.program_goodput import unusable_metadata
@@ -228,6 +234,10 @@ def build_report(calc, result, stats, *, store_url: str, window_spec: Optional[s
         "custom_badput_percent": dict(sorted(result.custom_badput_percent.items())),
         "data_loading_async_seconds": result.data_loading_async_seconds,
         "data_loading_async_percent": result.badput_percent.get(_ASYNC, 0.0),
+        "data_loading_blocking_default": {
+            "seconds": calc.blocking_load_seconds(*result.window, now=result.query_time)
+            if has_life else 0.0,
+            "how_to_change": HOW_TO_CHANGE},
         "disruptions": result.disruptions,
         "max_productive_step": result.max_productive_step,
         "last_step": result.last_step,
@@ -324,6 +334,10 @@ def format_table(rep: Dict[str, Any]) -> str:
     out.append(_row("TOTAL", rep["total_seconds"], 100.0 if rep["total_seconds"] > 0 else 0.0))
     out.append(_row(_ASYNC.name, rep["data_loading_async_seconds"],
                     rep["data_loading_async_percent"], "   (overlapped by steps; not in total)"))
+    blocking = rep["data_loading_blocking_default"]
+    if blocking["seconds"] > 0:
+        out.append(f"  of DATA_LOADING_SYNC, {_secs(blocking['seconds'])} counted blocking by "
+                   f"default: {blocking['how_to_change']}")
     out.append("")
     st = rep["step_time"]
     out.append("Steps")

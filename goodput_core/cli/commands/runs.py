@@ -1,7 +1,8 @@
-"""``goodput runs``: list the runs in a store (``--group G``: one run group,
-with goodput, total time, disruptions and last step; see ``commands.compare``).
-``goodput runs delete RUN`` and ``goodput runs rename OLD NEW``: see
-``commands.runs_manage``."""
+"""``goodput runs``: list the runs in a store (``--summary``: with each run's state,
+goodput, total time, restarts and last activity, served from run summaries;
+``--group G``: one run group, with goodput, total time, disruptions and last
+step; see ``commands.compare``). ``goodput runs delete RUN`` and ``goodput
+runs rename OLD NEW``: see ``commands.runs_manage``."""
 
 from __future__ import annotations
 
@@ -23,6 +24,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--group", default=None, metavar="G",
                         help="only the runs of run group G, with goodput, total time, "
                              "disruptions and last step")
+    parser.add_argument("--summary", action="store_true",
+                        help="each run's state, goodput, total time, restarts and last "
+                             "activity (kept in a private cache while a run does not change)")
     parser.add_argument("--json", action="store_true",
                         help="one JSON object: {store, runs} (with --group: see compare.py)")
 
@@ -37,9 +41,35 @@ def run(args) -> int:
         from goodput_core.cli.commands.compare import list_group
 
         return list_group(store, args.group, as_json=args.json)
+    if args.summary:
+        return _with_summaries(store, args.json)
     if args.json:
         print(json.dumps({"store": store.url, "runs": store.runs()}))
         return 0
     for name in store.runs():
         print(printable(name))  # a name is user data: no raw terminal escapes
+    return 0
+
+
+def _with_summaries(store, as_json: bool) -> int:
+    """Every run with its summary (:mod:`goodput_core.queries.summaries`), newest
+    activity first."""
+    from goodput_core.cli.timespec import format_duration, format_time
+    from goodput_core.queries.summaries import run_summaries
+
+    rows = run_summaries(store)
+    rows.sort(key=lambda s: -(s.last_activity if s.last_activity is not None else -1e300))
+    if as_json:
+        print(json.dumps({"store": store.url, "runs": [s.to_json() for s in rows]},
+                         allow_nan=False))
+        return 0
+    width = max([len("run")] + [len(s.run) for s in rows])
+    print(f"{'run':<{width}}  {'goodput':>8}  {'total':>10}  {'restarts':>8}  "
+          f"{'last activity':<20}  state")
+    for s in rows:
+        group = f"  [{s.group}]" if s.group else ""
+        print(printable(f"{s.run:<{width}}  {s.goodput:7.2f}%  "
+                        f"{format_duration(s.total_seconds):>10}  {s.disruptions:>8}  "
+                        f"{format_time(s.last_activity) if s.last_activity else '-':<20}  "
+                        f"{s.state_text}{group}"))
     return 0

@@ -14,8 +14,10 @@ Cloud account::
 
 The layout mirrors the SDK's package: ``machinelearning_run`` (a function),
 ``metrics`` (a module: ``record``, ``record_metrics``), ``xprof`` (the
-profiler class), ``metric_types`` (a module: ``MetricType``) and
-``exceptions``. The run, its metrics and configs go to our recorder and
+profiler class), ``metric_types`` (a module: ``MetricType``),
+``custom_types`` (``mlrun_types``: ``Framework``, ``RunPhase``... and
+``MLRun``; ``metric_types``; ``exceptions``) and ``core.xprof``
+(``start_on_demand_xprof``, ``stop_on_demand_xprof``). The run, its metrics and configs go to our recorder and
 store (``goodput report``, ``goodput compare``, TensorBoard, Prometheus and
 the timeline show them); profiles go to a local directory, and to
 ``gs://`` when google-cloud-storage is installed. See ``mlrun``,
@@ -25,7 +27,7 @@ Importing this package imports no ML framework: jax is imported only when
 a profile session (or the on-demand server) starts.
 """
 
-from goodput_core.compat.mldiagnostics import exceptions, metric_types, metrics
+from goodput_core.compat.mldiagnostics import core, custom_types, exceptions, metric_types, metrics
 from goodput_core.compat.mldiagnostics._xprof import Xprof
 from goodput_core.compat.mldiagnostics.mlrun import (
     MLRun,
@@ -37,4 +39,4 @@ from goodput_core.compat.mldiagnostics.mlrun import (
 xprof = Xprof
 
 __all__ = ["machinelearning_run", "metrics", "xprof", "metric_types", "exceptions", "MLRun",
-           "Xprof", "active_run", "end_run"]
+           "Xprof", "active_run", "end_run", "core", "custom_types"]

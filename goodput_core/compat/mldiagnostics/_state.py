@@ -9,6 +9,7 @@ the caller unless the run is ``strict``.
 from __future__ import annotations
 
 import collections
+import enum
 import logging
 import math
 import operator
@@ -17,15 +18,20 @@ import threading
 import time
 from typing import Any, Dict, Mapping, Optional
 
-from goodput_core.compat.mldiagnostics.exceptions import (
+from goodput_core.compat.mldiagnostics.custom_types.exceptions import (
     MLRunConfigurationError,
     RecordingError,
 )
-from goodput_core.compat.mldiagnostics.metric_types import MetricType
+from goodput_core.compat.mldiagnostics.custom_types.metric_types import MetricType
+from goodput_core.compat.mldiagnostics.custom_types.mlrun_types import RunPhase
 
 logger = logging.getLogger("goodput")
 
 PENDING_MAX = 10_000
+#: The SDK's system metrics: dropped unless the run has ``log_system_metrics``.
+SYSTEM_METRICS = frozenset(m.value for m in MetricType if m.name.startswith(
+    ("TPU_", "HBM_", "GPU_", "VRAM_", "HOST_")))
+_STEP_MIN, _STEP_MAX = -2**63, 2**63 - 1  # a step the store's 64-bit column holds
 _lock = threading.Lock()
 _active: Optional["ActiveRun"] = None
 _pending: collections.deque = collections.deque()
@@ -52,13 +58,15 @@ def current() -> Optional["ActiveRun"]:
 
 
 def metric_name(metric: Any, labels: Any) -> str:
-    """The stored name: a MetricType's value or the string; labels become
+    """The stored name: a MetricType's value (ours or the SDK's own enum,
+    when a program imports both) or the string; labels become
     ``name{k=v,...}`` (sorted) so that labelled series stay apart.
 
     Raises:
       RecordingError: not a MetricType or a non-empty string; labels not a dict.
     """
-    if isinstance(metric, MetricType):
+    if type(metric) is MetricType or (isinstance(metric, enum.Enum)
+                                      and isinstance(metric.value, str) and metric.value):
         name = metric.value
     elif isinstance(metric, str) and metric.strip():
         name = metric.strip()
@@ -77,7 +85,9 @@ def metric_value(value: Any) -> float:
     mean (as the SDK). NaN and infinities pass: the engine skips and counts them.
 
     Raises:
-      RecordingError: None, text, a dict, an empty list or anything else.
+      RecordingError: None, text, a dict, an empty list or anything else
+        (the SDK sends text and dicts as log entries: here they are counted
+        as ``non_numeric`` by the caller and not recorded).
     """
     if isinstance(value, (list, tuple)):
         if not value:
@@ -112,26 +122,40 @@ class ActiveRun:
     def record(self, metric: Any, value: Any, step: Any = None, labels: Any = None,
                all_hosts: bool = False, when: Optional[float] = None) -> None:
         """Records one metric point (never raises unless strict)."""
+        name = None
         try:
             name = metric_name(metric, labels)
             number = metric_value(value)
         except RecordingError as exc:
             if self.strict:
                 raise
-            _counts["bad_metric"] += 1
+            text = name is not None and isinstance(value, (str, bytes, dict))
+            _counts["non_numeric" if text else "bad_metric"] += 1
             _warn_once("bad-metric", "goodput: metrics.record: %s; not recorded (further "
                        "ones are counted in metrics.stats())", exc)
+            return
+        if name in SYSTEM_METRICS and not self.run.log_system_metrics:
+            _counts["system_metric"] += 1  # as the SDK: dropped without log_system_metrics
+            _warn_once("system-metric", "goodput: metrics.record(%r) dropped: system metrics "
+                       "are recorded with machinelearning_run(log_system_metrics=True), as "
+                       "the SDK (further ones are counted in metrics.stats())", name)
             return
         if self.hardware_pending:
             self.collect_hardware()
         if self.steps_from_metrics:
-            if step is None and metric is MetricType.STEP and number.is_integer():
+            if (step is None and isinstance(metric, enum.Enum) and metric.value == "step"
+                    and number.is_integer()):
                 step = int(number)
             if step is not None and type(step) is not int and not isinstance(step, bool):
                 try:  # numpy and jax integers are steps too
                     step = operator.index(step)
                 except TypeError:
                     pass  # the recorder rejects and counts it
+            if type(step) is int and not _STEP_MIN <= step <= _STEP_MAX:
+                _counts["bad_step"] += 1  # this point alone: later steps still count
+                _warn_once("bad-step", "goodput: metrics.record(%r, step=%d): the step is out "
+                           "of the 64-bit range; point not recorded", name, step)
+                return
             if type(step) is int and (self._last_step is None or step > self._last_step):
                 self._mark_step(step, when)
         if self.lead or all_hosts:
@@ -168,7 +192,7 @@ class ActiveRun:
 def _record_start_metadata(active: ActiveRun, configs: Any) -> None:
     """Run metadata of a new run (lead only); bad configs raise MLRunConfigurationError."""
     from goodput_core.compat.mldiagnostics import _system
-    from goodput_core.compat.mldiagnostics.mlrun import ConfigDict
+    from goodput_core.compat.mldiagnostics.custom_types.mlrun_types import ConfigDict
     from goodput_core.queries.diagnostics import load_config, record_config
 
     run, rec = active.run, active.recorder
@@ -177,17 +201,19 @@ def _record_start_metadata(active: ActiveRun, configs: Any) -> None:
             dict(configs) if isinstance(configs, Mapping) else load_config(configs))
     except (OSError, ValueError, RuntimeError) as exc:
         raise MLRunConfigurationError(f"configs: {exc}") from None
-    software = _system.software_configs(run.framework)
+    software = _system.software_configs(run.framework.value)
+    # as the SDK, the run's userConfigs are strings; the store keeps the values
     run.configs = ConfigDict({"softwareConfigs": software,
                               "hardwareConfigs": _system.hardware_configs({}),
-                              "userConfigs": user})
+                              "userConfigs": {str(k): str(v) for k, v in user.items()}})
     if not active.lead:
         return
     fields = {"software_configs": software, "mldiagnostics": {
         "display_name": run.display_name, "gcs_path": run.gcs_path, "project": run.project,
         "region": run.location, "environment": run.environment, "created_at": run.created_at,
-        "framework": run.framework, "application_framework": run.application_framework,
-        "profile_dir": run.profile_dir}}
+        "framework": run.framework.value,
+        "application_framework": run.application_framework.value,
+        "orchestrator": run.orchestrator.value, "profile_dir": run.profile_dir}}
     if run.run_group:
         fields["run_group"] = run.run_group
     if not isinstance(configs, Mapping) and configs is not None:
@@ -275,7 +301,7 @@ def crashed(exc_type: Any) -> None:
     if active is None or active.failed:
         return
     active.failed = True
-    active.run.run_phase = "FAILED"
+    active.run.run_phase = RunPhase.PHASE_FAILED
     if active.record_job:
         _safe(lambda: active.recorder.record_disruption(
             f"exception:{getattr(exc_type, '__name__', exc_type)}"), "disruption")
@@ -291,7 +317,7 @@ def finish() -> None:
         return
     if active.record_job and not active.failed:
         _safe(active.recorder.record_job_end_time, "job end")
-        active.run.run_phase = "COMPLETED"
+        active.run.run_phase = RunPhase.PHASE_COMPLETED
     if active.xprof_server:
         from goodput_core.compat.mldiagnostics import _xprof
 

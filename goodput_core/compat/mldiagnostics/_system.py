@@ -13,6 +13,7 @@ import datetime
 import json
 import logging
 import os
+import re
 import sys
 from importlib import metadata as _pkg
 from typing import Any, Dict, Optional
@@ -20,6 +21,7 @@ from typing import Any, Dict, Optional
 logger = logging.getLogger("goodput")
 
 _RANK_ENV = ("NODE_RANK", "GROUP_RANK", "RANK", "JOB_COMPLETION_INDEX")
+_LOCAL_RANK_ENV = ("LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK")
 
 
 def _version(*dists: str) -> Optional[str]:
@@ -54,7 +56,19 @@ def process_index() -> int:
                 return int(index)
         except Exception:
             pass
-    for env in _RANK_ENV:
+    return _first_int_env(_RANK_ENV)
+
+
+def local_rank() -> int:
+    """This process's rank on its host: the first of ``LOCAL_RANK``,
+    ``SLURM_LOCALID``, ``OMPI_COMM_WORLD_LOCAL_RANK`` that is set, else 0
+    (one process per host, the SDK's assumption for JAX)."""
+    return _first_int_env(_LOCAL_RANK_ENV)
+
+
+def _first_int_env(names) -> int:
+    """The first of the variables ``names`` set to an integer, else 0."""
+    for env in names:
         try:
             return int(os.environ[env])
         except (KeyError, ValueError):
@@ -101,6 +115,46 @@ def hardware_configs(meta: Dict[str, Any]) -> Dict[str, str]:
         "devices_per_slice": str(int(meta.get("num_devices") or 0) // slices or "unknown"),
         "accelerator_type": platform if platform in ("tpu", "gpu", "cpu") else "unknown",
     }
+
+
+def sanitize_identifier(text: str) -> str:
+    """The SDK's run-name rule: lower case, every run of characters other
+    than ``a-z0-9`` becomes one ``-``, no ``-`` at either end."""
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+
+
+def run_identity(name: str, now: float, workload_id: Optional[str]):
+    """``(run name, orchestrator, workload details)`` of a new run.
+
+    The name is the SDK's (:func:`sanitize_identifier`) of ``name`` plus a
+    suffix that says which processes and restarts make one run:
+
+    * on GKE, the workload's creation time (:func:`gke_suffix`): every pod
+      and every restart of a workload;
+    * else with a workload id (``run_workload_id=`` or ``$RUN_WORKLOAD_ID``,
+      the SDK's), that id: every process and restart given the same id;
+    * else in a Slurm job (``$SLURM_JOB_ID``), ``slurm-<job id>``: every task
+      and requeue of the job;
+    * else the local time of the call (``YYYYmmddHHMMSS``, the SDK's rule
+      off GKE): every call is a new run, so running a script twice gives
+      two runs.
+    """
+    from goodput_core.compat.mldiagnostics.custom_types.mlrun_types import Orchestrator
+
+    gke = gke_suffix()
+    workload_id = workload_id or os.environ.get("RUN_WORKLOAD_ID") or None
+    job = os.environ.get("SLURM_JOB_ID")
+    if gke:
+        return sanitize_identifier(name + gke), Orchestrator.GKE, None
+    if workload_id:
+        return (sanitize_identifier(f"{name}-{workload_id}"), Orchestrator.CUSTOM,
+                {"id": workload_id, "display_name": workload_id})
+    if job:
+        return (sanitize_identifier(f"{name}-slurm-{job}"), Orchestrator.SLURM,
+                {"job_id": job, "display_name": os.environ.get("SLURM_JOB_NAME")
+                 or f"slurm-job-{job}"})
+    stamp = datetime.datetime.fromtimestamp(now).strftime("%Y%m%d%H%M%S")
+    return sanitize_identifier(f"{name}-{stamp}"), Orchestrator.NONE, None
 
 
 def gke_suffix() -> str:

@@ -23,9 +23,12 @@ that is printed). Without ``session_id`` the id is the local time
 
 jax is imported only when a session starts (``goodput_core`` never imports
 it on its own); the jax side lives in ``goodput_integrations.jax.xprof_sessions``.
-Nothing here raises into training: without a run (the SDK raises
-``ProfilingError``), without jax, or when jax fails, the reason is logged
-once and the block runs unprofiled.
+As the SDK, starting a session without a run, or with a run that has no
+place for traces (no ``gcs_path``; ours: ``profile_dir=`` or
+``$GOODPUT_PROFILE_DIR`` count too), raises ``ProfilingError`` before the
+block runs: a clear error at the API's edge. Otherwise nothing here raises
+into training: without jax, or when jax fails, the reason is logged once
+and the block runs unprofiled.
 """
 
 from __future__ import annotations
@@ -37,12 +40,16 @@ import sys
 import threading
 from typing import Any, Optional, Sequence
 
+from goodput_core.compat.mldiagnostics.custom_types.exceptions import ProfilingError
+
 logger = logging.getLogger("goodput")
 
 __all__ = ["Xprof", "start_on_demand", "stop_on_demand"]
 
 _NO_RUN = ("No active ML run found for profiling. Please initialize an ML run "
-           "(machinelearning_run) first; this block runs unprofiled.")
+           "or provide a valid ML run with a configured GCS path.")
+_NO_PATH = ("No GCS path found for profiling. Please provide a valid ML run with a GCS path "
+            "(or, ours, machinelearning_run(profile_dir=...) or $GOODPUT_PROFILE_DIR).")
 _printed: set = set()
 _lock = threading.Lock()
 
@@ -102,8 +109,9 @@ class Xprof:
 
         run = self._input_run if self._input_run is not None else active_run()
         if run is None:
-            _warn_once("no-run", _NO_RUN)
-            return None
+            raise ProfilingError(_NO_RUN)
+        if not run.profile_target:
+            raise ProfilingError(_NO_PATH)
         if run.metric_only_run:
             return None
         if self._capture is not None and self._capture_run is run:
@@ -126,11 +134,14 @@ class Xprof:
         return self._capture
 
     def start(self, session_id: Optional[str] = None) -> None:
-        """Starts a session (never raises).
+        """Starts a session.
 
         Args:
           session_id: the session's id; the same id on several hosts makes
             one multi-host session. Default: the local time.
+
+        Raises:
+          ProfilingError: no run, or a run with no place for traces (as the SDK).
         """
         if self._is_profiling:
             _warn_once("already", "Profiling is already active. Call stop() first.")
@@ -143,6 +154,8 @@ class Xprof:
             self._is_profiling = capture.start(str(sid)) is not None
             if self._is_profiling:
                 _announce(self._capture_run, self._remote)
+        except ProfilingError:
+            raise
         except Exception:
             _warn_once("start", "starting a session failed")
 
@@ -179,22 +192,29 @@ class Xprof:
         return wrapper
 
 
-def start_on_demand(processes: Optional[Sequence[int]], process_index: int) -> bool:
-    """Starts jax's profiler server on the SDK's port (9999) on ``processes``
-    (None: every process); it listens on all interfaces (jax has no
-    bind-address option). Returns whether it started; never raises."""
-    from goodput_core.compat.mldiagnostics.mlrun import ON_DEMAND_XPROF_PORT
+def start_on_demand(processes: Optional[Sequence[int]], process_index: Optional[int] = None,
+                    port: int = 9999) -> bool:
+    """Starts jax's profiler server on ``port`` (the SDK's 9999) on
+    ``processes``, by process index; None: on local rank 0 of each host
+    (as the SDK: processes sharing a host would clash on the port). It
+    listens on all interfaces (jax has no bind-address option). Returns
+    whether it started; never raises."""
+    from goodput_core.compat.mldiagnostics import _system
 
+    if processes is None and _system.local_rank() != 0:
+        logger.info("goodput: on-demand profiler server skipped on local rank %d (it runs on "
+                    "local rank 0 of each host)", _system.local_rank())
+        return False
     try:
         from goodput_integrations.jax import profiling
     except Exception:
         _warn_once("no-jax-server", "on_demand_xprof needs jax (pip install 'goodput-core[jax]')")
         return False
-    server = profiling.start_server(ON_DEMAND_XPROF_PORT, process_indices=processes,
+    server = profiling.start_server(port, process_indices=processes,
                                     process_index=process_index)
     if server is not None:
         logger.warning("goodput: on-demand profiler server on port %d, all interfaces "
-                       "(firewall it on untrusted networks)", ON_DEMAND_XPROF_PORT)
+                       "(firewall it on untrusted networks)", port)
     return server is not None
 
 

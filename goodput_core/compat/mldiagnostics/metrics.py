@@ -12,11 +12,16 @@ and Prometheus (``goodput_metric{name=...}``) through the monitor.
 
 As the SDK: only process 0 records unless ``record_on_all_hosts=True``; a
 list value records its mean; a point recorded before ``machinelearning_run``
-is kept and recorded into the next run. Differences: ``labels`` are folded
-into the name (``loss{split=eval}``); NaN and infinite values are stored but
-skipped by the engine and counted (``skipped.non_finite`` in the report);
-a bad name or value (None, text, a dict) is logged once, counted in
-:func:`stats` and dropped, never raised (the SDK logs and drops too).
+is kept and recorded into the next run; the SDK's own ``MetricType``
+members are accepted too; system metrics (``MetricType.TPU_DUTY_CYCLE``,
+``HOST_CPU_UTILIZATION``...) are dropped unless the run has
+``log_system_metrics=True``. Differences: ``labels`` are folded into the
+name (``loss{split=eval}``); NaN and infinite values are stored but skipped
+by the engine and counted (``skipped.non_finite`` in the report); a value
+that is text or a dict (the SDK sends those as log entries) is counted as
+``non_numeric`` and not recorded; a bad name or value (None, an empty list)
+is counted as ``bad_metric``; a step beyond 64 bits drops that point alone
+(``bad_step``). Each is logged once and never raised.
 """
 
 from __future__ import annotations
@@ -67,5 +72,6 @@ def record_metrics(metrics_data: List[Dict[str, Any]], record_on_all_hosts: bool
 
 
 def stats() -> Dict[str, int]:
-    """Ours: metrics not recorded, by reason (``bad_metric``, ``dropped_before_run``)."""
+    """Ours: metrics not recorded, by reason (``bad_metric``, ``non_numeric``,
+    ``system_metric``, ``bad_step``, ``dropped_before_run``)."""
     return _state.stats()

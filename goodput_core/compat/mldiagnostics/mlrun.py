@@ -5,15 +5,24 @@ The arguments are the SDK's (names, order and defaults); the cloud ones
 kept on the returned :class:`MLRun`, and nothing is sent anywhere. Ours are
 keyword-only and come last (``store``, ``clock``, ``process_index``...).
 
+The run name follows the SDK: ``name`` lower-cased, other characters
+turned into ``-``, plus a suffix that decides which processes and restarts
+share the run (:func:`_system.run_identity`): the GKE workload's creation
+time on GKE, else ``run_workload_id`` (or ``$RUN_WORKLOAD_ID``), else the
+Slurm job id, else the local time of the call (``"My Run_1"`` becomes
+``my-run-1-20250304050607``: running a script twice gives two runs). A job
+of several processes, or one that should continue its run after a restart,
+outside GKE and Slurm passes the same ``run_workload_id`` on every process
+and restart; separate runs are grouped with ``run_group``.
+
 What a run records, into the store (default ``$GOODPUT_STORE`` or the
-embedded sqlite file), under the run name ``name`` (plus, on GKE, the
-workload's creation time: see :func:`_system.gke_suffix`):
+embedded sqlite file), under that run name:
 
 * on process 0 (the SDK's "master host"): the job start now, the job end
   when the program exits (or :func:`end_run`), a disruption when it dies of
   an unhandled exception (the SDK reports the run FAILED then);
-* run metadata: ``run_group``, ``configs`` (the user's, JSON-safe and nested:
-  the SDK flattens values to strings), ``software_configs`` and
+* run metadata: ``run_group``, ``configs`` (the user's, JSON-safe and nested;
+  ``run.configs.userConfigs`` has them as strings, as the SDK's), ``software_configs`` and
   ``hardware_configs`` (collected as the SDK does), and jax's device facts
   (``device_kind``, ``num_devices``...: program goodput needs them) once
   jax's backends exist;
@@ -26,115 +35,70 @@ workload's creation time: see :func:`_system.gke_suffix`):
 from __future__ import annotations
 
 import atexit
-import dataclasses
 import datetime
 import logging
 import os
+import re
 import sys
 import threading
 import time
 from typing import Any, Callable, Dict, Mapping, Optional
 
 from goodput_core.compat.mldiagnostics import _system
-from goodput_core.compat.mldiagnostics.exceptions import MLRunConfigurationError
+from goodput_core.compat.mldiagnostics.custom_types.exceptions import MLRunConfigurationError
+from goodput_core.compat.mldiagnostics.custom_types.mlrun_types import (
+    AcceleratorOrchestrator,
+    ApplicationFramework,
+    ConfigDict,
+    Framework,
+    MLRun,
+    RlOrchestrator,
+    RunPhase,
+    ServingEngine,
+)
 
 __all__ = ["MLRun", "ConfigDict", "machinelearning_run", "end_run", "active_run",
-           "ON_DEMAND_XPROF_PORT"]
+           "ON_DEMAND_XPROF_PORT", "RunPhase"]
 
 logger = logging.getLogger("goodput")
 
 #: The SDK's on-demand profiler port.
 ON_DEMAND_XPROF_PORT = 9999
 _ENVIRONMENTS = ("autopush", "staging", "prod")
-_APP_FRAMEWORKS = ("NONE", "MAXTEXT", "AXLEARN", "MAXDIFFUSION")
-_RL_ORCHESTRATORS = ("NONE", "TUNIX")
-_SECTIONS = ("softwareConfigs", "hardwareConfigs", "userConfigs")
 
 
-class ConfigDict(dict):
-    """The SDK's configs: a dict with attribute access.
-
-    ``run.configs.update({...})``, ``run.configs.batch_size = 64`` and
-    ``del run.configs.x`` re-record the user configs: ``userConfigs`` plus
-    every top-level key that is not one of the three sections.
-    """
-
-    def __init__(self, *args: Any, **kwargs: Any):
-        super().__init__(*args, **kwargs)
-        object.__setattr__(self, "_on_change", None)
-
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return self[name]
-        except KeyError:
-            raise AttributeError(f"'ConfigDict' object has no attribute '{name}'") from None
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        self[name] = value
-
-    def __delattr__(self, name: str) -> None:
-        try:
-            del self[name]
-        except KeyError:
-            raise AttributeError(f"'ConfigDict' object has no attribute '{name}'") from None
-
-    def __setitem__(self, key: Any, value: Any) -> None:
-        super().__setitem__(key, value)
-        self._changed()
-
-    def __delitem__(self, key: Any) -> None:
-        super().__delitem__(key)
-        self._changed()
-
-    def update(self, *args: Any, **kwargs: Any) -> None:
-        super().update(*args, **kwargs)
-        self._changed()
-
-    def user_configs(self) -> Dict[str, Any]:
-        """``userConfigs`` merged with the top-level keys set later."""
-        out = dict(self.get("userConfigs") or {})
-        out.update({k: v for k, v in self.items() if k not in _SECTIONS})
-        return out
-
-    def _changed(self) -> None:
-        callback = self._on_change
-        if callback is not None:
-            callback(self.user_configs())
+def _enum(value: Any, cls: Any, name: str) -> Any:
+    """``cls``'s member for ``value``: a member of ours or of the SDK's enum
+    (by value), or its name as a string (any case), as the SDK; None: NONE."""
+    if value is None and "NONE" in cls.__members__:
+        return cls.NONE
+    raw = getattr(value, "value", value)
+    if isinstance(raw, str):
+        for key in (raw.upper(), raw):
+            if key in cls.__members__:
+                return cls[key]
+            try:
+                return cls(key)
+            except ValueError:
+                continue
+    raise MLRunConfigurationError(f"Invalid {name}: {value!r}. Supported values are: "
+                                  f"{[m.value for m in cls]}")
 
 
-@dataclasses.dataclass
-class MLRun:
-    """A run (the SDK's fields, plus ours after ``process_index``)."""
-
-    name: str
-    run_group: str = ""
-    configs: Optional[ConfigDict] = None
-    gcs_path: Optional[str] = None
-    location: str = "us-central1"
-    project: Optional[str] = None
-    run_phase: str = "ACTIVE"
-    created_at: Optional[str] = None
-    orchestrator: Optional[str] = None
-    display_name: str = ""
-    on_demand_xprof: bool = False
-    log_system_metrics: bool = False
-    metric_only_run: bool = False
-    environment: str = "prod"
-    framework: str = "JAX"
-    application_framework: str = "NONE"
-    # ours
-    process_index: int = 0
-    store: Optional[str] = None
-    profile_dir: Optional[str] = None
-    recorder: Any = dataclasses.field(default=None, repr=False)
+_REGION = re.compile(r"[a-z]+(?:-[a-z]+)+[0-9]+")
 
 
-def _enum_text(value: Any, allowed, name: str) -> str:
-    text = str(getattr(value, "value", value) if value is not None else "NONE").upper()
-    if text not in allowed:
-        raise MLRunConfigurationError(f"Invalid {name}: {value!r}. Supported values are: "
-                                      f"{list(allowed)}")
-    return text
+def _check_region(region: Optional[str]) -> None:
+    """As the SDK (without ``base_url``): a region like ``us-central1``; a
+    zone (``us-central1-a``) or anything else is refused. None: not checked
+    (the SDK asks the GCE metadata server then; nothing is asked here)."""
+    if region is None or (isinstance(region, str) and _REGION.fullmatch(region)):
+        return
+    if isinstance(region, str) and re.fullmatch(_REGION.pattern + r"-[a-z]+", region):
+        raise MLRunConfigurationError(f"Invalid region {region!r}: that is a zone; give its "
+                                      f"region (e.g. 'us-central1').")
+    raise MLRunConfigurationError(f"Invalid region {region!r}. Expected a region like "
+                                  f"'us-central1'.")
 
 
 def _profile_dir(explicit: Optional[str], gcs_path: Optional[str], run_name: str) -> str:
@@ -175,14 +139,14 @@ def machinelearning_run(
     on_demand_xprof: bool = False,
     log_system_metrics: bool = False,
     environment: str = "prod",
-    framework: Any = "JAX",
-    serving_engine: Any = "NONE",
+    framework: Any = Framework.JAX,
+    serving_engine: Any = ServingEngine.NONE,
     run_workload_id: Optional[str] = None,
     metric_only_run: bool = False,
     metrics_exporter_config: Optional[Dict[str, Any]] = None,
-    accelerator_orchestrator: Any = "NONE",
-    application_framework: Any = "NONE",
-    rl_orchestrator: Any = "NONE",
+    accelerator_orchestrator: Any = AcceleratorOrchestrator.NONE,
+    application_framework: Any = ApplicationFramework.NONE,
+    rl_orchestrator: Any = RlOrchestrator.NONE,
     *,
     store: Any = None,
     clock: Callable[[], float] = time.time,
@@ -198,18 +162,28 @@ def machinelearning_run(
     A second call ends the current run (job end) and starts the new one.
 
     Args:
-      name: the run name (required).
+      name: the run's display name (required); the run name is made from
+        it as the module docstring says.
       run_group: the run's group (``goodput runs --group G``, ``goodput compare``).
       configs: the user's configs: a dict (e.g. loaded from YAML or JSON),
         or a path to a ``.json``/``.yaml`` file (ours).
       gcs_path: where profiles go: ``gs://...`` (uploaded when
         google-cloud-storage is installed) or a local directory.
+      region: a region like ``us-central1`` (a zone is refused, as the SDK),
+        unless ``base_url`` is given.
       on_demand_xprof: start jax's profiler server on port 9999 (it binds
-        all interfaces) on ``on_demand_xprof_processes`` (default: every process).
+        all interfaces) on local rank 0 of each host, as the SDK, or on the
+        process indices in ``on_demand_xprof_processes``.
+      log_system_metrics: record the system metrics the program records
+        (``MetricType.TPU_DUTY_CYCLE``...); without it they are dropped, as
+        the SDK (which also collects them itself: not done here).
+      run_workload_id: the id that makes processes and restarts one run.
       metric_only_run: as the SDK, ``xprof`` captures nothing.
-      base_url, cluster_id, project, region, metrics_record_interval_sec,
-      log_system_metrics, environment, serving_engine, run_workload_id,
-      metrics_exporter_config, accelerator_orchestrator, rl_orchestrator:
+      framework, serving_engine, accelerator_orchestrator,
+      application_framework, rl_orchestrator: the SDK's enums (ours in
+        ``custom_types.mlrun_types`` or the SDK's own) or their names.
+      base_url, cluster_id, project, metrics_record_interval_sec,
+      environment, metrics_exporter_config:
         accepted for compatibility (validated as the SDK; no cloud is used).
       store: our store URL or path (default ``$GOODPUT_STORE`` or the embedded file).
       clock: the time source (tests inject a fake).
@@ -225,7 +199,7 @@ def machinelearning_run(
 
     Raises:
       MLRunConfigurationError: a bad argument (no name, bad environment,
-        application framework, run group or configs), or an unusable store.
+        region, enum, run group or configs), or an unusable store.
     """
     from goodput_core.compat.mldiagnostics import _state
 
@@ -236,8 +210,16 @@ def machinelearning_run(
     if environment not in _ENVIRONMENTS:
         raise MLRunConfigurationError("environment must be one of 'autopush', 'staging', "
                                       "or 'prod'.")
-    app = _enum_text(application_framework, _APP_FRAMEWORKS, "application_framework")
-    _enum_text(rl_orchestrator, _RL_ORCHESTRATORS, "rl_orchestrator")
+    enums = dict(
+        framework=_enum(framework, Framework, "framework"),
+        serving_engine=_enum(serving_engine, ServingEngine, "serving_engine"),
+        accelerator_orchestrator=_enum(accelerator_orchestrator, AcceleratorOrchestrator,
+                                       "accelerator_orchestrator"),
+        application_framework=_enum(application_framework, ApplicationFramework,
+                                    "application_framework"),
+        rl_orchestrator=_enum(rl_orchestrator, RlOrchestrator, "rl_orchestrator"))
+    if not (base_url or os.environ.get("DIAGON_BASE_URL")):
+        _check_region(region)
     try:
         from goodput_core.queries.run_groups import check_run_group
 
@@ -247,18 +229,21 @@ def machinelearning_run(
     if configs is not None and not isinstance(configs, (Mapping, str, os.PathLike)):
         raise MLRunConfigurationError(
             f"configs must be a dict (or a JSON/YAML file path), got {type(configs).__name__}")
-    fw = str(getattr(framework, "value", framework)).upper()
     gcs_path = _normalize_gcs_path(gcs_path)
-    run_name = name + _system.gke_suffix()
+    run_name, orchestrator, details = _system.run_identity(name, clock(), run_workload_id)
     index = _system.process_index() if process_index is None else int(process_index)
     run = MLRun(
         name=run_name, run_group=run_group, gcs_path=gcs_path, location=region or "",
-        project=project, created_at=datetime.datetime.now(datetime.timezone.utc).isoformat(),
-        orchestrator="GKE" if run_name != name else "NONE", display_name=name,
+        project=project, run_phase=RunPhase.PHASE_ACTIVE,
+        created_at=datetime.datetime.now(datetime.timezone.utc).isoformat(),
+        workload_details=details, orchestrator=orchestrator, display_name=name,
         on_demand_xprof=bool(on_demand_xprof), log_system_metrics=bool(log_system_metrics),
-        metric_only_run=bool(metric_only_run), environment=environment, framework=fw,
-        application_framework=app, process_index=index,
-        profile_dir=_profile_dir(profile_dir, gcs_path, run_name))
+        metric_only_run=bool(metric_only_run), environment=environment,
+        metrics_exporter_config=metrics_exporter_config, control_plane_url=base_url,
+        cluster_id=cluster_id, workload_id=run_workload_id, process_index=index,
+        profile_dir=_profile_dir(profile_dir, gcs_path, run_name),
+        profile_target=bool(gcs_path or profile_dir or os.environ.get("GOODPUT_PROFILE_DIR")),
+        **enums)
     return _state.start(run, configs, store=store, clock=clock,
                         steps_from_metrics=steps_from_metrics, record_job=record_job,
                         server_processes=on_demand_xprof_processes, strict=strict)

@@ -206,9 +206,28 @@ def test_without_axlearn_it_is_a_plain_class():
     assert [e.value for e in gax.EventType][2] == "tpu_init"
 
 
-def test_built_through_axlearns_config_system(fake_axlearn):
+def test_built_through_axlearns_config_system(fake_axlearn, tmp_path):
+    """A Python config, as AXLearn users write one: the upstream recorder's
+    fields (and ours) mean what the --recorder_spec keys mean."""
     gax = importlib.import_module(OURS)
-    cfg = gax.GoodputSuiteRecorder.default_config().set(name="cfg-run")
+    cfg = gax.GoodputSuiteRecorder.default_config().set(
+        name="cfg-run", upload_dir=str(tmp_path / "tb"), upload_interval=0,
+        rolling_window_size=[3600, 86400], jax_backend="proxy", enable_monitoring=True,
+        store="memory://cfg-run", per_host=True)
     rec = cfg.instantiate()
-    assert rec.spec.name == "cfg-run" and rec.spec.enable_monitoring is False
     assert rec.config.name == "cfg-run"
+    spec = rec.spec
+    assert (spec.name, spec.upload_dir, spec.upload_interval) == ("cfg-run",
+                                                                 str(tmp_path / "tb"), 0)
+    assert spec.rolling_window_size == (3600, 86400) and spec.pathways
+    assert spec.enable_monitoring and spec.per_host and spec.store == "memory://cfg-run"
+    # a name alone: AXLearn's recorder requires upload_dir; so do we (not a silent run)
+    with pytest.raises(ValueError, match="upload_dir"):
+        gax.GoodputSuiteRecorder.default_config().set(name="cfg-run").instantiate()
+    off = gax.GoodputSuiteRecorder.default_config().set(name="cfg-run",
+                                                        enable_monitoring=False)
+    assert off.instantiate().spec.enable_monitoring is False
+    # from_flags fills the same fields of the recorder's config
+    flagged = gax.GoodputSuiteRecorder.from_flags(["name=f", "upload_dir=/o",
+                                                   "upload_interval=15"])
+    assert (flagged.config.upload_dir, flagged.config.upload_interval) == ("/o", 15)

@@ -66,12 +66,15 @@ def test_unknown_keys_are_warned_about_not_dropped_silently(caplog):
     (["upload_dir=/o"], "name=<run name> is required"),
     (["name=r"], "upload_dir=<dir> is required"),
     (["name=r", "upload_dir=/o", "upload_interval=abc"], "upload_interval=abc"),
-    (["name=r", "upload_dir=/o", "upload_interval=0"], "upload_interval=0"),
+    (["name=r", "upload_dir=/o", "upload_interval=-1"], "upload_interval=-1"),
     (["name=r", "upload_dir=/o", "rolling_window_size=60,x"], "rolling_window_size"),
     (["name=r", "upload_dir=/o", "enable_monitoring=sometimes"], "true or false"),
+    # AXLearn's to_bool takes "true"/"false" only: "1" and "yes" raise there too
+    (["name=r", "upload_dir=/o", "enable_monitoring=1"], "true or false"),
+    (["name=r", "upload_dir=/o", "enable_monitoring=yes"], "true or false"),
     (["name=r", "upload_dir=/o", "prometheus_port=9431"], "9431"),
     (["name=r", "upload_dir=/o", "prometheus_port=99999"], "prometheus_port"),
-    (["name=r", "upload_dir=/o", "store=postgres://db"], "store URL"),
+    (["name=r", "upload_dir=/o", "store=postgres://db/x?schema=no;such"], "store URL"),
     (["name=r", "upload_dir=/o", "ideal_step_time=-1"], "ideal_step_time"),
     (["name=", "upload_dir=/o"], "non-empty"),
     (["name"], "expected key=value"),
@@ -81,6 +84,17 @@ def test_bad_values_fail_at_start_up(items, message, flags):
         parse_spec(items)
     with pytest.raises(ValueError, match=message):
         gax.GoodputSuiteRecorder.from_flags([*items])
+
+
+def test_upload_interval_zero_is_accepted_as_axlearn_and_uploads_every_second(tmp_path):
+    # AXLearn's from_flags takes int("0"); our monitors then upload every second
+    spec = parse_spec(["name=r", f"upload_dir={tmp_path}", "upload_interval=0",
+                       "enable_monitoring=TRUE"])
+    assert spec.upload_interval == 0 and spec.enable_monitoring is True
+    from goodput_integrations.axlearn.monitoring import RunMonitors
+
+    monitor = RunMonitors(spec, clock=lambda: 1000.0)._monitor(str(tmp_path), prometheus=False)
+    assert monitor._upload_interval == 1
 
 
 def test_tiny_flag_parser_reads_axlearn_flag_lists():
@@ -94,3 +108,21 @@ def test_tiny_flag_parser_reads_axlearn_flag_lists():
     assert gax.initialize(["--trainer_dir=/x"]) is None  # no recorder asked for
     with pytest.raises(NotImplementedError, match="Unknown recorder type"):
         gax.initialize(["--recorder_type=goodput_integrations.axlearn:nope"])
+
+
+def test_without_tensorboardx_one_clear_warning_at_start(monkeypatch, caplog, tmp_path):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "tensorboardX", None)  # not installed
+    with caplog.at_level(logging.WARNING, logger="goodput"):
+        rec = gax.GoodputSuiteRecorder.from_flags(
+            ["name=nt", f"upload_dir={tmp_path}", "store=memory://nt-tbx"], process_index=0)
+        with rec.maybe_monitor_all():
+            rec.record(gax.Event.START_JOB)
+            rec.record(gax.Event.END_JOB)
+        assert rec.close(30)
+    messages = [r.getMessage() for r in caplog.records if r.name == "goodput"]
+    (warning,) = [m for m in messages if "tensorboardX" in m]
+    assert "goodput-core[axlearn]" in warning and str(tmp_path) in warning
+    assert len([m for m in messages if "failed" in m]) == 0  # no traceback from a thread
+    assert os.listdir(tmp_path) == []

@@ -86,7 +86,12 @@ def xplanes(folder):
 
 
 @pytest.fixture(autouse=True)
-def no_run_left():
+def no_run_left(monkeypatch):
+    # one workload id: run names are "<name>-t" (else the time of the call is appended)
+    monkeypatch.setenv("RUN_WORKLOAD_ID", "t")
+    for env in ("SLURM_JOB_ID", "GKE_DIAGON_METADATA", "LOCAL_RANK", "SLURM_LOCALID",
+                "OMPI_COMM_WORLD_LOCAL_RANK"):
+        monkeypatch.delenv(env, raising=False)
     mld.end_run()
     yield
     mld.end_run()
@@ -95,16 +100,17 @@ def no_run_left():
 def test_a_script_written_for_the_sdk_runs_and_every_view_shows_it(tmp_path, capsys):
     store = tmp_path / "sdk.sqlite"
     (tmp_path / "config.yaml").write_text("epochs: 10\nmodel:\n  layers: 2\n  width: 4\n")
-    env = dict(CHILD_ENV, GOODPUT_STORE=str(store))
+    env = dict(CHILD_ENV, GOODPUT_STORE=str(store), RUN_WORKLOAD_ID="w1")
     proc = subprocess.run([sys.executable, "-c", SDK_SCRIPT, "sdk-run",
                            str(tmp_path / "config.yaml"), str(tmp_path / "gcs")],
                           capture_output=True, text=True, timeout=180, env=env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    profile_dir = tmp_path / "gcs" / "sdk-run"
-    assert f"profiles of run 'sdk-run' go to {profile_dir}" in proc.stderr
+    name = "sdk-run-w1"  # the SDK's rule: the name, then the workload id
+    profile_dir = tmp_path / "gcs" / name
+    assert f"profiles of run '{name}' go to {profile_dir}" in proc.stderr
 
     # goodput report: goodput, steps and the latest value of every metric
-    assert main(["report", "sdk-run", "--store", str(store), "--json"]) == 0
+    assert main(["report", name, "--store", str(store), "--json"]) == 0
     rep = json.loads(capsys.readouterr().out)
     assert rep["last_step"] == 10 and rep["disruptions"] == 0
     assert 0 < rep["goodput_percent"] < 100
@@ -114,7 +120,7 @@ def test_a_script_written_for_the_sdk_runs_and_every_view_shows_it(tmp_path, cap
     custom = rep["metrics"]["custom_metrics_1"]
     assert (custom["step"], custom["value"]) == (10, 18.0)
     # configs and group with the run; hardware from jax's devices
-    calc = Calculator("sdk-run", f"sqlite:///{store}")
+    calc = Calculator(name, f"sqlite:///{store}")
     calc.refresh()
     meta = calc.metadata()
     assert meta["configs"] == {"epochs": 10, "model": {"layers": 2, "width": 4}}
@@ -138,7 +144,7 @@ def test_a_script_written_for_the_sdk_runs_and_every_view_shows_it(tmp_path, cap
 
     prom = PrometheusExporter(0)
     try:
-        monitor = Monitor("sdk-run", f"sqlite:///{store}",
+        monitor = Monitor(name, f"sqlite:///{store}",
                           [TensorBoardExporter(str(tmp_path / "tb")), prom])
         monitor.run_once()
         got = scrape(prom.url)
@@ -150,9 +156,9 @@ def test_a_script_written_for_the_sdk_runs_and_every_view_shows_it(tmp_path, cap
     assert [s for s, _, _ in scalars["metrics/loss"]] == list(range(1, 11))
     assert [v for _, v, _ in scalars["metrics/loss"]] == pytest.approx(
         loss.values.tolist(), rel=1e-6)
-    assert got[("goodput_metric", frozenset({"run": "sdk-run", "name": "loss"}.items()))] == \
+    assert got[("goodput_metric", frozenset({"run": name, "name": "loss"}.items()))] == \
         pytest.approx(loss.values[-1])
-    assert got[("goodput_metric", frozenset({"run": "sdk-run", "name": "mfu"}.items()))] == 12.5
+    assert got[("goodput_metric", frozenset({"run": name, "name": "mfu"}.items()))] == 12.5
 
 
 CHILD = textwrap.dedent("""
@@ -161,7 +167,8 @@ CHILD = textwrap.dedent("""
     jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}", num_processes=n,
                                process_id=pid)
     from goodput_core.compat.mldiagnostics import machinelearning_run, metrics, xprof
-    run = machinelearning_run(name="multi", gcs_path=root + "/gcs", store=root + "/s.sqlite")
+    run = machinelearning_run(name="multi", gcs_path=root + "/gcs", store=root + "/s.sqlite",
+                              run_workload_id="job")
     prof = xprof(process_index_list=[0, 2])
     prof.start(session_id="shared")
     jnp.ones(8).sum().block_until_ready()
@@ -189,8 +196,8 @@ def test_processes_with_one_session_id_share_one_session(tmp_path):
         outs.append(json.loads(out.strip().splitlines()[-1]))
         errs.append(err)
     # where profiles go is printed by the capturing processes only
-    assert ["profiles of run 'multi' go to" in err for err in errs] == [True, False, True]
-    session = tmp_path / "gcs" / "multi" / "plugins" / "profile" / "shared"
+    assert ["profiles of run 'multi-job' go to" in err for err in errs] == [True, False, True]
+    session = tmp_path / "gcs" / "multi-job" / "plugins" / "profile" / "shared"
     # indices come from jax.distributed; process 1 is not in process_index_list
     assert [o["index"] for o in outs] == [0, 1, 2]
     assert [o["dir"] for o in outs] == [str(session), None, str(session)]
@@ -198,7 +205,7 @@ def test_processes_with_one_session_id_share_one_session(tmp_path):
     assert sorted(os.listdir(session)) == sorted(
         f"{host}.p{i}.{suffix}" for i in (0, 2) for suffix in ("xplane.pb", "trace.json.gz"))
     assert all(os.path.getsize(session / f) > 0 for f in os.listdir(session))
-    calc = Calculator("multi", f"sqlite:///{tmp_path / 's.sqlite'}")
+    calc = Calculator("multi-job", f"sqlite:///{tmp_path / 's.sqlite'}")
     calc.refresh()
     assert sorted(calc.metrics("loss").values.tolist()) == [1.0, 2.0, 3.0]
 
@@ -217,6 +224,21 @@ def test_on_demand_server_on_the_chosen_processes(monkeypatch, tmp_path):
     machinelearning_run("od", on_demand_xprof=True, metric_only_run=True, store=store,
                         process_index=0)
     assert started == [9999]
+    mld.end_run()
+    # by default local rank 0 of each host serves, as the SDK: a second process on the
+    # host (LOCAL_RANK=1) would clash on the port, whatever its process index
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    machinelearning_run("od", on_demand_xprof=True, store=store, process_index=0)
+    mld.core.xprof.start_on_demand_xprof()
+    assert started == [9999]
+    mld.end_run()
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    machinelearning_run("od", on_demand_xprof=True, store=store, process_index=3)
+    assert started == [9999, 9999]
+    mld.end_run()
+    mld.core.xprof.start_on_demand_xprof(port=9000)
+    mld.core.xprof.stop_on_demand_xprof()
+    assert started == [9999, 9999, 9000] and len(stopped) == 3
 
 
 def test_hardware_configs_once_jax_backends_exist(tmp_path):
@@ -228,7 +250,7 @@ def test_hardware_configs_once_jax_backends_exist(tmp_path):
         "devices_per_slice": str(jax.device_count()), "accelerator_type": "cpu"}
     metrics.record("loss", jax.numpy.float32(1.5), step=1)  # a jax scalar is a number
     mld.end_run()
-    calc = Calculator("hw", f"sqlite:///{tmp_path / 'hw.sqlite'}")
+    calc = Calculator("hw-t", f"sqlite:///{tmp_path / 'hw.sqlite'}")
     calc.refresh()
     assert calc.metrics("loss").values.tolist() == [1.5]
 
@@ -243,17 +265,17 @@ def test_gs_path_sessions_are_uploaded(monkeypatch, tmp_path):
         monkeypatch.setenv("GOODPUT_PROFILE_DIR", str(tmp_path / "local"))
         run = machinelearning_run("up", gcs_path="gs://bucket//runs/", process_index=0,
                                   store=f"sqlite:///{tmp_path / 'up.sqlite'}")
-        assert run.profile_dir == str(tmp_path / "local" / "up")  # staged locally
+        assert run.profile_dir == str(tmp_path / "local" / "up-t")  # staged locally
         with xprof() as prof:
             jax.numpy.ones(4).sum().block_until_ready()
         assert _gcs.wait_for_uploads(60)
     local = sorted(os.listdir(prof.session_dir))
     sid = os.path.basename(prof.session_dir)
     assert sorted(gcs.objects) == [
-        ("bucket", f"runs/up/plugins/profile/{sid}/{name}") for name in local]
+        ("bucket", f"runs/up-t/plugins/profile/{sid}/{name}") for name in local]
     for name in local:
         with open(os.path.join(prof.session_dir, name), "rb") as f:
-            assert gcs.objects[("bucket", f"runs/up/plugins/profile/{sid}/{name}")] == f.read()
+            assert gcs.objects[("bucket", f"runs/up-t/plugins/profile/{sid}/{name}")] == f.read()
 
 
 def test_gs_path_without_the_storage_package_stays_local(monkeypatch, tmp_path, caplog):
@@ -266,6 +288,6 @@ def test_gs_path_without_the_storage_package_stays_local(monkeypatch, tmp_path, 
     with caplog.at_level("WARNING", "goodput"):
         with xprof() as prof:
             jax.numpy.ones(4).sum().block_until_ready()
-    assert xplanes(str(tmp_path / "local" / "nogcs")) and prof.session_dir
+    assert xplanes(str(tmp_path / "local" / "nogcs-t")) and prof.session_dir
     assert any("google-cloud-storage is not installed" in r.getMessage()
                for r in caplog.records)

@@ -1,0 +1,39 @@
+"""``goodput serve``: a live, read-only web dashboard over any store.
+
+Parts: :mod:`.runs` (one incremental calculator per run looked at, in a
+bounded cache), :mod:`.views` (what the charts draw, with costs bounded by
+the pixels asked for), :mod:`.api` (the JSON API), :mod:`.http` (the server
+and its security rules) and ``static/`` (the pages, their script and style:
+no external resource, the dashboard works offline).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+__all__ = ["make_server"]
+
+
+def make_server(store: Any, host: str = "127.0.0.1", port: int = 8765,
+                token: Optional[str] = None, *, max_streams: int = 32, **cache_options: Any):
+    """A :class:`~goodput_core.cli.serve.http.DashboardServer` over ``store``
+    (an open store); call ``serve_forever()`` on it, ``shutdown()`` to stop.
+
+    ``cache_options`` go to :class:`~goodput_core.cli.serve.runs.RunCache`.
+    Cloud Logging is read less often (every 2 s per run, its run list every
+    10 s): each read is an API call under a quota, and its logs arrive with a
+    delay of their own.
+
+    Raises:
+      ValueError: a non-loopback ``host`` without a token.
+      OSError: the port cannot be bound.
+    """
+    from goodput_core.cli.serve.api import Api
+    from goodput_core.cli.serve.http import DashboardServer
+    from goodput_core.cli.serve.runs import RunCache
+
+    if str(getattr(store, "url", "")).startswith("cloud-logging://"):
+        cache_options.setdefault("min_interval", 2.0)
+        cache_options.setdefault("names_max_age", 10.0)
+    return DashboardServer(Api(RunCache(store, **cache_options)), host, port, token,
+                           max_streams=max_streams)

@@ -1,0 +1,166 @@
+"""The PostgreSQL store's reads: events, numpy columns, run names.
+
+Mixed into :class:`goodput_core.stores.postgres.PostgresStore`, which owns
+the state used here (``_sql``, ``_local``, ``_connect``, ``url``,
+``_secrets``, ``skipped``, the writer-id cache). Each reading thread has a
+connection of its own, kept between reads (the monitor reads every
+interval) and reopened once when a server restart broke it; the writers'
+connection is the process's shared slot instead
+(:mod:`goodput_core.stores.postgres_connect`). Pages are by event id.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import psycopg
+
+from goodput_core.events import EventRecord
+from goodput_core.stores.base import Cursor, StoreError
+from goodput_core.stores.columns import EventPage
+from goodput_core.stores.postgres_columns import read_page
+from goodput_core.stores.postgres_connect import describe
+
+__all__ = ["PostgresReadMixin"]
+
+_PAGE = 10_000
+_COLUMN_PAGE = 262_144
+_NAN = math.nan
+#: Failures of the connection itself: the read is tried once more on a new one.
+_TRANSIENT = (psycopg.OperationalError, psycopg.InterfaceError, OSError)
+
+
+class PostgresReadMixin:
+    """Reads of the PostgreSQL store (see the module docstring)."""
+
+    def _connection(self) -> "psycopg.Connection":
+        """This thread's reading connection (opened on first use in each thread and
+        process; writes go through the process's shared slot instead)."""
+        conn = getattr(self._local, "conn", None)
+        if conn is not None and getattr(self._local, "pid", None) == os.getpid() \
+                and not conn.closed:
+            return conn
+        conn = self._connect()
+        self._local.conn, self._local.pid = conn, os.getpid()
+        return conn
+
+    def _drop_connection(self) -> None:
+        conn = getattr(self._local, "conn", None)
+        self._local.conn = None
+        if conn is not None and getattr(self._local, "pid", None) == os.getpid():
+            try:
+                conn.close()
+            except Exception:
+                pass
+
+    def _query(self, fn: Callable[[Any], Any]) -> Any:
+        """Runs ``fn(conn)``; a connection broken by a server restart is reopened once."""
+        for attempt in (0, 1):
+            conn = self._connection()
+            try:
+                return fn(conn)
+            except _TRANSIENT as exc:
+                self._drop_connection()
+                if attempt:
+                    raise StoreError(f"reading {self.url} failed: "
+                                     f"{describe(exc, self._secrets)}") from None
+            except psycopg.Error as exc:
+                raise StoreError(f"reading {self.url} failed: "
+                                 f"{describe(exc, self._secrets)}") from None
+
+    def _writer(self, conn, writer_id: int) -> Tuple[int, str, int, str]:
+        found = self._writers.get(writer_id)
+        if found is None:
+            with self._ids_lock:
+                for wid, *meta in conn.execute(self._sql["all_writers"]).fetchall():
+                    self._writers[wid] = tuple(meta)
+            found = self._writers.setdefault(writer_id, (0, "", 0, ""))
+        return found
+
+    def read(self, run: str, since: Cursor = None,
+             limit: Optional[int] = None) -> Tuple[List[EventRecord], Cursor]:
+        """Events of ``run`` with an id greater than ``since``, in commit order.
+
+        Args:
+          run: the run name.
+          since: a cursor from an earlier read (the last id read), or None.
+          limit: at most this many events (None: all).
+
+        Returns:
+          (events, cursor): the id of the last event returned, or ``since``.
+
+        Raises:
+          StoreError: the server cannot be reached or refused the query.
+        """
+        if limit is not None and limit <= 0:
+            return [], since
+        return self._query(lambda conn: self._select(conn, run, since, limit))
+
+    def read_columns(self, run: str, since: Cursor = None,
+                     limit: Optional[int] = None) -> Tuple[EventPage, Cursor]:
+        """As :meth:`read`, but the events as numpy columns (no Python object
+        per event; :mod:`goodput_core.stores.postgres_columns`): what the
+        engine reads."""
+        if limit is not None and limit <= 0:
+            return EventPage.empty(run), since
+        return self._query(lambda conn: self._select_columns(conn, run, since, limit))
+
+    def _select_columns(self, conn, run: str, since: Cursor, limit: Optional[int]):
+        row = conn.execute(self._sql["run_id"], (run,)).fetchone()
+        if row is None:
+            return EventPage.empty(run), since
+        last = 0 if since is None else int(since)
+        pages: List[EventPage] = []
+        left = limit
+        while True:  # pages of _COLUMN_PAGE, so that the COPY buffer stays bounded
+            n = _COLUMN_PAGE if left is None else min(_COLUMN_PAGE, left)
+            page, last = read_page(conn, self._sql, run, row[0], last, n,
+                                   lambda wid: self._writer(conn, wid), self.skipped)
+            pages.append(page)
+            left = None if left is None else left - len(page)
+            if len(page) < n or left == 0:
+                break
+        page = pages[0] if len(pages) == 1 else EventPage.concat(run, pages)
+        return page, (last if len(page) else since)
+
+    def _select(self, conn, run: str, since: Cursor, limit: Optional[int]):
+        row = conn.execute(self._sql["run_id"], (run,)).fetchone()
+        if row is None:
+            return [], since
+        run_id, last = row[0], (0 if since is None else int(since))
+        out: List[EventRecord] = []
+        loads = json.loads
+        writers: Dict[int, Tuple[int, str, int, str]] = {}
+        while limit is None or len(out) < limit:
+            page = _PAGE if limit is None else min(_PAGE, limit - len(out))
+            rows = conn.execute(self._sql["select"], (run_id, last, page),
+                                binary=True).fetchall()
+            for kind, t, step, extra, wid, seq, wt, eid in rows:
+                try:
+                    payload = None if extra is None else loads(extra)
+                except ValueError:
+                    self.skipped["bad_extra"] += 1
+                    payload = None
+                meta = writers.get(wid)
+                if meta is None:
+                    meta = writers[wid] = self._writer(conn, wid)
+                out.append(EventRecord(run, kind, _NAN if t is None else t, step, payload,
+                                       *meta, seq, _NAN if wt is None else wt))
+            if rows:
+                last = rows[-1][7]
+            if len(rows) < page:
+                break
+        return out, (last if out else since)
+
+    def runs(self) -> List[str]:
+        """Names of the runs in this store, oldest first."""
+        return self._query(lambda conn: [r[0] for r in conn.execute(self._sql["runs"])])
+
+    def run_versions(self) -> Dict[str, int]:
+        """Each run's version, oldest run first: its largest event id (one index
+        look-up per run; run summaries use it to tell a changed run)."""
+        return self._query(lambda conn: {name: int(v) for name, v in
+                                         conn.execute(self._sql["run_versions"])})

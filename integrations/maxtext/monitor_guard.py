@@ -1,0 +1,97 @@
+"""Under the launcher, MaxText's own ``maybe_monitor_goodput`` never crashes the job.
+
+MaxText 0.2.5's ``maxtext.common.goodput.maybe_monitor_goodput`` writes to
+its config when ``report_performance_metric_for_gcp_monitoring=true``
+(``config.enable_gcp_step_deviation_metrics = False``); MaxText's config is
+read-only, so that raises ``ValueError: Configuration is read-only`` before
+training starts, and the job dies (with Google's package as with ours).
+Monitoring is a side job: :func:`arm` wraps the function as soon as MaxText
+imports its module (a post-import hook: nothing is imported here) so that a
+failure while *starting* the monitor is one clear warning and the job runs
+with monitoring off. An exception from the training inside the block
+propagates as before, after MaxText's own cleanup.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import sys
+import threading
+from typing import Any, Callable, Iterator, Optional
+
+from goodput_integrations.maxtext.post_import import PostImportHook, when_imported
+
+__all__ = ["MODULE", "arm", "disarm"]
+
+logger = logging.getLogger("goodput")
+
+MODULE = "maxtext.common.goodput"
+_NAME = "maybe_monitor_goodput"
+_lock = threading.Lock()
+_hook: Optional[PostImportHook] = None
+_patched: Optional[tuple] = None  # (module, original function)
+
+
+def _guarded(original: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    @functools.wraps(original)
+    @contextlib.contextmanager
+    def maybe_monitor_goodput(config: Any) -> Iterator[None]:
+        manager = original(config)
+        try:
+            manager.__enter__()
+            failed = None
+        except Exception as exc:  # starting the monitor: never the job's end
+            failed = f"{type(exc).__name__}: {exc}"
+        if failed is not None:
+            # outside the except block: the training must not run "while handling" it
+            why = (" (report_performance_metric_for_gcp_monitoring=true makes MaxText write "
+                   "to its read-only config)"
+                   if getattr(config, "report_performance_metric_for_gcp_monitoring", False)
+                   else "")
+            logger.warning("goodput: MaxText's goodput monitor did not start: %s%s; the job "
+                           "goes on with monitoring off (goodput is still recorded)", failed,
+                           why)
+            yield
+            return
+        try:
+            yield
+        except BaseException:
+            if not manager.__exit__(*sys.exc_info()):
+                raise
+        else:
+            manager.__exit__(None, None, None)
+
+    maybe_monitor_goodput.__goodput_guarded__ = True
+    return maybe_monitor_goodput
+
+
+def _patch(module: Any) -> None:
+    global _patched
+    original = getattr(module, _NAME, None)
+    if original is None or getattr(original, "__goodput_guarded__", False):
+        return
+    setattr(module, _NAME, _guarded(original))
+    _patched = (module, original)
+
+
+def arm() -> None:
+    """Wraps MaxText's ``maybe_monitor_goodput`` when its module is imported
+    (at once if it is already); idempotent."""
+    global _hook
+    with _lock:
+        if _hook is None:
+            _hook = when_imported(MODULE, _patch)
+
+
+def disarm() -> None:
+    """Cancels the hook and puts MaxText's function back."""
+    global _hook, _patched
+    with _lock:
+        if _hook is not None:
+            _hook.cancel()
+        if _patched is not None:
+            module, original = _patched
+            setattr(module, _NAME, original)
+        _hook = _patched = None

@@ -1,0 +1,91 @@
+"""Loads through the native API block unless said otherwise (docs/semantics.md,
+"Loads"): the README's loop, synchronous, reports its loads as sync loading;
+``overlapped=True`` as overlapped; the reference's methods keep the positional
+rule; the report says how many seconds were counted blocking by default."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from goodput_core import Calculator, Recorder
+from goodput_core.compat.goodput import GoodputRecorder
+from goodput_core.timeline.buckets import BadputType as B
+from tests.support.fake_clock import FakeClock
+
+T0 = 1_700_000_000.0
+STEPS, LOAD, COMPUTE = 60, 0.05, 0.1
+
+
+def _readme_loop(store, run, **load_kwargs):
+    """The README's "Recording a run" loop, synchronous: each step loads a
+    batch (0.05 s, nothing else runs meanwhile) then computes (0.1 s)."""
+    clock = FakeClock(T0)
+    rec = Recorder(run, store, clock=clock, hang_detection=False)
+    with rec.job():
+        for step in range(STEPS):
+            with rec.step(step):
+                with rec.data_loading(**load_kwargs):
+                    clock.advance(LOAD)
+                clock.advance(COMPUTE)
+    rec.close()
+    calc = Calculator(run, store, clock=clock)
+    calc.refresh()
+    return calc, calc.cumulative()
+
+
+def test_readme_loop_reports_its_loads_as_sync_loading(tmp_path):
+    store = f"sqlite:///{tmp_path / 'loop.sqlite'}"
+    calc, r = _readme_loop(store, "sync")
+    # 60 loads of 0.05 s, all waited for: 3.0 s of sync loading, none overlapped
+    assert r.badput_seconds[B.DATA_LOADING_SYNC] == pytest.approx(STEPS * LOAD, rel=0.10)
+    assert r.badput_seconds[B.DATA_LOADING_SYNC] == pytest.approx(3.0)
+    assert r.data_loading_async_seconds == 0.0
+    assert r.productive_seconds == pytest.approx(STEPS * COMPUTE)
+    assert calc.blocking_load_seconds() == pytest.approx(3.0)
+
+
+def test_overlapped_loads_are_reported_as_overlapped(tmp_path):
+    store = f"sqlite:///{tmp_path / 'loop.sqlite'}"
+    calc, r = _readme_loop(store, "prefetch", overlapped=True)
+    # positional rule: every load lies in a step span: overlapped, productive
+    assert r.badput_seconds[B.DATA_LOADING_SYNC] == 0.0
+    assert r.data_loading_async_seconds == pytest.approx(3.0)
+    assert r.productive_seconds == pytest.approx(STEPS * (LOAD + COMPUTE))
+    assert calc.blocking_load_seconds() == 0.0
+
+
+def test_reference_methods_keep_the_positional_rule(tmp_path):
+    store = f"sqlite:///{tmp_path / 'ref.sqlite'}"
+    clock = FakeClock(T0)
+    rec = GoodputRecorder("ref", "ref-logger", True, store=store, clock=clock)
+    rec.record_job_start_time()
+    for step in range(STEPS):
+        rec.record_step_start_time(step)
+        rec.record_data_loading_start_time()
+        clock.advance(LOAD)
+        rec.record_data_loading_end_time()
+        clock.advance(COMPUTE)
+    rec.record_job_end_time()
+    rec.close()
+    calc = Calculator("ref", store)
+    calc.refresh()
+    r = calc.cumulative()
+    assert r.badput_seconds[B.DATA_LOADING_SYNC] == 0.0
+    assert r.data_loading_async_seconds == pytest.approx(3.0)
+
+
+def test_report_says_what_was_counted_blocking_by_default(tmp_path):
+    store = f"sqlite:///{tmp_path / 'loop.sqlite'}"
+    _readme_loop(store, "sync")
+    cmd = [sys.executable, "-m", "goodput_core.cli", "report", "sync", "--store", store]
+    rep = json.loads(subprocess.run(cmd + ["--json"], capture_output=True, text=True,
+                                    check=True).stdout)
+    assert rep["data_loading_blocking_default"]["seconds"] == pytest.approx(3.0)
+    assert "overlapped=True" in rep["data_loading_blocking_default"]["how_to_change"]
+    table = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    assert "3.000 s counted blocking by default" in table
+    assert "rec.data_loading(overlapped=True)" in table
