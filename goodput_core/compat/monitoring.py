@@ -130,6 +130,15 @@ def lazy_cloud_monitoring(run: str, options: dict) -> _LazyExporter:
         run, GCPOptions(**options), include_badput_breakdown=True, include_step_deviation=True))
 
 
+def lazy_otel(signal: str) -> _LazyExporter:
+    """A ``GOODPUT_OTEL`` exporter (``metrics`` or ``traces``), in a monitor
+    process: built lazily there from the standard ``OTEL_*`` variables it inherits."""
+    factory = dict(otel_from_env({"GOODPUT_OTEL": signal}))[signal]
+    return _LazyExporter(f"OpenTelemetry {signal}", factory, wants_trace=signal == "traces",
+                         spec={"factory": "goodput_core.compat.monitoring:lazy_otel",
+                               "kwargs": {"signal": signal}})
+
+
 class GoodputMonitor:
     """Queries goodput and uploads it to TensorBoard (and Cloud Monitoring,
     Prometheus) at a regular interval.
@@ -246,9 +255,8 @@ class GoodputMonitor:
             from goodput_core.exporters.prometheus import PrometheusExporter
 
             exporters.append(PrometheusExporter(self._prometheus_port))
-        for signal, factory in self._otel:  # GOODPUT_OTEL: built on the monitor's thread
-            exporters.append(_LazyExporter(f"OpenTelemetry {signal}", factory,
-                                           wants_trace=signal == "traces"))
+        for signal, _ in self._otel:  # GOODPUT_OTEL: built on the monitor's exporter thread
+            exporters.append(lazy_otel(signal))
         exporters.extend(self._extra_exporters)
         # in a monitor process when it can run in one (as Monitor decides: not
         # with an injected clock or wait, a memory store...); else on a thread
