@@ -8,10 +8,11 @@ the reference's constructor (names, positional order, defaults) and its
 
 How it differs from the reference:
 
-* One daemon thread (a :class:`~goodput_core.monitor.Monitor`) instead of
-  one process per uploader, reading the store incrementally through one
-  shared calculator; each uploader is a *part* of its cycles, on its own
-  interval (``upload_interval``, ``step_deviation_interval_seconds``).
+* One monitor (a :class:`~goodput_core.monitor.Monitor`, in one monitor
+  process, or on one daemon thread where it cannot run in a process)
+  instead of one process per uploader, reading the store incrementally;
+  each uploader is a *part* of its cycles, on its own interval
+  (``upload_interval``, ``step_deviation_interval_seconds``).
 * ``step_deviation`` is written once per step, not rewritten every cycle.
 * Rolling windows are also written to TensorBoard (``goodput/rolling_<N>s``),
   and so are program goodput and model metrics when the run has them
@@ -40,6 +41,7 @@ How it differs from the reference:
 from __future__ import annotations
 
 import copy
+import dataclasses
 import datetime
 import logging
 import threading
@@ -81,9 +83,11 @@ class _LazyExporter(Exporter):
     """
 
     def __init__(self, name: str, factory: Callable[[], Exporter],
-                 on_failure: Optional[Callable[[], None]] = None, wants_trace: bool = False):
+                 on_failure: Optional[Callable[[], None]] = None, wants_trace: bool = False,
+                 spec: Optional[dict] = None):
         self.name = name
         self.wants_trace = wants_trace
+        self._spec = spec
         self._factory = factory
         self._on_failure = on_failure
         self._inner: Optional[Exporter] = None
@@ -111,6 +115,28 @@ class _LazyExporter(Exporter):
     def close(self) -> None:
         if self._inner is not None:
             self._inner.close()
+
+    def process_spec(self) -> Optional[dict]:
+        """How a monitor process builds the same lazy exporter (None: only here)."""
+        return self._spec
+
+
+def lazy_cloud_monitoring(run: str, options: dict) -> _LazyExporter:
+    """The Cloud Monitoring exporter of a GoodputMonitor, in a monitor process:
+    built lazily on its exporter thread there, as here."""
+    from goodput_core.exporters.cloud_monitoring import CloudMonitoringExporter
+
+    return _LazyExporter("Cloud Monitoring", lambda: CloudMonitoringExporter(
+        run, GCPOptions(**options), include_badput_breakdown=True, include_step_deviation=True))
+
+
+def lazy_otel(signal: str) -> _LazyExporter:
+    """A ``GOODPUT_OTEL`` exporter (``metrics`` or ``traces``), in a monitor
+    process: built lazily there from the standard ``OTEL_*`` variables it inherits."""
+    factory = dict(otel_from_env({"GOODPUT_OTEL": signal}))[signal]
+    return _LazyExporter(f"OpenTelemetry {signal}", factory, wants_trace=signal == "traces",
+                         spec={"factory": "goodput_core.compat.monitoring:lazy_otel",
+                               "kwargs": {"signal": signal}})
 
 
 class GoodputMonitor:
@@ -199,6 +225,7 @@ class GoodputMonitor:
         self._rolling_windows: List[Any] = []
         self._gcm_failed = False
         self._lock = threading.RLock()
+        self._store = store
         self._calculator = Calculator(job_name, _open(store), clock=clock, liveness=False)
         # built now so that bad settings (directory, port) fail here, as in the reference
         self._monitor: Optional[Monitor] = self._new_monitor()
@@ -219,21 +246,32 @@ class GoodputMonitor:
         opts = self._gcp_options
         if (opts.enable_gcp_goodput_metrics or opts.enable_gcp_step_deviation_metrics) \
                 and not self._gcm_failed:  # a failure is reported once per GoodputMonitor
+            spec = {"factory": "goodput_core.compat.monitoring:lazy_cloud_monitoring",
+                    "kwargs": {"run": self.job_name,
+                               "options": dataclasses.asdict(self._gcp_options)}}
             exporters.append(_LazyExporter("Cloud Monitoring", self._make_gcm,
-                                           on_failure=self._gcm_failure))
+                                           on_failure=self._gcm_failure, spec=spec))
         if self._prometheus_port is not None:
             from goodput_core.exporters.prometheus import PrometheusExporter
 
             exporters.append(PrometheusExporter(self._prometheus_port))
-        for signal, factory in self._otel:  # GOODPUT_OTEL: built on the monitor's thread
-            exporters.append(_LazyExporter(f"OpenTelemetry {signal}", factory,
-                                           wants_trace=signal == "traces"))
+        for signal, _ in self._otel:  # GOODPUT_OTEL: built on the monitor's exporter thread
+            exporters.append(lazy_otel(signal))
         exporters.extend(self._extra_exporters)
+        # in a monitor process when it can run in one (as Monitor decides: not
+        # with an injected clock or wait, a memory store...); else on a thread
+        # here, reading through our calculator
+        from goodput_core.monitor.placement import child_spec
+
+        here = child_spec(None, self.job_name, self._store, exporters, options={},
+                          custom=self._clock is not time.time or self._wait is not None) is None
         return Monitor(
-            self.job_name, exporters=exporters, calculator=self._calculator,
+            self.job_name, self._store, exporters=exporters,
+            calculator=self._calculator if here else None,
             interval_s=self._upload_interval, step_deviation_interval_s=self._step_interval,
             include_goodput=False, include_step_deviation=False,
-            configured_ideal_step_time=self._ideal, clock=self._clock, wait=self._wait,
+            configured_ideal_step_time=self._ideal,
+            clock=self._clock, wait=self._wait,
             final_flush_timeout_s=self._final_flush_timeout_seconds,
             skip_final_flush=self._skip_final_flush,
             include_slice_efficiency=self._include_slice_efficiency,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from goodput_core.queries.checkpoint_advice import CheckpointAdvice
 from goodput_core.queries.diagnostics import MetricPoint
@@ -20,12 +20,13 @@ from goodput_core.queries.incidents import IncidentSummary
 from goodput_core.queries.lifecycle import Lifecycle
 from goodput_core.queries.elastic import SliceEfficiency
 from goodput_core.queries.program_goodput import ProgramGoodput
+from goodput_core.queries.quantile_sketch import QuantileSketch
 from goodput_core.queries.results import GoodputResult
 from goodput_core.queries.run_trace import TraceSpan
 from goodput_core.queries.step_stats import StepStats
 from goodput_core.timeline.liveness import RunState
 
-__all__ = ["Exporter", "MonitorSnapshot", "TraceDelta"]
+__all__ = ["Exporter", "MonitorSnapshot", "TraceDelta", "portable_settings"]
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,9 @@ class MonitorSnapshot:
       hosts: per-host breakdown (None: insights off or fewer than two hosts).
       state: running, stopped (where and why) or ended (semantics.md rule 15;
         None when the goodput part was not computed).
+      step_time_sketch: the step times seen so far as a quantile sketch (with
+        ``step_stats``; None in a snapshot built without one: exporters then
+        compute quantiles from ``step_stats.step_times``).
       run_state: ``running``, ``stopped`` or ``ended`` where the calculator
         tells a run's state (None: insights off, or not told).
       trace: the run as a trace (None unless an exporter wants it).
@@ -97,6 +101,7 @@ class MonitorSnapshot:
     hangs: List[Hang] = field(default_factory=list)
     checkpoint_advice: Optional[CheckpointAdvice] = None
     hosts: Optional[HostBreakdown] = None
+    step_time_sketch: Optional[QuantileSketch] = None
     run_state: Optional[str] = None
     trace: Optional[TraceDelta] = None
     lifecycle: Optional[Lifecycle] = None
@@ -134,3 +139,23 @@ class Exporter(abc.ABC):
 
     def close(self) -> None:
         """Flushes and releases resources (called once, at monitor stop)."""
+
+    def process_spec(self) -> Optional[Dict[str, Any]]:
+        """How a monitor process rebuilds this exporter:
+        ``{"factory": "module:Class", "kwargs": {JSON-able}}``; None (the
+        default) when it can only run in this process (the monitor then
+        runs on a thread here; :mod:`goodput_core.monitor.process`)."""
+        return None
+
+
+def portable_settings(**settings: Any) -> Optional[Dict[str, Any]]:
+    """``settings`` as plain JSON values for ``process_spec()`` (mappings as
+    dicts), or None when one is not (the exporter then stays in this process)."""
+    import json
+
+    out = {k: dict(v) if isinstance(v, Mapping) else v for k, v in settings.items()}
+    try:
+        json.dumps(out)
+    except (TypeError, ValueError):
+        return None
+    return out

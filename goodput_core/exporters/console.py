@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import math
+import sys
 from typing import Any, List, Optional, TextIO
 
 from goodput_core.timeline.buckets import BadputType
@@ -106,3 +107,17 @@ class ConsoleExporter(Exporter):
         else:
             self._stream.write(line + "\n")
             self._stream.flush()
+
+    def process_spec(self) -> Optional[dict]:
+        """Portable when writing to this process's stdout or stderr (inherited
+        by the monitor process); a logger or another stream stays here."""
+        for name in ("stdout", "stderr"):
+            if self._stream is not None and self._stream is getattr(sys, name):
+                return {"factory": "goodput_core.exporters.console:to_standard_stream",
+                        "kwargs": {"name": name}}
+        return None
+
+
+def to_standard_stream(name: str) -> ConsoleExporter:
+    """A console exporter on ``sys.stdout`` or ``sys.stderr`` (the monitor process's)."""
+    return ConsoleExporter({"stdout": sys.stdout, "stderr": sys.stderr}[name])

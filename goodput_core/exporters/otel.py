@@ -54,7 +54,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Dict, Iterable, Mapping, Optional, Sequence, Tuple
 
-from goodput_core.exporters.base import Exporter, MonitorSnapshot
+from goodput_core.exporters.base import Exporter, MonitorSnapshot, portable_settings
 from goodput_core.exporters.latest import LatestFigures, figures
 
 __all__ = ["OtelExporter", "METRICS"]
@@ -141,6 +141,9 @@ class OtelExporter(Exporter):
 
         from goodput_core.exporters.otlp import export_timeout, otlp_exporter, resource
 
+        self._settings = None if exporter is not None else portable_settings(
+            endpoint=endpoint, protocol=protocol, headers=headers, timeout_s=timeout_s,
+            resource_attributes=resource_attributes, quantiles=[float(q) for q in quantiles])
         self._exporter = exporter if exporter is not None else otlp_exporter(
             "metrics", endpoint=endpoint, protocol=protocol, headers=headers,
             timeout_s=timeout_s)
@@ -208,6 +211,13 @@ class OtelExporter(Exporter):
                 logger.warning("goodput: the OpenTelemetry collector did not take the "
                                "metrics (%s); later failures are only counted",
                                error or "export failed")
+
+    def process_spec(self) -> Optional[dict]:
+        """Rebuilt in a monitor process from the same settings (not with a
+        supplied SDK exporter, or settings that are not plain values)."""
+        if self._settings is None:
+            return None
+        return {"factory": "goodput_core.exporters.otel:OtelExporter", "kwargs": self._settings}
 
     def close(self) -> None:
         """Shuts the exporter down (idempotent; no final export: the monitor's

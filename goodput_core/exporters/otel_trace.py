@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Iterable, List, Mapping, Optional, Set
 
-from goodput_core.exporters.base import Exporter, MonitorSnapshot
+from goodput_core.exporters.base import Exporter, MonitorSnapshot, portable_settings
 from goodput_core.queries.run_trace import TraceSpan, attempt_spans, phase_spans, trace_id
 
 __all__ = ["OtelTraceExporter", "export_run", "to_readable_spans", "BATCH"]
@@ -133,6 +133,9 @@ class OtelTraceExporter(Exporter):
                  resource_attributes: Optional[Mapping[str, Any]] = None, exporter: Any = None):
         from goodput_core.exporters.otlp import resource
 
+        self._settings = None if exporter is not None else portable_settings(
+            endpoint=endpoint, protocol=protocol, headers=headers, timeout_s=timeout_s,
+            resource_attributes=resource_attributes)
         self._exporter = exporter if exporter is not None else _span_exporter(
             endpoint, protocol, headers, timeout_s)
         self._resource = resource(resource_attributes)
@@ -160,6 +163,14 @@ class OtelTraceExporter(Exporter):
             self._warned = True
             logger.warning("goodput: the OpenTelemetry collector did not take %d spans; "
                            "later failures are only counted", failed)
+
+    def process_spec(self) -> Optional[dict]:
+        """Rebuilt in a monitor process from the same settings (not with a
+        supplied SDK exporter, or settings that are not plain values)."""
+        if self._settings is None:
+            return None
+        return {"factory": "goodput_core.exporters.otel_trace:OtelTraceExporter",
+                "kwargs": self._settings}
 
     def close(self) -> None:
         """Shuts the span exporter down (idempotent)."""

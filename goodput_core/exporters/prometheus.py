@@ -13,7 +13,9 @@ Metrics (all labelled by ``run``), from the latest snapshot of each run:
 ``goodput_total_seconds``                  total (measured) time
 ``goodput_disruptions``                    restarts
 ``goodput_max_productive_step``            the largest step whose progress was kept
-``goodput_step_time_seconds{quantile}``    step-time quantiles (0.5, 0.9, 0.99)
+``goodput_step_time_seconds{quantile}``    step-time quantiles (0.5, 0.9, 0.99), from
+                                           the monitor's sketch: within 0.5 % of the
+                                           step time of rank ⌊q·(n-1)⌋
 ``goodput_ideal_step_time_seconds``        the ideal step time
 ``goodput_window_ratio{window}``           rolling-window goodput, 0-1, window "<N>s"
 ``goodput_recorder_dropped_events_total``  events the local recorder dropped (counter)
@@ -47,7 +49,10 @@ Port 9431 is refused: Orbax serves its own metrics there.
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Sequence
+import os
+import socket
+import threading
+from typing import Any, Iterator, Optional, Sequence, Tuple
 
 from goodput_core.exporters.base import Exporter, MonitorSnapshot
 from goodput_core.exporters.latest import LatestFigures, figures
@@ -127,6 +132,31 @@ class _SnapshotCollector:
         yield from fams.values()
 
 
+def _serve_inherited(fd: int, registry: Any) -> Tuple[Any, threading.Thread]:
+    """prometheus_client's HTTP server on a socket that is already listening."""
+    from wsgiref.simple_server import WSGIServer
+
+    from prometheus_client.exposition import (
+        ThreadingWSGIServer, _SilentHandler, make_wsgi_app)
+
+    sock = socket.socket(fileno=fd)
+
+    class Server(ThreadingWSGIServer):
+        address_family = sock.family
+
+    server = Server(sock.getsockname()[:2], _SilentHandler, bind_and_activate=False)
+    server.socket.close()
+    server.socket = sock
+    server.server_address = sock.getsockname()
+    host, port = server.server_address[:2]
+    server.server_name, server.server_port = host, port  # what HTTPServer.server_bind sets
+    WSGIServer.setup_environ(server)
+    server.set_app(make_wsgi_app(registry))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    return server, thread
+
+
 class PrometheusExporter(Exporter):
     """Serves the latest snapshot of each run on ``http://<addr>:<port>/metrics``.
 
@@ -134,6 +164,8 @@ class PrometheusExporter(Exporter):
       port: the TCP port; 0 picks a free one (read it back from ``.port``).
       addr: the address to bind (default loopback only).
       quantiles: the step-time quantiles to publish.
+      inherit_fd: serve on this already listening socket (a monitor process
+        takes over the training process's socket: same port, no scrape lost).
 
     Raises:
       ValueError: port 9431 (Orbax's) or a port out of range.
@@ -144,7 +176,8 @@ class PrometheusExporter(Exporter):
     name = "prometheus"
 
     def __init__(self, port: int = 0, addr: str = "127.0.0.1", *,
-                 quantiles: Sequence[float] = (0.5, 0.9, 0.99)):
+                 quantiles: Sequence[float] = (0.5, 0.9, 0.99),
+                 inherit_fd: Optional[int] = None):
         if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
             raise ValueError(f"port must be an integer in 0..65535, got {port!r}")
         if port == RESERVED_PORT:
@@ -157,11 +190,41 @@ class PrometheusExporter(Exporter):
         self.registry = CollectorRegistry(auto_describe=False)
         self._collector = _SnapshotCollector([float(q) for q in quantiles])
         self.registry.register(self._collector)
-        self._server, self._thread = prometheus_client.start_http_server(
-            port, addr=addr, registry=self.registry)
+        if inherit_fd is None:
+            self._server, self._thread = prometheus_client.start_http_server(
+                port, addr=addr, registry=self.registry)
+        else:
+            self._server, self._thread = _serve_inherited(inherit_fd, self.registry)
         self.addr = addr
         self.port: int = int(self._server.server_port)
+        self.quantiles = tuple(float(q) for q in quantiles)
         self._closed = False
+        self._handed_fd: Optional[int] = None
+
+    def process_spec(self) -> Optional[dict]:
+        """Rebuilt in a monitor process, serving on this exporter's socket."""
+        return {"factory": "goodput_core.exporters.prometheus:PrometheusExporter",
+                "kwargs": {"port": self.port, "addr": self.addr,
+                           "quantiles": list(self.quantiles)}}
+
+    def hand_over(self) -> int:
+        """Stops serving here (the socket stays open: connections wait in its
+        backlog) and returns a descriptor of it for the monitor process."""
+        self._server.shutdown()  # returns once the serve loop has ended
+        self._thread.join(timeout=5.0)
+        self._handed_fd = os.dup(self._server.fileno())
+        return self._handed_fd
+
+    def take_back(self) -> None:
+        """The monitor process could not start: serve from here again."""
+        self._drop_handed()
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def _drop_handed(self) -> None:
+        if self._handed_fd is not None:
+            os.close(self._handed_fd)
+            self._handed_fd = None
 
     @property
     def url(self) -> str:
@@ -178,6 +241,8 @@ class PrometheusExporter(Exporter):
         if self._closed:
             return
         self._closed = True
-        self._server.shutdown()
+        self._drop_handed()
+        if self._thread.is_alive():
+            self._server.shutdown()
         self._server.server_close()
         self._thread.join(timeout=5.0)

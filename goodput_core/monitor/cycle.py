@@ -41,10 +41,14 @@ from goodput_core.queries.lifecycle import lifecycle
 from goodput_core.queries.run_trace import attempt_spans, phase_spans
 from goodput_core.exporters.base import TraceDelta
 
-__all__ = ["Extras", "MAX_CARRY", "fresh_deviations"]
+__all__ = ["Extras", "HISTORY_STEPS", "MAX_CARRY", "fresh_deviations", "fresh_steps"]
 
 #: Step deviations (and points per metric) kept for an exporter that is stuck.
 MAX_CARRY = 100_000
+#: A monitor's first cycle hands out the deviations of at most this many steps
+#: (the newest): a resumed run's history was exported by the earlier attempt's
+#: monitor, and writing it again would cost seconds per 100,000 steps.
+HISTORY_STEPS = 10_000
 
 
 class Extras:
@@ -186,32 +190,51 @@ def _reported(eff: Optional[SliceEfficiency], counts: Any) -> Optional[SliceEffi
 
 
 # ------------------------------------------------ written once, and carry
-def fresh_deviations(stats: Any, done: np.ndarray
+def fresh_steps(steps: np.ndarray, done: np.ndarray) -> np.ndarray:
+    """Indexes into ``steps`` (sorted, unique) of the steps not in ``done``
+    (sorted, unique, a subset of ``steps`` in a monitor: steps are never removed).
+
+    O(log n) when only steps after the last done one are new (a run going
+    on); a full comparison only when some step before it is new (late
+    events of another host, a step number reused).
+    """
+    if not len(done):
+        return np.arange(len(steps))
+    first_new = int(np.searchsorted(steps, done[-1], side="right"))
+    if first_new == len(done) and steps[first_new - 1] == done[-1]:
+        return np.arange(first_new, len(steps))  # the older ones are exactly ``done``
+    idx = np.minimum(np.searchsorted(done, steps), len(done) - 1)
+    return np.flatnonzero(done[idx] != steps)
+
+
+def fresh_deviations(stats: Any, done: np.ndarray, new_times: Any = None
                      ) -> Tuple[List[Tuple[int, float]], np.ndarray]:
     """Deviations of the steps not handed out before.
 
     Args:
       stats: the cycle's StepStats.
       done: the sorted steps whose deviation was handed out already.
+      new_times: called with the step times of those steps (all of them), e.g.
+        a quantile sketch's ``add``.
 
     Returns:
       ``([(step, deviation), ...], done with those steps added)``: at most
-      the last :data:`MAX_CARRY` pairs when more are new at once.
+      the last :data:`MAX_CARRY` pairs when more are new at once, and at most
+      :data:`HISTORY_STEPS` on the first cycle (``done`` empty).
     """
     steps = np.asarray(stats.steps, np.int64)
     dev = np.asarray(stats.deviations, np.float64)
     if not len(dev):  # no ideal step time yet: nothing to write
         return [], done
-    if len(done):
-        idx = np.minimum(np.searchsorted(done, steps), len(done) - 1)
-        mask = done[idx] != steps
-    else:
-        mask = np.ones(len(steps), bool)
+    mask = fresh_steps(steps, done)
     fresh = steps[mask]
     fresh_dev = dev[mask]
+    if new_times is not None and len(fresh):
+        new_times(np.asarray(stats.step_times, np.float64)[mask])
     # A monitor started on a long run (millions of steps) hands out the most
     # recent ones only, as a busy exporter's carry keeps: the older are done.
-    out = list(zip(fresh[-MAX_CARRY:].tolist(), fresh_dev[-MAX_CARRY:].tolist()))
+    keep = MAX_CARRY if len(done) else min(MAX_CARRY, HISTORY_STEPS)
+    out = list(zip(fresh[-keep:].tolist(), fresh_dev[-keep:].tolist()))
     if len(fresh):
         # steps usually only grow: append instead of re-sorting the whole history
         done = (np.concatenate((done, fresh)) if not len(done) or fresh[0] > done[-1]

@@ -7,7 +7,7 @@ API summary::
 
     m = Monitor("run-1", "sqlite:///goodput.sqlite",
                 [TensorBoardExporter("/tmp/tb")], interval_s=30, rolling_windows=(3600,))
-    m.start()            # one daemon thread
+    m.start()            # a monitor process (or one daemon thread here, see below)
     ...
     m.stop(timeout=10)   # a final, deadline-bounded cycle; then closes the exporters
 
@@ -29,6 +29,12 @@ hangs is skipped by later cycles until it returns (the step deviations it
 missed are handed to it then), and never delays the others or the loop.
 ``stop()`` returns within its deadline whatever the exporters or the store do.
 
+Where it runs: by default :meth:`Monitor.start` hands the cycles to a monitor
+process (:mod:`goodput_core.monitor.process`), so that they never compete with
+the training thread; ``process=False`` (or ``GOODPUT_MONITOR_PROCESS=0``), a
+memory store, an injected clock, wait or calculator, or an exporter without
+``process_spec()`` keep them on a thread here.
+
 Time: ``clock`` gives the query time and drives the schedule; ``wait(s)``
 blocks for ``s`` seconds (True asks the loop to stop); ``deadlines`` times the
 exports and ``stop()``. Tests inject all three: no test sleeps or waits out a timeout.
@@ -48,6 +54,9 @@ from goodput_core.monitor.runner import Deadlines, Runner
 from goodput_core.exporters.base import Exporter, MonitorSnapshot
 from goodput_core.monitor.cycle import Extras, fresh_deviations
 from goodput_core.monitor.exporting import close_all, dispatch
+from goodput_core.monitor.placement import child_spec
+from goodput_core.monitor.process import ProcessMonitor
+from goodput_core.queries.quantile_sketch import QuantileSketch
 
 __all__ = ["Monitor", "PARTS"]
 
@@ -102,6 +111,11 @@ class Monitor:
       include_metrics: add the model-metric points new since the last cycle.
       include_insights: add hangs, checkpoint-interval advice and the
         per-host breakdown (docs/insights.md).
+      process: run the cycles in a separate process (True), on a thread of
+        this process (False), or decide (None: a process unless
+        ``GOODPUT_MONITOR_PROCESS=0``, or unless the monitor can only run
+        here: a memory store, an injected clock, wait or calculator, an
+        exporter without ``process_spec()``). See :mod:`goodput_core.monitor.process`.
 
     Raises:
       ValueError: a bad interval, timeout, window size or ideal step time.
@@ -121,7 +135,8 @@ class Monitor:
                  skip_final_flush: bool = False,
                  recorder: Any = None, calculator: Any = None,
                  include_slice_efficiency: bool = True, include_program_goodput: bool = True,
-                 include_metrics: bool = True, include_insights: bool = True):
+                 include_metrics: bool = True, include_insights: bool = True,
+                 process: Optional[bool] = None):
         self._interval = {"goodput": _positive(interval_s, "interval_s"),
                           "rolling": float(interval_s)}
         self._interval["step_deviation"] = _positive(
@@ -134,24 +149,39 @@ class Monitor:
         self._ideal = (None if configured_ideal_step_time is None
                        else _positive(configured_ideal_step_time, "configured_ideal_step_time"))
         self.run = run
-        if calculator is None:
-            from goodput_core.queries.calculator import Calculator
-            from goodput_core.stores import open_store
-
-            calculator = Calculator(run, open_store(store), clock=clock)
-        self.calculator = calculator
+        self._store = store
+        exporters = list(exporters)
+        self._child_spec = child_spec(
+            process, run, store, exporters, custom=(calculator is not None or wait is not None
+                                                    or clock is not time.time),
+            options=dict(interval_s=float(interval_s),
+                         step_deviation_interval_s=self._interval["step_deviation"],
+                         configured_ideal_step_time=self._ideal,
+                         export_timeout_s=self._export_timeout,
+                         final_flush_timeout_s=self._final_timeout,
+                         skip_final_flush=bool(skip_final_flush),
+                         include_slice_efficiency=include_slice_efficiency,
+                         include_program_goodput=include_program_goodput,
+                         include_metrics=include_metrics, include_insights=include_insights))
+        self._child: Any = None
+        #: Called after each cycle (the monitor process reports its counters).
+        self.on_cycle: Optional[Callable[[], Any]] = None
+        self._calc = calculator
+        if calculator is None and self._child_spec is None:
+            self._calc = self._new_calculator(clock)
         self._clock = clock
         self._skip_final = bool(skip_final_flush)
         self._recorder = recorder
         self._runners = [Runner(e, self._report) for e in exporters]
         self._exported = np.empty(0, np.int64)  # steps whose deviation was handed out
         self._said_stopped: Optional[str] = None  # "stopped at T (cause)", logged once
+        self._sketch = QuantileSketch()  # the times of those steps (Prometheus' quantiles)
         self._extras = Extras(slice_efficiency=include_slice_efficiency,
                               program_goodput=include_program_goodput, metrics=include_metrics,
                               insights=include_insights, on_error=self._report,
                               trace=any(getattr(e, "wants_trace", False) for e in exporters))
         self._cycle_lock = threading.Lock()
-        self._state_lock = threading.Lock()
+        self._state_lock = threading.RLock()  # start() -> _start_thread()
         self._stats_lock = threading.Lock()
         self._parts_lock = threading.Lock()
         self._stop_evt = threading.Event()
@@ -169,6 +199,30 @@ class Monitor:
                        rolling_windows=rolling_windows)
 
     # ------------------------------------------------------------ settings
+    @property
+    def calculator(self) -> Any:
+        """The Calculator the cycles read through (a monitor that runs in a
+        process opens one here only when asked)."""
+        if self._calc is None:
+            self._calc = self._new_calculator(self._clock)
+        return self._calc
+
+    def _new_calculator(self, clock: Callable[[], float]) -> Any:
+        from goodput_core.queries.calculator import Calculator
+        from goodput_core.stores import open_store
+
+        return Calculator(self.run, open_store(self._store), clock=clock)
+
+    @property
+    def in_process(self) -> bool:
+        """True when the cycles run in a separate process (once started)."""
+        return self._child_spec is not None
+
+    @property
+    def process_id(self) -> Optional[int]:
+        """The monitor process's id once it runs (None: a thread, or not yet)."""
+        return None if self._child is None else self._child.pid
+
     @property
     def exporters(self) -> List[Any]:
         """The exporters, in call order."""
@@ -215,6 +269,10 @@ class Monitor:
                 elif on is False:
                     self._enabled.discard(part)
         self._wake.set()  # the loop re-plans its wait
+        if self._child is not None:
+            self._child.command({"configure": {
+                "goodput": goodput, "step_deviation": step_deviation,
+                "rolling_windows": None if windows is None else list(windows)}})
 
     def wait_idle(self, timeout: Optional[float] = None) -> bool:
         """Waits until no exporter call is running (e.g. a slow one has returned).
@@ -226,7 +284,10 @@ class Monitor:
         return all(r.wait_idle(self._time.remaining(deadline)) for r in self._runners)
 
     def stats(self) -> Dict[str, Any]:
-        """Counters: cycles run and errors by ``"<source>: <kind>"``."""
+        """Counters: cycles run and errors by ``"<source>: <kind>"`` (of the
+        monitor process, as it last reported them, when it runs in one)."""
+        if self._child is not None and self._child.error is None:
+            return self._child.stats()
         with self._stats_lock:
             return {"cycles": self._cycles, "errors": dict(self._errors)}
 
@@ -236,9 +297,10 @@ class Monitor:
 
         Returns:
           The snapshot handed to the exporters, or None when the store or the
-          calculator failed (logged) or the monitor was stopped.
+          calculator failed (logged), the monitor was stopped, or its cycles
+          run in a monitor process (started: the exporters live there).
         """
-        if self._stopped:
+        if self._stopped or self._handed_over():
             return None
         with self._cycle_lock:
             return self._cycle(self.parts, final, math.inf)[0]
@@ -252,12 +314,15 @@ class Monitor:
             is not enabled is computed once (e.g. the compat one-off flush).
 
         Returns:
-          True when the cycle and every exporter finished in time.
+          True when the cycle and every exporter finished in time (in the
+          monitor process once it runs in one).
         """
         chosen = self.parts if parts is None else frozenset(parts)
         if not chosen <= set(PARTS):
             raise ValueError(f"unknown parts {sorted(chosen - set(PARTS))}; choose from {PARTS}")
         timeout = self._final_timeout if timeout is _DEFAULT else timeout
+        if self._handed_over():
+            return self._child.flush(timeout, None if parts is None else chosen)
         return self._bounded_cycle(chosen, True, self._time.after(timeout))
 
     def _bounded_cycle(self, parts: frozenset, final: bool, deadline: float) -> bool:
@@ -302,6 +367,11 @@ class Monitor:
                             self._time.wait_until)
         with self._stats_lock:
             self._cycles += 1
+        if self.on_cycle is not None:
+            try:
+                self.on_cycle()
+            except Exception:  # noqa: BLE001 - a report must not fail the cycle
+                logger.debug("on_cycle failed", exc_info=True)
         return snapshot, complete
 
     def _compute(self, parts: Collection[str], final: bool) -> Optional[MonitorSnapshot]:
@@ -320,15 +390,17 @@ class Monitor:
                 rolling = dict(zip(windows, calc.rolling(windows, now)))
             extras = self._extras.compute(calc, parts, now, cumulative,
                                           windows if "rolling" in parts else (), final)
-            stats, new = None, []
+            stats, new, sketch = None, [], None
             if "step_deviation" in parts:
                 stats = calc.step_stats(self._ideal)
-                new, self._exported = fresh_deviations(stats, self._exported)
+                new, self._exported = fresh_deviations(stats, self._exported,
+                                                       self._sketch.add)
+                sketch = self._sketch.copy()  # the exporters read it on their threads
         except Exception as exc:  # noqa: BLE001 - queries should not raise; never end the loop
             self._report("calculator", exc)
             return None
         snapshot = MonitorSnapshot(self.run, float(now), cumulative, rolling, stats, new,
-                                   self._dropped(), final, **extras)
+                                   self._dropped(), final, step_time_sketch=sketch, **extras)
         if snapshot.stopped and hasattr(snapshot.state, "describe") \
                 and snapshot.state.describe() != self._said_stopped:
             self._said_stopped = snapshot.state.describe()  # rule 15: said once per stop
@@ -351,11 +423,28 @@ class Monitor:
             if self._stopped:
                 logger.warning("goodput monitor %s was stopped; build a new one to restart",
                                self.run)
-            elif self._thread is None:
+            elif self._child_spec is not None:
+                if self._child is None:  # spawned from a thread: returns at once (P9)
+                    self._child = ProcessMonitor(
+                        self.run, self._child_spec, self.exporters,
+                        interval_s=min(self._interval.values()), recorder=self._recorder,
+                        deadlines=self._time, on_failure=self._start_thread)
+                    self._child.command({"configure": {
+                        "goodput": "goodput" in self.parts,
+                        "step_deviation": "step_deviation" in self.parts,
+                        "rolling_windows": list(self.rolling_windows)}})
+                    self._child.start()
+            else:
+                self._start_thread()
+        return self
+
+    def _start_thread(self) -> None:
+        # also where a monitor process could not be spawned: monitor from here
+        with self._state_lock:
+            if self._thread is None and not self._stopped:
                 self._thread = threading.Thread(
                     target=self._loop, name=f"goodput-monitor-{self.run}", daemon=True)
                 self._thread.start()
-        return self
 
     def _default_wait(self, seconds: float) -> bool:
         self._wake.wait(seconds)
@@ -399,11 +488,15 @@ class Monitor:
                 return True
             self._stopped = True
         timeout = self._final_timeout if timeout is _DEFAULT else timeout
+        skip = self._skip_final if skip_final_flush is None else skip_final_flush
+        if self._child is not None:
+            ok = self._child.stop(timeout, skip)
+            if ok is not None:  # else it never ran: a thread may monitor instead
+                return ok
         deadline = self._time.after(timeout)
         # keep a share of the time for close(): flushing files matters even
         # when the final cycle is abandoned
         reserve = 0.0 if timeout is None else min(_CLOSE_RESERVE_S, 0.2 * max(0.0, timeout))
-        skip = self._skip_final if skip_final_flush is None else skip_final_flush
         self._stop_evt.set()
         self._wake.set()
         ok = True
@@ -422,6 +515,14 @@ class Monitor:
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
+
+    def _handed_over(self) -> bool:
+        """True once the exporters belong to a monitor process (or its spawn is under way)."""
+        child = self._child
+        if child is None or child.error is not None:
+            return False
+        logger.debug("goodput monitor %s: cycles run in the monitor process", self.run)
+        return True
 
     # ------------------------------------------------------------- errors
     def _report(self, source: str, error: Any) -> None:

@@ -67,7 +67,7 @@ from goodput_core.queries.many_writers import ManyWriters
 from goodput_core.queries.program_goodput import ProgramGoodput
 from goodput_core.queries.results import GoodputResult, build_result, empty_result
 from goodput_core.queries.scheduling import SCHEDULING, SchedulingWaits, scheduling_waits
-from goodput_core.queries.step_stats import StepStats, compute_step_stats
+from goodput_core.queries.step_stats import StepStats, StepTimes, compute_step_stats
 from goodput_core.record.hooks import flush_before_read
 from goodput_core.timeline.buckets import CUSTOM_BASE, IDLE, PRODUCTIVE, BadputType
 from goodput_core.timeline.payload_columns import payload_page
@@ -414,7 +414,16 @@ class Calculator(BeyondGoodputMixin):
         with self._lock:
             self._tl.update()
             ideal = ideal_step_time if ideal_step_time is not None else self._ideal
-            return compute_step_stats(self._tl, ideal)
+            # one computation per timeline version: a monitor cycle asks twice
+            # (deviations, checkpoint advice), and nothing new may have arrived
+            key = (id(self._tl), self._tl.version, ideal)
+            cached = getattr(self, "_step_cache", None)
+            if cached is None or cached[0] != key:
+                if getattr(self, "_step_times", None) is None:
+                    self._step_times = StepTimes()  # incremental: only what may still change
+                cached = self._step_cache = (key, compute_step_stats(self._tl, ideal,
+                                                                     self._step_times))
+            return cached[1]
 
     def _now(self, now: Any) -> float:
         return time_arg(self._clock() if now is None else now, "now")

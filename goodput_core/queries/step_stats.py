@@ -15,14 +15,16 @@ monitoring aggregate follows the reference's
 from __future__ import annotations
 
 import dataclasses
-from typing import Dict, Optional
+from typing import Any, Dict, Optional
 
 import numpy as np
 
+from goodput_core.queries.sorted_times import SortedTimes, ideal_of_sorted
 from goodput_core.timeline.segments import CLOSE_STEP_END
 
 __all__ = [
     "StepStats",
+    "StepTimes",
     "compute_step_stats",
     "ideal_step_time",
     "percentile",
@@ -65,36 +67,129 @@ class StepStats:
         return dict(zip(self.steps.tolist(), self.step_times.tolist()))
 
 
-def step_times(timeline) -> tuple:
+def step_times(timeline, cache: Optional["StepTimes"] = None) -> tuple:
     """(steps, times) of every measured step, latest run per step, by step.
 
     Args:
       timeline: an up-to-date :class:`~goodput_core.timeline.spans.Timeline`.
+      cache: a :class:`StepTimes` kept between calls on the same timeline
+        (then only the steps the timeline may still change are recomputed).
     """
+    if cache is not None:
+        return cache.update(timeline)
+    return _latest(*_entries(timeline, 0, 0)[:3])
+
+
+def _entries(timeline, lo: int, first_row: int) -> tuple:
+    """(steps, times, when, start) of the spans of step starts ``i >= lo`` and
+    of the last steps of segment rows ``>= first_row`` closed by a step end
+    (``start``: the index of the step start each was measured from)."""
     st = timeline.tables["step_start"]
     t, s = st["t"], st["step"]
     seg = timeline.segments
     n = len(t)
     if not len(seg) or n < 1:
-        return np.empty(0, np.int64), np.empty(0)
+        return np.empty(0, np.int64), np.empty(0), np.empty(0), np.empty(0, np.int64)
     # inside[i]: step i and step i+1 are consecutive starts of one segment
-    mark = np.zeros(n + 1, np.int64)
-    np.add.at(mark, seg["i0"], 1)
-    np.add.at(mark, seg["i1"], -1)
-    inside = np.cumsum(mark)[: n - 1] > 0 if n > 1 else np.zeros(0, bool)
-    i = np.flatnonzero(inside)
+    mark = np.zeros(n + 1 - lo, np.int64)
+    i0, i1 = seg["i0"], seg["i1"]
+    keep = i1 > lo  # segments with a pair at or after lo
+    np.add.at(mark, np.maximum(i0[keep], lo) - lo, 1)
+    np.add.at(mark, i1[keep] - lo, -1)
+    inside = np.cumsum(mark)[: max(n - 1 - lo, 0)] > 0
+    i = lo + np.flatnonzero(inside)
     steps = s[i]
     times = (t[i + 1] - t[i]) / (s[i + 1] - s[i])
     when = t[i]
-    last = seg["close_kind"] == CLOSE_STEP_END
-    li = seg["i1"][last]
+    last = seg["close_kind"][first_row:] == CLOSE_STEP_END
+    li = i1[first_row:][last]
     steps = np.concatenate((steps, s[li]))
-    times = np.concatenate((times, seg["close"][last] - t[li]))
+    times = np.concatenate((times, seg["close"][first_row:][last] - t[li]))
     when = np.concatenate((when, t[li]))
+    return steps, times, when, np.concatenate((i, li))
+
+
+def _latest(steps: np.ndarray, times: np.ndarray, when: np.ndarray) -> tuple:
+    """(unique steps, the time of each one's latest run)."""
     order = np.argsort(when, kind="stable")
     steps, times = steps[order][::-1], times[order][::-1]
     uniq, first = np.unique(steps, return_index=True)  # first in reverse = latest run
     return uniq, times[first]
+
+
+def _override(steps: np.ndarray, times: np.ndarray, new_steps: np.ndarray,
+              new_times: np.ndarray) -> tuple:
+    """``(steps, times)`` (unique, sorted) with the later runs ``new_*`` (unique,
+    sorted) replacing or added: O(n) copies, no sort while steps only grow."""
+    if not len(new_steps):
+        return steps, times
+    if not len(steps) or new_steps[0] > steps[-1]:  # a run going on
+        return np.concatenate((steps, new_steps)), np.concatenate((times, new_times))
+    pos = np.searchsorted(steps, new_steps)
+    hit = pos < len(steps)
+    hit[hit] = steps[pos[hit]] == new_steps[hit]
+    times = times.copy()
+    times[pos[hit]] = new_times[hit]
+    if hit.all():
+        return steps, times
+    add = ~hit
+    steps = np.insert(steps, pos[add], new_steps[add])
+    times = np.insert(times, pos[add], new_times[add])
+    return steps, times
+
+
+class StepTimes:
+    """:func:`step_times` kept up to date incrementally for one timeline.
+
+    The timeline freezes what came before its freeze point: segment rows
+    before the one it reopens are never recomputed, and step starts before
+    it never move, unless it rebuilds everything (late events from long
+    ago). The steps of those final rows are folded into a base once; each
+    call recomputes only the spans of the rows the timeline may still
+    change and lays them over the base (the latest run of a step wins, and
+    those are the latest). A full rebuild of the timeline starts afresh.
+    """
+
+    def __init__(self) -> None:
+        self._key: Any = None  # (timeline id, its full rebuilds): the base's validity
+        self._lo = 0  # spans of step starts >= lo are recomputed
+        self._row = 0  # and last steps of segment rows >= row
+        self._steps = np.empty(0, np.int64)
+        self._times = np.empty(0)
+        #: The step times of the last update, kept sorted (the ideal step time).
+        self.sorted = SortedTimes()
+        self._tail = np.empty(0, np.int64)  # the steps recomputed at the last update
+
+    def update(self, timeline) -> tuple:
+        key = self._key
+        steps, times, tail = self._update(timeline)
+        # times change only where a span was recomputed, now or at the last update
+        touched = None if key != self._key else np.union1d(self._tail, tail)
+        self.sorted.update(steps, times, touched)
+        self._tail = tail
+        return steps, times
+
+    def _update(self, timeline) -> tuple:
+        key = (id(timeline), timeline.full_rebuilds)
+        if key != self._key:
+            self._key, self._lo, self._row = key, 0, 0
+            self._steps, self._times = np.empty(0, np.int64), np.empty(0)
+        steps, times, when, start = _entries(timeline, self._lo, self._row)
+        seg = timeline.segments
+        # the rows the timeline keeps from now on (as SegmentTable.rebuild_tail
+        # finds them): every row before the one its freeze point reopens
+        i_frozen = int(np.searchsorted(timeline.tables["step_start"]["t"], timeline.F, "left"))
+        row = max(int(np.searchsorted(seg["i0"], i_frozen, side="left")) - 1, 0)
+        lo = int(seg["i0"][row]) if len(seg) else 0
+        if lo > self._lo:
+            # spans from starts before lo lie in final rows (rows are ordered
+            # and disjoint: a row's last start is before the next row's first)
+            final = start < lo
+            self._steps, self._times = _override(self._steps, self._times,
+                                                 *_latest(steps[final], times[final], when[final]))
+            self._lo, self._row = lo, row
+        tail_steps, tail_times = _latest(steps, times, when)
+        return (*_override(self._steps, self._times, tail_steps, tail_times), tail_steps)
 
 
 def ideal_step_time(times: np.ndarray) -> Optional[float]:
@@ -143,18 +238,25 @@ def deviation_aggregate(deviations: np.ndarray, mode: str = "cumulative",
     return spike - float(np.median(d[-(recent + baseline):-recent]))
 
 
-def compute_step_stats(timeline, configured_ideal: Optional[float] = None) -> StepStats:
+def compute_step_stats(timeline, configured_ideal: Optional[float] = None,
+                       cache: Optional[StepTimes] = None) -> StepStats:
     """Step statistics of an up-to-date timeline.
 
     Args:
       timeline: the Timeline.
       configured_ideal: a configured ideal step time (seconds), or None.
+      cache: a :class:`StepTimes` kept for this timeline (incremental step times).
 
     Returns:
       A :class:`StepStats`.
     """
-    steps, times = step_times(timeline)
-    ideal = configured_ideal if configured_ideal is not None else ideal_step_time(times)
+    steps, times = step_times(timeline, cache)
+    if configured_ideal is not None:
+        ideal = configured_ideal
+    elif cache is not None:  # the same figure from the times kept sorted: no partition
+        ideal = ideal_of_sorted(cache.sorted.sorted)
+    else:
+        ideal = ideal_step_time(times)
     dev = np.abs(times - ideal) if ideal is not None else np.empty(0)
     return StepStats(steps, times, None if ideal is None else float(ideal), dev,
                      deviation_aggregate(dev))

@@ -83,7 +83,10 @@ def test_scraped_values_match_the_calculator(exporter):
     stats = calc.step_stats()
     for q in (0.5, 0.9, 0.99):
         value = got[_key("goodput_step_time_seconds", quantile=str(q), **run)]
-        assert value == pytest.approx(float(np.quantile(stats.step_times, q)))
+        # the monitor's quantile sketch: within its accuracy (0.5 %) of the
+        # step time of rank floor(q * (n - 1))
+        assert value == pytest.approx(float(np.quantile(stats.step_times, q, method="lower")),
+                                      rel=0.005)
     assert got[_key("goodput_ideal_step_time_seconds", **run)] == pytest.approx(
         stats.ideal_step_time)
     for size, w in zip((60, 3600), calc.rolling([60, 3600], now)):

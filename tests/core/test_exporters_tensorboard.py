@@ -153,6 +153,35 @@ def test_window_tag():
     assert window_tag(1.5) == "goodput/rolling_1.5s"
 
 
+def test_every_record_carries_tensorboardx_s_own_crcs(tmp_path):
+    # TensorBoard drops a record whose CRC is wrong: check both of every record
+    # with tensorboardX's own (pure-Python) masked CRC-32C
+    import glob
+    import struct
+
+    from tensorboardX.record_writer import masked_crc32c
+
+    tb = TensorBoardExporter(str(tmp_path))
+    tb.export(MonitorSnapshot("r", 1_700_000_000.0,
+                              new_step_deviations=[(s, s / 7.0) for s in range(50)]))
+    tb.close()
+    (path,) = glob.glob(str(tmp_path / "goodput" / "events.out.tfevents.*"))
+    data = open(path, "rb").read()
+    pos, records = 0, 0
+    while pos < len(data):
+        header = data[pos:pos + 8]
+        (length,) = struct.unpack("<Q", header)
+        assert struct.unpack("<I", data[pos + 8:pos + 12])[0] == masked_crc32c(header)
+        body = data[pos + 12:pos + 12 + length]
+        assert struct.unpack("<I", data[pos + 12 + length:pos + 16 + length])[0] == \
+            masked_crc32c(body)
+        pos += 16 + length
+        records += 1
+    assert records == 51  # the file version record and the 50 deviations
+    assert read_scalars(str(tmp_path / "goodput"))["step_deviation"][7][:2] == (
+        7, pytest.approx(1.0, rel=1e-6))
+
+
 def test_metric_tags_have_no_empty_parts_read_back(tmp_path):
     """JAX's compilation-cache metrics (as the JAX adapter records them) start
     with a slash: their tags are ``metrics/jax/...``, never ``metrics//jax/...``."""

@@ -117,3 +117,32 @@ def test_goodput_monitor_otel_on_the_command_line(tmp_path):
         assert bad.returncode == 2 and "go with --otel" in bad.stderr
     finally:
         receiver.close()
+
+
+def test_goodput_otel_exporters_run_in_the_monitor_process(tmp_path, monkeypatch):
+    """The compatible GoodputMonitor (MaxText, AXLearn) runs in a monitor process:
+    its GOODPUT_OTEL exporters are built there, from the OTEL_* variables it inherits."""
+    import os as _os
+
+    from goodput_core.stores import open_store as _open
+
+    url = f"sqlite:///{tmp_path}/g.sqlite"
+    rec = Recorder("job", _open(url), strict=True, clock=lambda: T0)
+    _run(rec)
+    assert rec.close(30)
+    receiver = HttpReceiver()
+    try:
+        monkeypatch.setenv("GOODPUT_OTEL", "metrics,traces")
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
+        m = GoodputMonitor("job", "log", str(tmp_path / "tb"), 30, monitoring_enabled=True,
+                           store=url, gcp_options=GCPOptions(**NO_GCP))
+        m.start_goodput_uploader()
+        mon = m.monitor
+        assert mon.in_process  # every exporter could be rebuilt there
+        m.stop_goodput_uploader()  # a final cycle in the monitor process
+        assert mon.process_id is not None and mon.process_id != _os.getpid()
+        assert any(("goodput.ratio", frozenset({("goodput.run", "job")})) == k
+                   for k in gauge_points(receiver.metrics))
+        assert "attempt 1" in {s.name for s in spans(receiver.traces)}
+    finally:
+        receiver.close()

@@ -163,7 +163,8 @@ def run(args) -> int:
         monitor = Monitor(args.run, store, exporters, interval_s=args.interval,
                           rolling_windows=windows,
                           configured_ideal_step_time=args.ideal_step_time,
-                          final_flush_timeout_s=_FINAL_TIMEOUT_S)
+                          final_flush_timeout_s=_FINAL_TIMEOUT_S,
+                          process=False)  # this command is the monitor's process
     except BaseException:
         for e in exporters:  # e.g. free the Prometheus port
             e.close()

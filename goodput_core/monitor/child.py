@@ -1,0 +1,156 @@
+"""The monitor process: ``python -m goodput_core.monitor.child`` (started by a Monitor).
+
+Not a command for users (that is ``goodput monitor RUN``): the training
+process (:mod:`goodput_core.monitor.process`) starts it and talks to it
+over two pipes, one JSON object per line.
+
+stdin, from the training process: first the settings::
+
+    {"run": ..., "store": URL or null, "monitor": {Monitor keyword arguments},
+     "exporters": [{"factory": "goodput_core.exporters.tensorboard:TensorBoardExporter",
+                    "kwargs": {...}}, ...], "reply_fd": N}
+
+then commands: ``{"dropped": n}`` (the recorder's dropped-event count),
+``{"configure": {...}}`` (``Monitor.configure``), ``{"flush": seconds or null,
+"parts": [...] or null, "id": n}`` (``Monitor.flush``), ``{"stop": seconds or null,
+"skip_final": bool}``. End of input (the training process is gone) stops the
+monitor as ``stop`` does.
+
+The reply pipe, to the training process: ``{"ready": true}`` once the
+exporters are built, ``{"stats": {...}}`` after each
+cycle, ``{"flushed": n, "ok": bool}`` for each flush and ``{"stopped": ok,
+"stats": {...}}`` last. The process also stops
+when it finds itself re-parented (its parent died while another process
+still held the pipe open). It runs at a lower CPU priority (``nice`` +10)
+than the training process.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import os
+import sys
+import threading
+from typing import Any, Dict, Optional
+
+__all__ = ["main"]
+
+logger = logging.getLogger("goodput")
+
+_FACTORY_PREFIXES = ("goodput_core.", "goodput_integrations.")
+_PARENT_CHECK_S = 1.0
+#: The monitor process's CPU priority below the training process's (``nice``).
+NICE = 10
+
+
+class _Dropped:
+    """Stands in for the training process's recorder: its forwarded dropped count."""
+
+    def __init__(self) -> None:
+        self.dropped: Optional[int] = None
+
+    def stats(self) -> Dict[str, Any]:
+        if self.dropped is None:
+            raise LookupError("not forwarded yet")
+        return {"dropped": self.dropped}
+
+
+def _build(spec: Dict[str, Any]) -> Any:
+    module, _, name = spec["factory"].partition(":")
+    if not module.startswith(_FACTORY_PREFIXES):
+        raise ValueError(f"refusing to build an exporter from {module!r}")
+    return getattr(importlib.import_module(module), name)(**spec.get("kwargs", {}))
+
+
+def _reply(fd: int, message: Dict[str, Any]) -> None:
+    try:
+        os.write(fd, (json.dumps(message) + "\n").encode())
+    except OSError:
+        pass  # the training process is gone: nobody to tell
+
+
+def main() -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    try:
+        # below the training process: where CPUs are short (a resumed run's
+        # first cycle reads its whole history), the kernel runs the job first
+        os.nice(NICE)
+    except OSError:
+        pass
+    stdin = sys.stdin.buffer
+    settings = json.loads(stdin.readline() or b"null")
+    if not settings:
+        return 0
+    reply_fd = int(settings["reply_fd"])
+    parent = os.getppid()
+    from goodput_core.monitor.loop import Monitor
+
+    recorder = _Dropped()
+    exporters = []
+    for spec in settings["exporters"]:
+        try:
+            exporters.append(_build(spec))
+        except Exception as exc:  # noqa: BLE001 - the other exporters still run
+            logger.warning("goodput monitor %s: exporter %s could not start here (%s: %s)",
+                           settings["run"], spec.get("factory"), type(exc).__name__, exc)
+    options = dict(settings["monitor"])
+    options["rolling_windows"] = tuple(options.get("rolling_windows", ()))
+    monitor = Monitor(settings["run"], settings["store"], exporters, process=False,
+                      recorder=recorder, **options)
+    monitor.on_cycle = lambda: _reply(reply_fd, {"stats": monitor.stats()})
+    _reply(reply_fd, {"ready": True})  # the training process closes its copies now
+    stop: Dict[str, Any] = {}
+    got_stop = threading.Event()
+
+    def flush(message: Dict[str, Any]) -> None:
+        parts = message.get("parts")
+        ok = monitor.flush(message["flush"], parts=None if parts is None else set(parts))
+        _reply(reply_fd, {"flushed": message["id"], "ok": ok, "stats": monitor.stats()})
+
+    def read_commands() -> None:
+        for line in stdin:
+            try:
+                message = json.loads(line)
+            except ValueError:
+                continue
+            if "dropped" in message:
+                recorder.dropped = int(message["dropped"])
+            if "configure" in message:
+                monitor.configure(**_configure_args(message["configure"]))
+            if "flush" in message:
+                threading.Thread(target=flush, args=(message,), daemon=True,
+                                 name="goodput-monitor-flush-command").start()
+            if "stop" in message:
+                stop.update(message)
+                break
+        got_stop.set()  # a stop, or end of input: the training process is gone
+
+    threading.Thread(target=read_commands, name="goodput-monitor-commands", daemon=True).start()
+    monitor.start()
+    while not got_stop.wait(_PARENT_CHECK_S):
+        if os.getppid() != parent:  # re-parented: the training process died
+            break
+    if "stop" in stop:
+        ok = monitor.stop(stop["stop"], skip_final_flush=bool(stop.get("skip_final")))
+    else:
+        ok = monitor.stop()
+    _reply(reply_fd, {"stopped": ok, "stats": monitor.stats()})
+    return 0
+
+
+def _configure_args(message: Dict[str, Any]) -> Dict[str, Any]:
+    out = dict(message)
+    if out.get("rolling_windows") is not None:
+        out["rolling_windows"] = tuple(out["rolling_windows"])
+    return out
+
+
+if __name__ == "__main__":
+    try:
+        code = main()
+    except KeyboardInterrupt:
+        code = 0
+    sys.stdout.flush()
+    os._exit(code)  # daemon threads (a stuck exporter) must not hold the exit

@@ -1,0 +1,107 @@
+"""Step times kept incrementally equal the full computation, whatever arrives when.
+
+The Calculator keeps step times incrementally (only the spans its timeline
+may still change are recomputed); after every batch they must equal
+:func:`step_times` computed from scratch over the same timeline, through
+restarts, step ends, sparse steps, late events from another host and
+events old enough to make the timeline rebuild everything.
+"""
+
+import random
+
+import numpy as np
+import pytest
+
+from goodput_core.events import EventRecord, Kind
+from goodput_core.queries.calculator import Calculator
+from goodput_core.queries.step_stats import ideal_step_time, step_times
+
+RUN = "inc"
+
+
+def _job(rng, attempts=4, steps=300):
+    """Events of a job with crashes and restarts from checkpoints, sparse
+    steps, step ends and data loads (times increasing within each attempt)."""
+    out, t, step = [], 1000.0, 0
+    for a in range(attempts):
+        out.append(EventRecord(RUN, int(Kind.JOB_START), t))
+        t += 5.0
+        for _ in range(steps):
+            out.append(EventRecord(RUN, int(Kind.STEP_START), t, step))
+            if rng.random() < 0.1:
+                out.append(EventRecord(RUN, int(Kind.STEP_END), t + 0.5, step))
+            t += rng.uniform(0.8, 1.2)
+            step += rng.choice((1, 1, 1, 2, 5))  # sparse logging now and then
+        if a < attempts - 1:
+            step = max(0, step - rng.randint(1, 50))  # restart from a checkpoint
+            t += 20.0
+    out.append(EventRecord(RUN, int(Kind.STEP_END), t, step))
+    out.append(EventRecord(RUN, int(Kind.JOB_END), t + 1.0))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_incremental_step_times_equal_the_full_computation(seed):
+    rng = random.Random(seed)
+    events = _job(rng)
+    if seed % 2:  # late events: a few arrive long after their time (another host)
+        late = set(rng.sample(range(len(events) // 2), 15))
+        moved = [events[i] for i in sorted(late)]
+        events = [e for i, e in enumerate(events) if i not in late]
+        for e in moved:
+            events.insert(rng.randrange(len(events) // 2, len(events)), e)
+    calc = Calculator(RUN)
+    pos, checks, rebuilds = 0, 0, set()
+    while pos < len(events):
+        n = rng.choice((1, 3, 17, 60))
+        calc.add(events[pos:pos + n])
+        pos += n
+        got = calc.step_stats()
+        full_steps, full_times = step_times(calc._tl)  # from scratch
+        assert got.steps.tolist() == full_steps.tolist()
+        np.testing.assert_array_equal(got.step_times, full_times)
+        # the ideal from the times kept sorted: the direct figure (summed in another order)
+        want = ideal_step_time(full_times)
+        assert (got.ideal_step_time is None) == (want is None)
+        if want is not None:
+            assert got.ideal_step_time == pytest.approx(want, rel=1e-12)
+        rebuilds.add(calc._tl.full_rebuilds)
+        checks += 1
+    assert checks > 50 and len(got.steps) > 500
+    if seed % 2:
+        assert max(rebuilds) > 0  # the late events made the timeline start afresh
+    # the incremental path was taken: the base holds frozen steps
+    assert len(calc._step_times._steps) > 0
+
+
+def test_the_ideal_step_time_from_sorted_times_equals_the_direct_one():
+    from goodput_core.queries.sorted_times import SortedTimes, ideal_of_sorted
+    from goodput_core.queries.step_stats import ideal_step_time
+
+    rng = np.random.default_rng(11)
+    kept = SortedTimes()
+    steps, times = np.empty(0, np.int64), np.empty(0)
+    for round_ in range(60):
+        # new steps (ties and outliers included), and some earlier times recomputed
+        n = int(rng.integers(0, 40))
+        new = np.round(rng.lognormal(0, 0.3, n), 2)
+        new[rng.random(n) < 0.05] *= 50
+        steps = np.concatenate((steps, np.arange(len(steps), len(steps) + n)))
+        times = np.concatenate((times, new))
+        if len(times) and round_ % 3 == 0:
+            times = times.copy()
+            times[rng.integers(0, len(times), 3)] = np.round(rng.lognormal(0, 0.3, 3), 2)
+        got = kept.update(steps, times)
+        np.testing.assert_array_equal(got, np.sort(times))
+        want = ideal_step_time(times)
+        if want is None:
+            assert ideal_of_sorted(got) is None
+        else:  # the same mean, summed in another order
+            assert ideal_of_sorted(got) == pytest.approx(want, rel=1e-12)
+    # a step appearing before others (late events): sorted afresh, still right
+    steps2 = np.concatenate(([-1], steps))
+    times2 = np.concatenate(([0.5], times))
+    np.testing.assert_array_equal(kept.update(steps2, times2), np.sort(times2))
+    for n in (1, 2, 3, 4, 5):  # odd and even counts, the MAD's two middle values
+        x = np.sort(rng.lognormal(0, 1, n))
+        assert ideal_of_sorted(x) == pytest.approx(ideal_step_time(x), rel=1e-12)
