@@ -64,7 +64,9 @@ def _expected(calc: Calculator, now: float):
             bad[frozenset((run, ("bucket", bucket.name)))] = pct
     for kind, pct in r.custom_badput_percent.items():
         bad[frozenset((run, ("bucket", f"CUSTOM_BADPUT_EVENTS.{kind}")))] = pct
-    q = np.quantile(stats.step_times, _QUANTILES)
+    # the exporter's step-time quantiles come from the monitor's streaming sketch:
+    # within its documented accuracy (0.5 % relative) of the order statistic
+    q = np.quantile(stats.step_times, _QUANTILES, method="lower")
     ckpt = {}
     if advice.available:
         if advice.current_interval_seconds is not None:
@@ -136,8 +138,9 @@ def _check_panels(prom: PrometheusServer, calc: Calculator, now: float) -> int:
                              if k not in ("__name__", "job", "instance")): x["value"]
                    for x in prom.query(expr)}
             assert got.keys() == want.keys(), (panel["title"], expr, got, want)
+            rel = 0.005 if (panel["title"], target["refId"]) == ("Step time", "A") else 1e-9
             for key, value in want.items():
-                assert got[key] == pytest.approx(value, rel=1e-9, abs=1e-9), (panel["title"], key)
+                assert got[key] == pytest.approx(value, rel=rel, abs=1e-9), (panel["title"], key)
             checked += 1
     assert not expected, f"panels missing from the dashboard: {sorted(expected)}"
     return checked

@@ -10,13 +10,15 @@ temporary directory.
 
 from __future__ import annotations
 
-import logging
+import json
+import os
+import subprocess
 import sys
 import textwrap
 
 import pytest
 
-from goodput_integrations.maxtext import launch, monitor_guard
+from goodput_integrations.maxtext import monitor_guard
 
 FAKE_GOODPUT = textwrap.dedent('''
     """Test double of maxtext/common/goodput.py (MaxText 0.2.5)."""
@@ -47,8 +49,9 @@ FAKE_GOODPUT = textwrap.dedent('''
 ''')
 
 TRAIN = textwrap.dedent('''
-    import sys
+    import atexit, json, sys
     from maxtext.common.goodput import ReadOnlyConfig, maybe_monitor_goodput, EVENTS
+    atexit.register(lambda: print("EVENTS " + json.dumps(EVENTS), flush=True))
     config = ReadOnlyConfig(report_performance_metric_for_gcp_monitoring=sys.argv[1] == "true")
     with maybe_monitor_goodput(config):
         # the training does not run "while handling" the monitor's exception
@@ -74,16 +77,26 @@ def fake_maxtext(tmp_path, monkeypatch):
     monitor_guard.disarm()
 
 
-def _events():
-    return sys.modules["maxtext.common.goodput"].EVENTS
+def _launch(train, store_url, *args):
+    """``python -m goodput_integrations.maxtext.launch`` as users run it, in a
+    process of its own (the alias must be enabled before anything imports the
+    reference: this pytest process has imported it for other tests).
+    Returns ``(exit code, EVENTS of the fake MaxText, stderr)``."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(train.parent / "site"), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    p = subprocess.run([sys.executable, "-m", "goodput_integrations.maxtext.launch",
+                        f"--goodput-store={store_url}", "--goodput-no-checkpoint-stats",
+                        str(train), *args], capture_output=True, text=True, timeout=120,
+                       env=env)
+    lines = [ln for ln in p.stdout.splitlines() if ln.startswith("EVENTS ")]
+    return p.returncode, json.loads(lines[-1][7:]) if lines else None, p.stderr
 
 
-def test_report_performance_metric_does_not_crash_the_job(fake_maxtext, store_url, caplog):
-    with caplog.at_level(logging.WARNING, logger="goodput"):
-        assert launch.main([f"--goodput-store={store_url}", "--goodput-no-checkpoint-stats",
-                            str(fake_maxtext), "true", "ok"]) == 0
-    assert _events() == ["trained"]  # trained, monitoring off
-    (line,) = [r.getMessage() for r in caplog.records if "monitor did not start" in r.getMessage()]
+def test_report_performance_metric_does_not_crash_the_job(fake_maxtext, store_url):
+    code, events, err = _launch(fake_maxtext, store_url, "true", "ok")
+    assert code == 0, err
+    assert events == ["trained"]  # trained, monitoring off
+    (line,) = [ln for ln in err.splitlines() if "monitor did not start" in ln]
     assert "Configuration is read-only" in line and "report_performance_metric" in line
     # without the launcher's guard, MaxText's own function ends the job before training
     from maxtext.common import goodput
@@ -97,11 +110,9 @@ def test_report_performance_metric_does_not_crash_the_job(fake_maxtext, store_ur
 
 
 def test_a_working_monitor_and_a_training_crash_are_untouched(fake_maxtext, store_url):
-    assert launch.main([f"--goodput-store={store_url}", "--goodput-no-checkpoint-stats",
-                        str(fake_maxtext), "false", "ok"]) == 0
-    assert _events() == ["monitor started", "trained", "monitor stopped"]
-    del sys.modules["maxtext.common.goodput"]
-    with pytest.raises(RuntimeError, match="boom in training"):
-        launch.main([f"--goodput-store={store_url}", "--goodput-no-checkpoint-stats",
-                     str(fake_maxtext), "false", "crash"])
-    assert _events() == ["monitor started", "trained", "monitor stopped"]
+    code, events, err = _launch(fake_maxtext, store_url, "false", "ok")
+    assert code == 0, err
+    assert events == ["monitor started", "trained", "monitor stopped"]
+    code, events, err = _launch(fake_maxtext, store_url, "false", "crash")
+    assert code != 0 and "boom in training" in err
+    assert events == ["monitor started", "trained", "monitor stopped"]
