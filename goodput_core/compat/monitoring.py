@@ -269,7 +269,7 @@ class GoodputMonitor:
             self.job_name, self._store, exporters=exporters,
             calculator=self._calculator if here else None,
             interval_s=self._upload_interval, step_deviation_interval_s=self._step_interval,
-            include_goodput=False, include_step_deviation=False,
+            include_goodput=False, include_step_deviation=False, liveness=False,
             configured_ideal_step_time=self._ideal,
             clock=self._clock, wait=self._wait,
             final_flush_timeout_s=self._final_flush_timeout_seconds,

@@ -116,6 +116,8 @@ class Monitor:
         ``GOODPUT_MONITOR_PROCESS=0``, or unless the monitor can only run
         here: a memory store, an injected clock, wait or calculator, an
         exporter without ``process_spec()``). See :mod:`goodput_core.monitor.process`.
+      liveness: False keeps rule 1 (an open attempt runs to the query time) in the
+        calculator the monitor opens, as the reference-compatible monitor does.
 
     Raises:
       ValueError: a bad interval, timeout, window size or ideal step time.
@@ -136,7 +138,7 @@ class Monitor:
                  recorder: Any = None, calculator: Any = None,
                  include_slice_efficiency: bool = True, include_program_goodput: bool = True,
                  include_metrics: bool = True, include_insights: bool = True,
-                 process: Optional[bool] = None):
+                 process: Optional[bool] = None, liveness: bool = True):
         self._interval = {"goodput": _positive(interval_s, "interval_s"),
                           "rolling": float(interval_s)}
         self._interval["step_deviation"] = _positive(
@@ -162,11 +164,13 @@ class Monitor:
                          skip_final_flush=bool(skip_final_flush),
                          include_slice_efficiency=include_slice_efficiency,
                          include_program_goodput=include_program_goodput,
-                         include_metrics=include_metrics, include_insights=include_insights))
+                         include_metrics=include_metrics, include_insights=include_insights,
+                         liveness=bool(liveness)))
         self._child: Any = None
         #: Called after each cycle (the monitor process reports its counters).
         self.on_cycle: Optional[Callable[[], Any]] = None
         self._calc = calculator
+        self._liveness = bool(liveness)
         if calculator is None and self._child_spec is None:
             self._calc = self._new_calculator(clock)
         self._clock = clock
@@ -211,7 +215,8 @@ class Monitor:
         from goodput_core.queries.calculator import Calculator
         from goodput_core.stores import open_store
 
-        return Calculator(self.run, open_store(self._store), clock=clock)
+        return Calculator(self.run, open_store(self._store), clock=clock,
+                          liveness=self._liveness)
 
     @property
     def in_process(self) -> bool:

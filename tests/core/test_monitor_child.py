@@ -282,3 +282,31 @@ def test_the_monitor_process_runs_below_the_training_process_s_priority(tmp_path
         assert os.getpriority(os.PRIO_PROCESS, m.process_id) == min(here + NICE, 19)
     finally:
         assert m.stop(60)
+
+
+def test_the_compat_monitor_process_keeps_rule_1(tmp_path):
+    """The reference-compatible monitor keeps rule 1 in its monitor process too:
+    an open attempt runs to the query time, whatever its last event (liveness
+    off). A run that stopped an hour ago on a recorded crash: rule 15 would
+    freeze it at 10 s (90 % goodput); rule 1 counts the hour since."""
+    from goodput_core.compat.monitoring import GoodputMonitor
+    from goodput_core.stores import open_store
+
+    url = f"sqlite:///{tmp_path}/r1.sqlite"
+    t0 = time.time() - 3600
+    rec = Recorder(RUN, open_store(url))
+    rec.record_job_start_time(t0)
+    for k in range(10):
+        rec.record_step_start_time(k, t0 + 1 + k)
+    rec.record_disruption("exception:KeyboardInterrupt", t0 + 10.5)
+    assert rec.close(30)
+    gm = GoodputMonitor(RUN, "log", str(tmp_path / "tb"), 1, monitoring_enabled=True,
+                        store=url, gcp_options=_no_gcm())
+    gm.start_goodput_uploader()
+    assert gm.monitor.in_process
+    gm.stop_goodput_uploader()
+    goodput = read_scalars(str(tmp_path / "tb" / "goodput"))["goodput/goodput"][-1][1]
+    assert goodput < 1.0  # ~9 productive seconds of ~3600
+    live = Calculator(RUN, url)
+    live.refresh()
+    assert live.cumulative().goodput > 50  # rule 15: stopped at the crash
