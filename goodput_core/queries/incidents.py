@@ -6,13 +6,15 @@ a recorded disruption). For each:
 * ``cause``: the recorded cause (``preemption``, ``sigterm``,
   ``exception:<Type>``...), ``hang`` when a hang was open when the attempt
   ended, ``requeued by the scheduler`` when only a requeue was recorded,
-  else ``unknown (no job end)``;
+  ``no sign of life (killed, or the host was lost)`` when the heartbeats stopped
+  (semantics rule 15), else ``unknown (no job end)``;
 * ``seen_by``: the process index and host that recorded the disruption
   (None when nothing was recorded);
 * ``last_progress``: the last step start or end before the failure;
 * ``detected``: when the failure was known: the recorded disruption, else
   the hang's detection, else the scheduler's requeue (a ``job_submitted``
-  after the failure), else the next job start;
+  after the failure), else 3 heartbeat intervals after the last sign of life
+  (the liveness rule), else the next job start;
 * ``time_to_detect`` = detected - last progress; ``time_to_restart`` = next
   job start - detected; ``time_to_first_step`` = next job start -> the first
   step of the new attempt starts (its init, preparation, restore and compile);
@@ -37,6 +39,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 
 from goodput_core.queries.markers import run_markers
+from goodput_core.timeline.liveness import attempt_lives
 
 __all__ = ["Incident", "IncidentSummary", "incidents"]
 
@@ -112,6 +115,9 @@ def incidents(calc: Any, now: float) -> IncidentSummary:
     restart_steps = {round(m.t, 6): m.step for m in _restart_markers(calc)}
     hangs = calc.hangs(now)
     arrays = calc.span_arrays(now=now)
+    state = calc.state(now) if callable(getattr(calc, "state", None)) else None
+    lives = {round(r.restart_time, 6): r for r in (state.restarts if state else ())}
+    signs = attempt_lives(tl.tables, att)  # per attempt: its last heartbeat and interval
     waits = calc.scheduling(now)
     out: List[Incident] = []
     for i in range(1, len(starts)):
@@ -138,9 +144,18 @@ def incidents(calc: Any, now: float) -> IncidentSummary:
             # (after the attempt's own start: schedulers keep whole seconds, so a
             # requeue may read a little earlier than the last step recorded)
             requeue = [a for a, _ in waits.waits if prev <= a <= start]
-            detected = requeue[0] if requeue else start
-            cause = "requeued by the scheduler" if requeue else "unknown (no job end)"
+            life = lives.get(round(start, 6))
             seen = None
+            if requeue:
+                detected, cause = requeue[0], "requeued by the scheduler"
+            elif life is not None and math.isfinite(life.last_sign_of_life) and \
+                    not math.isnan(signs.last_heartbeat[i - 1]):
+                # the liveness rule's detection: 3 heartbeat intervals of silence
+                beat = float(signs.interval[i - 1])
+                detected = min(life.last_sign_of_life + 3 * beat, start)
+                cause = "no sign of life (killed, or the host was lost)"
+            else:
+                detected, cause = start, "unknown (no job end)"
         j = int(np.searchsorted(st_t, start, side="left"))
         nxt = starts[i + 1] if i + 1 < len(starts) else math.inf
         first = float(st_t[j]) if j < len(st_t) and st_t[j] < nxt else None

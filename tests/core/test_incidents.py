@@ -127,3 +127,27 @@ def test_no_incident_without_a_restart():
 
     s = incidents(_calc(record), 10)
     assert s.incidents == [] and s.mtbf_seconds is None and s.mttr_seconds is None
+
+
+def test_a_kill_seen_by_the_heartbeats_stopping():
+    """No disruption recorded (SIGKILL): the liveness rule's detection, 3 heartbeat
+    intervals after the last sign of life."""
+    store = MemoryStore(uuid.uuid4().hex)
+
+    def record(rec):
+        # job start 0; steps 0..4 at 1..5; heartbeats every 10 s at 0 and 10 (the
+        # last sign of life: 10); killed; next job start 60; steps 3..5 at 61..63
+        rec.record_job_start_time(0)
+        _steps(rec, 0, 5, 1)
+        rec.record_job_start_time(60)
+        _steps(rec, 3, 3, 61)
+        rec.record_job_end_time(64)
+
+    store.append([EventRecord("r", int(Kind.HEARTBEAT), t, None, {"heartbeat_seconds": 10.0})
+                  for t in (0.0, 10.0)])
+    (i,) = incidents(_calc(record, store), 100).incidents
+    assert i.cause == "no sign of life (killed, or the host was lost)"
+    # detected at 10 + 3 x 10 = 40; last progress: step 4 started at 5
+    assert i.detected == pytest.approx(40)
+    assert i.time_to_detect == pytest.approx(35)
+    assert i.time_to_restart == pytest.approx(20)
