@@ -116,7 +116,7 @@ def incidents(calc: Any, now: float) -> IncidentSummary:
     hangs = calc.hangs(now)
     arrays = calc.span_arrays(now=now)
     state = calc.state(now) if callable(getattr(calc, "state", None)) else None
-    lives = {round(r.restart_time, 6): r for r in (state.restarts if state else ())}
+    lives = {round(r.restart_time, 6): r for r in getattr(state, "restarts", ())}
     signs = attempt_lives(tl.tables, att)  # per attempt: its last heartbeat and interval
     waits = calc.scheduling(now)
     out: List[Incident] = []
