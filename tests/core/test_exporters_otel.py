@@ -22,7 +22,7 @@ from goodput_core.record.recorder import Recorder  # noqa: E402
 from goodput_core.stores.memory import MemoryStore  # noqa: E402
 from goodput_core.timeline.buckets import BadputType  # noqa: E402
 from tests.support.otlp_receivers import (  # noqa: E402
-    GrpcReceiver, HttpReceiver, gauge_points, resource_attributes, units)
+    GrpcReceiver, HttpReceiver, clear_otel_env, gauge_points, resource_attributes, units)
 
 T0 = 1_700_000_000.0
 
@@ -30,10 +30,7 @@ T0 = 1_700_000_000.0
 @pytest.fixture(autouse=True)
 def _no_otel_env(monkeypatch):
     """The shell's OpenTelemetry settings never reach these tests."""
-    import os
-    for k in list(os.environ):
-        if k.startswith("OTEL_"):
-            monkeypatch.delenv(k)
+    clear_otel_env(monkeypatch)
 
 
 @pytest.fixture(params=["http/protobuf", "grpc"])

@@ -19,16 +19,15 @@ from goodput_core.queries.run_trace import span_id, trace_id  # noqa: E402
 from goodput_core.record.recorder import Recorder  # noqa: E402
 from goodput_core.stores.memory import MemoryStore  # noqa: E402
 from tests.support.otlp_receivers import (  # noqa: E402
-    GrpcReceiver, HttpReceiver, span_attributes, spans)
+    GrpcReceiver, HttpReceiver, clear_otel_env, span_attributes, spans)
 
 T0 = 1_700_000_000.0
 
 
 @pytest.fixture(autouse=True)
 def _no_otel_env(monkeypatch):
-    for k in list(os.environ):
-        if k.startswith("OTEL_"):
-            monkeypatch.delenv(k)
+    """The shell's OpenTelemetry settings never reach these tests."""
+    clear_otel_env(monkeypatch)
 
 
 def _record_job(rec, upto=None):

@@ -19,7 +19,8 @@ from goodput_core.record.recorder import Recorder  # noqa: E402
 from goodput_core.settings import parse_otel_signals  # noqa: E402
 from goodput_core.stores import open_store  # noqa: E402
 from goodput_core.stores.memory import MemoryStore  # noqa: E402
-from tests.support.otlp_receivers import HttpReceiver, gauge_points, spans  # noqa: E402
+from tests.support.otlp_receivers import (  # noqa: E402
+    HttpReceiver, clear_otel_env, gauge_points, spans)
 
 T0 = 1_700_000_000.0
 NO_GCP = dict(enable_gcp_goodput_metrics=False, enable_gcp_step_deviation_metrics=False)
@@ -27,9 +28,8 @@ NO_GCP = dict(enable_gcp_goodput_metrics=False, enable_gcp_step_deviation_metric
 
 @pytest.fixture(autouse=True)
 def _no_otel_env(monkeypatch):
-    for k in list(os.environ):
-        if k.startswith("OTEL_") or k == "GOODPUT_OTEL":
-            monkeypatch.delenv(k)
+    """The shell's OpenTelemetry settings never reach these tests."""
+    clear_otel_env(monkeypatch)
 
 
 def _run(rec):

@@ -125,6 +125,15 @@ class GrpcReceiver(_Store):
         self._server.stop(grace=None)
 
 
+def clear_otel_env(monkeypatch: Any) -> None:
+    """Removes the shell's OpenTelemetry settings (and ``GOODPUT_OTEL``) for a test."""
+    import os
+
+    for k in list(os.environ):
+        if k.startswith("OTEL_") or k == "GOODPUT_OTEL":
+            monkeypatch.delenv(k)
+
+
 def gauge_points(requests: List[Any]) -> Dict[tuple, float]:
     """``{(metric name, frozenset(attributes)): value}`` of the last request that
     carried each point (numbers as sent: double or int)."""
