@@ -101,7 +101,7 @@ class Extras:
         if goodput:  # running, stopped at T (cause) or ended: always with goodput
             self._guard("state", self._state, out, calc, now)
         if goodput and self.insights:
-            self._guard("insights", self._insights, out, calc, now)
+            self._guard("insights", self._insights, out, calc, now, cumulative)
         if goodput and self.trace:
             self._guard("trace", self._trace, out, calc, now, final)
         if goodput and self.metrics:
@@ -132,10 +132,10 @@ class Extras:
     def _state(self, out: Dict[str, Any], calc: Any, now: float) -> None:
         out["state"] = calc.state(now)
 
-    def _insights(self, out: Dict[str, Any], calc: Any, now: float) -> None:
+    def _insights(self, out: Dict[str, Any], calc: Any, now: float, cumulative: Any) -> None:
         out["hangs"] = calc.hangs(now)
         out["checkpoint_advice"] = calc.checkpoint_advice(now)
-        lc = lifecycle(calc, now)
+        lc = lifecycle(calc, now, cumulative)  # the cycle's result: not computed again
         out["lifecycle"] = lc if lc.available else None
         # incidents read the whole run: only when there is one, and again only
         # when an attempt or a disruption was added since
