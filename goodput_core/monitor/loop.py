@@ -46,19 +46,20 @@ import logging
 import math
 import threading
 import time
-from typing import Any, Callable, Collection, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Collection, Dict, Iterable, List, Optional, Tuple
 
-import numpy as np
 
 from goodput_core.monitor.runner import Deadlines, Runner
 from goodput_core.exporters.base import Exporter, MonitorSnapshot
-from goodput_core.monitor.cycle import Extras, fresh_deviations
+from goodput_core.monitor.cycle import Extras
 from goodput_core.monitor.exporting import close_all, dispatch
 from goodput_core.monitor.placement import child_spec
 from goodput_core.monitor.process import ProcessMonitor
-from goodput_core.queries.quantile_sketch import QuantileSketch
+from goodput_core.monitor.snapshots import SnapshotBuilder
+from goodput_core.monitor.arguments import (  # parse_windows: the command line's
+    DEFAULT as _DEFAULT, parse_windows, positive as _positive, windows as _windows)
 
-__all__ = ["Monitor", "PARTS"]
+__all__ = ["Monitor", "PARTS", "parse_windows"]
 
 logger = logging.getLogger(__name__)
 
@@ -66,14 +67,6 @@ logger = logging.getLogger(__name__)
 PARTS = ("goodput", "step_deviation", "rolling")
 
 
-class _Default:
-    """The 'use the constructor's value' marker (None means 'no deadline')."""
-
-    def __repr__(self) -> str:
-        return "<final_flush_timeout_s>"
-
-
-_DEFAULT: Any = _Default()
 _CLOSE_RESERVE_S = 1.0  # at most this much of stop()'s time is kept for close()
 _EPS = 1e-6  # schedule slack: clock + (due - clock) may miss `due` by an ulp
 
@@ -177,13 +170,12 @@ class Monitor:
         self._skip_final = bool(skip_final_flush)
         self._recorder = recorder
         self._runners = [Runner(e, self._report) for e in exporters]
-        self._exported = np.empty(0, np.int64)  # steps whose deviation was handed out
-        self._said_stopped: Optional[str] = None  # "stopped at T (cause)", logged once
-        self._sketch = QuantileSketch()  # the times of those steps (Prometheus' quantiles)
-        self._extras = Extras(slice_efficiency=include_slice_efficiency,
-                              program_goodput=include_program_goodput, metrics=include_metrics,
-                              insights=include_insights, on_error=self._report,
-                              trace=any(getattr(e, "wants_trace", False) for e in exporters))
+        self._snapshots = SnapshotBuilder(
+            run, Extras(slice_efficiency=include_slice_efficiency,
+                        program_goodput=include_program_goodput, metrics=include_metrics,
+                        insights=include_insights, on_error=self._report,
+                        trace=any(getattr(e, "wants_trace", False) for e in exporters)),
+            self._ideal, recorder, self._report)
         self._cycle_lock = threading.Lock()
         self._state_lock = threading.RLock()  # start() -> _start_thread()
         self._stats_lock = threading.Lock()
@@ -364,7 +356,8 @@ class Monitor:
         Returns:
           (the snapshot or None, whether every exporter finished in time).
         """
-        snapshot = self._compute(parts, final)
+        snapshot = self._snapshots.compute(self.calculator, self._clock, parts,
+                                           self.rolling_windows, final)
         if snapshot is None:
             return None, False
         complete = dispatch(self._runners, snapshot,
@@ -378,48 +371,6 @@ class Monitor:
             except Exception:  # noqa: BLE001 - a report must not fail the cycle
                 logger.debug("on_cycle failed", exc_info=True)
         return snapshot, complete
-
-    def _compute(self, parts: Collection[str], final: bool) -> Optional[MonitorSnapshot]:
-        calc = self.calculator
-        try:
-            calc.refresh()
-        except Exception as exc:  # noqa: BLE001 - a store outage must not end monitoring
-            self._report("store", exc)
-            return None
-        now = self._clock()
-        try:
-            cumulative = calc.cumulative(now) if "goodput" in parts else None
-            rolling: Dict[Any, Any] = {}
-            windows = self.rolling_windows
-            if "rolling" in parts and windows:
-                rolling = dict(zip(windows, calc.rolling(windows, now)))
-            extras = self._extras.compute(calc, parts, now, cumulative,
-                                          windows if "rolling" in parts else (), final)
-            stats, new, sketch = None, [], None
-            if "step_deviation" in parts:
-                stats = calc.step_stats(self._ideal)
-                new, self._exported = fresh_deviations(stats, self._exported,
-                                                       self._sketch.add)
-                sketch = self._sketch.copy()  # the exporters read it on their threads
-        except Exception as exc:  # noqa: BLE001 - queries should not raise; never end the loop
-            self._report("calculator", exc)
-            return None
-        snapshot = MonitorSnapshot(self.run, float(now), cumulative, rolling, stats, new,
-                                   self._dropped(), final, step_time_sketch=sketch, **extras)
-        if snapshot.stopped and hasattr(snapshot.state, "describe") \
-                and snapshot.state.describe() != self._said_stopped:
-            self._said_stopped = snapshot.state.describe()  # rule 15: said once per stop
-            logger.warning("goodput monitor %s: the run %s; its figures end there", self.run,
-                           self._said_stopped)
-        return snapshot
-
-    def _dropped(self) -> Optional[int]:
-        if self._recorder is None:
-            return None
-        try:
-            return int(self._recorder.stats()["dropped"])
-        except Exception:  # noqa: BLE001 - a diagnostic figure is not worth a failed cycle
-            return None
 
     # --------------------------------------------------------- the thread
     def start(self) -> "Monitor":
@@ -544,30 +495,3 @@ class Monitor:
         if n == 1:
             logger.warning("goodput monitor %s: %s: %s (further %r errors are only counted; "
                            "see Monitor.stats())", self.run, source, text, kind)
-
-
-def _positive(value: Any, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
-            0 < float(value) < math.inf):
-        raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
-    return float(value)
-
-
-def _windows(sizes: Iterable[Any]) -> Tuple[Any, ...]:
-    """Validated window sizes; integral ones as int (snapshot keys, tag names)."""
-    out: List[Any] = []
-    for s in sizes:
-        f = _positive(s, "a rolling window size")
-        key = int(f) if f.is_integer() else f
-        if key not in out:
-            out.append(key)
-    return tuple(out)
-
-
-def parse_windows(text: str) -> Sequence[Any]:
-    """Parses ``"60,3600"`` (seconds) for the command line.
-
-    Raises:
-      ValueError: an empty or non-positive size.
-    """
-    return _windows(float(x) for x in text.split(",") if x.strip())
