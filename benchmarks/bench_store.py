@@ -29,7 +29,7 @@ import tempfile
 import time
 
 from goodput_core.events import EventRecord, Kind
-from goodput_core.stores import sqlite_read as sqlite_store
+from goodput_core.stores.sqlite import read as sqlite_store
 from goodput_core.stores.sqlite import SqliteStore
 
 

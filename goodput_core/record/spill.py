@@ -33,8 +33,8 @@ from typing import Deque, List, Optional, Tuple
 
 from goodput_core.events import EventRecord
 from goodput_core.stores import canonical_store_url
-from goodput_core.stores.cloud_logging_spill import SpillFile, spill_paths
-from goodput_core.stores.sqlite_json import dumps
+from goodput_core.stores.spill_buffer import SpillFile, spill_paths
+from goodput_core.stores.strict_json import dumps
 
 __all__ = ["Outbox", "default_spill_dir", "SPILL_DIR_ENV"]
 

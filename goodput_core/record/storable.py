@@ -38,7 +38,7 @@ def check_text(value: str, what: str) -> None:
 
 def check_extra(extra: Any) -> None:
     """Raises ValueError when ``extra`` cannot be stored as strict JSON."""
-    from goodput_core.stores.sqlite_json import dumps
+    from goodput_core.stores.strict_json import dumps
 
     try:
         text = dumps(extra)  # ASCII: every non-ASCII character is escaped

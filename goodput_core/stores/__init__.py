@@ -64,7 +64,7 @@ def check_store_url(url: Union[str, os.PathLike, None] = None) -> Tuple[str, str
     if scheme == "sqlite" and not rest:
         raise StoreError(f"store URL {url!r} names no file: use sqlite:///path/to/file.sqlite")
     if scheme == "cloud-logging":
-        from goodput_core.stores import cloud_logging_wire as wire
+        from goodput_core.stores.cloud_logging import wire
 
         project, _, log = rest.partition("/")
         if not project or not log or "/" in log:
@@ -78,7 +78,7 @@ def check_store_url(url: Union[str, os.PathLike, None] = None) -> Tuple[str, str
             raise StoreError("the cloud-logging store needs the 'gcp' extra: "
                              "pip install 'goodput-core[gcp]'")
     elif scheme in _POSTGRES:
-        from goodput_core.stores.postgres_sql import parse_url
+        from goodput_core.stores.postgres.sql import parse_url
 
         try:
             parse_url(url)
@@ -88,7 +88,7 @@ def check_store_url(url: Union[str, os.PathLike, None] = None) -> Tuple[str, str
             raise StoreError("the postgresql store needs the 'postgres' extra: "
                              "pip install 'goodput-core[postgres]'")
     elif scheme not in ("memory", "sqlite"):
-        from goodput_core.stores.postgres_sql import redact
+        from goodput_core.stores.postgres.sql import redact
 
         raise StoreError(f"unknown store scheme {scheme!r} in {redact(url)!r}: use sqlite://, "
                          "memory://, cloud-logging:// or postgresql://")
@@ -102,7 +102,7 @@ def canonical_store_url(url: str) -> str:
     """The URL an opened store will report as its ``url`` (no I/O): a sqlite
     path made absolute as :class:`~goodput_core.stores.sqlite.SqliteStore`
     does; other URLs as they are, a password replaced by ``***``."""
-    from goodput_core.stores.postgres_sql import redact
+    from goodput_core.stores.postgres.sql import redact
 
     scheme, sep, rest = str(url).partition("://")
     if not sep:

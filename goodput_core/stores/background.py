@@ -1,8 +1,8 @@
 """What the stores that send from a background thread share.
 
 The Cloud Logging and PostgreSQL stores queue events and deliver them from a
-sender thread of their own (:class:`~goodput_core.stores.cloud_logging_sender.BatchSender`
-over a :class:`~goodput_core.stores.cloud_logging_spill.SpillBuffer`: bounded
+sender thread of their own (:class:`~goodput_core.stores.batch_sender.BatchSender`
+over a :class:`~goodput_core.stores.spill_buffer.SpillBuffer`: bounded
 memory, then a local spill file). :class:`QueuedStoreMixin` holds the parts
 that do not depend on the service: queueing, fences, close, counters, and the
 two moments that need care:
@@ -25,8 +25,8 @@ import weakref
 from typing import Any, Callable, Dict, List, Optional, Tuple, Type
 
 from goodput_core import exit_bound
-from goodput_core.stores.cloud_logging_sender import BatchSender
-from goodput_core.stores.cloud_logging_spill import SpillBuffer
+from goodput_core.stores.batch_sender import BatchSender
+from goodput_core.stores.spill_buffer import SpillBuffer
 
 __all__ = ["QueuedStoreMixin", "EXIT_TIMEOUT_S"]
 

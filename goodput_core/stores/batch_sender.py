@@ -1,7 +1,7 @@
 """The Cloud Logging store's background sender: batches, backoff, fences.
 
 One daemon thread takes entries from the head of a
-:class:`~goodput_core.stores.cloud_logging_spill.SpillBuffer`, sends them with
+:class:`~goodput_core.stores.spill_buffer.SpillBuffer`, sends them with
 one call of ``write(batch)`` (one RPC) and removes them only once the call
 succeeded, so a failure keeps them at the head, in order. Failures are retried
 after ``sleep(delay)``, the delay doubling up to a maximum, with +-20 % jitter
@@ -21,7 +21,7 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple, Type
 
-from goodput_core.stores.cloud_logging_spill import SpillBuffer
+from goodput_core.stores.spill_buffer import SpillBuffer
 
 __all__ = ["BatchSender"]
 

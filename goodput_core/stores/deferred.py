@@ -27,7 +27,8 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple
 from goodput_core.events import EventRecord
 # Imported first so that its fork hooks are registered before ours: ours then
 # run first before a fork (they wait for an open that may need its gate).
-from goodput_core.stores import canonical_store_url, sqlite_fork  # noqa: F401
+from goodput_core.stores import canonical_store_url
+from goodput_core.stores.sqlite import fork as _sqlite_fork  # noqa: F401
 from goodput_core.stores.base import Cursor, Store, StoreError
 
 __all__ = ["DeferredStore"]

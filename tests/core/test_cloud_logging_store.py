@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 from goodput_core.events import EventRecord, Kind, to_payload
 from goodput_core.record.recorder import Recorder
-from goodput_core.stores import cloud_logging_wire as wire
+from goodput_core.stores.cloud_logging import wire
 from goodput_core.stores.cloud_logging import CloudLoggingStore
 from tests.support.fake_cloud_logging import FakeCloudLogging, cloud_store_factory, parse_filter, reference_client
 
@@ -396,7 +396,7 @@ def test_close_during_outage_leaves_a_file_the_next_store_delivers(fake, make_st
 
 # ----------------------------------------------------------------- the spill buffer
 def test_spill_buffer_keeps_order_across_memory_file_and_orphans(tmp_path):
-    from goodput_core.stores.cloud_logging_spill import SpillBuffer
+    from goodput_core.stores.spill_buffer import SpillBuffer
 
     def entries(a, b):
         return [{"p": {"n": i}, "i": str(i), "l": {}, "t": [0, 0]} for i in range(a, b)]

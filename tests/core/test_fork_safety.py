@@ -1,6 +1,6 @@
 """No SQLite connection crosses ``os.fork()``, and child waits are bounded.
 
-Mutation killed: ``sqlite_fork.py`` not closing the connections before a
+Mutation killed: ``stores/sqlite/fork.py`` not closing the connections before a
 fork (``store._close_all()`` removed) ->
 ``test_no_sqlite_file_is_open_in_a_forked_child``.
 """

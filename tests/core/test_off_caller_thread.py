@@ -17,7 +17,7 @@ from goodput_core.monitor import Monitor
 from goodput_core.stores.memory import MemoryStore
 from goodput_core.events import to_payload
 from goodput_core.stores import check_store_url, open_store
-from goodput_core.stores import sqlite as sqlite_module
+from goodput_core.stores.sqlite import store as sqlite_module
 from tests.support.blocked_init import block_constructor
 from tests.support.fake_clock import FakeClock
 

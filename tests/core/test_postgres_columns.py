@@ -119,7 +119,7 @@ class _OnlyRead(Store):
 
 def test_pages_longer_than_one_copy(url, monkeypatch):
     """limit None reads the whole run in bounded COPY pages, joined."""
-    import goodput_core.stores.postgres_read as pg  # where reads page
+    import goodput_core.stores.postgres.read as pg  # where reads page
 
     monkeypatch.setattr(pg, "_COLUMN_PAGE", 4)
     store = PostgresStore(url)
@@ -138,7 +138,7 @@ def test_pages_longer_than_one_copy(url, monkeypatch):
 def test_a_page_aggregated_out_of_id_order_is_sorted_by_id(url):
     """PostgreSQL keeps the subquery's order in the aggregates in practice but
     does not promise it: the server's real answer, permuted, reads the same."""
-    from goodput_core.stores import postgres_columns as pc
+    from goodput_core.stores.postgres import columns as pc
 
     store = PostgresStore(url)
     events = _odd_events("perm")

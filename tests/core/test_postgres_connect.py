@@ -18,8 +18,8 @@ import pytest
 from goodput_core.events import EventRecord
 from goodput_core.stores import StoreError, open_store
 from goodput_core.stores.postgres import PostgresStore
-from goodput_core.stores.postgres_connect import ConnectionSlot
-from goodput_core.stores.postgres_sql import parse_url, redact
+from goodput_core.stores.postgres.connect import ConnectionSlot
+from goodput_core.stores.postgres.sql import parse_url, redact
 from tests.support.postgres_server import PASSWORD, USER, PostgresServer, find_bindir
 from tests.support.fake_clock import FakeClock
 from tests.support.tls_ca import make_ca

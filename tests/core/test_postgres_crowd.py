@@ -40,7 +40,7 @@ WRITER, WRITER_PW = "writer", "writer-pw"  # no superuser: the slots reserved fo
 _CROWD = textwrap.dedent("""
     import json, sys, threading
     from goodput_core import Recorder
-    from goodput_core.stores.postgres_connect import slot_counts
+    from goodput_core.stores.postgres.connect import slot_counts
     url, proc, threads, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
     blocked_s = float(sys.argv[5])
     recs = [Recorder("crowd", url, process_index=proc * threads + i, queue_size=10 * n,

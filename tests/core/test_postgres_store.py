@@ -23,7 +23,7 @@ from goodput_core.events import EventRecord
 from goodput_core.stores import StoreError, open_store
 from goodput_core.stores.memory import MemoryStore
 from goodput_core.stores.postgres import PostgresStore
-from goodput_core.stores.postgres_sql import SCHEMA_VERSION, redact
+from goodput_core.stores.postgres.sql import SCHEMA_VERSION, redact
 from tests.support.children import wait_child
 from tests.support.fake_clock import FakeClock
 from tests.support.postgres_server import PASSWORD, PostgresServer, find_bindir

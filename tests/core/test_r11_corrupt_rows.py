@@ -4,7 +4,7 @@ the rest of the run is read.
 A store holds the synthetic job plus rows a damaged or hand-edited file may
 have: bad JSON in ``extra``, ``extra='[1,2]'``, ``kind=999``, a text step and
 a text time. Each is checked as a plain row and after a writer packed it into
-a chunk (sqlite_chunks keeps such rows verbatim). Every read-only command
+a chunk (stores/sqlite/chunks.py keeps such rows verbatim). Every read-only command
 runs in a real subprocess and must succeed, show the good events, and name the
 store in its warning; ``report`` counts each corrupt row under ``skipped``.
 """

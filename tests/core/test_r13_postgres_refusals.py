@@ -240,7 +240,7 @@ def test_insert_revoked_then_granted_stores_every_event_once(server, role_url, e
 
 
 def test_missing_tables_are_an_outage_not_bad_content(server, role_url, env):
-    from goodput_core.stores.postgres import refusal_is_outage
+    from goodput_core.stores.postgres.store import refusal_is_outage
 
     role, db, url = role_url
     with _admin(server, db) as conn:

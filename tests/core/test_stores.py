@@ -20,9 +20,9 @@ from hypothesis import strategies as st
 
 from goodput_core.events import EventRecord, Kind
 from goodput_core.stores import StoreError, open_store
-from goodput_core.stores import sqlite as sqlite_mod
+from goodput_core.stores.sqlite import store as sqlite_mod
 from goodput_core.stores.memory import MemoryStore
-from goodput_core.stores.sqlite import SCHEMA_VERSION, SqliteStore
+from goodput_core.stores.sqlite.store import SCHEMA_VERSION, SqliteStore
 from tests.support.children import wait_child
 
 
@@ -36,7 +36,7 @@ def ev(run="run-a", i=0, kind=Kind.STEP_START, **kw):
 
 @pytest.fixture(params=["memory", "sqlite", "sqlite-chunked"])
 def store(request, tmp_path):
-    # sqlite-chunked: every 2 rows of a run are packed into a chunk (sqlite_chunks)
+    # sqlite-chunked: every 2 rows of a run are packed into a chunk (stores/sqlite/chunks.py)
     s = MemoryStore("t") if request.param == "memory" else SqliteStore(
         tmp_path / "s.sqlite", chunk_events=2 if request.param == "sqlite-chunked" else 8192)
     yield s

@@ -36,7 +36,7 @@ def sqlite_path(store: str) -> str:
 
 
 def run(args) -> int:
-    from goodput_core.stores.sqlite_admin import backup
+    from goodput_core.stores.sqlite.admin import backup
 
     path = sqlite_path(args.store)
     try:

@@ -22,7 +22,7 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     from goodput_core.stores import default_store_url
-    from goodput_core.stores.sqlite_admin import compact
+    from goodput_core.stores.sqlite.admin import compact
 
     path = sqlite_path(args.store or default_store_url())
     before, after = compact(path)

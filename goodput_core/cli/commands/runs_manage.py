@@ -29,7 +29,7 @@ def _confirm(question: str, yes: bool) -> bool:
 def manage(args) -> int:
     """Runs ``delete`` or ``rename``; returns the exit code (1: not confirmed)."""
     from goodput_core.stores import default_store_url
-    from goodput_core.stores import sqlite_admin as admin
+    from goodput_core.stores.sqlite import admin
 
     want = {"delete": 1, "rename": 2}[args.action]
     if len(args.names) != want:

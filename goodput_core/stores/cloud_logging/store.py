@@ -2,7 +2,7 @@
 
 The distributed store for multi-host jobs on Google Cloud. Entries use the
 payload format of ``ml-goodput-measurement``, so either library reads the
-other's logs (see :mod:`goodput_core.stores.cloud_logging_wire` for the entry
+other's logs (see :mod:`goodput_core.stores.cloud_logging.wire` for the entry
 layout and the queries).
 
 Writes never wait for the network: :meth:`CloudLoggingStore.append` turns the
@@ -11,7 +11,7 @@ batches, one ``WriteLogEntries`` RPC per batch. When the service fails
 (``UNAVAILABLE``, ``DEADLINE_EXCEEDED``, ``INTERNAL``, ``RESOURCE_EXHAUSTED``,
 connection refused, ...) the batch is retried with exponential backoff; memory
 holds ``max_buffer`` entries at most and the rest waits in a local spill file
-(:mod:`goodput_core.stores.cloud_logging_spill`), replayed in order once the
+(:mod:`goodput_core.stores.spill_buffer`), replayed in order once the
 service answers. Deterministic insert ids make a resent batch harmless.
 
 Reads use ``ListLogEntries`` with an escaped filter, ascending, paged, and
@@ -45,10 +45,10 @@ from google.cloud.logging_v2.services.logging_service_v2 import LoggingServiceV2
 from google.cloud.logging_v2.types import ListLogEntriesRequest, WriteLogEntriesRequest
 
 from goodput_core.events import EventRecord
-from goodput_core.stores import cloud_logging_wire as wire
+from goodput_core.stores.cloud_logging import wire
 from goodput_core.stores.background import QueuedStoreMixin
 from goodput_core.stores.base import Cursor, Store, StoreError
-from goodput_core.stores.cloud_logging_spill import default_spill_dir, spill_tag
+from goodput_core.stores.spill_buffer import default_spill_dir, spill_tag
 
 __all__ = ["CloudLoggingStore", "TRANSIENT_ERRORS"]
 

@@ -41,7 +41,7 @@ _COLUMNS = (
 
 
 def column_statements(s: str) -> Dict[str, str]:
-    """The two queries of a page (``s``: the quoted schema, as in postgres_sql)."""
+    """The two queries of a page (``s``: the quoted schema, as in postgres/sql.py)."""
     aggs = ", ".join(f"string_agg({expr}, ''::bytea)" for _, expr, _ in _COLUMNS)
     return {
         "columns": f"SELECT count(*), {aggs} FROM (SELECT * FROM {s}.events"

@@ -6,7 +6,7 @@ the state used here (``_sql``, ``_local``, ``_connect``, ``url``,
 connection of its own, kept between reads (the monitor reads every
 interval) and reopened once when a server restart broke it; the writers'
 connection is the process's shared slot instead
-(:mod:`goodput_core.stores.postgres_connect`). Pages are by event id.
+(:mod:`goodput_core.stores.postgres.connect`). Pages are by event id.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ import psycopg
 from goodput_core.events import EventRecord
 from goodput_core.stores.base import Cursor, StoreError
 from goodput_core.stores.columns import EventPage
-from goodput_core.stores.postgres_columns import read_page
-from goodput_core.stores.postgres_connect import describe
+from goodput_core.stores.postgres.columns import read_page
+from goodput_core.stores.postgres.connect import describe
 
 __all__ = ["PostgresReadMixin"]
 
@@ -102,7 +102,7 @@ class PostgresReadMixin:
     def read_columns(self, run: str, since: Cursor = None,
                      limit: Optional[int] = None) -> Tuple[EventPage, Cursor]:
         """As :meth:`read`, but the events as numpy columns (no Python object
-        per event; :mod:`goodput_core.stores.postgres_columns`): what the
+        per event; :mod:`goodput_core.stores.postgres.columns`): what the
         engine reads."""
         if limit is not None and limit <= 0:
             return EventPage.empty(run), since

@@ -5,8 +5,8 @@ Slurm or Kubernetes, other clouds, on premises): every host of a job writes
 to one database that the team already runs. Needs the ``postgres`` extra
 (``pip install 'goodput-core[postgres]'``, the psycopg 3 driver); nothing is
 imported unless this store is used. URL and schema:
-:mod:`goodput_core.stores.postgres_sql`; connections:
-:mod:`goodput_core.stores.postgres_connect`.
+:mod:`goodput_core.stores.postgres.sql`; connections:
+:mod:`goodput_core.stores.postgres.connect`.
 
 Writes never wait for the network: :meth:`PostgresStore.append` encodes the
 events and queues them; one background thread inserts them in batches (one
@@ -52,13 +52,13 @@ import psycopg
 from goodput_core.events import EventRecord
 from goodput_core.stores.background import QueuedStoreMixin
 from goodput_core.stores.base import Store, StoreError
-from goodput_core.stores.cloud_logging_spill import spill_tag
-from goodput_core.stores.postgres_columns import column_statements
-from goodput_core.stores.postgres_connect import (
+from goodput_core.stores.spill_buffer import spill_tag
+from goodput_core.stores.postgres.columns import column_statements
+from goodput_core.stores.postgres.connect import (
     connect, describe, is_content_error, is_overload, slot_for)
-from goodput_core.stores.postgres_read import PostgresReadMixin
-from goodput_core.stores.postgres_sql import SCHEMA_VERSION, parse_url, statements
-from goodput_core.stores.sqlite_json import dumps as _dumps
+from goodput_core.stores.postgres.read import PostgresReadMixin
+from goodput_core.stores.postgres.sql import SCHEMA_VERSION, parse_url, statements
+from goodput_core.stores.strict_json import dumps as _dumps
 
 __all__ = ["PostgresStore", "default_spill_dir", "refusal_is_outage"]
 
@@ -92,7 +92,7 @@ def refusal_is_outage(exc: BaseException) -> bool:
     revoked, tables missing, out of connection slots, a restart): the batch is
     kept and retried, never dropped as bad content. Only a data exception, an
     integrity violation, a program limit or a value the driver cannot encode is
-    about the content (:func:`~goodput_core.stores.postgres_connect.is_content_error`)."""
+    about the content (:func:`~goodput_core.stores.postgres.connect.is_content_error`)."""
     return not is_content_error(exc)
 
 

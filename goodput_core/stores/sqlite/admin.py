@@ -18,7 +18,7 @@ from typing import Tuple
 
 from goodput_core.files import temporary_beside
 from goodput_core.stores.base import StoreError
-from goodput_core.stores.sqlite_chunks import has_chunks
+from goodput_core.stores.sqlite.chunks import has_chunks
 
 __all__ = ["backup", "compact", "delete_run", "rename_run"]
 
@@ -73,7 +73,7 @@ def compact(path: str) -> Tuple[int, int]:
     Returns:
       (bytes before, bytes after), the ``-wal`` file included.
     """
-    from goodput_core.stores import sqlite_chunks as chunks
+    from goodput_core.stores.sqlite import chunks
 
     before = _size(path)
     conn = _connect(path)

@@ -18,10 +18,10 @@ from urllib.parse import quote
 import numpy as np
 
 from goodput_core.events import EventRecord
-from goodput_core.stores import sqlite_chunks as chunks
+from goodput_core.stores.sqlite import chunks
 from goodput_core.stores.base import Cursor
 from goodput_core.stores.columns import EventPage
-from goodput_core.stores.sqlite_fork import gated as _gated
+from goodput_core.stores.sqlite.fork import gated as _gated
 
 __all__ = ["ReadPath", "is_busy"]
 

@@ -18,7 +18,7 @@ upgraded by the first writer that opens it, and read as it is by readers)::
              write_time REAL)
     INDEX events_run ON events (run_id, id)
     chunks  -- (version 2) older events of a run packed as columns, see
-            -- goodput_core.stores.sqlite_chunks: writers move every full
+            -- goodput_core.stores.sqlite.chunks: writers move every full
             -- chunk of rows there, readers read both in one snapshot
 
 Opened with ``readonly=True`` (what the read-only commands do) the file is
@@ -26,8 +26,8 @@ opened with SQLite's ``mode=ro``: a store the user may read but not write
 (owned by someone else, a read-only mount) can be read. Rows that are
 corrupt (a hand-edited or damaged file) are skipped, counted in
 :attr:`SqliteStore.corrupt` and reported once per reason as a warning that
-names the file. The read path is :mod:`goodput_core.stores.sqlite_read`, the
-write path :mod:`goodput_core.stores.sqlite_write`.
+names the file. The read path is :mod:`goodput_core.stores.sqlite.read`, the
+write path :mod:`goodput_core.stores.sqlite.write`.
 
 A NaN ``time`` or ``write_time`` is stored as NULL (SQLite has no NaN) and read
 back as ``float('nan')``. ``extra`` is strict JSON: non-finite floats in it are
@@ -52,7 +52,7 @@ Concurrency guarantees:
 * One connection per thread and per process, opened lazily. No connection
   crosses ``os.fork()``: a fork waits for the SQLite calls in flight (never
   for one waiting on another process's lock: those wait outside the gate,
-  see :mod:`goodput_core.stores.sqlite_fork`), then all connections are
+  see :mod:`goodput_core.stores.sqlite.fork`), then all connections are
   closed and every thread of parent and child reopens its own on next use.
 """
 
@@ -68,14 +68,14 @@ import time
 import weakref
 from typing import Any, Dict, List, Optional, Tuple
 
-from goodput_core.stores import sqlite_chunks as chunks
+from goodput_core.stores.sqlite import chunks
 from goodput_core.stores.base import Store, StoreError
-from goodput_core.stores.sqlite_fork import Reopen
-from goodput_core.stores.sqlite_fork import gated as _gated
-from goodput_core.stores.sqlite_fork import register_store, released
-from goodput_core.stores.sqlite_read import ReadPath
-from goodput_core.stores.sqlite_read import is_busy as _is_busy
-from goodput_core.stores.sqlite_write import WritePath, write_transaction as _write_transaction
+from goodput_core.stores.sqlite.fork import Reopen
+from goodput_core.stores.sqlite.fork import gated as _gated
+from goodput_core.stores.sqlite.fork import register_store, released
+from goodput_core.stores.sqlite.read import ReadPath
+from goodput_core.stores.sqlite.read import is_busy as _is_busy
+from goodput_core.stores.sqlite.write import WritePath, write_transaction as _write_transaction
 
 __all__ = ["SqliteStore", "SCHEMA_VERSION"]
 
@@ -271,7 +271,7 @@ class SqliteStore(ReadPath, WritePath, Store):
             version = self._schema_version(conn)
         if not self.readonly and version == SCHEMA_VERSION and \
                 conn.execute("PRAGMA user_version").fetchone()[0] < chunks.FORMAT_VERSION:
-            with _write_transaction(conn):  # the marker every read checks (sqlite_chunks)
+            with _write_transaction(conn):  # the marker every read checks (sqlite/chunks.py)
                 conn.execute(f"PRAGMA user_version = {chunks.FORMAT_VERSION}")
         if self.readonly and version in (None, 1):
             return  # not written yet, or by version 1: readable as it is

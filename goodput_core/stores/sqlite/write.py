@@ -2,7 +2,7 @@
 registering new runs and writers, and packing full chunks after a write.
 
 A mixin of :class:`goodput_core.stores.sqlite.SqliteStore` (kept apart so each
-module stays small, like :mod:`goodput_core.stores.sqlite_read`): it uses the
+module stays small, like :mod:`goodput_core.stores.sqlite.read`): it uses the
 store's ``readonly``, ``chunk_events``, ``path``, ``_handle``, ``_retry`` and
 ``_error``.
 """
@@ -16,11 +16,11 @@ from operator import itemgetter
 from typing import Any, List, Sequence
 
 from goodput_core.events import EventRecord
-from goodput_core.stores import sqlite_chunks as chunks
+from goodput_core.stores.sqlite import chunks
 from goodput_core.stores.base import StoreError
-from goodput_core.stores.sqlite_fork import Reopen
-from goodput_core.stores.sqlite_fork import gated as _gated
-from goodput_core.stores.sqlite_json import dumps as _dumps
+from goodput_core.stores.sqlite.fork import Reopen
+from goodput_core.stores.sqlite.fork import gated as _gated
+from goodput_core.stores.strict_json import dumps as _dumps
 
 __all__ = ["WritePath", "write_transaction"]
 
@@ -89,7 +89,7 @@ class WritePath:
                 and len(set(map(itemgetter(0), rows))) == 1)
 
     def _maybe_compact(self, h: Any, rows: List[tuple]) -> None:
-        """Packs full chunks of the runs this batch wrote to (sqlite_chunks).
+        """Packs full chunks of the runs this batch wrote to (sqlite/chunks.py).
 
         Counted per connection: once a run got another chunk's worth of rows
         here, look. The batch is committed already: a failure here (another
