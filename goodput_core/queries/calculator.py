@@ -41,15 +41,15 @@ and counted); they raise ``ValueError`` only for impossible arguments (a
 window that ends before it starts, NaN bounds, a negative rolling size).
 Semantics: ``docs/semantics.md`` in the repository (every rule, with a
 worked example and its test); the spans: :mod:`goodput_core.timeline.spans`.
-The calculator is thread-safe (one lock around updates and queries). Its
-queries beyond runtime goodput (slice efficiency, metadata, metrics, program
-goodput, insights) are in :mod:`goodput_core.queries.beyond_goodput`.
+The calculator is thread-safe (one lock around updates and queries). Every
+query is a method of this one class; the work of each is done by the query
+module it names (queries below the calculator never import it; per-host
+figures come from calculators it makes for :mod:`goodput_core.queries.host_outliers`).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import logging
+import functools
 import math
 import threading
 import time
@@ -57,39 +57,28 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 
 import numpy as np
 
-from goodput_core.events import SkipReason, from_payload
 from goodput_core.queries.arguments import Interval, exclusion_intervals, time_arg
-from goodput_core.queries.beyond_goodput import BeyondGoodputMixin
-from goodput_core.queries.diagnostics import MetricSeries
-from goodput_core.queries.elastic import SliceCounts, SliceEfficiency
-from goodput_core.queries.host_outliers import HostTracker
-from goodput_core.queries.many_writers import ManyWriters
-from goodput_core.queries.program_goodput import ProgramGoodput
-from goodput_core.queries.results import GoodputResult, build_result, empty_result
-from goodput_core.queries.scheduling import SCHEDULING, SchedulingWaits, scheduling_waits
+from goodput_core.queries.blocking_loads import blocking_load_seconds
+from goodput_core.queries.checkpoint_advice import CheckpointAdvice, advice_of_run
+from goodput_core.queries.diagnostics import (
+    MetricSeries, merged_metadata, metric_series, metrics_since)
+from goodput_core.queries.elastic import (
+    SliceCounts, SliceEfficiency, slice_counts, slice_efficiency_of_run)
+from goodput_core.queries.hangs import Hang, hangs_at
+from goodput_core.queries.host_outliers import HostBreakdown
+from goodput_core.queries.program_goodput import ProgramGoodput, program_goodput_of_run
+from goodput_core.queries.run_feed import RunFeed
+from goodput_core.queries.results import GoodputResult
+from goodput_core.queries.scheduling import SchedulingWaits, scheduling_waits
 from goodput_core.queries.step_stats import StepStats, StepTimes, compute_step_stats
-from goodput_core.record.hooks import flush_before_read
-from goodput_core.timeline.buckets import CUSTOM_BASE, IDLE, PRODUCTIVE, BadputType
-from goodput_core.timeline.payload_columns import payload_page
-from goodput_core.timeline.segments import CLOSE_JOB_END, CLOSE_STEP_END, NO_RESTART
-from goodput_core.timeline.liveness import RunState, lifetime_end, timeline_state
-from goodput_core.timeline.intervals import paint
+from goodput_core.queries.windows import labelled_spans, lifetime_of, span_label, window_result
+from goodput_core.timeline.liveness import RunState, timeline_state
 from goodput_core.timeline.spans import Timeline
 
 __all__ = ["Calculator", "GoodputResult", "MetricSeries", "ProgramGoodput", "SliceCounts",
            "SliceEfficiency", "StepStats"]
 
-_PAGE = 262_144  # events per store read in refresh()
-logger = logging.getLogger("goodput")
-
-
-def _default_url() -> str:
-    from goodput_core.stores import default_store_url
-
-    return default_store_url()
-
-
-class Calculator(BeyondGoodputMixin):
+class Calculator:
     """Incremental goodput calculator for one run.
 
     Args:
@@ -118,22 +107,16 @@ class Calculator(BeyondGoodputMixin):
                 isinstance(ideal_step_time, (int, float)) and ideal_step_time > 0):
             raise ValueError(f"ideal_step_time must be a positive number, got {ideal_step_time!r}")
         self.run = run
-        self._store = None
         if store is not None:
             from goodput_core.stores import open_store
 
-            self._store = open_store(store)
-        self._cursor = None
-        self._warned: set = set()  # refresh()'s one-time warnings
+            store = open_store(store)
         self._clock = clock
         self._ideal = None if ideal_step_time is None else float(ideal_step_time)
-        self._liveness = bool(liveness)
-        self._tl = Timeline()
-        self._tl.liveness = self._liveness
         self._lock = threading.RLock()
-        self._host_tracker = HostTracker(run or "", self._store, clock=clock)
-        # Several writer processes on one run: job figures from the lead stream
-        self._many = ManyWriters(run)
+        self._feed = RunFeed(run, store, lock=self._lock, liveness=bool(liveness), clock=clock,
+                             new_host_calculator=functools.partial(Calculator, run or "",
+                                                                   clock=clock))
 
     # --------------------------------------------------------------- input
     def add(self, events: Iterable[Any]) -> int:
@@ -142,36 +125,11 @@ class Calculator(BeyondGoodputMixin):
         Events of several writer processes (``host``, ``pid``) make the job
         figures come from the lead stream (``docs/semantics.md``, many writers).
         """
-        events = events if isinstance(events, list) else list(events)
-        with self._lock:
-            many = self._many
-            if many.active:
-                many.extend(events)
-                self._tl = self._lead_timeline(many)
-                return len(events)
-            stored = self._tl.add(events, self.run)
-            if many.note_records(events, keep=True):
-                self._tl = self._lead_timeline(many)
-            return stored
+        return self._feed.add(events)
 
     def add_payloads(self, payloads: Iterable[Any]) -> int:
         """Adds reference-format payload dicts; unparsable ones are counted."""
-        payloads = payloads if isinstance(payloads, list) else list(payloads)
-        columns = payload_page(payloads, self.run)
-        if columns is not None:  # a large batch: read column-wise, shape by shape
-            page, skipped = columns
-            with self._lock:
-                self._tl.tables.skipped.update(skipped)
-                return self._tl.add_page(page)
-        records = []
-        with self._lock:
-            for payload in payloads:
-                parsed = from_payload(payload, run=self.run)
-                if isinstance(parsed, SkipReason):
-                    self._tl.tables.skipped[parsed.value] += 1
-                else:
-                    records.append(parsed)
-            return self._tl.add(records, self.run)
+        return self._feed.add_payloads(payloads)
 
     def refresh(self) -> int:
         """Reads the events appended to the store since the last refresh.
@@ -183,44 +141,7 @@ class Calculator(BeyondGoodputMixin):
         Returns:
           The number of events read (0 without a store).
         """
-        if self._store is None and not self._open_default_store():
-            return 0
-        flush_before_read(self.run, self._store)
-        with self._lock:
-            first = self._cursor is None
-            n, self._cursor = self.pull(self._store, self._cursor)
-        if first and not n:  # a typo in the run or the store path reads as 0 % otherwise
-            self._warn_once("no-run", "goodput: no events of run %r in %s yet (goodput runs "
-                            "--store %s lists the runs there)", self.run,
-                            getattr(self._store, "url", self._store),
-                            getattr(self._store, "url", self._store))
-        return n
-
-    def _open_default_store(self) -> bool:
-        """The store a ``Recorder(run)`` given no store writes to, for a
-        Calculator given a run and no store; False (warned once) while there
-        is none to read."""
-        from goodput_core.stores import StoreError, open_store
-
-        url = _default_url()
-        if self.run:
-            try:
-                self._store = open_store(url, create=False)
-            except StoreError as exc:
-                self._warn_once("no-store", "goodput: Calculator(%r) reads the default store, "
-                                "where a Recorder given no store writes (%s): %s", self.run,
-                                url, exc)
-                return False
-            self._host_tracker = HostTracker(self.run, self._store, clock=self._clock)
-            return True
-        self._warn_once("no-store", "goodput: a Calculator without a run reads no store: "
-                        "pass run and store= (a Recorder given no store writes to %s)", url)
-        return False
-
-    def _warn_once(self, key: str, message: str, *args: Any) -> None:
-        if key not in self._warned:
-            self._warned.add(key)
-            logger.warning(message, *args)
+        return self._feed.refresh()
 
     def pull(self, store: Any, cursor: Any = None) -> Tuple[int, Any]:
         """Adds this run's events appended to ``store`` after ``cursor``.
@@ -232,42 +153,16 @@ class Calculator(BeyondGoodputMixin):
         Returns:
           ``(events read, cursor)``: pass the cursor to the next pull.
         """
-        read_columns = getattr(store, "read_columns", None)
-        total = 0
-        many = self._many
-        with self._lock:
-            while True:
-                if many.active:  # several writers: every event, with its writer
-                    page, cursor = store.read(self.run, since=cursor, limit=_PAGE)
-                    many.extend(page)
-                    self._host_tracker.observe(page)
-                elif read_columns is not None:
-                    page, cursor = read_columns(self.run, since=cursor, limit=_PAGE)
-                    self._tl.add_page(page)  # also counts the corrupt rows skipped
-                    self._host_tracker.observe_indices(page.process_indices)
-                    if many.note_writers(page.writers):
-                        cursor, total = None, 0  # a second writer: read again, as records
-                        continue
-                else:
-                    page, cursor = store.read(self.run, since=cursor, limit=_PAGE)
-                    if page:
-                        self._tl.add(page, self.run)
-                        self._host_tracker.observe(page)
-                        if many.note_records(page, keep=False):
-                            cursor, total = None, 0
-                            continue
-                total += len(page)
-                if len(page) < _PAGE:
-                    if many.active and total:
-                        self._tl = self._lead_timeline(many)
-                    return total, cursor
+        return self._feed.pull(store, cursor)
 
-    def _lead_timeline(self, many: Any) -> Timeline:
-        """The job timeline of a run written by several processes (rule 13),
-        with this calculator's liveness setting (rule 15)."""
-        tl = many.timeline()
-        tl.liveness = self._liveness
-        return tl
+    @property
+    def _tl(self) -> Timeline:
+        """The job timeline as fed so far (replaced when a second writer appears)."""
+        return self._feed.tl
+
+    @property
+    def _store(self) -> Any:
+        return self._feed.store
 
     # ------------------------------------------------------------- queries
     @property
@@ -292,7 +187,7 @@ class Calculator(BeyondGoodputMixin):
             if not len(att):
                 return None
             t = self._now(now)
-            return _lifetime(self._tl, t)
+            return lifetime_of(self._tl, t)
 
     def cumulative(self, now: Any = None, exclude: Optional[Sequence[Interval]] = None
                    ) -> GoodputResult:
@@ -317,24 +212,8 @@ class Calculator(BeyondGoodputMixin):
         excl = exclusion_intervals(exclude)
         with self._lock:
             t = self._now(now)
-            tl = self._tl
-            tl.update()
-            if not len(tl.attempts):
-                return empty_result(t, tl.skipped(), tl.tables.elastic_seen)
-            life = _lifetime(tl, t)
-            wa, wb = max(a, life[0]), max(min(b, life[1]), max(a, life[0]))
-            waits = scheduling_waits(tl.tables, tl.attempts.start, t)
-            if not waits:
-                return build_result(tl, a, b, excl, life, t, _step_summary(tl, wa, wb))
-            # waits for resources leave the partition like idle time (lifecycle)
-            sched = waits.inside(*life)
-            r = build_result(tl, a, b, excl + sched, life, t, _step_summary(tl, wa, wb))
-            idle_s, idle_e = tl.attempts.idle()
-            minus = (np.concatenate([idle_s, [x for x, _ in excl]]),
-                     np.concatenate([idle_e, [y for _, y in excl]]))
-            secs = min(waits.seconds(wa, wb, minus), r.excluded_seconds)
-            return dataclasses.replace(r, excluded_seconds=r.excluded_seconds - secs,
-                                       scheduling_seconds=secs)
+            self._tl.update()
+            return window_result(self._tl, a, b, excl, t)
 
     def scheduling(self, now: Any = None) -> SchedulingWaits:
         """The run's waits for resources (empty without scheduling events)."""
@@ -363,7 +242,7 @@ class Calculator(BeyondGoodputMixin):
           name, or ``CUSTOM_BADPUT_EVENTS:<TYPE>``.
         """
         s, e, c, names = self._labelled(start, end, now)
-        return [(x, y, _label(code, names)) for x, y, code in zip(s.tolist(), e.tolist(),
+        return [(x, y, span_label(code, names)) for x, y, code in zip(s.tolist(), e.tolist(),
                                                                   c.tolist())]
 
     def span_arrays(self, start: Any = -math.inf, end: Any = math.inf, now: Any = None
@@ -374,7 +253,7 @@ class Calculator(BeyondGoodputMixin):
         out = {}
         for code in np.unique(c).tolist():
             sel = c == code
-            out[_label(code, names)] = (s[sel], e[sel])
+            out[span_label(code, names)] = (s[sel], e[sel])
         return out
 
     def _labelled(self, start: Any, end: Any, now: Any):
@@ -386,15 +265,7 @@ class Calculator(BeyondGoodputMixin):
         with self._lock:
             if life is None:
                 return np.empty(0), np.empty(0), np.empty(0, np.int64), []
-            lo, hi = max(a, life[0]), min(b, life[1])
-            s, e, c = self._tl.labelled(lo, hi)
-            waits = scheduling_waits(self._tl.tables, self._tl.attempts.start, self._now(now))
-            if waits:  # waits for resources are their own lane, under idle time
-                idle = c == IDLE
-                ws = np.array([x for x, _ in waits.inside(lo, hi)], np.float64)
-                we = np.array([y for _, y in waits.inside(lo, hi)], np.float64)
-                s, e, c = paint([(s[idle], e[idle], IDLE), (ws, we, SCHEDULING), (s, e, c)], lo)
-            return s, e, c, list(self._tl.tables.names["custom"])
+            return labelled_spans(self._tl, max(a, life[0]), min(b, life[1]), self._now(now))
 
     def state(self, now: Any = None) -> RunState:
         """Running, stopped (where and why) or ended, and the time from the last
@@ -425,57 +296,134 @@ class Calculator(BeyondGoodputMixin):
                                                                      self._step_times))
             return cached[1]
 
+    # ----------------------------------------- elastic and diagnostics
+    def slice_counts(self) -> SliceCounts:
+        """The recorded elastic slice counts, in time order (arrays)."""
+        with self._lock:
+            return slice_counts(self._tl.tables)
+
+    def slice_efficiency(self, start: Any = None, end: Any = None, now: Any = None
+                         ) -> Optional[SliceEfficiency]:
+        """Time-weighted stepping and available slice efficiency over a window
+        clipped to the lifetime, idle time excepted (:mod:`goodput_core.queries.elastic`).
+
+        Args:
+          start, end: the window (None: the whole lifetime on that side).
+          now: the query time (default: the clock).
+
+        Returns:
+          A SliceEfficiency, or None without a job start or slice counts.
+
+        Raises:
+          ValueError: NaN bounds or ``end < start``.
+        """
+        a = -math.inf if start is None else time_arg(start, "start")
+        b = math.inf if end is None else time_arg(end, "end")
+        if b < a:
+            raise ValueError(f"window ends before it starts: [{a}, {b}]")
+        with self._lock:
+            t = self._now(now)
+            self._tl.update()
+            return slice_efficiency_of_run(self._tl, a, b, t)
+
+    def metadata(self) -> Dict[str, Any]:
+        """Run metadata: the latest recorded value of each key."""
+        with self._lock:
+            return merged_metadata(self._tl.tables)
+
+    def metrics(self, name: str) -> MetricSeries:
+        """The time series of one model metric (``recorder.record_metric``):
+        ``MetricSeries(steps, times, values)`` numpy arrays in time order;
+        steps are -1 where none was recorded; empty for an unknown name."""
+        with self._lock:
+            return metric_series(self._tl.tables, name)
+
+    def metrics_since(self, cursor: int = -1) -> Tuple[Dict[str, MetricSeries], int]:
+        """The metric points added since the previous call (the monitor's feed).
+
+        Args:
+          cursor: what the previous call returned (-1: every point so far).
+
+        Returns:
+          ``({name: MetricSeries}, cursor)``: each series in time order; pass
+          the cursor to the next call.
+        """
+        with self._lock:
+            return metrics_since(self._tl.tables, cursor)
+
+    def program_goodput(self, now: Any = None, *, flops_per_step: Optional[float] = None,
+                        peak_flops: Optional[float] = None, num_devices: Optional[int] = None,
+                        result: Optional[GoodputResult] = None) -> Optional[ProgramGoodput]:
+        """Program goodput (MFU) and ML productivity goodput, cumulative
+        (:mod:`goodput_core.queries.program_goodput`).
+
+        Args:
+          now: the query time (default: the clock).
+          flops_per_step, peak_flops, num_devices: override the run metadata
+            (``flops_per_step``, ``peak_flops_per_device`` or the peak table
+            entry of ``device_kind``, ``num_devices``).
+          result: this calculator's cumulative result at ``now``, when the
+            caller has it already (the monitor): saves computing it again.
+
+        Returns:
+          A ProgramGoodput, or None when a figure is missing or no step has
+          been productive yet.
+        """
+        with self._lock:
+            if result is None:
+                result = self.cumulative(now=now)
+            self._tl.update()  # a given result may predate the last refresh
+            return program_goodput_of_run(
+                self._tl, result, merged_metadata(self._tl.tables, deep_copy=False),
+                flops_per_step=flops_per_step, peak_flops=peak_flops, num_devices=num_devices)
+
+    # ----------------------------------------- insights (docs/insights.md)
+    def hangs(self, now: Any = None) -> List[Hang]:
+        """The hangs the watchdog recorded, in time order (:mod:`goodput_core.queries.hangs`);
+        ``now``: the query time (the length of a hang still open)."""
+        with self._lock:
+            t = self._now(now)
+            self._tl.update()
+            return hangs_at(self._tl, t)
+
+    def blocking_load_seconds(self, start: Any = -math.inf, end: Any = math.inf,
+                              now: Any = None) -> float:
+        """Seconds of ``[start, end]`` (clipped to the lifetime) covered by loads
+        recorded with ``with rec.data_loading():``, blocking by default
+        (:mod:`goodput_core.queries.blocking_loads`)."""
+        life = self.lifetime(now)
+        if life is None:
+            return 0.0
+        a, b = max(time_arg(start, "start"), life[0]), min(time_arg(end, "end"), life[1])
+        with self._lock:
+            return blocking_load_seconds(self._tl.tables, a, b)
+
+    def checkpoint_advice(self, now: Any = None) -> CheckpointAdvice:
+        """Checkpoint-interval advice from this run's failures, saves and
+        restarts (:mod:`goodput_core.queries.checkpoint_advice`); ``available`` is False
+        with a reason when the run had no failure or no save."""
+        with self._lock:
+            result = self.cumulative(now=now)
+            return advice_of_run(self._tl, result, self.step_stats())
+
+    def hosts(self, now: Any = None, **kwargs: Any) -> HostBreakdown:
+        """Per-host host-local time and the outlier hosts
+        (:mod:`goodput_core.queries.host_outliers`), from the store's events split by
+        process index (on multi-host runs, read incrementally beside this
+        calculator's own reads; nothing extra on single-host runs).
+
+        Raises:
+          ValueError: this calculator reads no store (use
+            :class:`~goodput_core.queries.host_outliers.HostTracker` with events).
+        """
+        if self._store is None:
+            raise ValueError("hosts() needs a calculator that reads a store")
+        with self._lock:
+            self.refresh()
+            tracker = self._feed.host_tracker
+            tracker.refresh()
+            return tracker.breakdown(self._now(now), **kwargs)
+
     def _now(self, now: Any) -> float:
         return time_arg(self._clock() if now is None else now, "now")
 
-
-def _lifetime(tl: Timeline, now: float) -> Tuple[float, float]:
-    """(first job start, or the first grant before it; last job end or now)."""
-    att = tl.attempts
-    lo = float(att.start[0])
-    held = scheduling_waits(tl.tables, att.start, now).held_start
-    if held is not None:
-        lo = min(lo, held)
-    return lo, max(lifetime_end(tl, now), lo)  # where a stopped run stopped (rule 15)
-
-
-def _label(code: int, custom_names: List[str]) -> str:
-    if code == PRODUCTIVE:
-        return "PRODUCTIVE"
-    if code == IDLE:
-        return "IDLE"
-    if code == SCHEDULING:
-        return "SCHEDULING"
-    if code >= CUSTOM_BASE:
-        return f"CUSTOM_BADPUT_EVENTS:{custom_names[code - CUSTOM_BASE]}"
-    return BadputType(code).name
-
-
-def _step_summary(tl: Timeline, a: float, b: float) -> Dict[str, int]:
-    """Restarts in ``[a, b]``, the last step started by ``b`` and the largest
-    kept step by ``b`` (with hindsight: progress later redone is not kept)."""
-    seg = tl.segments
-    st = tl.tables["step_start"]
-    t, s = st["t"], st["step"]
-    restarts = tl.stepless_restarts[1]  # rule 2: disrupted attempts without steps
-    out = {"disruptions": int(((restarts >= a) & (restarts <= b)).sum()),
-           "max_productive_step": 0, "last_step": 0}
-    if not len(seg):
-        return out
-    i0, i1 = seg["i0"], seg["i1"]
-    t0 = t[i0]
-    out["disruptions"] += int((seg["restart"] & (t0 >= a) & (t0 <= b)).sum())
-    sel = t0 <= b
-    if not sel.any():
-        return out
-    i0, i1, next_r = i0[sel], i1[sel], seg["next_r"][sel]
-    close, kind = seg["close"][sel], seg["close_kind"][sel]
-    j = np.clip(np.searchsorted(t, b, side="right") - 1, i0, i1)
-    out["last_step"] = int(s[j[-1]])
-    # a step ends (completes) with its step end or the job end, not a crash
-    done = ((kind == CLOSE_STEP_END) | (kind == CLOSE_JOB_END)) & (close <= b) & (j == i1)
-    completed = np.where(done, s[i1], np.where(j > i0, s[j] - 1, -1))
-    kept = np.where(next_r != NO_RESTART, np.minimum(completed, next_r - 1), completed)
-    kept = kept[kept >= s[i0]]
-    out["max_productive_step"] = int(kept.max()) if len(kept) else 0
-    return out

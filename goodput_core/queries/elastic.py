@@ -42,9 +42,10 @@ from typing import NamedTuple, Optional, Tuple
 import numpy as np
 
 from goodput_core.timeline.intervals import complement
+from goodput_core.timeline.liveness import lifetime_end
 
 __all__ = ["SliceCounts", "SliceEfficiency", "reportable", "slice_counts", "slice_efficiency",
-           "time_weighted_mean"]
+           "slice_efficiency_of_run", "time_weighted_mean"]
 
 
 class SliceCounts(NamedTuple):
@@ -154,6 +155,17 @@ def slice_efficiency(counts: SliceCounts, window: Tuple[float, float],
     stepping, seconds = time_weighted_mean(counts.times, counts.active / total, ps, pe)
     available, _ = time_weighted_mean(counts.times, counts.available / total, ps, pe)
     return SliceEfficiency(stepping, available, seconds, (a, b))
+
+
+def slice_efficiency_of_run(tl, a: float, b: float, now: float) -> Optional[SliceEfficiency]:
+    """Slice efficiency of ``[a, b]`` clipped to the lifetime of the updated
+    timeline ``tl`` at ``now``, idle time excepted; None without a job start."""
+    if not len(tl.attempts):
+        return None
+    lo = float(tl.attempts.start[0])
+    wa = max(a, lo)
+    wb = max(min(b, max(lifetime_end(tl, now), lo)), wa)
+    return slice_efficiency(slice_counts(tl.tables), (wa, wb), tl.attempts.idle())
 
 
 def reportable(eff: Optional[SliceEfficiency], counts: SliceCounts) -> bool:

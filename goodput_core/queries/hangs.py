@@ -18,8 +18,9 @@ from typing import List, Optional
 import numpy as np
 
 from goodput_core.timeline.buckets import BadputType
+from goodput_core.timeline.liveness import lifetime_end
 
-__all__ = ["Hang", "hangs_of_run", "counted_as_hang"]
+__all__ = ["Hang", "hangs_at", "hangs_of_run", "counted_as_hang"]
 
 ENDED_BY_PROGRESS = "progress"
 ENDED_BY_RESTART = "restart"
@@ -95,3 +96,11 @@ def hangs_of_run(tables, attempt_starts: np.ndarray, now: float) -> List[Hang]:
         out.append(Hang(h["step"], h["last_progress"], h["start"], h["detected"], end, ended_by,
                         max(stop - h["start"], 0.0), h["stack"]))
     return out
+
+
+def hangs_at(tl, now: float) -> List[Hang]:
+    """The hangs of the updated timeline ``tl`` at ``now``, each counted as
+    its HANG bucket counts it (an open hang of a stopped run ends where it stopped)."""
+    if len(tl.attempts):
+        now = min(now, lifetime_end(tl, now))
+    return [counted_as_hang(tl, h, now) for h in hangs_of_run(tl.tables, tl.attempts.start, now)]

@@ -13,8 +13,9 @@ host's by more than ``ratio`` (2x) *and* by more than ``min_share`` (1 %) of
 the median host's total time; the bucket with the largest excess over the
 median host names the cause.
 
-:class:`HostTracker` keeps one incremental calculator per process index.
-It costs nothing on single-host runs: the run's calculator shows it the
+:class:`HostTracker` keeps one incremental calculator per process index,
+each made by the factory it is given (the run's calculator gives its own
+class: this module reads downward and never imports the calculator). It costs nothing on single-host runs: the run's calculator shows it the
 events it reads (:meth:`HostTracker.observe`, one set of process indices per
 batch), and only once a second process index appears does the tracker read
 the store itself (from the beginning, then incrementally with its own
@@ -28,7 +29,7 @@ import math
 import threading
 import time
 from operator import itemgetter
-from typing import Any, Dict, Iterable, List, Optional, Sequence
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
 
 import numpy as np
 
@@ -133,13 +134,14 @@ class HostTracker:
     Args:
       run: the run name.
       store: an open store to read with :meth:`refresh` (None: use :meth:`add`).
+      new_calculator: makes an empty calculator for one host's events (e.g.
+        ``functools.partial(Calculator, run)``).
       clock: the query time source.
     """
 
-    def __init__(self, run: str, store: Any = None, *, clock: Any = None):
-        from goodput_core.queries.calculator import Calculator  # the calculator imports us lazily
-
-        self._calc_type = Calculator
+    def __init__(self, run: str, store: Any = None, *, new_calculator: Callable[[], Any],
+                 clock: Any = None):
+        self._new_calculator = new_calculator
         self.run = run
         self._store = store
         self._cursor = None
@@ -174,8 +176,7 @@ class HostTracker:
             for index, evs in groups.items():
                 calc = self._hosts.get(index)
                 if calc is None:
-                    kwargs = {} if self._clock is None else {"clock": self._clock}
-                    calc = self._hosts[index] = self._calc_type(self.run, **kwargs)
+                    calc = self._hosts[index] = self._new_calculator()
                 calc.add(evs)
 
     def observe(self, events: Sequence[Any]) -> None:

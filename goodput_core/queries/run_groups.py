@@ -11,7 +11,8 @@ keeps it and it travels with the run (export/import). Set it with::
 or with ``machinelearning_run(run_group=...)`` (the ML-diagnostics
 interface), the MaxText flag ``goodput_run_group`` or the AXLearn key
 ``--recorder_spec=run_group=...``. ``goodput runs --group G`` lists a group;
-``goodput compare --group G`` puts its runs side by side.
+``goodput compare --group G`` puts its runs side by side (the runs of a group:
+:func:`goodput_core.queries.summaries.runs_in_group`).
 
 A run recorded into two groups (a later ``run_group`` event) belongs to the
 latest one, like every metadata key.
@@ -19,10 +20,9 @@ latest one, like every metadata key.
 
 from __future__ import annotations
 
-from typing import Any, List, Optional, Tuple
+from typing import Any, Optional
 
-__all__ = ["RUN_GROUP_KEY", "check_run_group", "group_of", "record_run_group",
-           "runs_in_group"]
+__all__ = ["RUN_GROUP_KEY", "check_run_group", "group_of", "record_run_group"]
 
 #: The run-metadata key holding a run's group.
 RUN_GROUP_KEY = "run_group"
@@ -71,33 +71,3 @@ def group_of(calc: Any) -> Optional[str]:
     value = calc.metadata().get(RUN_GROUP_KEY)
     return value if isinstance(value, str) and value else None
 
-
-def runs_in_group(store: Any, group: str, *, clock: Any = None) -> List[Tuple[str, Any]]:
-    """The runs of ``store`` whose group is ``group``, oldest first.
-
-    The group of each run comes from its summary (:mod:`goodput_core.queries.summaries`:
-    cached while the run does not change), so only the group's runs are read.
-
-    Args:
-      store: an open :class:`~goodput_core.stores.Store`.
-      group: the group name (compared exactly, after stripping).
-      clock: the calculators' clock (default: ``time.time``).
-
-    Returns:
-      ``[(run name, refreshed Calculator), ...]``.
-    """
-    from goodput_core.queries.calculator import Calculator
-    from goodput_core.queries.summaries import run_summaries
-
-    group = check_run_group(group, "--group")
-    kwargs = {} if clock is None else {"clock": clock}
-    now = None if clock is None else clock()
-    # the run summaries know each run's group: only the group's runs are read
-    members = [s.run for s in run_summaries(store, now=now) if s.group == group]
-    out = []
-    for run in members:
-        calc = Calculator(run, store, **kwargs)
-        calc.refresh()
-        if group_of(calc) == group:  # a run that changed group since its summary
-            out.append((run, calc))
-    return out

@@ -24,11 +24,11 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from typing import Any, Dict, Iterable, List, Optional
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
-from goodput_core.queries.run_groups import group_of
+from goodput_core.queries.run_groups import check_run_group, group_of
 
-__all__ = ["RunSummary", "run_summaries", "summarize", "SUMMARY_FORMAT"]
+__all__ = ["RunSummary", "run_summaries", "runs_in_group", "summarize", "SUMMARY_FORMAT"]
 
 #: Bumped when the figures of a summary change meaning: older cached ones are recomputed.
 SUMMARY_FORMAT = 1
@@ -162,4 +162,34 @@ def run_summaries(store: Any, *, now: Optional[float] = None, cache: Any = "defa
             fresh.append(s)
     if cache is not None and fresh:
         cache.put(store.url, SUMMARY_FORMAT, [s.to_json() for s in fresh])
+    return out
+
+
+def runs_in_group(store: Any, group: str, *, clock: Any = None) -> List[Tuple[str, Any]]:
+    """The runs of ``store`` whose group is ``group``, oldest first.
+
+    The group of each run comes from its summary (cached while the run
+    does not change), so only the group's runs are read.
+
+    Args:
+      store: an open :class:`~goodput_core.stores.Store`.
+      group: the group name (compared exactly, after stripping).
+      clock: the calculators' clock (default: ``time.time``).
+
+    Returns:
+      ``[(run name, refreshed Calculator), ...]``.
+    """
+    from goodput_core.queries.calculator import Calculator
+
+    group = check_run_group(group, "--group")
+    kwargs = {} if clock is None else {"clock": clock}
+    now = None if clock is None else clock()
+    # the run summaries know each run's group: only the group's runs are read
+    members = [s.run for s in run_summaries(store, now=now) if s.group == group]
+    out = []
+    for run in members:
+        calc = Calculator(run, store, **kwargs)
+        calc.refresh()
+        if group_of(calc) == group:  # a run that changed group since its summary
+            out.append((run, calc))
     return out

@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 
 from goodput_core.events import EventRecord, Kind
+from goodput_core.queries.calculator import Calculator
 from goodput_core.queries.host_outliers import HostTracker
 
 
@@ -33,7 +34,7 @@ def _host(pi, load, prep=0.0, save=0.0):
 
 
 def _breakdown(hosts):
-    tracker = HostTracker("h")
+    tracker = HostTracker("h", new_calculator=lambda: Calculator("h"))
     for pi, kw in enumerate(hosts):
         tracker.add(_host(pi, **kw))
     return tracker.breakdown(now=100)

@@ -27,7 +27,7 @@ def _host(pi, load):
 
 
 def test_hand_derived_breakdown_names_the_slow_host_only():
-    tracker = HostTracker("h")
+    tracker = HostTracker("h", new_calculator=lambda: Calculator("h"))
     for pi, load in enumerate((0.05, 0.05, 0.5, 0.06)):
         tracker.add(_host(pi, load))
     b = tracker.breakdown(now=20)
@@ -42,7 +42,7 @@ def test_hand_derived_breakdown_names_the_slow_host_only():
 
 
 def test_no_outlier_below_one_percent_of_total():
-    tracker = HostTracker("h")
+    tracker = HostTracker("h", new_calculator=lambda: Calculator("h"))
     for pi, load in enumerate((0.001, 0.001, 0.005, 0.001)):  # 5x, but 0.04 s of 11 s
         tracker.add(_host(pi, load))
     assert tracker.breakdown(now=20).outliers == []

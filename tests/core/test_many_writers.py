@@ -123,7 +123,7 @@ def test_host_outliers_use_each_processs_settled_index():
     calc = _calc(*hosts)
     from goodput_core.queries.host_outliers import HostTracker
 
-    tracker = HostTracker("m")
+    tracker = HostTracker("m", new_calculator=lambda: Calculator("m"))
     for h in hosts:
         tracker.add(h)
     b = tracker.breakdown(now=100)

@@ -11,7 +11,8 @@ from goodput_core import Recorder
 from goodput_core.queries.calculator import Calculator
 from goodput_core.cli import main
 from goodput_core.queries.diagnostics import RunContext
-from goodput_core.queries.run_groups import check_run_group, record_run_group, runs_in_group
+from goodput_core.queries.run_groups import check_run_group, record_run_group
+from goodput_core.queries.summaries import runs_in_group
 from goodput_core.stores import open_store
 
 T0 = 1_700_000_000.0

@@ -13,8 +13,8 @@ import pytest
 
 import goodput_core.queries.calculator as calculator_module
 from goodput_core.queries.calculator import Calculator
-from goodput_core.queries.run_groups import record_run_group, runs_in_group
-from goodput_core.queries.summaries import run_summaries
+from goodput_core.queries.run_groups import record_run_group
+from goodput_core.queries.summaries import run_summaries, runs_in_group
 from goodput_core.record.recorder import Recorder
 from goodput_core.stores import open_store
 from goodput_core.stores.summary_cache import SummaryCache

@@ -165,9 +165,9 @@ def test_a_damaged_chunk_is_skipped_and_counted_and_the_rest_read(tmp_path, capl
 
 
 def test_refresh_reads_in_bounded_pages_and_gets_every_event(tmp_path, monkeypatch):
-    import goodput_core.queries.calculator as calc_mod
+    import goodput_core.queries.run_feed as run_feed
 
-    monkeypatch.setattr(calc_mod, "_PAGE", 100)
+    monkeypatch.setattr(run_feed, "_PAGE", 100)
     events = [EventRecord("r", int(Kind.JOB_START), 990.0)] + _events(1000, extra_every=9)
     s = SqliteStore(tmp_path / "s.sqlite", chunk_events=64)
     s.append(events)

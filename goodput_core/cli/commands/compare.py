@@ -31,7 +31,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from goodput_core.cli import CliError
 from goodput_core.cli.commands.common import add_store_argument
 from goodput_core.cli.commands.report import build_report, state_line, state_report
-from goodput_core.queries.run_groups import RUN_GROUP_KEY, group_of, runs_in_group
+from goodput_core.queries.run_groups import RUN_GROUP_KEY, group_of
+from goodput_core.queries.summaries import runs_in_group
 from goodput_core.cli.timespec import format_duration
 
 __all__ = ["add_arguments", "run", "compare_reports", "format_comparison", "list_group"]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from goodput_core import open_store
-from goodput_core.queries.run_groups import runs_in_group
+from goodput_core.queries.summaries import runs_in_group
 from goodput_integrations import axlearn as gax
 
 
