@@ -69,11 +69,7 @@ class RunFeed:
                            new_calculator=self._new_host_calculator)
 
     def add(self, events: Iterable[Any]) -> int:
-        """Adds events (EventRecords); returns how many were stored.
-
-        Events of several writer processes (``host``, ``pid``) make the job
-        figures come from the lead stream (``docs/semantics.md``, many writers).
-        """
+        """Adds EventRecords (several writers: kept with their writer); returns how many."""
         events = events if isinstance(events, list) else list(events)
         with self._lock:
             many = self.many
@@ -106,15 +102,7 @@ class RunFeed:
             return self.tl.add(records, self.run)
 
     def refresh(self) -> int:
-        """Reads the events appended to the store since the last refresh.
-
-        Events recorded for this run in this process by a :class:`Recorder`
-        writing to the same store are stored first (read-your-writes; a
-        bounded wait, none when nothing is pending).
-
-        Returns:
-          The number of events read (0 without a store).
-        """
+        """:meth:`Calculator.refresh <goodput_core.queries.calculator.Calculator.refresh>`."""
         if self.store is None and not self._open_default_store():
             return 0
         flush_before_read(self.run, self.store)
@@ -155,15 +143,9 @@ class RunFeed:
             logger.warning(message, *args)
 
     def pull(self, store: Any, cursor: Any = None) -> Tuple[int, Any]:
-        """Adds this run's events appended to ``store`` after ``cursor``.
-
-        Read in pages, so that memory does not grow with the run beyond the
-        engine's compact tables; as numpy columns where the store has them
-        (``read_columns``: no Python object per event).
-
-        Returns:
-          ``(events read, cursor)``: pass the cursor to the next pull.
-        """
+        """:meth:`Calculator.pull <goodput_core.queries.calculator.Calculator.pull>`:
+        pages of records, or of numpy columns where the store has them
+        (``read_columns``); records once a second writer appears."""
         read_columns = getattr(store, "read_columns", None)
         total = 0
         many = self.many
