@@ -32,10 +32,8 @@ FORBIDDEN = {
     "": {"record", "stores", "timeline", "queries", "monitor", "exporters", "cli", "compat"},
 }
 # goodput_core/__init__.py is the public surface: it imports what it exports (the
-# calculator on first use). The two alias modules name the module they alias.
-TOP_LEVEL_EXCEPTIONS = {"__init__.py": {"record", "stores", "queries"},
-                        "watchdog.py": {"record"}, "diagnostics.py": {"queries"},
-                        "run_groups.py": {"queries"}}
+# calculator on first use).
+TOP_LEVEL_EXCEPTIONS = {"__init__.py": {"record", "stores", "queries"}}
 # One declared exception: the hang watchdog measures a hang against the ideal step
 # time, whose one definition (semantics.md rule 12) is in queries/step_stats; it
 # imports it on first use, never at import.
@@ -122,25 +120,23 @@ def test_compat_reexports_the_engines_metadata_helpers():
         assert getattr(goodput_utils, name) is getattr(gcp, name), name
 
 
-def test_the_old_documented_paths_still_import():
-    """README Layout: the paths earlier docs showed keep working."""
-    import goodput_core.diagnostics as old_diagnostics
+def test_the_documented_paths_import():
+    """README Layout: the public paths the docs show."""
     import goodput_core.monitor
-    import goodput_core.watchdog as old_watchdog
-    from goodput_core.diagnostics import RunContext, record_config  # noqa: F401
     from goodput_core.monitor import Monitor
     from goodput_core.monitor.loop import Monitor as LoopMonitor
-    from goodput_core.queries import diagnostics
-    from goodput_core.queries import run_groups
-    from goodput_core.record import watchdog
-    from goodput_core.run_groups import record_run_group
-    from goodput_core.watchdog import HangSettings
+    from goodput_core.queries.diagnostics import RunContext, record_config  # noqa: F401
+    from goodput_core.queries.run_groups import record_run_group  # noqa: F401
+    from goodput_core.record.watchdog import HangSettings  # noqa: F401
+    from goodput_core.stores.cloud_logging import CloudLoggingStore
+    from goodput_core.stores.postgres import PostgresStore
+    from goodput_core.stores.sqlite import SqliteStore
 
-    assert old_watchdog is watchdog and HangSettings is watchdog.HangSettings
-    assert old_diagnostics is diagnostics
-    assert record_run_group is run_groups.record_run_group
     assert Monitor is LoopMonitor is goodput_core.monitor.Monitor
     assert goodput_core.Calculator.__module__ == "goodput_core.queries.calculator"
+    assert SqliteStore.__module__ == "goodput_core.stores.sqlite.store"
+    assert PostgresStore.__module__ == "goodput_core.stores.postgres.store"
+    assert CloudLoggingStore.__module__ == "goodput_core.stores.cloud_logging.store"
 
 
 def test_python_m_cli_and_a_light_monitor_package():
