@@ -69,7 +69,7 @@ def pytest_configure(config):
     # Heartbeats are written on the recorder's clock by the writer thread, so
     # a test that lists a run's exact events would see one more: they are off
     # unless a test turns them on (heartbeat_seconds=, or this variable in a
-    # child's environment: tests/core/test_liveness*.py).
+    # child's environment: tests/core/timeline/test_liveness*.py).
     os.environ["GOODPUT_HEARTBEAT_SECONDS"] = "0"
     config._goodput_private_home = base
 

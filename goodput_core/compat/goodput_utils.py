@@ -3,7 +3,7 @@
 Change ``from ml_goodput_measurement import goodput_utils`` to
 ``from goodput_core.compat import goodput_utils``: public names, enum members
 and values, signatures, positional order and defaults are the reference's.
-Deliberate differences (each tested in tests/core/test_compat_utils.py):
+Deliberate differences (each tested in tests/core/compat/test_utils.py):
 
 * ``compute_ideal_step_time`` keeps steps under one second (semantics.md rule
   12) and ignores negative and non-finite step times.

@@ -13,7 +13,7 @@ time are final except for the last of them, which is *reopened* (its last
 step's close and the restart that follows it may still change).
 
 Readings of the rules where semantics.md leaves room (each is tested in
-tests/core/test_timeline.py):
+tests/core/timeline/test_semantics_rules.py):
 
 * "already recorded" (rule 2) means "not beyond the previous segment's last
   step", so a restart inside a sparsely logged span counts; a segment that

@@ -74,8 +74,8 @@ def test_a_test_run_writes_nothing_under_the_real_home(tmp_path):
     env["HOME"] = str(home)
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "-p", "no:cacheprovider",
-         "tests/support/home_probe.py", "tests/core/test_mldiagnostics.py",
-         "tests/core/test_hangs.py::test_a_real_run_without_hangs_records_none"],
+         "tests/support/home_probe.py", "tests/core/compat/test_mldiagnostics.py",
+         "tests/core/record/test_hangs.py::test_a_real_run_without_hangs_records_none"],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert " passed" in result.stdout

@@ -7,7 +7,7 @@ store; requeues it with `scontrol requeue` during step 6 and releases it a few
 seconds later; once it completed, imports `sacct --json --duplicates` with
 `goodput import-scheduler slurm` and checks the report's scheduling time,
 requeues and wall clock against sacct. `--record-fixture PATH` also saves the
-sacct output (the CI fixture of tests/core/test_schedulers.py).
+sacct output (the CI fixture of tests/core/record/test_schedulers.py).
 
 Needs root and the Debian packages slurm-wlm, slurmdbd, mariadb-server and
 munge (the Makefile target installs them). Stops every daemon it started.

@@ -1,5 +1,5 @@
 """The ground-truth simulator (semantics.md, "The acceptance test"); its tests
-are tests/core/test_ground_truth.py.
+are tests/core/timeline/test_ground_truth.py.
 
 A synthetic job with known phase durations (accelerator init, preparation
 with a checkpoint restore, a sync load, compile (explicit spans or a slow

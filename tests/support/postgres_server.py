@@ -20,7 +20,7 @@ import subprocess
 import tempfile
 from typing import List, Optional, Tuple
 
-__all__ = ["PostgresServer", "find_bindir", "USER", "PASSWORD"]
+__all__ = ["PostgresServer", "find_bindir", "skip_without_postgres", "USER", "PASSWORD"]
 
 USER = "goodput"
 PASSWORD = "s3cret-pw"
@@ -34,6 +34,18 @@ def find_bindir() -> Optional[str]:
             return candidate
     initdb = shutil.which("initdb")
     return os.path.dirname(initdb) if initdb else None
+
+
+def skip_without_postgres() -> None:
+    """Skips the calling test module when the server binaries are missing;
+    under CI (``.ci/run`` installs them) their absence is an error instead."""
+    if find_bindir() is None:
+        if os.environ.get("CI"):
+            raise RuntimeError("PostgreSQL server binaries missing: apt-get install postgresql")
+        import pytest
+
+        pytest.skip("PostgreSQL is not installed (apt-get install postgresql)",
+                    allow_module_level=True)
 
 
 def _free_port() -> int:

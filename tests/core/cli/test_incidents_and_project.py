@@ -14,8 +14,8 @@ from goodput_core.queries.lifecycle import lifecycle
 from goodput_core.record.recorder import Recorder
 from goodput_core.stores import open_store
 from goodput_core.stores.memory import MemoryStore
-from tests.core.test_lifecycle import _requeued_job
-from tests.core.test_projection import _run
+from tests.core.queries.test_lifecycle import _requeued_job
+from tests.core.queries.test_projection import _run
 
 
 def _cli(*args):

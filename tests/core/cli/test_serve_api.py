@@ -1,5 +1,5 @@
 """``goodput serve``'s JSON API and security rules, over real HTTP on loopback
-and a real SQLite store (the browser tests are in test_serve_browser.py)."""
+and a real SQLite store (the browser tests are in cli/test_serve_browser.py)."""
 
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ import sys
 import pytest
 
 from goodput_core.stores import open_store
-from tests.core.test_serve_api import _simple
+from tests.core.cli.test_serve_api import _simple
 from tests.support.browser import blank, chromium_or_skip, console_errors, wait_for
 from tests.support.cli_process import goodput, synthetic_job_events
 from tests.support.dashboard import HOSTILE_RUN, dashboard

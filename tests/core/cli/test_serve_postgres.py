@@ -12,26 +12,21 @@ import sys
 import pytest
 
 from goodput_core.stores import open_store
-from tests.core.test_serve_api import _simple
+from tests.core.cli.test_serve_api import _simple
 from tests.support.cli_process import goodput, synthetic_job_events
 from tests.support.dashboard import dashboard, get_json
-from tests.support.postgres_server import PASSWORD, find_bindir
+from tests.support.postgres_server import PASSWORD, skip_without_postgres
 
-if find_bindir() is None:
-    pytest.skip("PostgreSQL is not installed (apt-get install postgresql)",
-                allow_module_level=True)
-
-# the PostgreSQL store's own fixtures: a throwaway server, a fresh database per test
-from tests.core.test_postgres_store import server, url  # noqa: E402,F401
+skip_without_postgres()
 
 
-def test_the_dashboard_over_postgresql(url):
-    store = open_store(url)
+def test_the_dashboard_over_postgresql(postgres_url):
+    store = open_store(postgres_url)
     store.append(synthetic_job_events("synthetic"))
     evs = _simple("live")
     store.append(evs[:6])
     store.close()
-    with dashboard(url, min_interval=0.0) as srv:
+    with dashboard(postgres_url, min_interval=0.0) as srv:
         runs = get_json(srv.url + "api/runs")
         assert {r["run"]: r["state"] for r in runs["runs"]}["synthetic"] == "ended"
         served = get_json(srv.url + "api/runs/synthetic/report")
@@ -40,10 +35,10 @@ def test_the_dashboard_over_postgresql(url):
         code = ("import sys, pickle; from goodput_core.stores import open_store; "
                 "s = open_store(sys.argv[1]); s.append(pickle.loads(sys.stdin.buffer.read())); "
                 "s.close()")
-        subprocess.run([sys.executable, "-c", code, url], input=pickle.dumps(evs[6:]),
+        subprocess.run([sys.executable, "-c", code, postgres_url], input=pickle.dumps(evs[6:]),
                        check=True, timeout=60)
         after = get_json(srv.url + "api/runs/live/report")
-    cli = goodput("report", "synthetic", "--store", url, "--json")
+    cli = goodput("report", "synthetic", "--store", postgres_url, "--json")
     assert cli.returncode == 0, cli.stderr
     printed = json.loads(cli.stdout)
     # the store's address is shown without its password

@@ -11,9 +11,9 @@ before the job to a step start); exclusions where the reference's exclusion
 path agrees with its own cumulative path (an exclusion inside training
 prep; not the Orbax family, whose saves that path ignores, nor the restart
 family, whose second blocking load it books as asynchronous: see
-test_compat_differences.py). Shapes and types of every return value are
+compat/test_differences.py). Shapes and types of every return value are
 compared on the same input. Where the numbers differ on purpose:
-docs/differences.md and tests/core/test_compat_differences.py.
+docs/differences.md and tests/core/compat/test_differences.py.
 """
 
 import datetime as dt

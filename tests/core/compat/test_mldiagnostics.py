@@ -35,7 +35,7 @@ from goodput_core.compat.mldiagnostics.custom_types.mlrun_types import (
 from goodput_core.compat.mldiagnostics.metric_types import MetricType
 from tests.support.fake_clock import FakeClock
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 T0 = 1_700_000_000.0
 # off GKE the SDK appends the local time of the call (YYYYmmddHHMMSS) to the name
 STAMP = datetime.datetime.fromtimestamp(T0).strftime("%Y%m%d%H%M%S")

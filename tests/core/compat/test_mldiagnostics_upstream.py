@@ -28,7 +28,7 @@ from goodput_core.queries.calculator import Calculator
 from goodput_core.stores import open_store
 from tests.support.fake_clock import FakeClock
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 T0 = 1_700_000_000.0
 _PLACE_ENV = ("RUN_WORKLOAD_ID", "SLURM_JOB_ID", "GKE_DIAGON_METADATA", "DIAGON_BASE_URL")
 

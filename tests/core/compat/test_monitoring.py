@@ -238,7 +238,7 @@ def test_prometheus_and_extra_exporters(tmp_path):
 
 def test_elastic_monitor_accepts_slice_efficiency(tmp_path):
     # a run without slice counts: nothing elastic to publish, the rest as usual
-    # (runs with slice counts: tests/core/test_monitor_elastic.py)
+    # (runs with slice counts: tests/core/monitor/test_monitor_elastic.py)
     store = MemoryStore(uuid.uuid4().hex)
     end = clean_run(store)
     m = ElasticGoodputMonitor("job", "log", str(tmp_path), 30, monitoring_enabled=True,

@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("google.cloud.monitoring_v3")
 
-from tests.core.test_exporters_cloud_monitoring import (  # noqa: E402,F401 (fixtures)
+from tests.core.exporters.test_cloud_monitoring import (  # noqa: E402,F401 (fixtures)
     RUN, _exporter, _job, _snapshot, gcm, metadata)
 
 DASHBOARD = resources.files("goodput_core.exporters").joinpath(

@@ -111,7 +111,7 @@ def test_exporters_publish_the_top_ten_hosts_and_the_median(tmp_path):
 
 def test_prometheus_publishes_the_checkpoint_interval_now_and_recommended():
     """The run of tests/support/advice_runs.py: M = 984 s, C = 12 s, R = 160 s
-    and 100 s of work between saves (derived in test_checkpoint_advice_rules).
+    and 100 s of work between saves (derived in queries/test_checkpoint_advice_rules.py).
     ``goodput_checkpoint_interval_seconds{kind="current"}`` = 100 and
     ``{kind="recommended"}`` = the optimum of the model for those inputs.
     Mutation killed: the metric renamed, or the kinds swapped."""

@@ -47,7 +47,7 @@ def test_no_outlier_below_one_percent_of_total():
         tracker.add(_host(pi, load))
     assert tracker.breakdown(now=20).outliers == []
     # The edges of both conditions, the cause and the order, and the minimum of
-    # three hosts: tests/core/test_host_outlier_rules.py.
+    # three hosts: tests/core/queries/test_host_outlier_rules.py.
 
 
 def _worker(store, index, slow, barrier, steps):

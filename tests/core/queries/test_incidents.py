@@ -62,7 +62,7 @@ def test_a_recorded_preemption_with_a_requeue_wait():
     assert i.lost_steps == 2
     assert i.lost_seconds == pytest.approx(1.5)
     assert i.recovery_seconds == pytest.approx(4.5)
-    # MTBF = runtime total (21 s, see test_lifecycle) / 1; MTTR = 34 - 19 = 15 s
+    # MTBF = runtime total (21 s, see test_lifecycle.py) / 1; MTTR = 34 - 19 = 15 s
     assert s.mtbf_seconds == pytest.approx(21)
     assert s.mttr_seconds == pytest.approx(15)
     assert s.badput_by_cause == {"preemption": pytest.approx(6.0)}

@@ -7,18 +7,15 @@ from goodput_core.queries.summaries import run_summaries
 from goodput_core.record.recorder import Recorder
 from goodput_core.stores import open_store
 from goodput_core.stores.summary_cache import SummaryCache
-from tests.support.postgres_server import find_bindir
+from tests.support.postgres_server import skip_without_postgres
 
-if find_bindir() is None:
-    pytest.skip("PostgreSQL is not installed (apt-get install postgresql)",
-                allow_module_level=True)
+skip_without_postgres()
 
-from tests.core.test_postgres_store import server, url  # noqa: E402,F401
-from tests.core.test_run_summaries import _ended  # noqa: E402
+from tests.core.queries.test_run_summaries import _ended  # noqa: E402
 
 
-def test_versions_and_cached_summaries_on_postgres(url, tmp_path):  # noqa: F811
-    store = open_store(url)
+def test_versions_and_cached_summaries_on_postgres(postgres_url, tmp_path):  # noqa: F811
+    store = open_store(postgres_url)
     try:
         for name, t0 in (("a", 0.0), ("b", 100.0)):
             rec = Recorder(name, store, strict=True, clock=lambda: 0.0)

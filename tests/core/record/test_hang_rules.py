@@ -20,7 +20,7 @@ from goodput_core.timeline.buckets import IDLE, PRIORITY, PRODUCTIVE
 from goodput_core.timeline.buckets import BadputType as B
 from tests.support.fake_clock import FakeClock
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
 class _Mono:

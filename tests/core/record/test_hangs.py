@@ -18,7 +18,7 @@ from goodput_core.stores.memory import MemoryStore
 from goodput_core.record.watchdog import HangSettings, HangWatchdog
 from tests.support.fake_clock import FakeClock
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
 def _ev(kind, t, step=None, extra=None):

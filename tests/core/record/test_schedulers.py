@@ -15,7 +15,7 @@ import pytest
 from goodput_core.record.schedulers import (
     SchedulerFormatError, parse_k8s_events, parse_sacct_json)
 
-FIXTURES = os.path.join(os.path.dirname(__file__), "..", "fixtures")
+FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures")
 SLURM = os.path.join(FIXTURES, "slurm", "requeued_job_22.05.json")
 K8S = os.path.join(FIXTURES, "kubernetes", "jobset_events.json")
 

@@ -5,7 +5,7 @@ its timeout; ``stats()`` says where every event is.
 The embedded store in a directory its user may not write runs as an
 unprivileged user (``setpriv``) when the tests run as root, in real
 processes: the first cannot store, the next (once the directory is writable)
-delivers. The PostgreSQL cases are in test_r13_postgres_refusals.py.
+delivers. The PostgreSQL cases are in stores/test_postgres_refusals.py.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from goodput_core.stores.memory import MemoryStore
 from goodput_core.stores.sqlite import SqliteStore
 from tests.support.cli_process import NOBODY, as_nobody_prefix
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 _WRITER = textwrap.dedent("""
     import json, sys

@@ -13,7 +13,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import uuid
 
 import psycopg
 import pytest
@@ -26,32 +25,11 @@ from goodput_core.stores.postgres import PostgresStore
 from goodput_core.stores.postgres.sql import SCHEMA_VERSION, redact
 from tests.support.children import wait_child
 from tests.support.fake_clock import FakeClock
-from tests.support.postgres_server import PASSWORD, PostgresServer, find_bindir
+from tests.support.postgres_server import PASSWORD, PostgresServer, skip_without_postgres
 
-if find_bindir() is None:  # .ci/run and `make test` install it; say so loudly elsewhere
-    if os.environ.get("CI"):
-        raise RuntimeError("PostgreSQL server binaries missing: apt-get install postgresql")
-    pytest.skip("PostgreSQL is not installed (apt-get install postgresql)",
-                allow_module_level=True)
+skip_without_postgres()  # .ci/run and `make test` install it
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-@pytest.fixture(scope="module")
-def server():
-    srv = PostgresServer()
-    srv.start()
-    yield srv
-    srv.stop()
-    srv.remove()
-
-
-@pytest.fixture
-def url(server, tmp_path, monkeypatch):
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # spill files
-    name = "t_" + uuid.uuid4().hex[:12]
-    server.create_database(name)
-    return server.url(name)
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
 def _events(run, n, *, attempt="a1", seq0=1, t0=1000.0, pid=42):
@@ -71,9 +49,9 @@ def _events(run, n, *, attempt="a1", seq0=1, t0=1000.0, pid=42):
     return [e._replace(attempt=attempt, seq=seq0 + i, pid=pid) for i, e in enumerate(events)]
 
 
-def test_round_trip_and_the_same_goodput_as_memory(url):
+def test_round_trip_and_the_same_goodput_as_memory(postgres_url):
     events = _events("run-a", 50)
-    store = PostgresStore(url)
+    store = PostgresStore(postgres_url)
     store.append(events)
     assert store.flush(10)
     back, cursor = store.read("run-a")
@@ -88,8 +66,8 @@ def test_round_trip_and_the_same_goodput_as_memory(url):
     store.close()
 
 
-def test_nan_times_and_odd_extras_round_trip(url):
-    store = PostgresStore(url)
+def test_nan_times_and_odd_extras_round_trip(postgres_url):
+    store = PostgresStore(postgres_url)
     e = EventRecord("r", 1, math.nan, None, {"x": [1, "two", None], "q": 'it\'s "quoted"'},
                     3, "host-é", 7, "att", 1, math.nan)
     store.append([e])
@@ -100,9 +78,9 @@ def test_nan_times_and_odd_extras_round_trip(url):
     store.close()
 
 
-def test_incremental_reads_by_cursor_and_limit(url):
+def test_incremental_reads_by_cursor_and_limit(postgres_url):
     events = _events("run-b", 20)
-    store = PostgresStore(url)
+    store = PostgresStore(postgres_url)
     store.append(events[:10])
     assert store.flush(10)
     first, cursor = store.read("run-b")
@@ -119,14 +97,14 @@ def test_incremental_reads_by_cursor_and_limit(url):
     store.close()
 
 
-def test_a_resent_batch_is_stored_once(url, caplog):
+def test_a_resent_batch_is_stored_once(postgres_url, caplog):
     """A resend is expected (a lost reply), not an error: the conflict clause
     skips it silently. Mutation killed: the ``ON CONFLICT ... DO NOTHING`` of the
     insert removed (the batch is then refused, retried event by event with a
     warning, and every duplicate counted as ``rejected``: still stored once, so
     only the warning and the count tell)."""
     events = _events("run-c", 30)
-    store = PostgresStore(url)
+    store = PostgresStore(postgres_url)
     with caplog.at_level("WARNING", logger="goodput"):
         store.append(events)
         store.append(events[5:15])  # the same writer and sequence numbers again
@@ -141,9 +119,9 @@ def test_a_resent_batch_is_stored_once(url, caplog):
     store.close()
 
 
-def test_events_without_writer_metadata_are_all_kept(url):
+def test_events_without_writer_metadata_are_all_kept(postgres_url):
     """Foreign events (seq 0, no attempt) have no identity: none is deduplicated away."""
-    store = PostgresStore(url)
+    store = PostgresStore(postgres_url)
     e = EventRecord("run-f", 1, 5.0, 0, write_time=6.0)
     store.append([e, e, e])
     assert store.flush(10)
@@ -151,10 +129,10 @@ def test_events_without_writer_metadata_are_all_kept(url):
     store.close()
 
 
-def test_hostile_run_names_are_just_names(url):
+def test_hostile_run_names_are_just_names(postgres_url):
     names = ["x'; DROP TABLE goodput.events; --", 'q"uote', "back\\slash", "ünï cødé",
              "%s %(x)s {}", "run-1"]
-    store = PostgresStore(url)
+    store = PostgresStore(postgres_url)
     for i, name in enumerate(names):
         store.append([EventRecord(name, 1, 1.0 + i, None, None, 0, "h", 1, "a", i + 1)])
     assert store.flush(10)
@@ -164,11 +142,11 @@ def test_hostile_run_names_are_just_names(url):
     store.close()
 
 
-def test_one_unstorable_event_is_rejected_alone(url):
+def test_one_unstorable_event_is_rejected_alone(postgres_url):
     good = _events("run-d", 10)
     bad = [good[0]._replace(run="nul\x00name", seq=900),          # text cannot hold NUL
            good[1]._replace(step=2 ** 63, seq=901)]               # beyond BIGINT
-    store = PostgresStore(url)
+    store = PostgresStore(postgres_url)
     store.append(good[:5] + bad + good[5:])
     assert store.flush(10)
     assert store.read("run-d")[0] == good
@@ -176,30 +154,31 @@ def test_one_unstorable_event_is_rejected_alone(url):
     store.close()
 
 
-def test_schema_parameter_and_runs_listing(url, server):
-    a = PostgresStore(url + "?schema=team_a")
-    b = open_store(url + "?schema=team_b")
+def test_schema_parameter_and_runs_listing(postgres_url, postgres_server):
+    a = PostgresStore(postgres_url + "?schema=team_a")
+    b = open_store(postgres_url + "?schema=team_b")
     a.append([EventRecord("only-a", 1, 1.0, None, None, 0, "h", 1, "x", 1)])
     assert a.flush(10) and b.runs() == [] and a.runs() == ["only-a"]
     with pytest.raises(StoreError, match="schema"):
-        PostgresStore(url + "?schema=bad;name")
+        PostgresStore(postgres_url + "?schema=bad;name")
     a.close(), b.close()
 
 
-def test_a_newer_schema_is_refused(url):
-    PostgresStore(url).close()
-    with psycopg.connect(url, autocommit=True) as conn:
+def test_a_newer_schema_is_refused(postgres_url):
+    PostgresStore(postgres_url).close()
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
         conn.execute("UPDATE goodput.meta SET value = %s WHERE key = 'schema_version'",
                      (str(SCHEMA_VERSION + 1),))
     with pytest.raises(StoreError, match=f"version {SCHEMA_VERSION + 1}") as info:
-        PostgresStore(url)
+        PostgresStore(postgres_url)
     assert PASSWORD not in str(info.value)
 
 
-def test_start_up_errors_are_one_line_and_hide_the_password(server):
+def test_start_up_errors_are_one_line_and_hide_the_password(postgres_server):
     cases = {
-        server.url("postgres", password="wrong-" + PASSWORD): "password authentication failed",
-        server.url("no_such_db"): 'database "no_such_db" does not exist',
+        postgres_server.url("postgres", password="wrong-" + PASSWORD):
+            "password authentication failed",
+        postgres_server.url("no_such_db"): 'database "no_such_db" does not exist',
         f"postgresql://u:{PASSWORD}@127.0.0.1:1/db": "cannot connect",
     }
     for bad, message in cases.items():
@@ -218,14 +197,14 @@ def test_redact():
     assert redact("postgres://h/db") == "postgres://h/db"
 
 
-def test_store_from_the_environment_and_the_recorder(url, monkeypatch):
-    monkeypatch.setenv("GOODPUT_STORE", url.replace("postgresql://", "postgres://"))
+def test_store_from_the_environment_and_the_recorder(postgres_url, monkeypatch):
+    monkeypatch.setenv("GOODPUT_STORE", postgres_url.replace("postgresql://", "postgres://"))
     rec = Recorder("env-run")
     rec.record_job_start_time(100.0)
     rec.record_step_start_time(0, 101.0)
     rec.record_job_end_time(105.0)
     assert rec.flush(10)
-    calc = Calculator("env-run", url)
+    calc = Calculator("env-run", postgres_url)
     calc.refresh()
     assert calc.cumulative().total_seconds == 5.0
     assert repr(rec._store).count(PASSWORD) == 0
@@ -244,12 +223,12 @@ _WRITER = textwrap.dedent("""
 """)
 
 
-def test_sixteen_processes_write_one_run_while_a_reader_reads(url):
+def test_sixteen_processes_write_one_run_while_a_reader_reads(postgres_url):
     n, procs = 500, 16
     env = dict(os.environ, PYTHONPATH=ROOT)
-    children = [subprocess.Popen([sys.executable, "-c", _WRITER, url, str(i), str(n)],
+    children = [subprocess.Popen([sys.executable, "-c", _WRITER, postgres_url, str(i), str(n)],
                                  env=env, stdin=subprocess.DEVNULL) for i in range(procs)]
-    reader = PostgresStore(url)
+    reader = PostgresStore(postgres_url)
     calc = Calculator("many", reader)  # the monitor's way: incremental refreshes
     seen, cursor = [], None
     while any(c.poll() is None for c in children):
@@ -262,7 +241,7 @@ def test_sixteen_processes_write_one_run_while_a_reader_reads(url):
     batch, cursor = reader.read("many", since=cursor)
     seen += batch
     calc.refresh()
-    one_shot = Calculator("many", url)
+    one_shot = Calculator("many", postgres_url)
     one_shot.refresh()
     assert calc.cumulative(now=5000.0) == one_shot.cumulative(now=5000.0)
     # Every event exactly once, and the incremental reads saw exactly the whole table.
@@ -335,8 +314,8 @@ def test_events_left_by_a_process_during_an_outage_are_delivered_by_the_next(tmp
         srv.remove()
 
 
-def test_a_forked_child_writes_through_its_own_connection(url):
-    store = PostgresStore(url)
+def test_a_forked_child_writes_through_its_own_connection(postgres_url):
+    store = PostgresStore(postgres_url)
     store.append([EventRecord("fork", 1, 1.0, None, None, 0, "h", 1, "parent", 1)])
     assert store.flush(10)
     pid = os.fork()
@@ -361,19 +340,19 @@ def _cli(*args, env=None):
                           env=dict(os.environ, PYTHONPATH=ROOT, **(env or {})), timeout=120)
 
 
-def test_import_and_export_both_ways_with_sqlite(url, tmp_path):
+def test_import_and_export_both_ways_with_sqlite(postgres_url, tmp_path):
     sqlite = tmp_path / "a.sqlite"
     src = open_store(str(sqlite))
     src.append(_events("moved", 40))
     src.close()
-    out = _cli("import", "moved", "--from", str(sqlite), "--to", url)
+    out = _cli("import", "moved", "--from", str(sqlite), "--to", postgres_url)
     assert out.returncode == 0, out.stderr
-    again = _cli("import", "moved", "--from", str(sqlite), "--to", url)  # idempotent
+    again = _cli("import", "moved", "--from", str(sqlite), "--to", postgres_url)  # idempotent
     assert again.returncode == 0, again.stderr
     back = tmp_path / "b.sqlite"
-    out = _cli("import", "moved", "--from", url, "--to", str(back))
+    out = _cli("import", "moved", "--from", postgres_url, "--to", str(back))
     assert out.returncode == 0, out.stderr
-    reports = [_cli("report", "moved", "--store", s, "--json") for s in (str(sqlite), url,
+    reports = [_cli("report", "moved", "--store", s, "--json") for s in (str(sqlite), postgres_url,
                                                                         str(back))]
     assert all(r.returncode == 0 for r in reports), [r.stderr for r in reports]
     parsed = [json.loads(r.stdout) for r in reports]
@@ -381,12 +360,12 @@ def test_import_and_export_both_ways_with_sqlite(url, tmp_path):
         assert parsed[0][key] == parsed[1][key] == parsed[2][key]
     assert parsed[0]["total_seconds"] == 41.0 and parsed[0]["last_step"] == 39
     assert PASSWORD not in reports[1].stdout and "***" in parsed[1]["store"]
-    pg = PostgresStore(url)
+    pg = PostgresStore(postgres_url)
     assert len(pg.read("moved")[0]) == 42
     pg.close()
-    runs = _cli("runs", "--store", url)
+    runs = _cli("runs", "--store", postgres_url)
     assert runs.returncode == 0 and "moved" in runs.stdout
     assert PASSWORD not in runs.stdout + runs.stderr
-    monitor = _cli("monitor", "moved", "--store", url, "--once")
+    monitor = _cli("monitor", "moved", "--store", postgres_url, "--once")
     assert monitor.returncode == 0, monitor.stderr
     assert "97.56" in monitor.stdout and PASSWORD not in monitor.stdout + monitor.stderr

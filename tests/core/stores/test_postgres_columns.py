@@ -1,5 +1,5 @@
 """PostgresStore.read_columns (binary COPY read as numpy columns) against read(),
-on a real PostgreSQL server (fixtures of test_postgres_store)."""
+on a real PostgreSQL server (tests/core/conftest.py's fixtures)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from goodput_core import Calculator
 from goodput_core.events import EventRecord, Kind
 from goodput_core.stores.base import Store
 from goodput_core.stores.postgres import PostgresStore
-from tests.core.test_postgres_store import _events, server, url  # noqa: F401 (fixtures)
+from tests.core.stores.test_postgres import _events
 
 
 def _same(page, i, event):
@@ -39,8 +39,8 @@ def _odd_events(run):
     return base[:6] + odd + base[6:]
 
 
-def test_columns_hold_what_rows_hold(url):
-    store = PostgresStore(url)
+def test_columns_hold_what_rows_hold(postgres_url):
+    store = PostgresStore(postgres_url)
     events = _odd_events("cols")
     store.append(events[:9])
     assert store.flush(10)
@@ -69,14 +69,14 @@ def test_columns_hold_what_rows_hold(url):
     store.close()
 
 
-def test_bad_rows_are_judged_as_read_judges_them(url):
+def test_bad_rows_are_judged_as_read_judges_them(postgres_url):
     """Rows written by something else: bad JSON in extra, an unknown kind. The
     bad payload is dropped and counted as read() does; the engine skips the
     unknown kind and counts it, whichever way it was read."""
-    store = PostgresStore(url)
+    store = PostgresStore(postgres_url)
     store.append(_events("bad", 5))
     assert store.flush(10)
-    with psycopg.connect(url, autocommit=True) as conn:
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
         (run_id,), = conn.execute("SELECT run_id FROM goodput.runs WHERE name = 'bad'")
         (wid,), = conn.execute("SELECT min(writer_id) FROM goodput.events")
         conn.execute("INSERT INTO goodput.events (run_id, writer_id, seq, kind, time, step, extra,"
@@ -117,12 +117,12 @@ class _OnlyRead(Store):
         return self._store.runs()
 
 
-def test_pages_longer_than_one_copy(url, monkeypatch):
+def test_pages_longer_than_one_copy(postgres_url, monkeypatch):
     """limit None reads the whole run in bounded COPY pages, joined."""
     import goodput_core.stores.postgres.read as pg  # where reads page
 
     monkeypatch.setattr(pg, "_COLUMN_PAGE", 4)
-    store = PostgresStore(url)
+    store = PostgresStore(postgres_url)
     events = _odd_events("long")
     store.append(events)
     assert store.flush(10)
@@ -135,12 +135,12 @@ def test_pages_longer_than_one_copy(url, monkeypatch):
     store.close()
 
 
-def test_a_page_aggregated_out_of_id_order_is_sorted_by_id(url):
+def test_a_page_aggregated_out_of_id_order_is_sorted_by_id(postgres_url):
     """PostgreSQL keeps the subquery's order in the aggregates in practice but
     does not promise it: the server's real answer, permuted, reads the same."""
     from goodput_core.stores.postgres import columns as pc
 
-    store = PostgresStore(url)
+    store = PostgresStore(postgres_url)
     events = _odd_events("perm")
     store.append(events)
     assert store.flush(10)
@@ -162,7 +162,7 @@ def test_a_page_aggregated_out_of_id_order_is_sorted_by_id(url):
                      for (_, _, dtype), b in zip(pc._COLUMNS, blobs)]
             return _Row((n, *blobs))
 
-    with psycopg.connect(url, autocommit=True) as conn:
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
         (run_id,), = conn.execute("SELECT run_id FROM goodput.runs WHERE name = 'perm'")
         got, last = pc.read_page(Permuting(conn), store._sql, "perm", run_id, 0, 1000,
                                  lambda wid: (0, "", 0, ""), store.skipped)

@@ -20,36 +20,23 @@ from goodput_core.stores import StoreError, open_store
 from goodput_core.stores.postgres import PostgresStore
 from goodput_core.stores.postgres.connect import ConnectionSlot
 from goodput_core.stores.postgres.sql import parse_url, redact
-from tests.support.postgres_server import PASSWORD, USER, PostgresServer, find_bindir
+from tests.support.postgres_server import PASSWORD, USER, PostgresServer, skip_without_postgres
 from tests.support.fake_clock import FakeClock
 from tests.support.tls_ca import make_ca
 
-if find_bindir() is None:  # .ci/run and `make test` install it; say so loudly elsewhere
-    if os.environ.get("CI"):
-        raise RuntimeError("PostgreSQL server binaries missing: apt-get install postgresql")
-    pytest.skip("PostgreSQL is not installed (apt-get install postgresql)",
-                allow_module_level=True)
+skip_without_postgres()  # .ci/run and `make test` install it
 
 _PG_VARS = ("PGHOST", "PGHOSTADDR", "PGPORT", "PGUSER", "PGPASSWORD", "PGDATABASE",
             "PGSERVICE", "PGSERVICEFILE", "PGPASSFILE", "PGSSLMODE", "PGSSLROOTCERT")
 
 
-@pytest.fixture(scope="module")
-def server():
-    srv = PostgresServer()
-    srv.start()
-    yield srv
-    srv.stop()
-    srv.remove()
-
-
 @pytest.fixture
-def db(server, tmp_path, monkeypatch):
+def db(postgres_server, tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # spill files
     for var in _PG_VARS:  # only what a test sets
         monkeypatch.delenv(var, raising=False)
     name = "c_" + uuid.uuid4().hex[:12]
-    server.create_database(name)
+    postgres_server.create_database(name)
     return name
 
 
@@ -71,40 +58,41 @@ def _refused(url: str) -> str:
     return text
 
 
-def test_tcp_with_the_password_in_the_url(server, db):
-    _round_trip(server.url(db))
+def test_tcp_with_the_password_in_the_url(postgres_server, db):
+    _round_trip(postgres_server.url(db))
 
 
-def test_a_unix_socket_directory(server, db):
+def test_a_unix_socket_directory(postgres_server, db):
     # The socket is <dir>/.s.PGSQL.<port>; local connections are trusted.
-    _round_trip(f"postgresql://{USER}@/{db}?host={server.socket_dir}&port={server.port}")
-    _round_trip(f"postgresql://{USER}@%2F{server.socket_dir.lstrip('/').replace('/', '%2F')}"
-                f":{server.port}/{db}")  # the socket directory as a percent-encoded host
+    sockets, port = postgres_server.socket_dir, postgres_server.port
+    _round_trip(f"postgresql://{USER}@/{db}?host={sockets}&port={port}")
+    _round_trip(f"postgresql://{USER}@%2F{sockets.lstrip('/').replace('/', '%2F')}"
+                f":{port}/{db}")  # the socket directory as a percent-encoded host
 
 
 @pytest.mark.parametrize("url", ["postgresql://", "postgresql:///{db}", "postgres://"])
-def test_everything_from_the_pg_variables(server, db, monkeypatch, url):
+def test_everything_from_the_pg_variables(postgres_server, db, monkeypatch, url):
     monkeypatch.setenv("PGHOST", "127.0.0.1")
-    monkeypatch.setenv("PGPORT", str(server.port))
+    monkeypatch.setenv("PGPORT", str(postgres_server.port))
     monkeypatch.setenv("PGUSER", USER)
     monkeypatch.setenv("PGPASSWORD", PASSWORD)
     monkeypatch.setenv("PGDATABASE", db if "{db}" not in url else "postgres")
     _round_trip(url.format(db=db))
-    reader = psycopg.connect(server.url(db))  # the events went to that database
+    reader = psycopg.connect(postgres_server.url(db))  # the events went to that database
     assert reader.execute("SELECT count(*) FROM goodput.events").fetchone()[0] == 1
     reader.close()
 
 
-def test_several_hosts_fail_over_to_the_one_that_answers(server, db):
+def test_several_hosts_fail_over_to_the_one_that_answers(postgres_server, db):
     # Port 1 refuses; libpq tries the next host of the list.
-    _round_trip(f"postgresql://{USER}:{PASSWORD}@127.0.0.1:1,127.0.0.1:{server.port}/{db}")
+    _round_trip(f"postgresql://{USER}:{PASSWORD}@127.0.0.1:1,127.0.0.1:{postgres_server.port}/{db}")
     _round_trip(f"postgresql://{USER}:{PASSWORD}@/{db}?host=127.0.0.1,127.0.0.1"
-                f"&port=1,{server.port}&schema=other")
+                f"&port=1,{postgres_server.port}&schema=other")
 
 
-def test_a_service_file(server, db, tmp_path, monkeypatch):
+def test_a_service_file(postgres_server, db, tmp_path, monkeypatch):
     services = tmp_path / "pg_service.conf"
-    services.write_text(f"[training]\nhost=127.0.0.1\nport={server.port}\nuser={USER}\n"
+    services.write_text(f"[training]\nhost=127.0.0.1\nport={postgres_server.port}\nuser={USER}\n"
                         f"password={PASSWORD}\ndbname={db}\n")
     monkeypatch.setenv("PGSERVICEFILE", str(services))
     _round_trip("postgresql://?service=training")
@@ -114,27 +102,29 @@ def test_a_service_file(server, db, tmp_path, monkeypatch):
     assert "no_such_service" in text and "PGSERVICEFILE" in text
 
 
-def test_a_passfile(server, db, tmp_path):
+def test_a_passfile(postgres_server, db, tmp_path):
     passfile = tmp_path / "pgpass"
-    passfile.write_text(f"127.0.0.1:{server.port}:*:{USER}:{PASSWORD}\n")
+    passfile.write_text(f"127.0.0.1:{postgres_server.port}:*:{USER}:{PASSWORD}\n")
     passfile.chmod(0o600)  # libpq ignores a passfile others may read
-    _round_trip(f"postgresql://{USER}@127.0.0.1:{server.port}/{db}?passfile={passfile}")
-    passfile.write_text(f"127.0.0.1:{server.port}:*:{USER}:not-it\n")
-    text = _refused(f"postgresql://{USER}@127.0.0.1:{server.port}/{db}?passfile={passfile}")
+    _round_trip(f"postgresql://{USER}@127.0.0.1:{postgres_server.port}/{db}?passfile={passfile}")
+    passfile.write_text(f"127.0.0.1:{postgres_server.port}:*:{USER}:not-it\n")
+    text = _refused(
+        f"postgresql://{USER}@127.0.0.1:{postgres_server.port}/{db}?passfile={passfile}")
     assert "password authentication failed" in text and "passfile" in text
 
 
-def test_wrong_forms_are_one_line_errors_that_name_what_to_fix(server, db, tmp_path,
+def test_wrong_forms_are_one_line_errors_that_name_what_to_fix(postgres_server, db, tmp_path,
                                                                monkeypatch):
     cases = {
-        server.url(db, password="wrong-" + PASSWORD): "check the user and password",
-        f"postgresql://{USER}:{PASSWORD}@127.0.0.1:{server.port}/nodb": "check the database name",
-        f"postgresql://{USER}@/{db}?host={tmp_path}&port={server.port}": str(tmp_path),
-        f"postgresql://{USER}:{PASSWORD}@127.0.0.1:{server.port}/{db}?sslmode=require":
+        postgres_server.url(db, password="wrong-" + PASSWORD): "check the user and password",
+        f"postgresql://{USER}:{PASSWORD}@127.0.0.1:{postgres_server.port}/nodb":
+            "check the database name",
+        f"postgresql://{USER}@/{db}?host={tmp_path}&port={postgres_server.port}": str(tmp_path),
+        f"postgresql://{USER}:{PASSWORD}@127.0.0.1:{postgres_server.port}/{db}?sslmode=require":
             "SSL",
-        f"postgresql://{USER}:{PASSWORD}@127.0.0.1:{server.port}/{db}?sslmode=bogus":
+        f"postgresql://{USER}:{PASSWORD}@127.0.0.1:{postgres_server.port}/{db}?sslmode=bogus":
             "sslmode",
-        f"postgresql://{USER}:{PASSWORD}@127.0.0.1:{server.port}/{db}?colour=blue":
+        f"postgresql://{USER}:{PASSWORD}@127.0.0.1:{postgres_server.port}/{db}?colour=blue":
             "fix that URL parameter",
     }
     for url, needle in cases.items():
@@ -142,13 +132,13 @@ def test_wrong_forms_are_one_line_errors_that_name_what_to_fix(server, db, tmp_p
         assert needle in text, (url, text)
         assert redact(url) in text  # says which store (password shown as ***)
     # A password given as a parameter is hidden too.
-    text = _refused(f"postgresql://{USER}@127.0.0.1:{server.port}/{db}?password=wrong-"
+    text = _refused(f"postgresql://{USER}@127.0.0.1:{postgres_server.port}/{db}?password=wrong-"
                     f"{PASSWORD}")
     assert "password=***" in text and "check the user and password" in text
     # A password from the environment never shows either.
     monkeypatch.setenv("PGPASSWORD", "wrong-" + PASSWORD)
     assert "check the user and password" in _refused(
-        f"postgresql://{USER}@127.0.0.1:{server.port}/{db}")
+        f"postgresql://{USER}@127.0.0.1:{postgres_server.port}/{db}")
 
 
 def test_our_schema_parameter_is_taken_out_and_the_rest_kept():
@@ -246,11 +236,11 @@ def test_the_slot_waits_a_growing_jittered_delay_after_each_refusal():
     assert kept.closed and slot.counts["opened"] == 2
 
 
-def test_an_idle_process_holds_no_connection(server, db):
-    store = PostgresStore(server.url(db), flush_interval_s=0.05)
+def test_an_idle_process_holds_no_connection(postgres_server, db):
+    store = PostgresStore(postgres_server.url(db), flush_interval_s=0.05)
     store.append([EventRecord("idle", 1, 1.0, None, None, 0, "h", 1, "a", 1)])
     assert store.flush(30)
-    with psycopg.connect(server.url(db), autocommit=True) as watch:
+    with psycopg.connect(postgres_server.url(db), autocommit=True) as watch:
         # A closed connection's server process may linger a moment: wait it out.
         for _ in range(200):
             left = watch.execute("SELECT count(*) FROM pg_stat_activity WHERE"

@@ -22,15 +22,11 @@ import pytest
 from goodput_core.stores import StoreError
 from goodput_core.stores.postgres import PostgresStore
 from tests.support.pgbouncer_server import Pgbouncer, find_pgbouncer
-from tests.support.postgres_server import PostgresServer, find_bindir
+from tests.support.postgres_server import PostgresServer, skip_without_postgres
 
-if find_bindir() is None:  # .ci/run and `make test` install it; say so loudly elsewhere
-    if os.environ.get("CI"):
-        raise RuntimeError("PostgreSQL server binaries missing: apt-get install postgresql")
-    pytest.skip("PostgreSQL is not installed (apt-get install postgresql)",
-                allow_module_level=True)
+skip_without_postgres()  # .ci/run and `make test` install it
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 WRITER, WRITER_PW = "writer", "writer-pw"  # no superuser: the slots reserved for those are not its
 
 #: One recording process: THREADS recorders (one per thread, as per-host recording

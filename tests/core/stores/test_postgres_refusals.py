@@ -25,15 +25,11 @@ import psycopg
 import pytest
 
 from goodput_core import Recorder
-from tests.support.postgres_server import PostgresServer, find_bindir
+from tests.support.postgres_server import PostgresServer, skip_without_postgres
 
-if find_bindir() is None:  # .ci/run and `make test` install it; say so loudly elsewhere
-    if os.environ.get("CI"):
-        raise RuntimeError("PostgreSQL server binaries missing: apt-get install postgresql")
-    pytest.skip("PostgreSQL is not installed (apt-get install postgresql)",
-                allow_module_level=True)
+skip_without_postgres()  # .ci/run and `make test` install it
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 ROLE_PW = "w-pass"
 
 # A writer process: records N step starts (times 1000.0 + i), flushes with a
@@ -52,20 +48,8 @@ _WRITER = textwrap.dedent("""
 """)
 
 
-@pytest.fixture(scope="module")
-def server():
-    srv = PostgresServer()
-    srv.start()
-    yield srv
-    try:
-        srv.stop()
-    except RuntimeError:
-        pass
-    srv.remove()
-
-
-def _admin(server, database="postgres"):
-    return psycopg.connect(server.url(database), autocommit=True)
+def _admin(postgres_server, database="postgres"):
+    return psycopg.connect(postgres_server.url(database), autocommit=True)
 
 
 @pytest.fixture
@@ -79,14 +63,14 @@ def env(tmp_path, monkeypatch):
 
 
 @pytest.fixture
-def role_url(server):
+def role_url(postgres_server):
     """A fresh database owned by a fresh ordinary role; the role's URL."""
     role = "w_" + uuid.uuid4().hex[:10]
     db = "d_" + uuid.uuid4().hex[:10]
-    with _admin(server) as conn:
+    with _admin(postgres_server) as conn:
         conn.execute(f"CREATE ROLE {role} LOGIN PASSWORD '{ROLE_PW}'")
         conn.execute(f'CREATE DATABASE "{db}" OWNER {role}')
-    return role, db, server.url(db, user=role, password=ROLE_PW)
+    return role, db, postgres_server.url(db, user=role, password=ROLE_PW)
 
 
 def _run_writer(env, url, run, n, timeout, limit=120):
@@ -97,9 +81,9 @@ def _run_writer(env, url, run, n, timeout, limit=120):
     return json.loads(lines[0]), proc.stderr
 
 
-def _stored(server, db, run):
+def _stored(postgres_server, db, run):
     """(events of ``run``, distinct (writer, seq) pairs) as the database holds them."""
-    with _admin(server, db) as conn:
+    with _admin(postgres_server, db) as conn:
         row = conn.execute(
             "SELECT count(*), count(DISTINCT (e.writer_id, e.seq)) FROM goodput.events e "
             "JOIN goodput.runs r USING (run_id) WHERE r.name = %s", (run,)).fetchone()
@@ -107,13 +91,13 @@ def _stored(server, db, run):
 
 
 def test_server_down_for_the_writers_whole_life_the_next_process_delivers(
-        server, role_url, env):
+        postgres_server, role_url, env):
     role, db, url = role_url
-    server.stop()
+    postgres_server.stop()
     try:
         out, err = _run_writer(env, url, "down", 3000, 30.0)
     finally:
-        server.start()
+        postgres_server.start()
     stats = out["stats"]
     # never stored, never dropped: all 3,000 wait in the writer's spill file
     assert out["flush"] is False
@@ -124,17 +108,17 @@ def test_server_down_for_the_writers_whole_life_the_next_process_delivers(
     out, _ = _run_writer(env, url, "later", 10, 60.0)
     assert out["flush"] is True
     assert out["stats"]["spill_adopted"] == 3000
-    assert _stored(server, db, "down") == (3000, 3000)
-    assert _stored(server, db, "later") == (10, 10)
+    assert _stored(postgres_server, db, "down") == (3000, 3000)
+    assert _stored(postgres_server, db, "later") == (10, 10)
     assert os.listdir(env["GOODPUT_SPILL_DIR"]) == []  # delivered files are deleted
     # a third process finds nothing left to deliver: nothing doubles
     out, _ = _run_writer(env, url, "third", 1, 60.0)
     assert out["stats"]["spill_adopted"] == 0
-    assert _stored(server, db, "down") == (3000, 3000)
+    assert _stored(postgres_server, db, "down") == (3000, 3000)
 
 
 def test_four_writers_of_one_run_while_down_two_deliverers_at_once_store_each_once(
-        server, role_url, env):
+        postgres_server, role_url, env):
     role, db, url = role_url
 
     def start(run, n, timeout):
@@ -150,11 +134,11 @@ def test_four_writers_of_one_run_while_down_two_deliverers_at_once_store_each_on
             out.append(json.loads(stdout.splitlines()[0]))
         return out
 
-    server.stop()
+    postgres_server.stop()
     try:  # four processes of one run at once: four spill files
         spilled = results([start("multi", 500, 30.0) for _ in range(4)])
     finally:
-        server.start()
+        postgres_server.start()
     # flush answers False as soon as the open failed: all 500 of each are spilled
     assert [(r["flush"], r["stats"]["spilled"]) for r in spilled] == [(False, 500)] * 4
     assert len([n for n in os.listdir(env["GOODPUT_SPILL_DIR"]) if n.endswith(".jsonl")]) == 4
@@ -162,40 +146,41 @@ def test_four_writers_of_one_run_while_down_two_deliverers_at_once_store_each_on
     delivered = results([start("deliver", 0, 60.0) for _ in range(2)])
     assert all(r["flush"] for r in delivered)
     assert sum(r["stats"]["spill_adopted"] for r in delivered) == 2000
-    assert _stored(server, db, "multi") == (2000, 2000)
+    assert _stored(postgres_server, db, "multi") == (2000, 2000)
 
 
-def test_out_of_connection_slots_is_an_outage_not_a_loss(server, role_url, env):
+def test_out_of_connection_slots_is_an_outage_not_a_loss(postgres_server, role_url, env):
     role, db, url = role_url
-    with _admin(server) as conn:
+    with _admin(postgres_server) as conn:
         conn.execute(f"ALTER ROLE {role} CONNECTION LIMIT 0")  # "too many connections"
     try:
         out, err = _run_writer(env, url, "slots", 2000, 30.0)
     finally:
-        with _admin(server) as conn:
+        with _admin(postgres_server) as conn:
             conn.execute(f"ALTER ROLE {role} CONNECTION LIMIT -1")
     assert out["flush"] is False
     assert "too many connections" in out["stats"]["store_error"]
     assert (out["stats"]["spilled"], out["stats"]["written"]) == (2000, 0)
     out, _ = _run_writer(env, url, "after", 0, 60.0)
     assert out["flush"] is True
-    assert _stored(server, db, "slots") == (2000, 2000)
+    assert _stored(postgres_server, db, "slots") == (2000, 2000)
 
 
-def _set_read_only(server, on: bool) -> None:
-    with _admin(server) as conn:
+def _set_read_only(postgres_server, on: bool) -> None:
+    with _admin(postgres_server) as conn:
         conn.execute(f"ALTER SYSTEM SET default_transaction_read_only = {'on' if on else 'off'}")
         conn.execute("SELECT pg_reload_conf()")
 
 
-def test_read_only_for_a_while_then_writable_stores_every_event_once(server, role_url, env):
+def test_read_only_for_a_while_then_writable_stores_every_event_once(postgres_server, role_url,
+                                                                    env):
     role, db, url = role_url
     rec = Recorder("ro", url, flush_interval_s=0.05)
     try:
         for i in range(500):
             rec.record_step_start_time(i, 1000.0 + i)
         assert rec.flush(30)
-        _set_read_only(server, True)
+        _set_read_only(postgres_server, True)
         try:
             for i in range(500, 1000):
                 rec.record_step_start_time(i, 1000.0 + i)
@@ -207,22 +192,22 @@ def test_read_only_for_a_while_then_writable_stores_every_event_once(server, rol
             assert stats["store"]["rejected"] == 0 and stats["unstorable"] == 0
             assert "read-only" in stats["store"]["last_error"]
         finally:
-            _set_read_only(server, False)
+            _set_read_only(postgres_server, False)
         assert rec.flush(60)
         stats = rec.stats()
         assert stats["store"]["pending"] == 0 and stats["store"]["rejected"] == 0
-        assert _stored(server, db, "ro") == (1000, 1000)
+        assert _stored(postgres_server, db, "ro") == (1000, 1000)
     finally:
         rec.close(5)
 
 
-def test_insert_revoked_then_granted_stores_every_event_once(server, role_url, env):
+def test_insert_revoked_then_granted_stores_every_event_once(postgres_server, role_url, env):
     role, db, url = role_url
     rec = Recorder("grant", url, flush_interval_s=0.05)
     try:
         rec.record_step_start_time(0, 1000.0)
         assert rec.flush(30)  # the tables exist, owned by the writer's role
-        with _admin(server, db) as conn:
+        with _admin(postgres_server, db) as conn:
             conn.execute(f"REVOKE INSERT ON ALL TABLES IN SCHEMA goodput FROM {role}")
         for i in range(1, 700):
             rec.record_step_start_time(i, 1000.0 + i)
@@ -231,19 +216,19 @@ def test_insert_revoked_then_granted_stores_every_event_once(server, role_url, e
         assert stats["store"]["pending"] + stats["waiting"] == 699
         assert stats["store"]["rejected"] == 0
         assert "permission denied" in stats["store"]["last_error"]
-        with _admin(server, db) as conn:
+        with _admin(postgres_server, db) as conn:
             conn.execute(f"GRANT INSERT ON ALL TABLES IN SCHEMA goodput TO {role}")
         assert rec.flush(60)
-        assert _stored(server, db, "grant") == (700, 700)
+        assert _stored(postgres_server, db, "grant") == (700, 700)
     finally:
         rec.close(5)
 
 
-def test_missing_tables_are_an_outage_not_bad_content(server, role_url, env):
+def test_missing_tables_are_an_outage_not_bad_content(postgres_server, role_url, env):
     from goodput_core.stores.postgres.store import refusal_is_outage
 
     role, db, url = role_url
-    with _admin(server, db) as conn:
+    with _admin(postgres_server, db) as conn:
         with pytest.raises(psycopg.Error) as missing:
             conn.execute("INSERT INTO no_such_table VALUES (1)")
         with pytest.raises(psycopg.Error) as bad:
@@ -252,13 +237,13 @@ def test_missing_tables_are_an_outage_not_bad_content(server, role_url, env):
     assert not refusal_is_outage(bad.value)
 
 
-def test_tables_dropped_under_a_live_writer_are_created_again(server, role_url, env):
+def test_tables_dropped_under_a_live_writer_are_created_again(postgres_server, role_url, env):
     role, db, url = role_url
     rec = Recorder("dropped", url, flush_interval_s=0.05)
     try:
         rec.record_step_start_time(0, 1000.0)
         assert rec.flush(30)
-        with _admin(server, db) as conn:
+        with _admin(postgres_server, db) as conn:
             conn.execute("DROP SCHEMA goodput CASCADE")  # the first event goes with it
         for i in range(1, 101):
             rec.record_step_start_time(i, 1000.0 + i)
@@ -266,7 +251,7 @@ def test_tables_dropped_under_a_live_writer_are_created_again(server, role_url, 
         stats = rec.stats()
         assert stats["store"]["rejected"] == 0 and stats["unstorable"] == 0
         # the 100 recorded after the drop, each once, under a fresh run id
-        assert _stored(server, db, "dropped") == (100, 100)
+        assert _stored(postgres_server, db, "dropped") == (100, 100)
     finally:
         rec.close(5)
 
@@ -296,9 +281,9 @@ _EXITER = textwrap.dedent("""
 """)
 
 
-def _cluster_pids(server):
+def _cluster_pids(postgres_server):
     """The postmaster and every process it started (its backends, its workers)."""
-    with open(os.path.join(server.data, "postmaster.pid")) as f:
+    with open(os.path.join(postgres_server.data, "postmaster.pid")) as f:
         postmaster = int(f.readline())
     pids = [postmaster]
     for entry in os.listdir("/proc"):
@@ -336,7 +321,7 @@ def _exit_after(proc, stop_first=None):
 
 
 @pytest.mark.parametrize("mode", ["never", "opened"])
-def test_exit_with_the_server_black_holed_keeps_the_bound(server, role_url, env, mode):
+def test_exit_with_the_server_black_holed_keeps_the_bound(postgres_server, role_url, env, mode):
     """``never``: SIGSTOP before the writer starts (its first connection hangs);
     ``opened``: the store is open, then every server process is stopped."""
     role, db, url = role_url
@@ -344,7 +329,7 @@ def test_exit_with_the_server_black_holed_keeps_the_bound(server, role_url, env,
     stopped = []
 
     def stop():
-        stopped.extend(_cluster_pids(server))
+        stopped.extend(_cluster_pids(postgres_server))
         _signal_all(stopped, signal.SIGSTOP)
 
     if mode == "never":
@@ -367,21 +352,21 @@ def test_exit_with_the_server_black_holed_keeps_the_bound(server, role_url, env,
     expected = 400 if mode == "never" else 401
     out, _ = _run_writer(env, url, "next-" + run, 0, 60.0)
     assert out["flush"] is True
-    assert _stored(server, db, run) == (expected, expected)
+    assert _stored(postgres_server, db, run) == (expected, expected)
 
 
-def test_exit_with_the_server_refusing_keeps_the_bound(server, role_url, env):
+def test_exit_with_the_server_refusing_keeps_the_bound(postgres_server, role_url, env):
     role, db, url = role_url
-    server.stop()  # connections refused at once
+    postgres_server.stop()  # connections refused at once
     try:
         proc = subprocess.Popen([sys.executable, "-c", _EXITER, url, "refused", "300", "never"],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
         took, err = _exit_after(proc)
     finally:
-        server.start()
+        postgres_server.start()
     assert took < 6.0, (took, err)
     assert "300 events not stored" in err, err
     out, _ = _run_writer(env, url, "after-refused", 0, 60.0)
     assert out["flush"] is True
-    assert _stored(server, db, "refused") == (300, 300)
+    assert _stored(postgres_server, db, "refused") == (300, 300)

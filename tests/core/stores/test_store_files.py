@@ -32,7 +32,7 @@ from goodput_core.cli.synthetic import record_synthetic_job
 from goodput_core.stores import StoreError
 from goodput_core.stores.sqlite import SqliteStore
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 START = 1_700_000_000.0
 
 

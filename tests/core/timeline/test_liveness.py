@@ -3,7 +3,7 @@ recorder's writer thread on a fake clock: a stopped run does not decay, a
 heartbeat keeps a live one running, a restart is recovery as before and its
 gap from the last sign of life is reported. Every expected number is derived
 by hand in the comments. Real processes (Ctrl-C, SIGKILL, a long step):
-tests/core/test_liveness_processes.py."""
+tests/core/timeline/test_liveness_processes.py."""
 
 from __future__ import annotations
 

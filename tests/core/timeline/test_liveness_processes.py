@@ -21,7 +21,7 @@ from goodput_core.events import Kind
 from goodput_core.stores import open_store
 from tests.support.cli_process import goodput
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 HEARTBEAT_S = 1.0
 
 _CHILD = textwrap.dedent("""

@@ -2,7 +2,7 @@
 
 Every expected number is worked out by hand from semantics.md (the comment
 above each assertion says how); nothing is copied from the engine's output.
-The cases complement ``test_timeline.py``: the overlap priority (rule 8) is
+The cases complement ``test_semantics_rules.py``: the overlap priority (rule 8) is
 pinned for every adjacent pair of levels, in both orders of appearance,
 and the places where a rule has a boundary (a restart inside a sparse span,
 a resume after a step end, loads in the unfinished last step of an open or
@@ -10,7 +10,7 @@ crashed attempt) each have their own case.
 
 Mutations these tests kill (each applied to the source by hand, these tests
 run, the mutation reverted). Survivors of the whole suite before (the
-issue's audit; ours rechecked against test_timeline, test_calculator and
+issue's audit; ours rechecked against test_semantics_rules, queries/test_calculator and
 test_ground_truth):
 
 * ``segments.py`` ``_wasted``: waste from the sparse span that contains the
@@ -28,7 +28,7 @@ test_ground_truth):
   its end was recorded -> ``test_resume_after_a_step_end_wastes_nothing``.
 
 Caught before only elsewhere (the hypothesis ground truth, or one case of
-test_timeline), now pinned here by a case of their own:
+test_semantics_rules), now pinned here by a case of their own:
 
 * loads in the last step of the open attempt turned sync ->
   ``test_load_in_the_last_step_of_the_open_attempt_is_async``;

@@ -1,0 +1,32 @@
+"""Fixtures shared by the engine's tests (tests/core/<group>/...)."""
+
+import uuid
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def postgres_server():
+    """A throwaway PostgreSQL server for one test module
+    (:class:`tests.support.postgres_server.PostgresServer`); modules using it
+    call :func:`~tests.support.postgres_server.skip_without_postgres` first."""
+    from tests.support.postgres_server import PostgresServer
+
+    srv = PostgresServer()
+    srv.start()
+    yield srv
+    try:
+        srv.stop()
+    except RuntimeError:  # a test stopped it on purpose (an outage) and it stayed down
+        pass
+    srv.remove()
+
+
+@pytest.fixture
+def postgres_url(postgres_server, tmp_path, monkeypatch):
+    """The URL of a fresh database on :func:`postgres_server`; this test's
+    spill files stay in its own directory."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    name = "t_" + uuid.uuid4().hex[:12]
+    postgres_server.create_database(name)
+    return postgres_server.url(name)
