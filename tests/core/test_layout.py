@@ -1,8 +1,13 @@
-"""The direction rules of the README's Layout section, checked on the source.
+"""The layer rules of docs/architecture.md, checked on the source.
 
 Data flows record -> stores -> timeline -> queries -> monitor -> exporters, with
 the command line on top and the compat layer beside: a module may import what
 comes before it, never what comes after, and nothing but compat imports compat.
+Inside the groups: each store backend is a subpackage of ``stores/`` that
+imports no other backend (what they share sits beside them and imports none);
+``queries/`` reads downward (no import circle; only the modules that compose
+calculators import the calculator, which is one class); and nothing replaces
+entries of ``sys.modules`` except the MaxText opt-in alias.
 Every import statement counts, the ones inside functions included.
 """
 
@@ -14,10 +19,12 @@ import os
 import pytest
 
 import goodput_core
+import goodput_integrations
 from goodput_core import gcp
 from goodput_core.compat import goodput_utils
 
 ENGINE = os.path.dirname(os.path.abspath(goodput_core.__file__))
+INTEGRATIONS = os.path.dirname(os.path.abspath(goodput_integrations.__file__))
 
 # group (a sub-package of goodput_core) -> the groups it must not import
 FORBIDDEN = {
@@ -113,6 +120,195 @@ def test_the_scan_sees_a_planted_wrong_way_import(rule, tmp_path, monkeypatch):
     assert _violations() == [
         f"goodput_core/{os.path.join(group, 'planted.py') if group else 'planted.py'}:2 "
         f"imports goodput_core.{target}"]
+
+
+# ------------------------------------------------------------ stores/
+BACKENDS = {"sqlite", "postgres", "cloud_logging"}
+# Shared store modules that name a backend: the URL dispatch validates and opens
+# each (on use), and the deferred store registers its fork hooks after sqlite's.
+STORE_ALLOWED = {("__init__.py", b) for b in BACKENDS} | {("deferred.py", "sqlite")}
+
+
+def _store_violations():
+    found = []
+    stores = os.path.join(ENGINE, "stores")
+    for path in _engine_files():
+        rel = os.path.relpath(path, stores)
+        if rel.startswith(".."):
+            continue
+        parts = rel.split(os.sep)
+        backend = parts[0] if len(parts) > 1 else None
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), path)
+        for line, module in _imported(tree):
+            names = module.split(".")
+            if names[:2] != ["goodput_core", "stores"] or len(names) < 3:
+                continue
+            target = names[2] if names[2] in BACKENDS else None
+            if target is None or target == backend or (rel, target) in STORE_ALLOWED:
+                continue
+            found.append(f"goodput_core/stores/{rel}:{line} imports {module}")
+    return found
+
+
+def test_each_store_backend_is_a_subpackage_and_imports_no_other():
+    stores = os.path.join(ENGINE, "stores")
+    packages = {d for d in os.listdir(stores)
+                if os.path.isfile(os.path.join(stores, d, "__init__.py"))}
+    assert packages == BACKENDS
+    flat = [n for n in os.listdir(stores) if n.endswith(".py")
+            and any(n.startswith(b + "_") for b in BACKENDS)]
+    assert flat == [], "a backend's module belongs in its subpackage"
+    assert _store_violations() == []
+
+
+# ------------------------------------------------------------ queries/
+# Modules that build calculators (above the calculator in the graph).
+COMPOSING = {"summaries"}
+
+
+def _queries_graph():
+    """{module of queries/: the modules of queries/ it imports}."""
+    graph = {}
+    folder = os.path.join(ENGINE, "queries")
+    for name in sorted(os.listdir(folder)):
+        if not name.endswith(".py"):
+            continue
+        with open(os.path.join(folder, name), encoding="utf-8") as f:
+            tree = ast.parse(f.read(), name)
+        deps = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module == "goodput_core.queries":
+                deps.update(alias.name for alias in node.names)  # from ...queries import x
+        for _, module in _imported(tree):
+            names = module.split(".")
+            if names[:2] == ["goodput_core", "queries"] and len(names) > 2:
+                deps.add(names[2])
+        graph[name[:-3]] = deps - {name[:-3]}
+    return graph
+
+
+def _a_circle(graph):
+    """One import circle of ``graph`` as a list of modules, or None."""
+    state = {}
+
+    def visit(node, path):
+        state[node] = "open"
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == "open":
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state:
+                found = visit(nxt, path + [nxt])
+                if found:
+                    return found
+        state[node] = "done"
+        return None
+
+    for start in sorted(graph):
+        if start not in state:
+            found = visit(start, [start])
+            if found:
+                return found
+    return None
+
+
+def test_queries_read_downward():
+    graph = _queries_graph()
+    assert _a_circle(graph) is None
+    assert {m for m, deps in graph.items() if "calculator" in deps} <= COMPOSING
+    from goodput_core.queries.calculator import Calculator
+
+    assert Calculator.__bases__ == (object,), "the calculator's public surface is one class"
+
+
+@pytest.mark.parametrize("planted", ["circle", "composer"])
+def test_the_queries_checks_see_a_planted_circle_and_a_stray_composer(planted, tmp_path,
+                                                                      monkeypatch):
+    folder = tmp_path / "queries"
+    folder.mkdir()
+    (folder / "calculator.py").write_text("from goodput_core.queries import hangs\n")
+    if planted == "circle":
+        (folder / "hangs.py").write_text("def later():\n"
+                                         "    from goodput_core.queries.calculator import x\n")
+    else:
+        (folder / "hangs.py").write_text("")
+        (folder / "extra.py").write_text("from goodput_core.queries.calculator import x\n")
+    monkeypatch.setattr(__import__(__name__, fromlist=["_"]), "ENGINE", str(tmp_path))
+    graph = _queries_graph()
+    if planted == "circle":
+        assert _a_circle(graph) == ["calculator", "hangs", "calculator"]
+    else:
+        assert _a_circle(graph) is None
+        assert {m for m, deps in graph.items() if "calculator" in deps} == {"extra"}
+
+
+def test_the_store_check_sees_a_planted_cross_backend_import(tmp_path, monkeypatch):
+    for backend in BACKENDS:
+        (tmp_path / "stores" / backend).mkdir(parents=True)
+    (tmp_path / "stores" / "postgres" / "store.py").write_text(
+        "from goodput_core.stores.sqlite import strict\n")
+    (tmp_path / "stores" / "shared.py").write_text(
+        "from goodput_core.stores.postgres.sql import redact\n")
+    monkeypatch.setattr(__import__(__name__, fromlist=["_"]), "ENGINE", str(tmp_path))
+    assert sorted(_store_violations()) == [
+        "goodput_core/stores/postgres/store.py:1 imports goodput_core.stores.sqlite",
+        "goodput_core/stores/shared.py:1 imports goodput_core.stores.postgres.sql"]
+
+
+# ------------------------------------------------------------ sys.modules
+# The one module allowed to change sys.modules (integrations.md: the explicit,
+# opt-in alias that serves ml_goodput_measurement from compat).
+IMPORT_SYSTEM_ALLOWED = {os.path.join("goodput_integrations", "maxtext", "alias.py")}
+
+
+def _changes_the_import_system(tree):
+    """Lines that assign, delete or update entries of ``sys.modules``."""
+    def is_sys(node, attr):
+        return (isinstance(node, ast.Attribute) and node.attr == attr
+                and isinstance(node.value, ast.Name) and node.value.id == "sys")
+
+    for node in ast.walk(tree):
+        targets = []
+        if isinstance(node, (ast.Assign, ast.Delete)):
+            targets = node.targets
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            targets = [node.target]
+        if any(isinstance(t, ast.Subscript) and is_sys(t.value, "modules") for t in targets):
+            yield node.lineno
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                and is_sys(node.func.value, "modules") \
+                and node.func.attr not in ("get", "copy", "keys", "values", "items"):
+            yield node.lineno
+
+
+def _import_system_changes(roots):
+    found = []
+    for package, root in roots:
+        for base, dirs, files in os.walk(root):
+            dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+            for name in sorted(f for f in files if f.endswith(".py")):
+                path = os.path.join(base, name)
+                rel = os.path.join(package, os.path.relpath(path, root))
+                if rel in IMPORT_SYSTEM_ALLOWED:
+                    continue
+                with open(path, encoding="utf-8") as f:
+                    tree = ast.parse(f.read(), path)
+                found += [f"{rel}:{line}" for line in _changes_the_import_system(tree)]
+    return found
+
+
+def test_no_alias_modules_nothing_replaces_sys_modules_but_the_maxtext_opt_in():
+    assert _import_system_changes([("goodput_core", ENGINE),
+                                   ("goodput_integrations", INTEGRATIONS)]) == []
+
+
+def test_the_import_system_check_sees_an_alias_module(tmp_path):
+    (tmp_path / "watchdog.py").write_text(
+        "import sys; import goodput_core.record.watchdog as _m; sys.modules[__name__] = _m\n")
+    (tmp_path / "setter.py").write_text("import sys\nsys.modules.setdefault('x', sys)\n")
+    (tmp_path / "reader.py").write_text("import sys\nloaded = sys.modules.get('x')\n")
+    assert _import_system_changes([("pkg", str(tmp_path))]) == [
+        os.path.join("pkg", "setter.py") + ":2", os.path.join("pkg", "watchdog.py") + ":1"]
 
 
 def test_compat_reexports_the_engines_metadata_helpers():
