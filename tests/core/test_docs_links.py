@@ -3,7 +3,7 @@
 * no file points outside the repository (to the design notes it was built from);
 * every relative link in README.md and docs/*.md leads to a file that exists;
 * every test that docs/semantics.md and docs/differences.md name as pinning a
-  rule exists in the test tree.
+  rule exists in the test tree, and every test file a page names exists.
 """
 
 from __future__ import annotations
@@ -100,3 +100,11 @@ def test_docs_cite_only_pages_users_have(doc):
     cited = set(re.findall(r"(?<![\w/.-])([\w-]+\.md)\b", text))
     assert sorted(cited - ours) == []
     assert re.findall(r"\b[Ii]ssue \d+\b", text) == []
+
+
+@pytest.mark.parametrize("doc", DOCS)
+def test_every_named_test_file_exists(doc):
+    """Test files moved into tests/core/<group>/: the pages follow them."""
+    with open(os.path.join(ROOT, doc), encoding="utf-8") as f:
+        named = set(re.findall(r"\btests/[\w/]+\.py\b", f.read()))
+    assert sorted(p for p in named if not os.path.exists(os.path.join(ROOT, p))) == []

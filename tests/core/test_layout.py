@@ -317,7 +317,7 @@ def test_compat_reexports_the_engines_metadata_helpers():
 
 
 def test_the_documented_paths_import():
-    """README Layout: the public paths the docs show."""
+    """The public paths the docs show (README, "Layout")."""
     import goodput_core.monitor
     from goodput_core.monitor import Monitor
     from goodput_core.monitor.loop import Monitor as LoopMonitor
