@@ -27,13 +27,12 @@ import json
 import logging
 import os
 import threading
-import uuid
 from pathlib import Path
 from typing import Deque, List, Optional, Tuple
 
 from goodput_core.events import EventRecord
 from goodput_core.stores import canonical_store_url
-from goodput_core.stores.spill_buffer import SpillFile, spill_paths
+from goodput_core.stores.spill_buffer import SpillFile, adopt_files, new_spill_file
 from goodput_core.stores.strict_json import dumps
 
 __all__ = ["Outbox", "default_spill_dir", "SPILL_DIR_ENV"]
@@ -125,9 +124,7 @@ class Outbox:
         lines = [{"e": _encode(e)} for e in events]
         with self._lock:
             if self._own is None:
-                os.makedirs(self.directory, mode=0o700, exist_ok=True)
-                name = f"{self.tag}.{os.getpid()}.{uuid.uuid4().hex[:12]}.jsonl"
-                self._own = SpillFile(os.path.join(self.directory, name), required=("e",))
+                self._own = new_spill_file(self.directory, self.tag, ("e",))
             room = self.max_bytes - self._own_bytes
             keep = len(lines)
             size = sum(len(json.dumps(x, separators=(",", ":"))) + 1 for x in lines)
@@ -159,13 +156,7 @@ class Outbox:
             held = {f.path for f in self._orphans}
             if self._own is not None:
                 held.add(self._own.path)
-            for path in spill_paths(self.directory, self.tag):
-                if path in held:
-                    continue
-                try:
-                    spill = SpillFile(path, adopt=True, required=("e",))
-                except OSError:
-                    continue  # a live writer holds it (or it vanished)
+            for spill in adopt_files(self.directory, self.tag, held, ("e",)):
                 if not spill.unread:
                     spill.close(delete=True)
                     continue

@@ -29,9 +29,10 @@ import os
 import threading
 import uuid
 from pathlib import Path
-from typing import Any, Deque, Dict, List, Optional, Tuple
+from typing import Any, Deque, Dict, List, Optional, Set, Tuple
 
-__all__ = ["SpillBuffer", "SpillFile", "default_spill_dir", "spill_paths", "spill_tag"]
+__all__ = ["SpillBuffer", "SpillFile", "adopt_files", "default_spill_dir", "new_spill_file",
+           "spill_paths", "spill_tag"]
 
 logger = logging.getLogger("goodput")
 
@@ -184,25 +185,16 @@ class SpillBuffer:
         self.bad_lines = 0  # of files already finished
 
     # ------------------------------------------------------------ files
-    def _ensure_dir(self) -> None:
-        os.makedirs(self.directory, mode=0o700, exist_ok=True)
-
     def adopt_orphans(self) -> int:
         """Queues the spill files left by dead processes for this tag, oldest first.
 
         Returns:
           The number of entries adopted.
         """
-        paths = spill_paths(self.directory, self.tag)
         count = 0
         with self._lock:
-            for path in paths:
-                if self._own is not None and path == self._own.path:
-                    continue
-                try:
-                    spill = SpillFile(path, adopt=True, required=self._required)
-                except OSError:
-                    continue  # held by a live store (or vanished)
+            held = {self._own.path} if self._own is not None else set()
+            for spill in adopt_files(self.directory, self.tag, held, self._required):
                 self._orphans.append(spill)
                 count += spill.unread
             self.adopted += count
@@ -213,9 +205,7 @@ class SpillBuffer:
 
     def _own_file(self) -> SpillFile:
         if self._own is None:
-            self._ensure_dir()
-            name = f"{self.tag}.{os.getpid()}.{uuid.uuid4().hex[:12]}.jsonl"
-            self._own = SpillFile(os.path.join(self.directory, name), required=self._required)
+            self._own = new_spill_file(self.directory, self.tag, self._required)
         return self._own
 
     # ------------------------------------------------------------ queue
@@ -305,9 +295,7 @@ class SpillBuffer:
                 # Streamed in chunks (a long outage may have spilled millions of
                 # entries). Written before the old files are deleted: a crash in
                 # between duplicates entries on disk, which insert ids make harmless.
-                self._ensure_dir()
-                name = f"{self.tag}.{os.getpid()}.{uuid.uuid4().hex[:12]}.jsonl"
-                spill = SpillFile(os.path.join(self.directory, name), required=self._required)
+                spill = new_spill_file(self.directory, self.tag, self._required)
                 spill.write(self._orphan_head)
                 for orphan in self._orphans:
                     _copy(orphan, spill)
@@ -353,6 +341,30 @@ def _take(queue: Deque[Entry], n: int):
         if i >= n:
             return
         yield item
+
+
+def new_spill_file(directory: str, tag: str, required: Tuple[str, ...]) -> SpillFile:
+    """A new file of this process for ``tag`` (``TAG.PID.RANDOM.jsonl``, locked, 0600),
+    its directory made 0700 when missing."""
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    name = f"{tag}.{os.getpid()}.{uuid.uuid4().hex[:12]}.jsonl"
+    return SpillFile(os.path.join(directory, name), required=required)
+
+
+def adopt_files(directory: str, tag: str, held: Set[str],
+                required: Tuple[str, ...]) -> List[SpillFile]:
+    """The spill files of ``tag`` that no live process holds, oldest first, now
+    locked by the caller (the paths in ``held`` are the caller's own: skipped).
+    Where a previous owner saved its progress, reading resumes after it."""
+    out = []
+    for path in spill_paths(directory, tag):
+        if path in held:
+            continue
+        try:
+            out.append(SpillFile(path, adopt=True, required=required))
+        except OSError:
+            continue  # a live process holds it (or it vanished)
+    return out
 
 
 def spill_paths(directory: str, tag: str) -> List[str]:
