@@ -47,9 +47,11 @@ import logging
 import sys
 import threading
 import time
-from typing import Any, Callable, Dict, Iterator, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, Optional
 
 from goodput_integrations.axlearn import _base
+from goodput_integrations.axlearn.events import (
+    DISRUPTION, LEGACY, LOAD_METHODS, PHASES, Entry, event_name)
 from goodput_integrations.axlearn.monitoring import RunMonitors
 from goodput_integrations.axlearn.spec import (
     AXLEARN_KEYS,
@@ -70,35 +72,9 @@ NAME = "goodput_suite"
 #: The fields of our AXLearn ``Config`` besides ``name``: every spec key.
 CONFIG_FIELDS = tuple(k for k in AXLEARN_KEYS + OUR_KEYS if k != "name")
 
-_Entry = Tuple[str, str, int]  # (engine method, time keyword, time's positional index)
-_LEGACY: Dict[str, _Entry] = {
-    "START_JOB": ("record_job_start_time", "start_time", 0),
-    "END_JOB": ("record_job_end_time", "end_time", 0),
-    "START_STEP": ("record_step_start_time", "start_time", 1),
-    "END_STEP": ("record_step_end_time", "end_time", 1),
-    "START_ACCELERATOR_INIT": ("record_tpu_init_start_time", "start_time", 0),
-    "END_ACCELERATOR_INIT": ("record_tpu_init_end_time", "end_time", 0),
-    "START_TRAINING_PREPARATION": ("record_training_preparation_start_time", "start_time", 0),
-    "END_TRAINING_PREPARATION": ("record_training_preparation_end_time", "end_time", 0),
-    "START_DATA_LOADING": ("record_data_loading_start_time", "start_time", 0),
-    "END_DATA_LOADING": ("record_data_loading_end_time", "end_time", 0),
-    "START_CUSTOM_BADPUT_EVENT": ("record_custom_badput_event_start_time", "start_time", 0),
-    "END_CUSTOM_BADPUT_EVENT": ("record_custom_badput_event_end_time", "end_time", 0),
-}
-_DISRUPTION: _Entry = ("record_disruption", "time", 1)
-_LOAD_METHODS = ("record_data_loading_start_time", "record_data_loading_end_time")
-# EventType names (and values) -> the legacy suffix of its start/end events
-_PHASES = {"JOB": "JOB", "STEP": "STEP", "ACCELERATOR_INIT": "ACCELERATOR_INIT",
-           "TRAINING_PREPARATION": "TRAINING_PREPARATION", "DATA_LOADING": "DATA_LOADING",
-           "CUSTOM_BADPUT_EVENT": "CUSTOM_BADPUT_EVENT", "TPU_INIT": "ACCELERATOR_INIT"}
 _DISRUPTION_RECORDED_ATTR = "_goodput_disruption_recorded"
 _ENGINE_BUILD_DELAY_S = 0.5  # the engine is built this long after the first event
 _HAS_JAX: Optional[bool] = None
-
-
-def _name(event: Any) -> str:
-    name = getattr(event, "name", None)
-    return str(name if isinstance(name, str) else event).upper()
 
 
 def _graceful(exc: BaseException) -> bool:
@@ -302,11 +278,11 @@ class GoodputSuiteRecorder(_base.RecorderBase):
             builder.join(timeout)
         return self._engine
 
-    def _submit(self, entry: _Entry, args: tuple, kwargs: dict) -> None:
+    def _submit(self, entry: Entry, args: tuple, kwargs: dict) -> None:
         """Stamps the time now (the call may be buffered) and records; never raises."""
         method, time_kw, pos = entry
-        if method in _LOAD_METHODS:
-            self._observe_load(method == _LOAD_METHODS[0])
+        if method in LOAD_METHODS:
+            self._observe_load(method == LOAD_METHODS[0])
         try:
             if len(args) <= pos and time_kw not in kwargs:
                 kwargs = dict(kwargs)
@@ -342,13 +318,13 @@ class GoodputSuiteRecorder(_base.RecorderBase):
     # ------------------------------------------------------ AXLearn's API
     def record(self, event: Any, *args: Any, **kwargs: Any) -> None:
         """Records one AXLearn ``Event`` (see the module docstring); never raises."""
-        name = _name(event)
+        name = event_name(event)
         if name == "END_JOB":
             self._end_job(args, kwargs, self._crash_at_end_job())
             return
         if name == "START_JOB":
             self._exc_at_start = sys.exc_info()[1]
-        entry = _LEGACY.get(name)
+        entry = LEGACY.get(name)
         if entry is None:
             self._warn(f"event-{name}", "goodput: ignoring unknown event %s", event)
             return
@@ -369,7 +345,7 @@ class GoodputSuiteRecorder(_base.RecorderBase):
         if exc is not None and not _graceful(exc) and not self.spec.end_job_on_crash:
             self._record_crash(exc)
         else:
-            self._submit(_LEGACY["END_JOB"], args, kwargs)
+            self._submit(LEGACY["END_JOB"], args, kwargs)
         try:
             self._decide()  # the job is ending: write or drop what is buffered
         except Exception:
@@ -378,7 +354,7 @@ class GoodputSuiteRecorder(_base.RecorderBase):
     def _record_crash(self, exc: BaseException) -> None:
         if getattr(exc, _DISRUPTION_RECORDED_ATTR, False):
             return
-        self._submit(_DISRUPTION, (f"exception:{type(exc).__name__}",), {})
+        self._submit(DISRUPTION, (f"exception:{type(exc).__name__}",), {})
         try:
             setattr(exc, _DISRUPTION_RECORDED_ATTR, True)
         except Exception:
@@ -389,13 +365,13 @@ class GoodputSuiteRecorder(_base.RecorderBase):
         """Records an ``EventType``'s start, runs the block, records its end
         when the block did not raise (a JOB that raises: a disruption)."""
         value = getattr(event, "value", None)
-        phase = _PHASES.get(_name(event)) or (
-            _PHASES.get(value.upper()) if isinstance(value, str) else None)
+        phase = PHASES.get(event_name(event)) or (
+            PHASES.get(value.upper()) if isinstance(value, str) else None)
         if phase is None:
             self._warn(f"event-{event}", "goodput: ignoring unknown event type %s", event)
             yield
             return
-        self._submit(_LEGACY[f"START_{phase}"], args, kwargs)
+        self._submit(LEGACY[f"START_{phase}"], args, kwargs)
         try:
             yield
         except BaseException as exc:
@@ -405,7 +381,7 @@ class GoodputSuiteRecorder(_base.RecorderBase):
         if phase == "JOB":
             self._end_job(args, kwargs, None)
         else:
-            self._submit(_LEGACY[f"END_{phase}"], args, kwargs)
+            self._submit(LEGACY[f"END_{phase}"], args, kwargs)
 
     def start_monitoring(self, **kwargs: Any) -> None:
         """AXLearn calls this at start-up. Monitoring starts in
