@@ -78,6 +78,7 @@ from goodput_core.timeline.spans import Timeline
 __all__ = ["Calculator", "GoodputResult", "MetricSeries", "ProgramGoodput", "SliceCounts",
            "SliceEfficiency", "StepStats"]
 
+
 class Calculator:
     """Incremental goodput calculator for one run.
 

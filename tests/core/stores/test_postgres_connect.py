@@ -8,7 +8,6 @@ TLS with a certificate from a test CA.
 
 from __future__ import annotations
 
-import os
 import uuid
 from types import SimpleNamespace
 

@@ -25,7 +25,7 @@ import psycopg
 import pytest
 
 from goodput_core import Recorder
-from tests.support.postgres_server import PostgresServer, skip_without_postgres
+from tests.support.postgres_server import skip_without_postgres
 
 skip_without_postgres()  # .ci/run and `make test` install it
 
