@@ -311,6 +311,22 @@ def test_the_import_system_check_sees_an_alias_module(tmp_path):
         os.path.join("pkg", "setter.py") + ":2", os.path.join("pkg", "watchdog.py") + ":1"]
 
 
+# ------------------------------------------------------------ tests/core/
+# Tests of the shared top-level modules and of the project as a whole.
+PROJECT_WIDE_TESTS = {"test_docs_links.py", "test_layout.py", "test_packaging.py",
+                      "test_settings.py", "test_suite_hygiene.py", "test_time_zones.py"}
+
+
+def test_the_engines_tests_mirror_its_groups():
+    """tests/core/<group>/ for each group of goodput_core; nothing else at the top."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    folders = {d for d in os.listdir(here) if os.path.isdir(os.path.join(here, d))
+               and d != "__pycache__"}
+    assert folders == set(FORBIDDEN) - {""} | {"compat"}
+    top = {n for n in os.listdir(here) if n.startswith("test_") and n.endswith(".py")}
+    assert top == PROJECT_WIDE_TESTS, "a test of one group belongs in its folder"
+
+
 def test_compat_reexports_the_engines_metadata_helpers():
     for name in gcp.__all__:
         assert getattr(goodput_utils, name) is getattr(gcp, name), name
