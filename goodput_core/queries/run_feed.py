@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Callable, Iterable, Tuple
+from typing import Any, Callable, Iterable, Optional, Tuple
 
 from goodput_core.events import SkipReason, from_payload
 from goodput_core.queries.host_outliers import HostTracker
@@ -48,7 +48,7 @@ class RunFeed:
       clock: the query time source of the host tracker.
     """
 
-    def __init__(self, run, store: Any, *, lock: threading.RLock, liveness: bool,
+    def __init__(self, run: Optional[str], store: Any, *, lock: threading.RLock, liveness: bool,
                  new_host_calculator: Callable[[], Any], clock: Callable[[], float]):
         self.run = run
         self.store = store
