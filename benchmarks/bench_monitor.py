@@ -45,6 +45,7 @@ import urllib.request
 
 from _machine import machine, median
 
+PRIORITY_ENV = "GOODPUT_MONITOR_PRIORITY"  # goodput_core.monitor.priority.ENV
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _BATCH = 10_000
 
@@ -79,7 +80,21 @@ if on:
     monitor.start()
     start_ms = (pc() - t0) * 1e3
     print(json.dumps({"url": prom.url}), flush=True)
+def schedstat():  # this thread: (ns on a CPU, ns waiting runnable for one)
+    with open("/proc/thread-self/schedstat") as f:
+        return [int(x) for x in f.read().split()[:2]]
+
+def child_cpu(pid):  # the monitor process's CPU seconds (all its threads)
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, TypeError):
+        return None
+
 durations = []
+wal = os.environ["GOODPUT_STORE"][len("sqlite:///"):] + "-wal"
+s0, c0, p0 = schedstat(), time.thread_time(), time.process_time()
 t_loop = pc()
 for k in range(first, first + steps):
     t0 = pc()
@@ -87,13 +102,18 @@ for k in range(first, first + steps):
         work(n)
     durations.append(pc() - t0)
 loop = pc() - t_loop
+s1, c1, p1 = schedstat(), time.thread_time(), time.process_time()
+probe = {"thread_cpu": c1 - c0, "other_threads_cpu": (p1 - p0) - (c1 - c0),
+         "runq_wait": (s1[1] - s0[1]) / 1e9,
+         "wal_mb": os.path.getsize(wal) / 2**20 if os.path.exists(wal) else 0.0,
+         "child_cpu": child_cpu(monitor.process_id) if monitor is not None else None}
 rec.record_job_end_time()
 ok = monitor.stop(30) if monitor is not None else None
 rec.close(30)
 durations.sort()
 print(json.dumps({"loop": loop, "p99": durations[int(0.99 * len(durations))],
                   "worst": durations[-1], "median": durations[len(durations) // 2],
-                  "stop_ok": ok, "start_ms": start_ms if on else None}), flush=True)
+                  "stop_ok": ok, "start_ms": start_ms if on else None, **probe}), flush=True)
 """
 
 
@@ -127,7 +147,8 @@ def _scraper(url: str, stop: threading.Event, period: float = 5.0) -> None:
             pass
 
 
-def trial(store: str, work_dir: str, steps: int, first: int, on: bool, mode: str) -> dict:
+def trial(store: str, work_dir: str, steps: int, first: int, on: bool, mode: str,
+          priority: str) -> dict:
     """One training run in a fresh interpreter, on a fresh copy of the store."""
     from bench_calculator import RUN
 
@@ -137,7 +158,8 @@ def trial(store: str, work_dir: str, steps: int, first: int, on: bool, mode: str
             os.remove(copy + suffix)
     shutil.copyfile(store, copy)
     tb = tempfile.mkdtemp(dir=work_dir)
-    env = dict(os.environ, GOODPUT_STORE=f"sqlite:///{copy}", PYTHONPATH=ROOT)
+    env = dict(os.environ, GOODPUT_STORE=f"sqlite:///{copy}", PYTHONPATH=ROOT,
+               **{PRIORITY_ENV: priority})
     proc = subprocess.Popen([sys.executable, "-c", TRAINER, RUN, str(steps), str(first),
                              "on" if on else "off", tb, mode],
                             stdout=subprocess.PIPE, text=True, env=env)
@@ -160,12 +182,20 @@ def trial(store: str, work_dir: str, steps: int, first: int, on: bool, mode: str
 
 
 def loop_part(store: str, work_dir: str, first: int, args) -> None:
-    runs = {"off": [], "on": []}
+    """Off and on interleaved (on once per ``--priority``), ``--repeats`` times."""
+    runs = {"off": [], **{p: [] for p in args.priority}}
     for _ in range(args.repeats):
-        for label in ("off", "on"):  # interleaved: both see the same machine state
-            runs[label].append(trial(store, work_dir, args.steps, first, label == "on",
-                                     args.mode))
-    off, on = runs["off"], runs["on"]
+        for label in runs:  # interleaved: all see the same machine state
+            runs[label].append(trial(store, work_dir, args.steps, first, label != "off",
+                                     args.mode, label))
+    off = runs.pop("off")
+    for label, on in runs.items():
+        if len(runs) > 1:
+            print(f"  -- the monitor process at priority {label!r} ({PRIORITY_ENV})")
+        _report_pairs(on, off, args.trials)
+
+
+def _report_pairs(on: list, off: list, trials: bool) -> None:
     ratio = median([a["loop"] / b["loop"] for a, b in zip(on, off)])
     noise = median([r["worst"] for r in off])
     print(f"  loop time on/off: {ratio:.3f}  (median of pairs; on {median([r['loop'] for r in on]):.2f} s,"
@@ -177,6 +207,22 @@ def loop_part(store: str, work_dir: str, first: int, args) -> None:
     print(f"  worst step on/off: {median([r['worst'] for r in on]) * 1e3:.1f} / "
           f"{noise * 1e3:.1f} ms; above the off noise: "
           f"{(median([r['worst'] for r in on]) - noise) * 1e3:.1f} ms   [target <= 10 ms]")
+    # figures the machine's other jobs disturb less than wall times: where the loop's time went
+    for key, label in (("thread_cpu", "training thread CPU"),
+                       ("runq_wait", "training thread waiting for a CPU (run queue)"),
+                       ("other_threads_cpu", "other threads of the training process, CPU")):
+        print(f"  {label} on/off: {median([r[key] for r in on]):.3f} / "
+              f"{median([r[key] for r in off]):.3f} s")
+    print(f"  run-queue wait added (median of pairs): "
+          f"{median([a['runq_wait'] - b['runq_wait'] for a, b in zip(on, off)]):.3f} s;"
+          f" monitor process CPU during the loop: {median([r['child_cpu'] or 0 for r in on]):.2f} s;"
+          f" WAL at the loop's end on/off: {median([r['wal_mb'] for r in on]):.1f} / "
+          f"{median([r['wal_mb'] for r in off]):.1f} MiB")
+    if trials:
+        for label, rs in (("off", off), ("on", on)):
+            for r in rs:
+                print(f"    {label}: " + " ".join(f"{k}={v:.3f}" for k, v in r.items()
+                                                  if isinstance(v, float)))
     print(f"  Monitor(...) + start() on the caller's thread: "
           f"{median([r['start_ms'] for r in on]):.2f} ms; stop ok: {[r['stop_ok'] for r in on]}")
 
@@ -229,6 +275,9 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--cycles", type=int, default=10)
     ap.add_argument("--mode", choices=("process", "thread"), default="process")
+    ap.add_argument("--priority", nargs="+", default=["idle"], choices=("idle", "nice"),
+                    help="the monitor process's priority (several: each is a trial of its own)")
+    ap.add_argument("--trials", action="store_true", help="print every trial's figures")
     ap.add_argument("--no-loop", action="store_true", help="only the cycle CPU part")
     ap.add_argument("--no-cycles", action="store_true", help="only the training loop part")
     args = ap.parse_args()

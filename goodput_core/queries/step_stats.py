@@ -158,13 +158,14 @@ class StepTimes:
         self._times = np.empty(0)
         #: The step times of the last update, kept sorted (the ideal step time).
         self.sorted = SortedTimes()
-        self._tail = np.empty(0, np.int64)  # the steps recomputed at the last update
+        self._tail = np.empty(0, np.int64)  # the steps left provisional at the last update
 
     def update(self, timeline) -> tuple:
         key = self._key
-        steps, times, tail = self._update(timeline)
-        # times change only where a span was recomputed, now or at the last update
-        touched = None if key != self._key else np.union1d(self._tail, tail)
+        steps, times, recomputed, tail = self._update(timeline)
+        # times change only where a span was recomputed, now (folded into the
+        # base or not) or at the last update
+        touched = None if key != self._key else np.union1d(self._tail, recomputed)
         self.sorted.update(steps, times, touched)
         self._tail = tail
         return steps, times
@@ -180,16 +181,22 @@ class StepTimes:
         # finds them): every row before the one its freeze point reopens
         i_frozen = int(np.searchsorted(timeline.tables["step_start"]["t"], timeline.F, "left"))
         row = max(int(np.searchsorted(seg["i0"], i_frozen, side="left")) - 1, 0)
-        lo = int(seg["i0"][row]) if len(seg) else 0
+        row_lo = int(seg["i0"][row]) if len(seg) else 0
+        # and inside the reopened row, the spans between two starts before the
+        # freeze time: nothing before it changes any more (a run without restarts
+        # is one row: without this, each update would redo the whole attempt)
+        lo = max(row_lo, i_frozen - 1)
+        tail = slice(None)
         if lo > self._lo:
-            # spans from starts before lo lie in final rows (rows are ordered
-            # and disjoint: a row's last start is before the next row's first)
+            # spans from starts before lo are final (rows are ordered and
+            # disjoint: a row's last start is before the next row's first)
             final = start < lo
             self._steps, self._times = _override(self._steps, self._times,
                                                  *_latest(steps[final], times[final], when[final]))
             self._lo, self._row = lo, row
-        tail_steps, tail_times = _latest(steps, times, when)
-        return (*_override(self._steps, self._times, tail_steps, tail_times), tail_steps)
+            tail = ~final  # the final ones are in the base now
+        tail_steps, tail_times = _latest(steps[tail], times[tail], when[tail])
+        return (*_override(self._steps, self._times, tail_steps, tail_times), steps, tail_steps)
 
 
 def ideal_step_time(times: np.ndarray) -> Optional[float]:

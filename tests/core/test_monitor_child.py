@@ -269,9 +269,16 @@ def _no_gcm():
     return GCPOptions(enable_gcp_goodput_metrics=False, enable_gcp_step_deviation_metrics=False)
 
 
-def test_the_monitor_process_runs_below_the_training_process_s_priority(tmp_path):
-    from goodput_core.monitor.child import NICE
+@pytest.mark.parametrize("priority", [None, "nice"])
+def test_the_monitor_process_runs_below_the_training_process_s_priority(tmp_path, monkeypatch,
+                                                                        priority):
+    """By default in the idle class (every thread: they inherit it), else nice +10."""
+    from goodput_core.monitor.priority import ENV, NICE
 
+    if priority is None:
+        monkeypatch.delenv(ENV, raising=False)
+    else:
+        monkeypatch.setenv(ENV, priority)
     url = _finished_run(tmp_path)
     prom = PrometheusExporter(0)
     m = Monitor(RUN, url, [prom], interval_s=0.2)
@@ -280,6 +287,10 @@ def test_the_monitor_process_runs_below_the_training_process_s_priority(tmp_path
         _scrape_when_ready(prom.url)  # the child has set its priority before its first cycle
         here = os.getpriority(os.PRIO_PROCESS, 0)
         assert os.getpriority(os.PRIO_PROCESS, m.process_id) == min(here + NICE, 19)
+        threads = os.listdir(f"/proc/{m.process_id}/task")
+        assert len(threads) > 1  # the command reader, the exporters' workers, the server
+        want = os.SCHED_OTHER if priority == "nice" else os.SCHED_IDLE
+        assert {os.sched_getscheduler(int(tid)) for tid in threads} == {want}
     finally:
         assert m.stop(60)
 
