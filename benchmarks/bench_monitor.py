@@ -42,6 +42,7 @@ import tempfile
 import threading
 import time
 import urllib.request
+from typing import Optional
 
 from _machine import machine, median
 
@@ -148,8 +149,9 @@ def _scraper(url: str, stop: threading.Event, period: float = 5.0) -> None:
 
 
 def trial(store: str, work_dir: str, steps: int, first: int, on: bool, mode: str,
-          priority: str) -> dict:
-    """One training run in a fresh interpreter, on a fresh copy of the store."""
+          priority: str, cpu: Optional[int] = None) -> dict:
+    """One training run in a fresh interpreter, on a fresh copy of the store
+    (on CPU ``cpu`` only, with its monitor process, when given)."""
     from bench_calculator import RUN
 
     copy = os.path.join(work_dir, "trial.sqlite")
@@ -160,9 +162,10 @@ def trial(store: str, work_dir: str, steps: int, first: int, on: bool, mode: str
     tb = tempfile.mkdtemp(dir=work_dir)
     env = dict(os.environ, GOODPUT_STORE=f"sqlite:///{copy}", PYTHONPATH=ROOT,
                **{PRIORITY_ENV: priority})
+    pin = None if cpu is None else (lambda: os.sched_setaffinity(0, {cpu}))
     proc = subprocess.Popen([sys.executable, "-c", TRAINER, RUN, str(steps), str(first),
                              "on" if on else "off", tb, mode],
-                            stdout=subprocess.PIPE, text=True, env=env)
+                            stdout=subprocess.PIPE, text=True, env=env, preexec_fn=pin)
     stop = threading.Event()
     scraper = None
     result = None
@@ -187,7 +190,7 @@ def loop_part(store: str, work_dir: str, first: int, args) -> None:
     for _ in range(args.repeats):
         for label in runs:  # interleaved: all see the same machine state
             runs[label].append(trial(store, work_dir, args.steps, first, label != "off",
-                                     args.mode, label))
+                                     args.mode, label, args.cpu))
     off = runs.pop("off")
     for label, on in runs.items():
         if len(runs) > 1:
@@ -277,6 +280,9 @@ def main() -> None:
     ap.add_argument("--mode", choices=("process", "thread"), default="process")
     ap.add_argument("--priority", nargs="+", default=["idle"], choices=("idle", "nice"),
                     help="the monitor process's priority (several: each is a trial of its own)")
+    ap.add_argument("--cpu", type=int, default=None,
+                    help="pin the training process and its monitor process to this one CPU "
+                         "(what the monitor takes then comes out of the loop's time)")
     ap.add_argument("--trials", action="store_true", help="print every trial's figures")
     ap.add_argument("--no-loop", action="store_true", help="only the cycle CPU part")
     ap.add_argument("--no-cycles", action="store_true", help="only the training loop part")

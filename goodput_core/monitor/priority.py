@@ -15,6 +15,15 @@ process only on a core nothing else wants, and never preempts the job.
   loader workers on every core, an idle-class monitor may not run at all
   until the job ends: this keeps it a small share).
 
+Both are relative to the processes of the monitor's *autogroup*: where Linux
+groups processes by session (``/proc/sys/kernel/sched_autogroup_enabled``, on
+by default in most distributions), the kernel first shares the CPUs between
+sessions as equals, then between the processes of each. The monitor process
+therefore stays in the job's session (a process group of its own, for Ctrl-C:
+:mod:`goodput_core.monitor.process`); where it had to get a session of its own
+(Python 3.10), :func:`lower` lowers its autogroup's weight too (``nice`` 19,
+:data:`AUTOGROUP_NICE`).
+
 Threads inherit their creator's policy: :func:`lower` is called by the
 monitor process's main thread before it starts any other.
 """
@@ -23,12 +32,14 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["ENV", "NICE", "lower"]
+__all__ = ["AUTOGROUP_NICE", "ENV", "NICE", "lower"]
 
 #: ``idle`` (default) or ``nice``.
 ENV = "GOODPUT_MONITOR_PRIORITY"
 #: How far below the training process the monitor runs when not in the idle class.
 NICE = 10
+#: The nice value of the monitor process's autogroup when it is alone in one.
+AUTOGROUP_NICE = 19
 
 
 def lower() -> str:
@@ -43,6 +54,7 @@ def lower() -> str:
         lowered = "nice"
     except OSError:
         lowered = "unchanged"
+    _lower_own_autogroup()
     wanted = os.environ.get(ENV, "idle").strip().lower()
     if wanted != "nice" and hasattr(os, "SCHED_IDLE"):
         try:
@@ -51,3 +63,15 @@ def lower() -> str:
         except OSError:  # a system without it (or a sandbox refusing it): nice only
             pass
     return lowered
+
+
+def _lower_own_autogroup() -> None:
+    """In a session of its own, the process is alone in its autogroup, which
+    the kernel weighs as much as the job's: lower that weight."""
+    try:
+        if os.getsid(0) == os.getsid(os.getppid()):
+            return  # the job's autogroup: priorities inside it do the work
+        with open("/proc/self/autogroup", "w") as f:
+            f.write(str(AUTOGROUP_NICE))
+    except OSError:  # no autogroups (not Linux, or switched off), or refused
+        pass
