@@ -232,13 +232,16 @@ def deviation_aggregate(deviations: np.ndarray, mode: str = "cumulative",
     Returns:
       The aggregate in seconds (0.0 without deviations).
     """
-    d = np.abs(np.asarray(deviations, np.float64))
-    if not len(d):
+    deviations = np.asarray(deviations)  # (an array: not copied)
+    n = len(deviations)
+    if not n:
         return 0.0
-    if len(d) < RECENT_WINDOW:
+    # only the last recent + baseline count: a long run's others are not even read
+    d = np.abs(np.asarray(deviations[-max(recent + baseline, RECENT_WINDOW):], np.float64))
+    if n < RECENT_WINDOW:
         return float(d.mean())
     spike = percentile(d[-recent:], pct)
-    if mode == "interval" or len(d) < recent + baseline:
+    if mode == "interval" or n < recent + baseline:
         return spike
     if mode != "cumulative":
         raise ValueError(f"unsupported mode {mode!r}")
