@@ -85,6 +85,14 @@ def schedstat():  # this thread: (ns on a CPU, ns waiting runnable for one)
     with open("/proc/thread-self/schedstat") as f:
         return [int(x) for x in f.read().split()[:2]]
 
+def child_mem(pid):  # the monitor process's resident and peak resident MiB
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            kb = {l.split(":")[0]: int(l.split()[1]) for l in f if l.startswith(("VmRSS", "VmHWM"))}
+        return kb["VmRSS"] / 1024, kb["VmHWM"] / 1024
+    except (OSError, TypeError, KeyError):
+        return None, None
+
 def child_cpu(pid):  # the monitor process's CPU seconds (all its threads)
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -108,6 +116,8 @@ probe = {"thread_cpu": c1 - c0, "other_threads_cpu": (p1 - p0) - (c1 - c0),
          "runq_wait": (s1[1] - s0[1]) / 1e9,
          "wal_mb": os.path.getsize(wal) / 2**20 if os.path.exists(wal) else 0.0,
          "child_cpu": child_cpu(monitor.process_id) if monitor is not None else None}
+if monitor is not None:
+    probe["child_rss_mb"], probe["child_peak_mb"] = child_mem(monitor.process_id)
 rec.record_job_end_time()
 ok = monitor.stop(30) if monitor is not None else None
 rec.close(30)
@@ -138,6 +148,28 @@ def build_history(path: str, n: int) -> int:
     return last + 1
 
 
+def _fresh_copy(store: str, copy: str) -> str:
+    """A copy of ``store`` at ``copy``, without an earlier copy's log beside it."""
+    for suffix in ("", "-wal", "-shm"):
+        if os.path.exists(copy + suffix):
+            os.remove(copy + suffix)
+    shutil.copyfile(store, copy)
+    return copy
+
+
+def _history(path: str, n: int, keep: Optional[str]) -> int:
+    """:func:`build_history`, or the kept one (its next step number beside it)."""
+    marker = path + ".next"
+    if keep and os.path.exists(marker):
+        with open(marker) as f:
+            return int(f.read())
+    first = build_history(path, n)
+    if keep:
+        with open(marker, "w") as f:
+            f.write(str(first))
+    return first
+
+
 def _scraper(url: str, stop: threading.Event, period: float = 5.0) -> None:
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     while not stop.wait(period):
@@ -154,11 +186,7 @@ def trial(store: str, work_dir: str, steps: int, first: int, on: bool, mode: str
     (on CPU ``cpu`` only, with its monitor process, when given)."""
     from bench_calculator import RUN
 
-    copy = os.path.join(work_dir, "trial.sqlite")
-    for suffix in ("", "-wal", "-shm"):
-        if os.path.exists(copy + suffix):
-            os.remove(copy + suffix)
-    shutil.copyfile(store, copy)
+    copy = _fresh_copy(store, os.path.join(work_dir, "trial.sqlite"))
     tb = tempfile.mkdtemp(dir=work_dir)
     env = dict(os.environ, GOODPUT_STORE=f"sqlite:///{copy}", PYTHONPATH=ROOT,
                **{PRIORITY_ENV: priority})
@@ -221,6 +249,8 @@ def _report_pairs(on: list, off: list, trials: bool) -> None:
           f" monitor process CPU during the loop: {median([r['child_cpu'] or 0 for r in on]):.2f} s;"
           f" WAL at the loop's end on/off: {median([r['wal_mb'] for r in on]):.1f} / "
           f"{median([r['wal_mb'] for r in off]):.1f} MiB")
+    print(f"  monitor process memory at the loop's end: {median([r['child_rss_mb'] or 0 for r in on]):.0f}"
+          f" MiB resident, {median([r['child_peak_mb'] or 0 for r in on]):.0f} MiB peak")
     if trials:
         for label, rs in (("off", off), ("on", on)):
             for r in rs:
@@ -238,8 +268,7 @@ def cycle_part(store: str, work_dir: str, first: int, cycles: int) -> float:
     from goodput_core.monitor import Monitor
     from goodput_core.record.recorder import Recorder
 
-    copy = os.path.join(work_dir, "cycles.sqlite")
-    shutil.copyfile(store, copy)
+    copy = _fresh_copy(store, os.path.join(work_dir, "cycles.sqlite"))
     url = f"sqlite:///{copy}"
     now = [time.time()]
     rec = Recorder(RUN, url, clock=lambda: now[0])
@@ -247,6 +276,7 @@ def cycle_part(store: str, work_dir: str, first: int, cycles: int) -> float:
     tb = tempfile.mkdtemp(dir=work_dir)
     m = Monitor(RUN, url, [TensorBoardExporter(tb), PrometheusExporter(0)], interval_s=1,
                 rolling_windows=(3600,), recorder=rec, process=False)
+    rss0 = _rss_mib()  # before the monitor reads anything
     step, costs, first_cost = first, [], None
     for i in range(cycles + 1):
         for _ in range(1000):
@@ -262,13 +292,23 @@ def cycle_part(store: str, work_dir: str, first: int, cycles: int) -> float:
             first_cost = cost
         else:
             costs.append(cost)
+    rss1, tl = _rss_mib(), m.calculator.timeline
     m.stop(30, skip_final_flush=True)
     rec.close(30)
     cpu = median([c for c, _ in costs])
     print(f"  monitor cycle: first {first_cost[0] * 1e3:.0f} ms CPU ({first_cost[1] * 1e3:.0f} ms"
           f" wall); then median {cpu * 1e3:.1f} ms CPU ({median([w for _, w in costs]) * 1e3:.1f}"
           f" ms wall) per cycle of 1,000 new steps")
+    steps = len(tl.tables["step_start"])
+    print(f"  memory held (P7) after the cycles: {(rss1 - rss0) * 2 ** 20 / steps:.0f} bytes per"
+          f" recorded step (RSS {rss0:.0f} -> {rss1:.0f} MiB, {steps:,} steps), of which the"
+          f" timeline's arrays {tl.nbytes / steps:.0f}   [target <= 100]")
     return cpu
+
+
+def _rss_mib() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2 ** 20
 
 
 def main() -> None:
@@ -283,6 +323,8 @@ def main() -> None:
     ap.add_argument("--cpu", type=int, default=None,
                     help="pin the training process and its monitor process to this one CPU "
                          "(what the monitor takes then comes out of the loop's time)")
+    ap.add_argument("--keep", metavar="DIR", help="keep the generated histories in DIR and "
+                    "reuse them (30,300,000 events: 10 M steps, 1.4 GB, ~2 min to build)")
     ap.add_argument("--trials", action="store_true", help="print every trial's figures")
     ap.add_argument("--no-loop", action="store_true", help="only the cycle CPU part")
     ap.add_argument("--no-cycles", action="store_true", help="only the training loop part")
@@ -293,14 +335,15 @@ def main() -> None:
     cpu = {}
     try:
         for n in args.history:
-            store = os.path.join(work_dir, f"history-{n}.sqlite")
-            first = build_history(store, n)
+            store = os.path.join(args.keep or work_dir, f"history-{n}.sqlite")
+            first = _history(store, n, args.keep)
             print(f"[history {n:,} events; monitor in a {args.mode}]")
             if not args.no_loop:
                 loop_part(store, work_dir, first, args)
             if not args.no_cycles:
                 cpu[n] = cycle_part(store, work_dir, first, args.cycles)
-            os.remove(store)
+            if not args.keep:
+                os.remove(store)
         if 0 in cpu:
             for n, c in cpu.items():
                 if n:

@@ -187,16 +187,31 @@ class StepTimes:
         # is one row: without this, each update would redo the whole attempt)
         lo = max(row_lo, i_frozen - 1)
         tail = slice(None)
+        fin_steps, fin_times = np.empty(0, np.int64), np.empty(0)
         if lo > self._lo:
             # spans from starts before lo are final (rows are ordered and
             # disjoint: a row's last start is before the next row's first)
             final = start < lo
-            self._steps, self._times = _override(self._steps, self._times,
-                                                 *_latest(steps[final], times[final], when[final]))
+            fin_steps, fin_times = _latest(steps[final], times[final], when[final])
             self._lo, self._row = lo, row
-            tail = ~final  # the final ones are in the base now
+            tail = ~final  # the final ones go to the base now
         tail_steps, tail_times = _latest(steps[tail], times[tail], when[tail])
+        base = self._steps
+        if _follows(base, fin_steps) and _follows(fin_steps if len(fin_steps) else base,
+                                                  tail_steps):
+            # a run going on: one copy, the base a view of it (never modified in place)
+            n = len(base) + len(fin_steps)
+            out_steps = np.concatenate((base, fin_steps, tail_steps))
+            out_times = np.concatenate((self._times, fin_times, tail_times))
+            self._steps, self._times = out_steps[:n], out_times[:n]
+            return out_steps, out_times, steps, tail_steps
+        self._steps, self._times = _override(self._steps, self._times, fin_steps, fin_times)
         return (*_override(self._steps, self._times, tail_steps, tail_times), steps, tail_steps)
+
+
+def _follows(steps: np.ndarray, later: np.ndarray) -> bool:
+    """Whether sorted ``later`` only holds steps after all of sorted ``steps``."""
+    return not len(steps) or not len(later) or later[0] > steps[-1]
 
 
 def ideal_step_time(times: np.ndarray) -> Optional[float]:
@@ -267,6 +282,10 @@ def compute_step_stats(timeline, configured_ideal: Optional[float] = None,
         ideal = ideal_of_sorted(cache.sorted.sorted)
     else:
         ideal = ideal_step_time(times)
-    dev = np.abs(times - ideal) if ideal is not None else np.empty(0)
+    if ideal is not None:
+        dev = np.subtract(times, ideal)
+        np.abs(dev, out=dev)  # no second array of the run's length
+    else:
+        dev = np.empty(0)
     return StepStats(steps, times, None if ideal is None else float(ideal), dev,
                      deviation_aggregate(dev))
