@@ -181,14 +181,14 @@ def _scraper(url: str, stop: threading.Event, period: float = 5.0) -> None:
 
 
 def trial(store: str, work_dir: str, steps: int, first: int, on: bool, mode: str,
-          priority: str, cpu: Optional[int] = None) -> dict:
+          priority: str, cpu: Optional[int] = None, root: str = ROOT) -> dict:
     """One training run in a fresh interpreter, on a fresh copy of the store
     (on CPU ``cpu`` only, with its monitor process, when given)."""
     from bench_calculator import RUN
 
     copy = _fresh_copy(store, os.path.join(work_dir, "trial.sqlite"))
     tb = tempfile.mkdtemp(dir=work_dir)
-    env = dict(os.environ, GOODPUT_STORE=f"sqlite:///{copy}", PYTHONPATH=ROOT,
+    env = dict(os.environ, GOODPUT_STORE=f"sqlite:///{copy}", PYTHONPATH=root,
                **{PRIORITY_ENV: priority})
     pin = None if cpu is None else (lambda: os.sched_setaffinity(0, {cpu}))
     proc = subprocess.Popen([sys.executable, "-c", TRAINER, RUN, str(steps), str(first),
@@ -215,13 +215,18 @@ def trial(store: str, work_dir: str, steps: int, first: int, on: bool, mode: str
 def loop_part(store: str, work_dir: str, first: int, args) -> None:
     """Off and on interleaved (on once per ``--priority``), ``--repeats`` times."""
     runs = {"off": [], **{p: [] for p in args.priority}}
+    if args.baseline:
+        runs["baseline"] = []
     for _ in range(args.repeats):
         for label in runs:  # interleaved: all see the same machine state
+            root = args.baseline if label == "baseline" else ROOT
             runs[label].append(trial(store, work_dir, args.steps, first, label != "off",
-                                     args.mode, label, args.cpu))
+                                     args.mode, label, args.cpu, root))
     off = runs.pop("off")
     for label, on in runs.items():
-        if len(runs) > 1:
+        if label == "baseline":
+            print(f"  -- the monitor of {args.baseline}")
+        elif len(runs) > 1:
             print(f"  -- the monitor process at priority {label!r} ({PRIORITY_ENV})")
         _report_pairs(on, off, args.trials)
 
@@ -325,6 +330,8 @@ def main() -> None:
                          "(what the monitor takes then comes out of the loop's time)")
     ap.add_argument("--keep", metavar="DIR", help="keep the generated histories in DIR and "
                     "reuse them (30,300,000 events: 10 M steps, 1.4 GB, ~2 min to build)")
+    ap.add_argument("--baseline", metavar="DIR", help="also run the monitor of another "
+                    "checkout (e.g. `git worktree add DIR main`), interleaved with these trials")
     ap.add_argument("--trials", action="store_true", help="print every trial's figures")
     ap.add_argument("--no-loop", action="store_true", help="only the cycle CPU part")
     ap.add_argument("--no-cycles", action="store_true", help="only the training loop part")
