@@ -12,6 +12,8 @@ goodput_core.monitor.child``, the same interpreter; a ``subprocess``, never a
   one thread start), with the exporters' settings on its stdin (never on its
   command line: a store URL may hold a password); a Prometheus exporter hands
   its listening socket over, so its port stays the same;
+* it runs in the job's session, in a process group of its own, below the job's
+  CPU priority (:mod:`goodput_core.monitor.priority`);
 * one forwarding thread in the training process sleeps between cycles, sends
   the recorder's dropped-event count when it changes and reads the child's
   counters (``stats()``);
