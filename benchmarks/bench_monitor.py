@@ -17,7 +17,13 @@ interleaved, ``--repeats`` times each; per trial: the loop's wall time, the
 99th percentile step and the worst step. Reported: medians, the loop time
 ratio on/off and worst stall minus the off-trials' worst (the noise).
 ``--mode thread`` runs the monitor on a thread of the training process
-instead (``process=False``), the way it ran before.
+instead (``process=False``), the way it ran before. Each trial also reports
+what other jobs on the machine disturb less than wall times: the training
+thread's CPU time and its run-queue wait (``/proc/thread-self/schedstat``),
+the monitor process's CPU seconds and memory, the WAL's size. ``--priority
+idle nice`` runs the monitor process at each (``GOODPUT_MONITOR_PRIORITY``),
+``--cpu N`` pins a trial to one CPU, ``--baseline DIR`` interleaves trials of
+another checkout's monitor, ``--keep DIR`` reuses generated histories.
 
 Part 2, a monitor cycle's CPU time (``time.process_time`` of the whole
 process around ``run_once``, the exporters' threads included): the same
@@ -27,6 +33,11 @@ apart, the median of the others is the steady cost.
 
     python benchmarks/bench_monitor.py [--history 0 1000000 2000000] [--steps 20000]
                                        [--repeats 3] [--cycles 10] [--mode process]
+                                       [--priority idle] [--cpu N] [--baseline DIR]
+                                       [--keep DIR] [--trials] [--no-loop | --no-cycles]
+
+Part 2 also reports the memory the monitor holds per recorded step (P7: RSS
+after the cycles less RSS before its first read, and the timeline's arrays).
 """
 
 from __future__ import annotations
