@@ -69,8 +69,10 @@ def _lower_own_autogroup() -> None:
     """In a session of its own, the process is alone in its autogroup, which
     the kernel weighs as much as the job's: lower that weight."""
     try:
-        if os.getsid(0) == os.getsid(os.getppid()):
-            return  # the job's autogroup: priorities inside it do the work
+        if os.getsid(0) != os.getpid():
+            # not the leader of a session of its own: the job's session, whose
+            # autogroup is the job's too (never lower that)
+            return
         with open("/proc/self/autogroup", "w") as f:
             f.write(str(AUTOGROUP_NICE))
     except OSError:  # no autogroups (not Linux, or switched off), or refused
