@@ -19,13 +19,13 @@ sorted by them on this side when they are not increasing.
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, Dict, Tuple
+from typing import Any, Callable, Dict, Iterable, Optional, Tuple
 
 import numpy as np
 
 from goodput_core.stores.columns import EventPage
 
-__all__ = ["read_page", "column_statements"]
+__all__ = ["read_page", "page_of", "in_id_order", "unpack", "column_statements", "PACKED"]
 
 #: (name, SQL expression, numpy dtype of its send form)
 _COLUMNS = (
@@ -38,6 +38,12 @@ _COLUMNS = (
     ("wt", "float8send(COALESCE(write_time, 'NaN'::float8))", ">f8"),
     ("has_extra", "boolsend(extra IS NOT NULL)", "?"),
 )
+
+
+#: One SQL expression aggregating a group of events into one ``bytea``: each
+#: column's values one after the other, the columns in :data:`_COLUMNS`'s
+#: order (what :func:`unpack` reads; the packed chunks' layout).
+PACKED = " || ".join(f"string_agg({expr}, ''::bytea)" for _, expr, _ in _COLUMNS)
 
 
 def column_statements(s: str) -> Dict[str, str]:
@@ -54,7 +60,7 @@ def column_statements(s: str) -> Dict[str, str]:
 def read_page(conn: Any, sql: Dict[str, str], run: str, run_id: int, since: int, limit: int,
               writer_of: Callable[[int], Tuple[int, str, int, str]],
               skipped: Dict[str, int]) -> Tuple[EventPage, int]:
-    """Up to ``limit`` events of ``run`` after id ``since``, as columns.
+    """Up to ``limit`` events of ``run`` after id ``since``, as columns, from rows.
 
     Returns:
       ``(page, the last id read, or since when none)``.
@@ -63,25 +69,61 @@ def read_page(conn: Any, sql: Dict[str, str], run: str, run_id: int, since: int,
     if not n:
         return EventPage.empty(run), since
     col = {name: np.frombuffer(blob, dtype) for (name, _, dtype), blob in zip(_COLUMNS, blobs)}
-    ids = col["id"].astype(np.int64)
-    if len(ids) > 1 and not (ids[1:] > ids[:-1]).all():  # see the module docstring
+    return page_of(conn, sql, run, run_id, since, col, writer_of, skipped)
+
+
+def unpack(n: int, blob: bytes) -> Dict[str, np.ndarray]:
+    """The columns of ``n`` events packed one after the other in ``blob``
+    (:data:`PACKED`'s layout), as views of it."""
+    col, offset = {}, 0
+    for name, _, dtype in _COLUMNS:
+        col[name] = np.frombuffer(blob, dtype, count=n, offset=offset)
+        offset += n * col[name].itemsize
+    if offset != len(blob):
+        raise ValueError(f"a packed chunk of {n} events holds {len(blob)} bytes, not {offset}")
+    return col
+
+
+def in_id_order(col: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
+    """The columns ``col`` with their rows sorted by ``col["id"]`` (as they are
+    when the ids already increase: see the module docstring)."""
+    ids = col["id"]
+    if len(ids) > 1 and not (ids[1:] > ids[:-1]).all():
         order = np.argsort(ids, kind="stable")
         col = {name: a[order] for name, a in col.items()}
-        ids = ids[order]
+    return col
+
+
+def page_of(conn: Any, sql: Dict[str, str], run: str, run_id: int, since: int,
+            col: Dict[str, np.ndarray], writer_of: Callable[[int], Tuple[int, str, int, str]],
+            skipped: Dict[str, int],
+            extras: Optional[Iterable[Tuple[int, str]]] = None) -> Tuple[EventPage, int]:
+    """The page of the columns ``col`` (big-endian, as sent; events after id
+    ``since``): ordered by id, with the extras of the rows that have one
+    parsed (``extras``: their ``(id, text)``, at least those of the page;
+    None: fetched here), and its writers.
+
+    Returns:
+      ``(page, the last id in it)``.
+    """
+    col = in_id_order(col)
+    ids = col["id"].astype(np.int64)
     extra: Dict[int, Any] = {}
     if col["has_extra"].any():
         loads = json.loads
-        for eid, text in conn.execute(sql["extras"], (run_id, since, int(ids[-1]))).fetchall():
+        if extras is None:
+            extras = conn.execute(sql["extras"], (run_id, since, int(ids[-1]))).fetchall()
+        extras = list(extras)
+        where = np.searchsorted(ids, np.array([eid for eid, _ in extras], np.int64)).tolist()
+        for i, (eid, text) in zip(where, extras):
+            if i >= len(ids) or ids[i] != eid:  # not in this page
+                continue
             try:
-                payload = loads(text)
+                extra[i] = loads(text)
             except ValueError:
                 skipped["bad_extra"] += 1  # kept without its payload, as read() does
-                continue
-            i = int(np.searchsorted(ids, eid))
-            if i < len(ids) and ids[i] == eid:  # (ids of a run grow in commit order)
-                extra[i] = payload
     page = EventPage(run, col["kind"].astype(np.int64), col["time"].astype(np.float64),
-                     col["step"].astype(np.int64), col["has_step"].copy(),
+                     col["step"].astype(np.int64), col["has_step"].astype(bool),
                      col["wt"].astype(np.float64), extra)
     writers = [writer_of(w) for w in np.unique(col["writer"]).tolist()]
     page.process_indices = tuple({w[0] for w in writers})

@@ -22,6 +22,7 @@ import psycopg
 from goodput_core.events import EventRecord
 from goodput_core.stores.base import Cursor, StoreError
 from goodput_core.stores.columns import EventPage
+from goodput_core.stores.postgres_chunks import CHUNK_EVENTS, read_chunks
 from goodput_core.stores.postgres_columns import read_page
 from goodput_core.stores.postgres_connect import describe
 
@@ -136,17 +137,36 @@ class PostgresReadMixin:
         last = 0 if since is None else int(since)
         pages: List[EventPage] = []
         left = limit
-        while True:  # pages of _COLUMN_PAGE, so that the COPY buffer stays bounded
+        packed = self._chunks_readable(conn)
+
+        def writer_of(wid: int) -> Tuple[int, str, int, str]:
+            return self._writer(conn, wid)
+
+        while True:  # pages of _COLUMN_PAGE, so that the buffers stay bounded
             n = _COLUMN_PAGE if left is None else min(_COLUMN_PAGE, left)
-            with _in_id_order(conn):
-                page, last = read_page(conn, self._sql, run, row[0], last, n,
-                                       lambda wid: self._writer(conn, wid), self.skipped)
+            if packed:  # the packed prefix of the run first, then its rows
+                page, last = read_chunks(conn, self._sql, run, row[0], last, n,
+                                         self._chunk_events or CHUNK_EVENTS, writer_of,
+                                         self.skipped)
+                packed = len(page) > 0
+            if not packed:
+                with _in_id_order(conn):
+                    page, last = read_page(conn, self._sql, run, row[0], last, n,
+                                           writer_of, self.skipped)
             pages.append(page)
             left = None if left is None else left - len(page)
-            if len(page) < n or left == 0:
+            if (len(page) < n and not packed) or left == 0:
                 break
         page = pages[0] if len(pages) == 1 else EventPage.concat(run, pages)
         return page, (last if len(page) else since)
+
+    def _chunks_readable(self, conn) -> bool:
+        """Whether the database has the packed chunks' table (asked until it has:
+        a database made by an older version gets it from its next writer)."""
+        if not self._has_chunks:
+            self._has_chunks = conn.execute(self._sql["has_meta"],
+                                            (self._sql["chunks_table"],)).fetchone()[0]
+        return self._has_chunks
 
     def _select(self, conn, run: str, since: Cursor, limit: Optional[int]):
         row = conn.execute(self._sql["run_id"], (run,)).fetchone()
