@@ -1,0 +1,274 @@
+"""Packed column chunks of the PostgreSQL store (stores/postgres_chunks.py), on
+real servers (fixtures of test_postgres_store; pgbouncer started here).
+
+The truth each test checks against is the ``events`` table itself, read with
+plain SQL, and ``read()`` (which reads rows only): a chunk must hold exactly
+the run's next events in id order, chunks must be contiguous prefixes, and
+``read_columns`` must return what ``read`` returns for every cursor and limit.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import subprocess
+import sys
+import textwrap
+
+import psycopg
+import pytest
+
+from goodput_core.stores.postgres import PostgresStore
+from goodput_core.stores.postgres_chunks import pack
+from goodput_core.stores.postgres_columns import unpack
+from tests.core.test_postgres_columns import _odd_events, _same
+from tests.core.test_postgres_store import _events, server, url  # noqa: F401 (fixtures)
+from tests.support.pgbouncer_server import Pgbouncer, find_pgbouncer
+from tests.support.postgres_server import PostgresServer
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _chunk_rows(url, run):
+    """[(first_id, last_id, n, unpacked columns, {id: extra text})] of ``run``, in order."""
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "SELECT c.first_id, c.last_id, c.n, c.cols, c.extra_ids, c.extras"
+            " FROM goodput.chunks c JOIN goodput.runs r USING (run_id) WHERE r.name = %s"
+            " ORDER BY c.last_id", (run,), binary=True).fetchall()
+    return [(f, la, n, unpack(n, cols), dict(zip(ids or [], texts or [])))
+            for f, la, n, cols, ids, texts in rows]
+
+
+def _run_rows(url, run):
+    """The run's rows as stored: [(id, kind, time, step, writer_id, write_time, extra)]."""
+    with psycopg.connect(url) as conn:
+        return conn.execute(
+            "SELECT e.id, e.kind, e.time, e.step, e.writer_id, e.write_time, e.extra"
+            " FROM goodput.events e JOIN goodput.runs r USING (run_id) WHERE r.name = %s"
+            " ORDER BY e.id", (run,)).fetchall()
+
+
+def _check_chunks(url, run, size):
+    """Every chunk of ``run`` holds exactly its next ``size`` rows (columns and
+    extras); chunks are contiguous from the run's first event. Returns them."""
+    rows = _run_rows(url, run)
+    chunks = _chunk_rows(url, run)
+    at = 0
+    for first, last, n, col, extras in chunks:
+        assert n == size
+        mine = rows[at:at + n]
+        assert len(mine) == n and (first, last) == (mine[0][0], mine[-1][0])
+        assert col["id"].tolist() == [r[0] for r in mine]
+        assert col["kind"].tolist() == [r[1] for r in mine]
+        assert col["writer"].tolist() == [r[4] for r in mine]
+        assert col["has_step"].tolist() == [r[3] is not None for r in mine]
+        assert col["step"].tolist() == [0 if r[3] is None else r[3] for r in mine]
+        for got, want in zip(col["time"].tolist() + col["wt"].tolist(),
+                             [r[2] for r in mine] + [r[5] for r in mine]):
+            assert (math.isnan(got) and (want is None or math.isnan(want))) or got == want
+        assert col["has_extra"].tolist() == [r[6] is not None for r in mine]
+        assert extras == {r[0]: r[6] for r in mine if r[6] is not None}
+        at += n
+    return chunks
+
+
+def _same_reads(store, run):
+    """read_columns(since, limit) == read(since, limit) for every cursor and limit."""
+    for since in [None] + [r[0] for r in _run_rows(store._conninfo, run)]:
+        for limit in (None, 1, 2, 3, 4, 5, 6, 7, 11, 1000):
+            page, cursor = store.read_columns(run, since=since, limit=limit)
+            want, want_cursor = store.read(run, since=since, limit=limit)
+            assert (len(page), cursor) == (len(want), want_cursor), (since, limit)
+            for i, event in enumerate(want):
+                _same(page, i, event)
+
+
+def test_chunks_are_the_runs_prefixes_and_read_as_its_rows(url):
+    """Batches of 3 into chunks of 5: a batch packs at most one chunk, once 5
+    events after the last chunk are stored. 17 events in 6 batches: after
+    batch 2 (6 events) chunk 1-5, batch 4 (12) chunk 6-10, batch 5 (15) chunk
+    11-15; 16-17 stay rows only."""
+    store = PostgresStore(url, chunk_events=5)
+    events = _odd_events("packed")
+    made = []
+    for i in range(0, len(events), 3):
+        store.append(events[i:i + 3])
+        assert store.flush(10)
+        made.append(len(_chunk_rows(url, "packed")))
+    assert made == [0, 1, 1, 2, 3, 3]
+    chunks = _check_chunks(url, "packed", 5)
+    ids = [r[0] for r in _run_rows(url, "packed")]
+    assert [(c[0], c[1]) for c in chunks] == [(ids[0], ids[4]), (ids[5], ids[9]),
+                                              (ids[10], ids[14])]
+    assert len(chunks[0][4]) + len(chunks[1][4]) + len(chunks[2][4]) == 2  # the EVAL extras
+    _same_reads(store, "packed")
+    page, _ = store.read_columns("packed")
+    assert sorted(page.process_indices) == [0, 1]
+    store.close()
+
+
+def test_a_database_without_chunks_is_read_then_packed_by_its_next_writer(url):
+    """A database written by a version without chunks (chunk_events=0 writes
+    that layout: no chunks table) reads as before; a reader opened then
+    notices the table once a newer writer adds it; the newer writer packs
+    the old events one chunk per batch."""
+    old = PostgresStore(url, chunk_events=0)
+    events = _events("old", 14)  # 16 events
+    for i in range(0, 12, 4):
+        old.append(events[i:i + 4])
+        assert old.flush(10)
+    with psycopg.connect(url) as conn:
+        assert conn.execute("SELECT to_regclass('goodput.chunks')").fetchone()[0] is None
+    reader = PostgresStore(url, chunk_events=0)
+    _same_reads(reader, "old")
+    new = PostgresStore(url, chunk_events=4)
+    made = []
+    for e in events[12:]:  # one event per batch: 13, 14, 15, 16 events stored
+        new.append([e])
+        assert new.flush(10)
+        made.append(len(_chunk_rows(url, "old")))
+    assert made == [1, 2, 3, 4]  # the 12 old events caught up one chunk per batch
+    _check_chunks(url, "old", 4)
+    _same_reads(reader, "old")
+    assert reader._has_chunks  # it read through the chunks
+    for s in (old, reader, new):
+        s.close()
+
+
+def test_pack_is_idempotent(url):
+    """Packing again what is packed writes nothing: the next chunk is taken
+    after the last one, and a chunk written twice conflicts on its key."""
+    store = PostgresStore(url, chunk_events=0)
+    store.append(_events("idem", 10))  # 12 events, no chunk
+    assert store.flush(10)
+    with psycopg.connect(url) as conn:
+        (run_id,), = conn.execute("SELECT run_id FROM goodput.runs WHERE name = 'idem'")
+        conn.execute(store._sql["create_chunks"])
+        with conn.transaction():
+            assert pack(conn, store._sql, run_id, 5) == 1
+            assert pack(conn, store._sql, run_id, 5) == 1
+            assert pack(conn, store._sql, run_id, 5) == 0  # 2 events left
+        with conn.transaction():
+            again = conn.execute(store._sql["pack"], {"run": run_id, "after": 0, "n": 5})
+            assert again.fetchone() is None  # the same first chunk: ON CONFLICT DO NOTHING
+    _check_chunks(url, "idem", 5)
+    assert len(_chunk_rows(url, "idem")) == 2
+    store.close()
+
+
+def test_a_writer_not_allowed_to_pack_stores_its_events(server, url, caplog):
+    """A role that may write events but not chunks: its batches commit without
+    chunks (one warning), and reads are whole."""
+    owner = PostgresStore(url)  # creates the tables, chunks included
+    owner.close()
+    db = url.rsplit("/", 1)[1]
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE ROLE limited LOGIN PASSWORD 'limited-pw'")
+        conn.execute("GRANT USAGE ON SCHEMA goodput TO limited")
+        conn.execute("GRANT ALL ON ALL TABLES IN SCHEMA goodput TO limited")
+        conn.execute("GRANT ALL ON ALL SEQUENCES IN SCHEMA goodput TO limited")
+        conn.execute("REVOKE INSERT ON goodput.chunks FROM limited")
+    writer = PostgresStore(server.url(db, user="limited", password="limited-pw"),
+                           chunk_events=3)
+    with caplog.at_level(logging.WARNING, logger="goodput"):
+        events = _events("limited", 8)
+        for i in range(0, len(events), 2):
+            writer.append(events[i:i + 2])
+            assert writer.flush(10)
+    assert sum("does not pack chunks" in r.getMessage() for r in caplog.records) == 1
+    assert writer.stats()["rejected"] == 0
+    assert len(_run_rows(url, "limited")) == len(events) and not _chunk_rows(url, "limited")
+    _same_reads(writer, "limited")
+    writer.close()
+
+
+#: One writer process: N events of its own (pid = its index) into run "shared",
+#: in batches of 7, packing chunks of 16.
+_WRITER = textwrap.dedent("""
+    import sys
+    sys.path.insert(0, {root!r})
+    from goodput_core.stores.postgres import PostgresStore
+    from tests.core.test_postgres_store import _events
+    url, index, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    store = PostgresStore(url, chunk_events=16, flush_interval_s=0.01)
+    events = _events("shared", n - 2, pid=1000 + index)
+    sys.stdin.readline()
+    for i in range(0, len(events), 7):
+        store.append(events[i:i + 7])
+        assert store.flush(60)
+    store.close()
+    print("done", flush=True)
+""")
+
+
+def test_packing_with_concurrent_writers_through_pgbouncer(tmp_path):
+    """4 writer processes pack one run through pgbouncer in transaction mode
+    (2 server sessions for all) while a reader reads it incrementally as the
+    monitor does: every event stored once and read once, in id order, and the
+    chunks are exactly the run's prefixes."""
+    if find_pgbouncer() is None:
+        if os.environ.get("CI"):
+            raise RuntimeError("pgbouncer missing: apt-get install pgbouncer")
+        pytest.skip("pgbouncer is not installed (apt-get install pgbouncer)")
+    writers, n = 4, 300
+    srv = PostgresServer()
+    srv.start()
+    bouncer = Pgbouncer(srv, pool_size=2)
+    try:
+        srv.create_database("packed")
+        bouncer.start()
+        url = bouncer.url("packed")
+        reader = PostgresStore(url, chunk_events=16)
+        code = _WRITER.format(root=ROOT)
+        children = [subprocess.Popen(
+            [sys.executable, "-c", code, url, str(i), str(n)], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, text=True,
+            env=dict(os.environ, XDG_CACHE_HOME=str(tmp_path / f"c{i}")))
+            for i in range(writers)]
+        for c in children:
+            c.stdin.write("go\n")
+            c.stdin.flush()
+        pages, cursor = [], None
+        while any(c.poll() is None for c in children):
+            page, cursor = reader.read_columns("shared", since=cursor, limit=50)
+            pages.append(page)
+        assert [c.stdout.readline().strip() for c in children] == ["done"] * writers
+        assert [c.wait(timeout=60) for c in children] == [0] * writers
+        while True:
+            page, cursor = reader.read_columns("shared", since=cursor, limit=50)
+            pages.append(page)
+            if not len(page):
+                break
+        rows, _ = reader.read("shared")
+        assert len(rows) == writers * n
+        assert len({(e.pid, e.seq) for e in rows}) == writers * n
+        seen = [p.record(i) for p in pages for i in range(len(p))]
+        assert len(seen) == len(rows)
+        for i, event in enumerate(rows):  # read once each, in id order
+            assert (seen[i].kind, seen[i].step) == (event.kind, event.step)
+            assert seen[i].time == event.time
+        chunks = _check_chunks(srv.url("packed"), "shared", 16)
+        # A batch (7 events) makes one chunk when 16 wait: fewer than 16 are left over.
+        assert 0 <= writers * n - 16 * len(chunks) < 16
+        _same_reads_limits(reader, "shared")
+        reader.close()
+    finally:
+        bouncer.stop()
+        srv.stop()
+        srv.remove()
+
+
+def _same_reads_limits(store, run):
+    """read_columns == read over the whole run in pages of a few sizes."""
+    for limit in (16, 50, 100):
+        a, b, ca, cb = [], [], None, None
+        while True:
+            page, ca = store.read_columns(run, since=ca, limit=limit)
+            part, cb = store.read(run, since=cb, limit=limit)
+            assert (len(page), ca) == (len(part), cb)
+            for i, event in enumerate(part):
+                _same(page, i, event)
+            if not len(page):
+                break
