@@ -89,12 +89,15 @@ def test_chunks_are_the_runs_prefixes_and_read_as_its_rows(url):
     """Batches of 3 into chunks of 5: a batch packs at most one chunk, once 5
     events after the last chunk are stored. 17 events in 6 batches: after
     batch 2 (6 events) chunk 1-5, batch 4 (12) chunk 6-10, batch 5 (15) chunk
-    11-15; 16-17 stay rows only."""
+    11-15; 16-17 stay rows only. Each batch also holds 2 events of another
+    run, between them: the run's ids are not consecutive."""
     store = PostgresStore(url, chunk_events=5)
     events = _odd_events("packed")
+    other = _events("other", 10, pid=7)
     made = []
-    for i in range(0, len(events), 3):
-        store.append(events[i:i + 3])
+    for b, i in enumerate(range(0, len(events), 3)):
+        mine, theirs = events[i:i + 3], other[2 * b:2 * b + 2]
+        store.append([e for pair in zip(mine, theirs + mine[2:]) for e in pair])
         assert store.flush(10)
         made.append(len(_chunk_rows(url, "packed")))
     assert made == [0, 1, 1, 2, 3, 3]
@@ -104,6 +107,8 @@ def test_chunks_are_the_runs_prefixes_and_read_as_its_rows(url):
                                               (ids[10], ids[14])]
     assert len(chunks[0][4]) + len(chunks[1][4]) + len(chunks[2][4]) == 2  # the EVAL extras
     _same_reads(store, "packed")
+    assert len(_check_chunks(url, "other", 5)) == 2
+    _same_reads(store, "other")
     page, _ = store.read_columns("packed")
     assert sorted(page.process_indices) == [0, 1]
     store.close()
