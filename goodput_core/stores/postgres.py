@@ -156,6 +156,7 @@ class PostgresStore(PostgresReadMixin, QueuedStoreMixin, Store):
         self._sql.update(chunk_statements(f'"{self.schema}"'))
         self._chunk_events = max(0, int(chunk_events))
         self._has_chunks = False  # the chunks table is known to exist
+        self._packing_refused = ""  # why this writer does not pack, until said
         self._lock_ns = zlib.crc32(self.schema.encode()) & 0x7FFFFFFF
         self._connect_timeout = max(1, int(math.ceil(connect_timeout_s)))
         self._local = threading.local()
@@ -226,7 +227,8 @@ class PostgresStore(PostgresReadMixin, QueuedStoreMixin, Store):
     def _create_chunks(self, conn) -> None:
         """Adds the packed chunks' table to a database made before it existed
         (inside the schema check's transaction and lock). A role that may not
-        create it writes rows only, as before."""
+        create it writes rows only, as before (said at its first batch: a
+        store opened only to read has nothing to say)."""
         try:
             with conn.transaction():  # a savepoint: a refusal leaves the check going
                 if not conn.execute(self._sql["has_meta"],
@@ -236,12 +238,20 @@ class PostgresStore(PostgresReadMixin, QueuedStoreMixin, Store):
         except _TRANSIENT:
             raise
         except psycopg.Error as exc:
-            self._no_packing(exc)
+            self._no_packing(exc, at_first_batch=True)
 
-    def _no_packing(self, exc: BaseException) -> None:
-        logger.warning("goodput: %s: this writer does not pack chunks (%s); reads of "
-                       "its runs are slower", self.url, describe(exc, self._secrets))
+    def _no_packing(self, exc: BaseException, at_first_batch: bool = False) -> None:
         self._chunk_events = 0
+        self._packing_refused = (f"goodput: {self.url}: this writer does not pack chunks "
+                                 f"({describe(exc, self._secrets)}); reads of its runs "
+                                 "are slower")
+        if not at_first_batch:
+            self._say_no_packing()
+
+    def _say_no_packing(self) -> None:
+        if self._packing_refused:
+            logger.warning("%s", self._packing_refused)
+            self._packing_refused = ""
 
     def _pack(self, conn, run_ids: Sequence[int]) -> None:
         """Packs what is due in the runs of a batch, inside its transaction
@@ -311,6 +321,7 @@ class PostgresStore(PostgresReadMixin, QueuedStoreMixin, Store):
             conn.execute(self._sql["insert"])
             if self._chunk_events and self._has_chunks:
                 self._pack(conn, batch_runs)
+            self._say_no_packing()
 
     def _send(self, entries: List[Dict[str, Any]]) -> None:
         """Inserts one batch in one transaction (runs on the sender thread)."""

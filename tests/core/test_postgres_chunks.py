@@ -189,6 +189,36 @@ def test_a_writer_not_allowed_to_pack_stores_its_events(server, url, caplog):
     writer.close()
 
 
+def test_a_role_that_may_not_add_the_table_reads_quietly_and_writes_rows(server, url,
+                                                                         caplog):
+    """An old database (no chunks table) and a role that may use the tables but
+    not create one: opening it to read says nothing; its first batch says once
+    that it does not pack; its events are stored and read whole."""
+    old = PostgresStore(url, chunk_events=0)
+    events = _events("rows", 6)
+    old.append(events[:4])
+    assert old.flush(10)
+    old.close()
+    db = url.rsplit("/", 1)[1]
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE ROLE nocreate LOGIN PASSWORD 'nocreate-pw'")
+        conn.execute("GRANT USAGE ON SCHEMA goodput TO nocreate")
+        conn.execute("GRANT ALL ON ALL TABLES IN SCHEMA goodput TO nocreate")
+        conn.execute("GRANT ALL ON ALL SEQUENCES IN SCHEMA goodput TO nocreate")
+    with caplog.at_level(logging.WARNING, logger="goodput"):
+        store = PostgresStore(server.url(db, user="nocreate", password="nocreate-pw"),
+                              chunk_events=2)
+        _same_reads(store, "rows")
+        assert not [r for r in caplog.records if "pack" in r.getMessage()]
+        for i in (4, 6):
+            store.append(events[i:i + 2])
+            assert store.flush(10)
+    assert sum("does not pack chunks" in r.getMessage() for r in caplog.records) == 1
+    assert len(_run_rows(url, "rows")) == len(events)
+    _same_reads(store, "rows")
+    store.close()
+
+
 #: One writer process: N events of its own (pid = its index) into run "shared",
 #: in batches of 7, packing chunks of 16.
 _WRITER = textwrap.dedent("""
