@@ -9,7 +9,10 @@ query) and reads each with one ``numpy.frombuffer``: no Python object per
 event, on either side of the driver (a binary ``COPY`` would still hand
 Python one block per row). Only events that carry an ``extra`` payload (a
 small minority: custom badput, disruptions, metadata, metrics) are fetched
-and parsed one by one, by a second query.
+and parsed one by one, by a second query. The same expressions, aggregated
+into one ``bytea`` (:data:`PACKED`), are what the writers store in the packed
+chunks (:mod:`goodput_core.stores.postgres_chunks`), read back by
+:func:`unpack`: a run's chunks cost the server no per-event work at read time.
 
 The aggregate's input order is the page's ``ORDER BY id``, which PostgreSQL
 keeps in practice but does not promise; the ids come along, and the page is

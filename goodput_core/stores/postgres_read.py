@@ -6,7 +6,9 @@ the state used here (``_sql``, ``_local``, ``_connect``, ``url``,
 connection of its own, kept between reads (the monitor reads every
 interval) and reopened once when a server restart broke it; the writers'
 connection is the process's shared slot instead
-(:mod:`goodput_core.stores.postgres_connect`). Pages are by event id.
+(:mod:`goodput_core.stores.postgres_connect`). Pages are by event id;
+:meth:`read_columns` takes a run's packed chunks first
+(:mod:`goodput_core.stores.postgres_chunks`), then its rows.
 """
 
 from __future__ import annotations
