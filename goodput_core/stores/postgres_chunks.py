@@ -47,7 +47,7 @@ from typing import Any, Callable, Dict, Tuple
 import numpy as np
 
 from goodput_core.stores.columns import EventPage
-from goodput_core.stores.postgres_columns import PACKED, in_id_order, page_of, unpack
+from goodput_core.stores.postgres_columns import NATIVE, PACKED, in_id_order, page_of, unpack
 
 __all__ = ["CHUNK_EVENTS", "CHUNKS_PER_BATCH", "chunk_statements", "pack", "read_chunks"]
 
@@ -123,8 +123,9 @@ def read_chunks(conn: Any, sql: Dict[str, str], run: str, run_id: int, since: in
     if not rows:
         return EventPage.empty(run), since
     parts = [unpack(n, blob) for n, blob, _, _ in rows]
-    col = in_id_order({name: np.concatenate([p[name] for p in parts]) if len(parts) > 1
-                       else parts[0][name] for name in parts[0]})
+    # One copy, into the page's own native arrays.
+    col = in_id_order({name: np.concatenate([p[name] for p in parts], dtype=NATIVE[name])
+                       for name in parts[0]})
     ids = col["id"]
     start = int(np.searchsorted(ids, since, side="right")) if ids[0] <= since else 0
     if start or len(ids) - start > limit:

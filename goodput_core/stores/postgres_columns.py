@@ -28,7 +28,8 @@ import numpy as np
 
 from goodput_core.stores.columns import EventPage
 
-__all__ = ["read_page", "page_of", "in_id_order", "unpack", "column_statements", "PACKED"]
+__all__ = ["read_page", "page_of", "in_id_order", "unpack", "column_statements", "PACKED",
+           "NATIVE"]
 
 #: (name, SQL expression, numpy dtype of its send form)
 _COLUMNS = (
@@ -41,6 +42,17 @@ _COLUMNS = (
     ("wt", "float8send(COALESCE(write_time, 'NaN'::float8))", ">f8"),
     ("has_extra", "boolsend(extra IS NOT NULL)", "?"),
 )
+
+
+#: The dtype of each column in a page (native byte order).
+NATIVE = {name: np.dtype(dtype).newbyteorder("=") for name, _, dtype in _COLUMNS}
+NATIVE.update(kind=np.dtype(np.int64))
+
+
+def _native(a: np.ndarray, name: str) -> np.ndarray:
+    """``a`` as the page's own writable native array (no copy when it is one)."""
+    dtype = NATIVE[name]
+    return a if a.dtype == dtype and a.flags.writeable else a.astype(dtype)
 
 
 #: One SQL expression aggregating a group of events into one ``bytea``: each
@@ -110,7 +122,7 @@ def page_of(conn: Any, sql: Dict[str, str], run: str, run_id: int, since: int,
       ``(page, the last id in it)``.
     """
     col = in_id_order(col)
-    ids = col["id"].astype(np.int64)
+    ids = _native(col["id"], "id")
     extra: Dict[int, Any] = {}
     if col["has_extra"].any():
         loads = json.loads
@@ -125,9 +137,8 @@ def page_of(conn: Any, sql: Dict[str, str], run: str, run_id: int, since: int,
                 extra[i] = loads(text)
             except ValueError:
                 skipped["bad_extra"] += 1  # kept without its payload, as read() does
-    page = EventPage(run, col["kind"].astype(np.int64), col["time"].astype(np.float64),
-                     col["step"].astype(np.int64), col["has_step"].astype(bool),
-                     col["wt"].astype(np.float64), extra)
+    page = EventPage(run, *(_native(col[name], name) for name in
+                            ("kind", "time", "step", "has_step", "wt")), extra)
     writers = [writer_of(w) for w in np.unique(col["writer"]).tolist()]
     page.process_indices = tuple({w[0] for w in writers})
     page.writers = tuple({tuple(w[1:3]) for w in writers})
