@@ -47,7 +47,8 @@ from typing import Any, Callable, Dict, Tuple
 import numpy as np
 
 from goodput_core.stores.columns import EventPage
-from goodput_core.stores.postgres_columns import NATIVE, PACKED, in_id_order, page_of, unpack
+from goodput_core.stores.postgres_columns import (
+    INDEX_WALK, NATIVE, PACKED, in_id_order, page_of, unpack)
 
 __all__ = ["CHUNK_EVENTS", "CHUNKS_PER_BATCH", "chunk_statements", "pack", "read_chunks"]
 
@@ -95,7 +96,7 @@ def pack(conn: Any, sql: Dict[str, str], run_id: int, size: int) -> int:
     if top - after < size:  # ids are unique: fewer ids than that, fewer events
         return 0
     # The index walk, not a sort of the run's unpacked rest (see postgres_read).
-    conn.execute("SET LOCAL enable_sort = off")
+    conn.execute(INDEX_WALK)
     made = 0
     while made < CHUNKS_PER_BATCH:
         row = conn.execute(sql["pack"], {"run": run_id, "after": after, "n": size},

@@ -29,7 +29,7 @@ import numpy as np
 from goodput_core.stores.columns import EventPage
 
 __all__ = ["read_page", "page_of", "in_id_order", "unpack", "column_statements", "PACKED",
-           "NATIVE"]
+           "NATIVE", "INDEX_WALK"]
 
 #: (name, SQL expression, numpy dtype of its send form)
 _COLUMNS = (
@@ -57,8 +57,15 @@ def _native(a: np.ndarray, name: str) -> np.ndarray:
 
 #: One SQL expression aggregating a group of events into one ``bytea``: each
 #: column's values one after the other, the columns in :data:`_COLUMNS`'s
-#: order (what :func:`unpack` reads; the packed chunks' layout).
+#: order (what :func:`unpack` reads; the packed chunks' layout). Chunks
+#: stored in a database keep it: a change to ``_COLUMNS`` needs a new chunks
+#: table (old chunks would be misread).
 PACKED = " || ".join(f"string_agg({expr}, ''::bytea)" for _, expr, _ in _COLUMNS)
+
+
+#: Run in a page's transaction before its query: the planner then walks the
+#: ``(run_id, id)`` index (see ``postgres_read._in_id_order``).
+INDEX_WALK = "SET LOCAL enable_sort = off"
 
 
 def column_statements(s: str) -> Dict[str, str]:

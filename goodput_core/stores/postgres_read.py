@@ -25,7 +25,7 @@ from goodput_core.events import EventRecord
 from goodput_core.stores.base import Cursor, StoreError
 from goodput_core.stores.columns import EventPage
 from goodput_core.stores.postgres_chunks import CHUNK_EVENTS, read_chunks
-from goodput_core.stores.postgres_columns import read_page
+from goodput_core.stores.postgres_columns import INDEX_WALK, read_page
 from goodput_core.stores.postgres_connect import describe
 
 __all__ = ["PostgresReadMixin"]
@@ -53,7 +53,7 @@ def _in_id_order(conn):
     pgbouncer.
     """
     with conn.transaction():
-        conn.execute("SET LOCAL enable_sort = off")
+        conn.execute(INDEX_WALK)
         yield
 
 
