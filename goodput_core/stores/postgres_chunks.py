@@ -41,18 +41,18 @@ hides nothing: the rows after the last chunk seen are still rows.
 
 from __future__ import annotations
 
-import logging
-from typing import Any, Callable, Dict, Tuple
+import json
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
+from goodput_core.events import EventRecord
 from goodput_core.stores.columns import EventPage
 from goodput_core.stores.postgres_columns import (
     INDEX_WALK, NATIVE, PACKED, in_id_order, page_of, unpack)
 
-__all__ = ["CHUNK_EVENTS", "CHUNKS_PER_BATCH", "chunk_statements", "pack", "read_chunks"]
-
-logger = logging.getLogger("goodput")
+__all__ = ["CHUNK_EVENTS", "CHUNKS_PER_BATCH", "chunk_statements", "pack", "read_chunks",
+           "read_chunk_records"]
 
 CHUNK_EVENTS = 65_536  # 2.75 MB packed; 4 make one 262,144-event page of the engine
 CHUNKS_PER_BATCH = 1
@@ -107,22 +107,19 @@ def pack(conn: Any, sql: Dict[str, str], run_id: int, size: int) -> int:
     return made
 
 
-def read_chunks(conn: Any, sql: Dict[str, str], run: str, run_id: int, since: int,
-                limit: int, chunk_events: int,
-                writer_of: Callable[[int], Tuple[int, str, int, str]],
-                skipped: Dict[str, int]) -> Tuple[EventPage, int]:
-    """Up to ``limit`` events of ``run`` after id ``since`` from its packed chunks.
+def _chunk_columns(conn: Any, sql: Dict[str, str], run_id: int, since: int, limit: int,
+                   chunk_events: int) -> Optional[Tuple[Dict[str, np.ndarray], list]]:
+    """Up to ``limit`` events after id ``since`` from the run's chunks, as
+    native columns in id order, with the ``(id, extra text)`` of the chunks
+    read; None past the last chunk.
 
     Asks for as many chunks as ``limit`` events fill at ``chunk_events`` each
-    (a cursor inside a chunk leaves the page short: the caller reads on).
-
-    Returns:
-      ``(page, the last id read)``; an empty page and ``since`` past the last chunk.
+    (a cursor inside a chunk leaves the result short: the caller reads on).
     """
     wanted = max(1, -(-limit // chunk_events))
     rows = conn.execute(sql["chunks"], (run_id, since, wanted), binary=True).fetchall()
     if not rows:
-        return EventPage.empty(run), since
+        return None
     parts = [unpack(n, blob) for n, blob, _, _ in rows]
     # One copy, into the page's own native arrays.
     col = in_id_order({name: np.concatenate([p[name] for p in parts], dtype=NATIVE[name])
@@ -132,6 +129,56 @@ def read_chunks(conn: Any, sql: Dict[str, str], run: str, run_id: int, since: in
     if start or len(ids) - start > limit:
         col = {name: a[start:start + limit] for name, a in col.items()}
     if not len(col["id"]):
+        return None
+    return col, [pair for _, _, ids, texts in rows if ids for pair in zip(ids, texts)]
+
+
+def read_chunks(conn: Any, sql: Dict[str, str], run: str, run_id: int, since: int,
+                limit: int, chunk_events: int,
+                writer_of: Callable[[int], Tuple[int, str, int, str]],
+                skipped: Dict[str, int]) -> Tuple[EventPage, int]:
+    """Up to ``limit`` events of ``run`` after id ``since`` from its packed
+    chunks, as a page (fewer when the cursor is inside a chunk).
+
+    Returns:
+      ``(page, the last id read)``; an empty page and ``since`` past the last chunk.
+    """
+    got = _chunk_columns(conn, sql, run_id, since, limit, chunk_events)
+    if got is None:
         return EventPage.empty(run), since
-    extras = [pair for _, _, ids, texts in rows if ids for pair in zip(ids, texts)]
-    return page_of(conn, sql, run, run_id, since, col, writer_of, skipped, extras)
+    return page_of(conn, sql, run, run_id, since, got[0], writer_of, skipped, got[1])
+
+
+def read_chunk_records(conn: Any, sql: Dict[str, str], run: str, run_id: int, since: int,
+                       limit: int, chunk_events: int,
+                       writer_of: Callable[[int], Tuple[int, str, int, str]],
+                       skipped: Dict[str, int]) -> Tuple[List[EventRecord], int]:
+    """As :func:`read_chunks`, but the events as records, as ``read`` builds
+    them from rows (no time: NaN; no step: None; an ``extra`` that is not
+    JSON: None, counted in ``skipped["bad_extra"]``).
+
+    Returns:
+      ``(records, the last id read)``; ``([], since)`` past the last chunk.
+    """
+    got = _chunk_columns(conn, sql, run_id, since, limit, chunk_events)
+    if got is None:
+        return [], since
+    col, extras = got
+    ids = col["id"]
+    payloads: List[Any] = [None] * len(ids)
+    if extras:
+        text_of = dict(extras)
+        loads = json.loads
+        for i in np.flatnonzero(col["has_extra"]).tolist():
+            text = text_of.get(int(ids[i]))
+            try:
+                payloads[i] = None if text is None else loads(text)
+            except ValueError:
+                skipped["bad_extra"] += 1
+    meta = {w: writer_of(w) for w in np.unique(col["writer"]).tolist()}
+    out = [EventRecord(run, kind, t, step if has else None, payload, *meta[w], seq, wt)
+           for kind, t, step, has, payload, w, seq, wt in zip(
+               col["kind"].tolist(), col["time"].tolist(), col["step"].tolist(),
+               col["has_step"].tolist(), payloads,
+               col["writer"].tolist(), col["seq"].tolist(), col["wt"].tolist())]
+    return out, int(ids[-1])

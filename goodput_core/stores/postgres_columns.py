@@ -42,10 +42,13 @@ _COLUMNS = (
     ("wt", "float8send(COALESCE(write_time, 'NaN'::float8))", ">f8"),
     ("has_extra", "boolsend(extra IS NOT NULL)", "?"),
 )
+#: What a packed chunk holds: the engine's columns and the sequence numbers
+#: (so that ``read`` can build whole records from chunks too).
+_PACKED_COLUMNS = _COLUMNS + (("seq", "int8send(seq)", ">i8"),)
 
 
 #: The dtype of each column in a page (native byte order).
-NATIVE = {name: np.dtype(dtype).newbyteorder("=") for name, _, dtype in _COLUMNS}
+NATIVE = {name: np.dtype(dtype).newbyteorder("=") for name, _, dtype in _PACKED_COLUMNS}
 NATIVE.update(kind=np.dtype(np.int64))
 
 
@@ -56,11 +59,11 @@ def _native(a: np.ndarray, name: str) -> np.ndarray:
 
 
 #: One SQL expression aggregating a group of events into one ``bytea``: each
-#: column's values one after the other, the columns in :data:`_COLUMNS`'s
-#: order (what :func:`unpack` reads; the packed chunks' layout). Chunks
-#: stored in a database keep it: a change to ``_COLUMNS`` needs a new chunks
-#: table (old chunks would be misread).
-PACKED = " || ".join(f"string_agg({expr}, ''::bytea)" for _, expr, _ in _COLUMNS)
+#: column's values one after the other, in :data:`_PACKED_COLUMNS`'s order
+#: (what :func:`unpack` reads; the packed chunks' layout). Chunks stored in a
+#: database keep it: a change to ``_PACKED_COLUMNS`` needs a new chunks table
+#: (old chunks would be misread).
+PACKED = " || ".join(f"string_agg({expr}, ''::bytea)" for _, expr, _ in _PACKED_COLUMNS)
 
 
 #: Run in a page's transaction before its query: the planner then walks the
@@ -98,7 +101,7 @@ def unpack(n: int, blob: bytes) -> Dict[str, np.ndarray]:
     """The columns of ``n`` events packed one after the other in ``blob``
     (:data:`PACKED`'s layout), as views of it."""
     col, offset = {}, 0
-    for name, _, dtype in _COLUMNS:
+    for name, _, dtype in _PACKED_COLUMNS:
         col[name] = np.frombuffer(blob, dtype, count=n, offset=offset)
         offset += n * col[name].itemsize
     if offset != len(blob):

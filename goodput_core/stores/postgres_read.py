@@ -24,7 +24,7 @@ import psycopg
 from goodput_core.events import EventRecord
 from goodput_core.stores.base import Cursor, StoreError
 from goodput_core.stores.columns import EventPage
-from goodput_core.stores.postgres_chunks import CHUNK_EVENTS, read_chunks
+from goodput_core.stores.postgres_chunks import CHUNK_EVENTS, read_chunk_records, read_chunks
 from goodput_core.stores.postgres_columns import INDEX_WALK, read_page
 from goodput_core.stores.postgres_connect import describe
 
@@ -178,7 +178,16 @@ class PostgresReadMixin:
         out: List[EventRecord] = []
         loads = json.loads
         writers: Dict[int, Tuple[int, str, int, str]] = {}
+        packed = self._chunks_readable(conn)
         while limit is None or len(out) < limit:
+            if packed:  # the packed prefix of the run first, then its rows
+                n = _COLUMN_PAGE if limit is None else min(_COLUMN_PAGE, limit - len(out))
+                records, last = read_chunk_records(
+                    conn, self._sql, run, run_id, last, n, self._chunk_events or CHUNK_EVENTS,
+                    lambda wid: self._writer(conn, wid), self.skipped)
+                out.extend(records)
+                packed = bool(records)
+                continue
             page = _PAGE if limit is None else min(_PAGE, limit - len(out))
             with _in_id_order(conn):
                 rows = conn.execute(self._sql["select"], (run_id, last, page),

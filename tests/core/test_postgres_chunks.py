@@ -9,6 +9,7 @@ the run's next events in id order, chunks must be contiguous prefixes, and
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -19,6 +20,7 @@ import textwrap
 import psycopg
 import pytest
 
+from goodput_core.events import EventRecord
 from goodput_core.stores.postgres import PostgresStore
 from goodput_core.stores.postgres_chunks import pack
 from goodput_core.stores.postgres_columns import unpack
@@ -42,12 +44,38 @@ def _chunk_rows(url, run):
 
 
 def _run_rows(url, run):
-    """The run's rows as stored: [(id, kind, time, step, writer_id, write_time, extra)]."""
+    """The run's rows as stored:
+    [(id, kind, time, step, writer_id, write_time, extra, seq)]."""
     with psycopg.connect(url) as conn:
         return conn.execute(
-            "SELECT e.id, e.kind, e.time, e.step, e.writer_id, e.write_time, e.extra"
+            "SELECT e.id, e.kind, e.time, e.step, e.writer_id, e.write_time, e.extra, e.seq"
             " FROM goodput.events e JOIN goodput.runs r USING (run_id) WHERE r.name = %s"
             " ORDER BY e.id", (run,)).fetchall()
+
+
+def _sql_records(url, run):
+    """[(id, what read() must return for that row)], from the tables by SQL: NaN
+    for no time, None for no step or a payload that is not JSON."""
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "SELECT e.id, e.kind, e.time, e.step, e.extra, w.process_index, w.host, w.pid,"
+            " w.attempt, e.seq, e.write_time FROM goodput.events e JOIN goodput.runs r"
+            " USING (run_id) JOIN goodput.writers w USING (writer_id) WHERE r.name = %s"
+            " ORDER BY e.id", (run,)).fetchall()
+    out = []
+    for eid, kind, t, step, extra, pi, host, pid, att, seq, wt in rows:
+        try:
+            payload = None if extra is None else json.loads(extra)
+        except ValueError:
+            payload = None
+        out.append((eid, EventRecord(run, kind, math.nan if t is None else t, step, payload,
+                                     pi, host, pid, att, seq, math.nan if wt is None else wt)))
+    return out
+
+
+def _comparable(record):
+    """A record with NaN made comparable (NaN != NaN)."""
+    return tuple("NaN" if isinstance(v, float) and math.isnan(v) else v for v in record)
 
 
 def _check_chunks(url, run, size):
@@ -69,17 +97,23 @@ def _check_chunks(url, run, size):
                              [r[2] for r in mine] + [r[5] for r in mine]):
             assert (math.isnan(got) and (want is None or math.isnan(want))) or got == want
         assert col["has_extra"].tolist() == [r[6] is not None for r in mine]
+        assert col["seq"].tolist() == [r[7] for r in mine]
         assert extras == {r[0]: r[6] for r in mine if r[6] is not None}
         at += n
     return chunks
 
 
 def _same_reads(store, run):
-    """read_columns(since, limit) == read(since, limit) for every cursor and limit."""
-    for since in [None] + [r[0] for r in _run_rows(store._conninfo, run)]:
+    """For every cursor and limit: read(since, limit) returns the rows the
+    tables hold (by SQL), and read_columns(since, limit) the same events."""
+    truth = _sql_records(store._conninfo, run)
+    for at, since in enumerate([None] + [eid for eid, _ in truth]):
         for limit in (None, 1, 2, 3, 4, 5, 6, 7, 11, 1000):
-            page, cursor = store.read_columns(run, since=since, limit=limit)
             want, want_cursor = store.read(run, since=since, limit=limit)
+            expected = truth[at:] if limit is None else truth[at:at + limit]
+            assert [_comparable(e) for e in want] == [_comparable(r) for _, r in expected]
+            assert want_cursor == (expected[-1][0] if expected else since)
+            page, cursor = store.read_columns(run, since=since, limit=limit)
             assert (len(page), cursor) == (len(want), want_cursor), (since, limit)
             for i, event in enumerate(want):
                 _same(page, i, event)
