@@ -148,6 +148,33 @@ def test_chunks_are_the_runs_prefixes_and_read_as_its_rows(url):
     store.close()
 
 
+def test_a_payload_that_is_not_json_is_judged_in_a_chunk_as_in_a_row(url):
+    """A row changed by hand to hold an ``extra`` that is not JSON before it is
+    packed: read() keeps the event without its payload and counts it, from
+    the chunk as from the row; so does read_columns."""
+    store = PostgresStore(url, chunk_events=3)
+    events = _odd_events("badx")  # events[6] carries {"custom_badput_event_type": ...}
+    store.append(events[:7])  # packs events 0-2
+    assert store.flush(10)
+    bad_id = _run_rows(url, "badx")[6][0]
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("UPDATE goodput.events SET extra = '{not json' WHERE id = %s", (bad_id,))
+    for e in events[7:9]:  # packs events 3-5, then 6-8
+        store.append([e])
+        assert store.flush(10)
+    chunks = _chunk_rows(url, "badx")
+    assert len(chunks) == 3 and chunks[2][4][bad_id] == "{not json"
+    reader = PostgresStore(url)
+    records, _ = reader.read("badx", limit=9)
+    assert records[6].extra is None and records[6].kind == events[6].kind
+    assert reader.skipped["bad_extra"] == 1
+    page, _ = reader.read_columns("badx", limit=9)
+    assert 6 not in page.extra and reader.skipped["bad_extra"] == 2
+    _same_reads(reader, "badx")
+    for s in (store, reader):
+        s.close()
+
+
 def test_a_database_without_chunks_is_read_then_packed_by_its_next_writer(url):
     """A database written by a version without chunks (chunk_events=0 writes
     that layout: no chunks table) reads as before; a reader opened then
