@@ -8,15 +8,15 @@ their own::
 
     chunks (run_id INTEGER, last_id BIGINT,   -- PRIMARY KEY (run_id, last_id)
             first_id BIGINT, n INTEGER,       -- ids of its first and last event, count
-            cols BYTEA,                       -- the engine's columns, packed
+            cols BYTEA,                       -- the engine's columns and seq, packed
                                               -- (postgres_columns.PACKED; stored
                                               --  uncompressed: STORAGE EXTERNAL)
             extra_ids BIGINT[], extras TEXT[])  -- the events' extra texts, by id
 
-A chunk is a copy, not a move: ``events`` keeps every row, so ``read``, the
+A chunk is a copy, not a move: ``events`` keeps every row, so the
 ``(writer, seq)`` check that stores a resent batch once, readers of older
 versions and a database no writer packs go on exactly as before. It costs
-about 45 bytes per event beside the row's ~135.
+about 50 bytes per event beside the row's ~135.
 
 **Packing** runs in the writer's batch transaction, after its insert, while
 it holds the run's advisory lock (writers of a run take turns on it), so no
@@ -54,7 +54,7 @@ from goodput_core.stores.postgres_columns import (
 __all__ = ["CHUNK_EVENTS", "CHUNKS_PER_BATCH", "chunk_statements", "pack", "read_chunks",
            "read_chunk_records"]
 
-CHUNK_EVENTS = 65_536  # 2.75 MB packed; 4 make one 262,144-event page of the engine
+CHUNK_EVENTS = 65_536  # 3.3 MB packed; 4 make one 262,144-event page of the engine
 CHUNKS_PER_BATCH = 1
 
 
