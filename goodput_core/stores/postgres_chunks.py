@@ -67,8 +67,7 @@ def chunk_statements(s: str) -> Dict[str, str]:
         "create_chunks": f"CREATE TABLE IF NOT EXISTS {s}.chunks (run_id INTEGER NOT NULL,"
                          " last_id BIGINT NOT NULL, first_id BIGINT NOT NULL,"
                          " n INTEGER NOT NULL, cols BYTEA NOT NULL, extra_ids BIGINT[],"
-                         " extras TEXT[],"
-                         " PRIMARY KEY (run_id, last_id));"
+                         " extras TEXT[], PRIMARY KEY (run_id, last_id));"
                          # already dense: compressing would only slow reads
                          f" ALTER TABLE {s}.chunks ALTER COLUMN cols SET STORAGE EXTERNAL;",
         "chunks_table": f"{s}.chunks",
@@ -81,8 +80,8 @@ def chunk_statements(s: str) -> Dict[str, str]:
                 f" (SELECT * FROM {s}.events WHERE run_id = %(run)s AND id > %(after)s"
                 " ORDER BY id LIMIT %(n)s) AS page HAVING count(*) = %(n)s"
                 " ON CONFLICT DO NOTHING RETURNING last_id",
-        "chunks": f"SELECT n, cols, extra_ids, extras FROM {s}.chunks WHERE run_id = %s AND last_id > %s"
-                  " ORDER BY last_id LIMIT %s",
+        "chunks": f"SELECT n, cols, extra_ids, extras FROM {s}.chunks"
+                  " WHERE run_id = %s AND last_id > %s ORDER BY last_id LIMIT %s",
     }
 
 
