@@ -49,7 +49,8 @@ import numpy as np
 from goodput_core.events import EventRecord
 from goodput_core.stores.columns import EventPage
 from goodput_core.stores.postgres_columns import (
-    INDEX_WALK, NATIVE, PACKED, in_id_order, page_of, unpack)
+    ENGINE_BYTES, INDEX_WALK, NATIVE, PACKED, PACKED_BYTES, distinct, in_id_order, page_of,
+    unpack)
 
 __all__ = ["CHUNK_EVENTS", "CHUNKS_PER_BATCH", "chunk_statements", "pack", "read_chunks",
            "read_chunk_records"]
@@ -80,7 +81,9 @@ def chunk_statements(s: str) -> Dict[str, str]:
                 f" (SELECT * FROM {s}.events WHERE run_id = %(run)s AND id > %(after)s"
                 " ORDER BY id LIMIT %(n)s) AS page HAVING count(*) = %(n)s"
                 " ON CONFLICT DO NOTHING RETURNING last_id",
-        "chunks": f"SELECT n, cols, extra_ids, extras FROM {s}.chunks"
+        # The first n * %s bytes of each: uncompressed (STORAGE EXTERNAL), the
+        # server reads and sends only those (read_columns needs no seq).
+        "chunks": f"SELECT n, substring(cols, 1, n * %s), extra_ids, extras FROM {s}.chunks"
                   " WHERE run_id = %s AND last_id > %s ORDER BY last_id LIMIT %s",
     }
 
@@ -107,16 +110,19 @@ def pack(conn: Any, sql: Dict[str, str], run_id: int, size: int) -> int:
 
 
 def _chunk_columns(conn: Any, sql: Dict[str, str], run_id: int, since: int, limit: int,
-                   chunk_events: int) -> Optional[Tuple[Dict[str, np.ndarray], list]]:
+                   chunk_events: int, event_bytes: int
+                   ) -> Optional[Tuple[Dict[str, np.ndarray], list]]:
     """Up to ``limit`` events after id ``since`` from the run's chunks, as
-    native columns in id order, with the ``(id, extra text)`` of the chunks
-    read; None past the last chunk.
+    native columns in id order (the engine's, and the sequence numbers when
+    ``event_bytes`` is ``PACKED_BYTES``), with the ``(id, extra text)`` of the
+    chunks read; None past the last chunk.
 
     Asks for as many chunks as ``limit`` events fill at ``chunk_events`` each
     (a cursor inside a chunk leaves the result short: the caller reads on).
     """
     wanted = max(1, -(-limit // chunk_events))
-    rows = conn.execute(sql["chunks"], (run_id, since, wanted), binary=True).fetchall()
+    rows = conn.execute(sql["chunks"], (event_bytes, run_id, since, wanted),
+                        binary=True).fetchall()
     if not rows:
         return None
     parts = [unpack(n, blob) for n, blob, _, _ in rows]
@@ -142,7 +148,7 @@ def read_chunks(conn: Any, sql: Dict[str, str], run: str, run_id: int, since: in
     Returns:
       ``(page, the last id read)``; an empty page and ``since`` past the last chunk.
     """
-    got = _chunk_columns(conn, sql, run_id, since, limit, chunk_events)
+    got = _chunk_columns(conn, sql, run_id, since, limit, chunk_events, ENGINE_BYTES)
     if got is None:
         return EventPage.empty(run), since
     return page_of(conn, sql, run, run_id, since, got[0], writer_of, skipped, got[1])
@@ -159,7 +165,7 @@ def read_chunk_records(conn: Any, sql: Dict[str, str], run: str, run_id: int, si
     Returns:
       ``(records, the last id read)``; ``([], since)`` past the last chunk.
     """
-    got = _chunk_columns(conn, sql, run_id, since, limit, chunk_events)
+    got = _chunk_columns(conn, sql, run_id, since, limit, chunk_events, PACKED_BYTES)
     if got is None:
         return [], since
     col, extras = got
@@ -174,7 +180,7 @@ def read_chunk_records(conn: Any, sql: Dict[str, str], run: str, run_id: int, si
                 payloads[i] = None if text is None else loads(text)
             except ValueError:
                 skipped["bad_extra"] += 1
-    meta = {w: writer_of(w) for w in np.unique(col["writer"]).tolist()}
+    meta = {w: writer_of(w) for w in distinct(col["writer"])}
     out = [EventRecord(run, kind, t, step if has else None, payload, *meta[w], seq, wt)
            for kind, t, step, has, payload, w, seq, wt in zip(
                col["kind"].tolist(), col["time"].tolist(), col["step"].tolist(),

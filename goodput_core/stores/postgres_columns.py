@@ -22,14 +22,14 @@ sorted by them on this side when they are not increasing.
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, Dict, Iterable, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 import numpy as np
 
 from goodput_core.stores.columns import EventPage
 
 __all__ = ["read_page", "page_of", "in_id_order", "unpack", "column_statements", "PACKED",
-           "NATIVE", "INDEX_WALK"]
+           "NATIVE", "INDEX_WALK", "ENGINE_BYTES", "PACKED_BYTES", "distinct"]
 
 #: (name, SQL expression, numpy dtype of its send form)
 _COLUMNS = (
@@ -97,16 +97,32 @@ def read_page(conn: Any, sql: Dict[str, str], run: str, run_id: int, since: int,
     return page_of(conn, sql, run, run_id, since, col, writer_of, skipped)
 
 
+#: Bytes per event of the engine's columns: a packed chunk's first ``n`` times
+#: this many bytes (what ``read_columns`` asks of a chunk: not the sequence numbers).
+ENGINE_BYTES = sum(np.dtype(dtype).itemsize for _, _, dtype in _COLUMNS)
+#: Bytes per event of a whole packed chunk.
+PACKED_BYTES = sum(np.dtype(dtype).itemsize for _, _, dtype in _PACKED_COLUMNS)
+
+
 def unpack(n: int, blob: bytes) -> Dict[str, np.ndarray]:
     """The columns of ``n`` events packed one after the other in ``blob``
-    (:data:`PACKED`'s layout), as views of it."""
+    (:data:`PACKED`'s layout, whole or its first ``n * ENGINE_BYTES`` bytes),
+    as views of it."""
     col, offset = {}, 0
-    for name, _, dtype in _PACKED_COLUMNS:
+    for name, _, dtype in _COLUMNS if len(blob) == n * ENGINE_BYTES else _PACKED_COLUMNS:
         col[name] = np.frombuffer(blob, dtype, count=n, offset=offset)
         offset += n * col[name].itemsize
     if offset != len(blob):
         raise ValueError(f"a packed chunk of {n} events holds {len(blob)} bytes, not {offset}")
     return col
+
+
+def distinct(values: np.ndarray) -> List[int]:
+    """The distinct values of ``values`` (a run's pages mostly have one writer:
+    checked first, in one pass)."""
+    if len(values) and (values == values[0]).all():
+        return [int(values[0])]
+    return np.unique(values).tolist()
 
 
 def in_id_order(col: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
@@ -149,7 +165,7 @@ def page_of(conn: Any, sql: Dict[str, str], run: str, run_id: int, since: int,
                 skipped["bad_extra"] += 1  # kept without its payload, as read() does
     page = EventPage(run, *(_native(col[name], name) for name in
                             ("kind", "time", "step", "has_step", "wt")), extra)
-    writers = [writer_of(w) for w in np.unique(col["writer"]).tolist()]
+    writers = [writer_of(w) for w in distinct(col["writer"])]
     page.process_indices = tuple({w[0] for w in writers})
     page.writers = tuple({tuple(w[1:3]) for w in writers})
     return page, int(ids[-1])
