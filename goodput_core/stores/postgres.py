@@ -261,6 +261,8 @@ class PostgresStore(PostgresReadMixin, QueuedStoreMixin, Store):
             with conn.transaction():
                 for run_id in run_ids:
                     pack(conn, self._sql, run_id, self._chunk_events)
+        except psycopg.errors.QueryCanceled:
+            return  # a statement_timeout: the batch goes in, the next one packs
         except _TRANSIENT:
             raise
         except psycopg.Error as exc:

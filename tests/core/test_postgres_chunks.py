@@ -280,6 +280,32 @@ def test_a_role_that_may_not_add_the_table_reads_quietly_and_writes_rows(server,
     store.close()
 
 
+def test_a_pack_cut_by_statement_timeout_leaves_the_batch_stored(url):
+    """A DBA's statement_timeout cancels a pack (here a trigger makes the chunk
+    insert outlast it): the batch is stored once all the same, not retried
+    forever, and reads are whole; packing goes on once packs fit again."""
+    store = PostgresStore(url, chunk_events=4)  # creates the tables
+    db = url.rsplit("/", 1)[1]
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE FUNCTION goodput.slow() RETURNS trigger LANGUAGE plpgsql AS"
+                     " $$ BEGIN PERFORM pg_sleep(5); RETURN NEW; END $$")
+        conn.execute("CREATE TRIGGER slow BEFORE INSERT ON goodput.chunks"
+                     " FOR EACH ROW EXECUTE FUNCTION goodput.slow()")
+        conn.execute(f'ALTER DATABASE "{db}" SET statement_timeout = 1000')
+    events = _events("cut", 6)  # 8 events
+    store.append(events[:5])  # a chunk is due: its insert is canceled
+    assert store.flush(30)
+    assert len(_run_rows(url, "cut")) == 5 and not _chunk_rows(url, "cut")
+    assert store.stats()["rejected"] == 0
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("DROP TRIGGER slow ON goodput.chunks")
+    store.append(events[5:])
+    assert store.flush(30)
+    assert len(_check_chunks(url, "cut", 4)) == 1  # packing went on
+    _same_reads(store, "cut")
+    store.close()
+
+
 #: One writer process: N events of its own (pid = its index) into run "shared",
 #: in batches of 7, packing chunks of 16.
 _WRITER = textwrap.dedent("""
