@@ -31,7 +31,8 @@ and needs no state outside the transaction (fit for a transaction-pooling
 pgbouncer). It rolls back with its batch. At most :data:`CHUNKS_PER_BATCH`
 chunk per batch: a run written before chunks existed catches up one chunk per
 batch, so no batch holds the run's lock much longer than its insert. A
-writer not allowed to write ``chunks`` logs it once and stops packing.
+writer not allowed to write ``chunks`` logs it once and stops packing; a
+pack the server cancels (``statement_timeout``) is left to a later batch.
 
 **Reading** takes the chunks after the cursor (one index range, the packed
 bytes sent as they are stored), then the rows after the last chunk, as
