@@ -151,17 +151,12 @@ class Outbox:
         """
         if self.in_process:
             return 0
-        count = 0
         with self._lock:
             held = {f.path for f in self._orphans}
             if self._own is not None:
                 held.add(self._own.path)
-            for spill in adopt_files(self.directory, self.tag, held, ("e",)):
-                if not spill.unread:
-                    spill.close(delete=True)
-                    continue
-                self._orphans.append(spill)
-                count += spill.unread
+            count = adopt_files(self._orphans, self.directory, self.tag, held, ("e",),
+                                keep_empty=False)
             self.adopted += count
         if count:
             logger.warning("goodput: delivering %d events that an earlier process left "

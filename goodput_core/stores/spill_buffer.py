@@ -191,12 +191,9 @@ class SpillBuffer:
         Returns:
           The number of entries adopted.
         """
-        count = 0
         with self._lock:
             held = {self._own.path} if self._own is not None else set()
-            for spill in adopt_files(self.directory, self.tag, held, self._required):
-                self._orphans.append(spill)
-                count += spill.unread
+            count = adopt_files(self._orphans, self.directory, self.tag, held, self._required)
             self.adopted += count
         if count:
             logger.warning("goodput: replaying %d unsent entries left in %s by an "
@@ -351,20 +348,31 @@ def new_spill_file(directory: str, tag: str, required: Tuple[str, ...]) -> Spill
     return SpillFile(os.path.join(directory, name), required=required)
 
 
-def adopt_files(directory: str, tag: str, held: Set[str],
-                required: Tuple[str, ...]) -> List[SpillFile]:
-    """The spill files of ``tag`` that no live process holds, oldest first, now
-    locked by the caller (the paths in ``held`` are the caller's own: skipped).
-    Where a previous owner saved its progress, reading resumes after it."""
-    out = []
+def adopt_files(into: Deque[SpillFile], directory: str, tag: str, held: Set[str],
+                required: Tuple[str, ...], keep_empty: bool = True) -> int:
+    """Appends to ``into`` the spill files of ``tag`` that no live process holds,
+    oldest first, now locked by the caller (the paths in ``held`` are the
+    caller's own: skipped); where a previous owner saved its progress, reading
+    resumes after it. Without ``keep_empty``, a file with nothing left to read
+    is deleted instead.
+
+    Returns:
+      The number of entries adopted.
+    """
+    count = 0
     for path in spill_paths(directory, tag):
         if path in held:
             continue
         try:
-            out.append(SpillFile(path, adopt=True, required=required))
+            spill = SpillFile(path, adopt=True, required=required)
         except OSError:
             continue  # a live process holds it (or it vanished)
-    return out
+        if not keep_empty and not spill.unread:
+            spill.close(delete=True)
+            continue
+        into.append(spill)
+        count += spill.unread
+    return count
 
 
 def spill_paths(directory: str, tag: str) -> List[str]:
