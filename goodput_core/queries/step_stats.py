@@ -110,11 +110,26 @@ def _entries(timeline, lo: int, first_row: int) -> tuple:
 
 
 def _latest(steps: np.ndarray, times: np.ndarray, when: np.ndarray) -> tuple:
-    """(unique steps, the time of each one's latest run)."""
+    """(unique steps, the time of each one's latest run). The arguments are
+    the caller's temporaries: they may be returned as they are."""
+    if _increasing(when, strict=False):
+        # the stable sort below would not move anything; with every step run
+        # once, in order (no restart re-ran one), the unique steps are the steps
+        if _increasing(steps, strict=True):
+            return steps, times
+        steps, times = steps[::-1], times[::-1]
+        uniq, first = np.unique(steps, return_index=True)
+        return uniq, times[first]
     order = np.argsort(when, kind="stable")
     steps, times = steps[order][::-1], times[order][::-1]
     uniq, first = np.unique(steps, return_index=True)  # first in reverse = latest run
     return uniq, times[first]
+
+
+def _increasing(a: np.ndarray, strict: bool) -> bool:
+    if len(a) < 2:
+        return True
+    return bool((a[1:] > a[:-1]).all() if strict else (a[1:] >= a[:-1]).all())
 
 
 def _override(steps: np.ndarray, times: np.ndarray, new_steps: np.ndarray,
