@@ -91,17 +91,30 @@ def _entries(timeline, lo: int, first_row: int) -> tuple:
     if not len(seg) or n < 1:
         return np.empty(0, np.int64), np.empty(0), np.empty(0), np.empty(0, np.int64)
     # inside[i]: step i and step i+1 are consecutive starts of one segment
-    mark = np.zeros(n + 1 - lo, np.int64)
+    # (int32 counts: segments never overlap by 2**31)
+    mark = np.zeros(n + 1 - lo, np.int32)
     i0, i1 = seg["i0"], seg["i1"]
     keep = i1 > lo  # segments with a pair at or after lo
     np.add.at(mark, np.maximum(i0[keep], lo) - lo, 1)
     np.add.at(mark, i1[keep] - lo, -1)
-    inside = np.cumsum(mark)[: max(n - 1 - lo, 0)] > 0
-    i = lo + np.flatnonzero(inside)
+    inside = np.cumsum(mark, dtype=np.int32)[: max(n - 1 - lo, 0)] > 0
+    del mark
+    i = np.flatnonzero(inside)
+    del inside
+    i += lo
     steps = s[i]
-    times = (t[i + 1] - t[i]) / (s[i + 1] - s[i])
+    # (t[i + 1] - t[i]) / (s[i + 1] - s[i]), the same operations in place:
+    # at millions of steps each temporary is tens of MiB
+    times = t[i + 1]
+    times -= t[i]
+    span = s[i + 1]
+    span -= steps
+    np.true_divide(times, span, out=times)
+    del span
     when = t[i]
     last = seg["close_kind"][first_row:] == CLOSE_STEP_END
+    if not last.any():
+        return steps, times, when, i
     li = i1[first_row:][last]
     steps = np.concatenate((steps, s[li]))
     times = np.concatenate((times, seg["close"][first_row:][last] - t[li]))
@@ -135,11 +148,17 @@ def _increasing(a: np.ndarray, strict: bool) -> bool:
 def _override(steps: np.ndarray, times: np.ndarray, new_steps: np.ndarray,
               new_times: np.ndarray) -> tuple:
     """``(steps, times)`` (unique, sorted) with the later runs ``new_*`` (unique,
-    sorted) replacing or added: O(n) copies, no sort while steps only grow."""
+    sorted; temporaries of the caller, which the result may be) replacing or
+    added: O(n) copies, no sort while steps only grow."""
     if not len(new_steps):
         return steps, times
-    if not len(steps) or new_steps[0] > steps[-1]:  # a run going on
+    if not len(steps):
+        return new_steps, new_times  # (the caller's temporaries: no copy)
+    if new_steps[0] > steps[-1]:  # a run going on
         return np.concatenate((steps, new_steps)), np.concatenate((times, new_times))
+    if len(new_steps) >= len(steps) and np.array_equal(new_steps[:len(steps)], steps):
+        # every step replaced, later ones added (a first update): no index arrays
+        return new_steps, new_times
     pos = np.searchsorted(steps, new_steps)
     hit = pos < len(steps)
     hit[hit] = steps[pos[hit]] == new_steps[hit]
@@ -200,8 +219,12 @@ class StepTimes:
             # spans from starts before lo lie in final rows (rows are ordered
             # and disjoint: a row's last start is before the next row's first)
             final = start < lo
+            k = int(final.sum())
+            if final[:k].all():  # a prefix (no step ends): views, not copies
+                final = slice(0, k)
             self._steps, self._times = _override(self._steps, self._times,
                                                  *_latest(steps[final], times[final], when[final]))
+            del final
             self._lo, self._row = lo, row
         tail_steps, tail_times = _latest(steps, times, when)
         return (*_override(self._steps, self._times, tail_steps, tail_times), tail_steps)
