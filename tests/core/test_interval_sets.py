@@ -3,8 +3,7 @@
 ``union`` skips its sort on sorted starts and returns masks' selections;
 ``split_by_regions`` classifies intervals in blocks: both must give exactly
 what a plain Python computation gives, and never hand back (or change) the
-caller's arrays. The latest run of each step (step times) is checked the
-same way.
+caller's arrays.
 """
 
 from __future__ import annotations
@@ -14,7 +13,6 @@ import random
 import numpy as np
 import pytest
 
-from goodput_core.queries import step_stats
 from goodput_core.timeline import intervals
 from goodput_core.timeline.intervals import split_by_regions, union
 
@@ -88,32 +86,3 @@ def test_split_by_regions_in_blocks_equals_one_block_and_the_reference(monkeypat
     inside = float((whole[1] - whole[0]).sum())
     outside = float((whole[3] - whole[2]).sum())
     assert inside + outside == pytest.approx(total, abs=1e-9)
-
-
-def _latest_reference(steps, times, when):
-    best = {}
-    for pos, (s, t, w) in enumerate(zip(steps, times, when)):
-        if s not in best or (w, pos) >= best[s][0]:
-            best[s] = ((w, pos), t)
-    keys = sorted(best)
-    return keys, [best[k][1] for k in keys]
-
-
-@pytest.mark.parametrize("seed", range(30))
-def test_latest_run_of_each_step_equals_the_reference(seed):
-    r = random.Random(seed)
-    n = r.choice([0, 1, 2, 50])
-    kind = seed % 3
-    if kind == 0:  # one run per step, in order: the fast path
-        steps = list(range(n))
-        when = sorted(r.randrange(100) for _ in range(n))
-    elif kind == 1:  # restarts re-run steps, times in order
-        steps = [r.randrange(20) for _ in range(n)]
-        when = sorted(r.randrange(30) for _ in range(n))  # ties in time too
-    else:  # times out of order
-        steps = [r.randrange(20) for _ in range(n)]
-        when = [r.randrange(30) for _ in range(n)]
-    times = [r.random() for _ in range(n)]
-    got = step_stats._latest(np.array(steps, np.int64), np.array(times),
-                             np.array(when, np.float64))
-    assert (got[0].tolist(), got[1].tolist()) == _latest_reference(steps, times, when)
