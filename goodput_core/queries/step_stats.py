@@ -219,6 +219,7 @@ class StepTimes:
             # spans from starts before lo lie in final rows (rows are ordered
             # and disjoint: a row's last start is before the next row's first)
             final = start < lo
+            del start  # (tens of MiB at millions of steps: not held through the sorts)
             k = int(final.sum())
             if final[:k].all():  # a prefix (no step ends): views, not copies
                 final = slice(0, k)
