@@ -122,3 +122,14 @@ def test_custom_types_are_interned_in_arrival_order_upper_cased():
     assert tables["custom"]["key"].tolist() == [0, 1, 0, 2]
     assert tables["custom"]["o"].tolist() == [300, 301, 302, 303]
     assert +tables.skipped == {"missing_field": 1}  # (+: without the zero counts)
+
+
+def test_a_short_step_tuple_in_a_large_batch_is_counted_not_raised():
+    """A step start without its step field (a 3-tuple) in a batch read
+    column-wise is judged by the per-event path (bad_step), as in a small batch;
+    it used to raise IndexError out of ``add``."""
+    events = [EventRecord(RUN, int(Kind.STEP_START), 1.0 + i, i) for i in range(300)]
+    events.append((RUN, int(Kind.STEP_START), 500.0))
+    tables = EventTables()
+    assert tables.add(events, RUN) == (1.0, 300)
+    assert +tables.skipped == {"bad_step": 1}
