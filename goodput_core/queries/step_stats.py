@@ -131,12 +131,25 @@ def _latest(steps: np.ndarray, times: np.ndarray, when: np.ndarray) -> tuple:
         if _increasing(steps, strict=True):
             return steps, times
         steps, times = steps[::-1], times[::-1]
-        uniq, first = np.unique(steps, return_index=True)
-        return uniq, times[first]
-    order = np.argsort(when, kind="stable")
-    steps, times = steps[order][::-1], times[order][::-1]
-    uniq, first = np.unique(steps, return_index=True)  # first in reverse = latest run
+    else:
+        order = np.argsort(when, kind="stable")
+        steps, times = steps[order][::-1], times[order][::-1]
+        del order
+    uniq, first = _first_of_each(steps)  # first in reverse = latest run
     return uniq, times[first]
+
+
+def _first_of_each(a: np.ndarray) -> tuple:
+    """``numpy.unique(a, return_index=True)`` (the same stable sort), with a
+    third fewer temporaries: at millions of steps each is tens of MiB."""
+    perm = np.argsort(a, kind="stable")
+    aux = a[perm]
+    new = np.empty(len(aux), bool)
+    new[:1] = True
+    np.not_equal(aux[1:], aux[:-1], out=new[1:])
+    uniq = aux[new]
+    del aux
+    return uniq, perm[new]
 
 
 def _increasing(a: np.ndarray, strict: bool) -> bool:
