@@ -24,7 +24,7 @@ import numpy as np
 
 from goodput_core.events import CUSTOM_BADPUT_EVENT_TYPE, ELASTIC_WAIT_EVENT_TYPE, Kind
 
-__all__ = ["columns_of_records", "keyed_rows", "KEYED_KINDS"]
+__all__ = ["columns_of_records", "keyed_rows", "record_extras", "KEYED_KINDS"]
 
 _INT_TYPES = {int, Kind}  # exact types: bools are not kinds
 #: kind -> (family, is_end, the extra field holding its type)
@@ -125,3 +125,13 @@ def keyed_rows(k: np.ndarray, t: np.ndarray, rest: List[int], max_abs_time: floa
     routed = {fam: v for fam, v in out.items() if v[0]}
     return (idx[~taken].tolist() if taken.any() else rest), routed
 
+
+def record_extras(events: List[Any]) -> Callable[[int], Tuple[bool, Any]]:
+    """``extra_of`` for :func:`keyed_rows` over a batch of records: row ->
+    (is a record, its extra or None)."""
+    def extra_of(i: int) -> Tuple[bool, Any]:
+        ev = events[i]
+        if not isinstance(ev, tuple):
+            return False, None
+        return True, ev[4] if len(ev) > 4 else None
+    return extra_of

@@ -36,7 +36,7 @@ from goodput_core.events import (
     orbax_span_keys,
 )
 from goodput_core.stores.columns import EventPage
-from goodput_core.timeline.batch_columns import columns_of_records, keyed_rows
+from goodput_core.timeline.batch_columns import columns_of_records, keyed_rows, record_extras
 from goodput_core.timeline.table import DTYPES as _DTYPES
 from goodput_core.timeline.table import Table
 
@@ -158,7 +158,7 @@ class EventTables:
             columns = columns_of_records(events, run)
             if columns is not None:
                 rest = self._route(*columns, base, arrays)
-                rest = self._route_keyed(columns[0], columns[1], rest, _record_extra(events),
+                rest = self._route_keyed(columns[0], columns[1], rest, record_extras(events),
                                          base, arrays)
         side0 = self._side_stored
         for i in rest:
@@ -461,16 +461,6 @@ class EventTables:
 def _buckets():
     """name -> column -> list of values or arrays, created on first use."""
     return collections.defaultdict(lambda: collections.defaultdict(list))
-
-
-def _record_extra(events: List[Any]):
-    """row -> (is a record, its extra) of a batch of records (``keyed_rows``)."""
-    def extra_of(i: int) -> Tuple[bool, Any]:
-        ev = events[i]
-        if not isinstance(ev, tuple):
-            return False, None
-        return True, ev[4] if len(ev) > 4 else None
-    return extra_of
 
 
 def _route(kind: int) -> Tuple[str, Optional[int]]:
