@@ -195,6 +195,9 @@ class Summaries:
         self.store = store
         self.cache = cache
         self._fresh: List[RunSummary] = []
+        # final summaries this object read or computed: a long-lived reader (the
+        # dashboard) asks the cache file only about runs whose version moved
+        self._known: Dict[str, RunSummary] = {}
 
     def versions(self) -> Dict[str, Any]:
         """Each run's version, oldest run first (``{}``: the store has none)."""
@@ -205,16 +208,25 @@ class Summaries:
         """The cached summaries of ``names`` that are still good: same version,
         final state."""
         out: Dict[str, RunSummary] = {}
-        if self.cache is None or not versions:
+        if not versions:
             return out
-        for run, d in self.cache.get(self.store.url, SUMMARY_FORMAT, names).items():
+        ask = []
+        for run in names:
+            known = self._known.get(run)
+            if known is not None and known.version == versions.get(run):
+                out[run] = known
+            else:
+                ask.append(run)
+        if self.cache is None or not ask:
+            return out
+        for run, d in self.cache.get(self.store.url, SUMMARY_FORMAT, ask).items():
             try:
                 hit = RunSummary.from_json(d)
             except TypeError:  # a row of another shape: recomputed by the caller
                 continue
             if versions.get(run) is not None and hit.version == versions[run] \
                     and hit.state in FINAL_STATES:
-                out[run] = hit
+                out[run] = self._known[run] = hit
         return out
 
     def compute(self, name: str, now: float, version: Any,
@@ -230,6 +242,7 @@ class Summaries:
         s = summarize(calc, now, version, events)
         if version is not None and s.state in FINAL_STATES:
             self._fresh.append(s)
+            self._known[name] = s
         return s
 
     def save(self) -> None:
