@@ -13,21 +13,9 @@ from goodput_core.events import Kind
 from goodput_core.queries.summaries import run_summaries
 from goodput_core.stores.base import StoreError
 from goodput_core.stores.summary_cache import SummaryCache
-from tests.core.test_cloud_logging_store import LOG, PROJECT, T0, SimClock, event
+from tests.core.test_cloud_logging_store import SimClock, T0, event
+from tests.core.test_cloud_logging_store import fake, make_store  # noqa: F401  (fixtures)
 from tests.core.test_run_summaries import counted  # noqa: F401  (a fixture)
-from tests.support.fake_cloud_logging import FakeCloudLogging, cloud_store_factory
-
-
-@pytest.fixture
-def fake():
-    with FakeCloudLogging() as server:
-        yield server
-
-
-@pytest.fixture
-def make_store(fake, tmp_path):
-    with cloud_store_factory(fake, tmp_path / "spill", PROJECT, LOG) as make:
-        yield make
 
 
 def _ended(run: str, start: int):
