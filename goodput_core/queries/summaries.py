@@ -49,6 +49,9 @@ TREND_POINTS = 24
 #: than this reads as stopped (three heartbeat intervals,
 #: ``GOODPUT_HEARTBEAT_SECONDS``, 10 s by default, as liveness defines it).
 STOPPED_AFTER_SECONDS = 3 * float(os.environ.get("GOODPUT_HEARTBEAT_SECONDS") or 10)
+# Span labels outside a window's total time: overlapped loading (also in another
+# bucket), time between attempts and waits for resources (lifecycle).
+_NOT_IN_TOTAL = frozenset({"DATA_LOADING_ASYNC", "IDLE", "SCHEDULING"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -150,15 +153,26 @@ def last_activity(calc: Any) -> Optional[float]:
 def goodput_trend(calc: Any, now: float, points: int = TREND_POINTS) -> List[List[Any]]:
     """Cumulative goodput at ``points`` times evenly spread over the lifetime:
     ``[[t, percent or None], ...]`` (None: nothing measured yet; ``[]`` before a
-    lifetime). Each point is what ``goodput report`` says up to that time."""
+    lifetime). Each point is what ``calc.window(first start, t)`` says, computed
+    from the attributed spans read once (binary searches at the points, not one
+    window query each: a summary of every run of a store pays for it)."""
     life = calc.lifetime(now)
     if life is None or not life[1] > life[0]:
         return []
-    out = []
-    for t in np.linspace(life[0], life[1], points + 1)[1:].tolist():
-        r = calc.window(life[0], t, now=now)
-        out.append([t, r.goodput if r.total_seconds > 0 else None])
-    return out
+    ts = np.linspace(life[0], life[1], points + 1)[1:]
+    productive, total = np.zeros(points), np.zeros(points)
+    for label, (s, e) in calc.span_arrays(life[0], life[1], now=now).items():
+        if label in _NOT_IN_TOTAL or not len(s):
+            continue
+        # seconds of the label before each point: its spans are disjoint and in order
+        cum = np.concatenate(([0.0], np.cumsum(e - s)))
+        i = np.maximum(np.searchsorted(s, ts, side="right") - 1, 0)
+        covered = np.where(ts >= s[0], cum[i] + np.clip(ts - s[i], 0.0, e[i] - s[i]), 0.0)
+        total += covered
+        if label == "PRODUCTIVE":
+            productive += covered
+    return [[t, 100.0 * p / q if q > 0 else None]
+            for t, p, q in zip(ts.tolist(), productive.tolist(), total.tolist())]
 
 
 def summarize(calc: Any, now: float, version: Any = None,
