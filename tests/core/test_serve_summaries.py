@@ -131,3 +131,30 @@ def test_rows_are_never_stale_and_unchanged_ended_runs_are_not_read_again(
     for run in ("ended", "stopped", "running"):
         assert third[run]["events"] == first[run]["events"] + 1, run
     assert third["running"]["last_activity"] == T0 + 60
+
+
+def test_the_runs_page_stream_says_change_when_a_run_no_page_holds_gets_an_event(tmp_path):
+    import pickle
+    import urllib.request
+
+    url = f"sqlite:///{tmp_path}/ended.sqlite"
+    store = open_store(url)
+    store.append(_simple("ended"))
+    store.close()
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with dashboard(url, summary_cache=None) as srv:
+        [row] = get_json(srv.url + "api/runs")["runs"]
+        assert row["state"] == "ended" and srv.api.cache._entries == {}  # none kept
+        with opener.open(srv.url + "api/stream", timeout=30) as stream:
+            assert stream.readline() == b"retry: 1000\n"
+            code = ("import sys, pickle; from goodput_core.stores import open_store; "
+                    "s = open_store(sys.argv[1]); s.append(pickle.loads(sys.stdin.buffer.read())); "
+                    "s.close()")
+            metric = EventRecord("ended", int(Kind.METRIC), T0 + 50, None,
+                                 {"metric_name": "loss", "metric_value": 1.0})
+            subprocess.run([sys.executable, "-c", code, url], input=pickle.dumps([metric]),
+                           check=True, timeout=60)
+            lines = [stream.readline() for _ in range(3)]  # blocks until the change
+        assert b"event: change\n" in lines
+        [again] = get_json(srv.url + "api/runs")["runs"]
+    assert again["events"] == row["events"] + 1

@@ -176,8 +176,11 @@ class Api:
                 raise NotFound(str(exc)) from None
 
     def versions(self, run: Optional[str]) -> Any:
-        """What the live stream compares: the run's version; for the runs page, the
-        number of runs and the versions of the runs kept (open pages, running runs)."""
+        """What the live stream compares: the run's version; for the runs page, every
+        run's version in the store (any run with a new event, or a new run, changes
+        it; stores without versions: the number of runs) and the versions of the runs
+        kept (open pages, running runs: read anew where due)."""
         if run is not None:
             return self.cache.poll(run) if self.cache.exists(run) else None
-        return len(self.cache.names()), self.cache.cached_versions()
+        return (self.cache.store_versions() or len(self.cache.names()),
+                self.cache.cached_versions())

@@ -74,6 +74,8 @@ class RunCache:
         self.io = threading.RLock()  # one store reader at a time
         self._names: List[str] = []
         self._names_at = -math.inf
+        self._versions: Dict[str, Any] = {}
+        self._versions_at = -math.inf
         self._summaries = Summaries(store, summary_cache)
 
     def names(self, max_age: Optional[float] = None) -> List[str]:
@@ -85,6 +87,16 @@ class RunCache:
                 self._names = list(self.store.runs())
                 self._names_at = self.clock()
             return list(self._names)
+
+    def store_versions(self) -> Dict[str, Any]:
+        """Every run's version in the store (``{}``: it has none), read at most every
+        ``names_max_age`` s: what the runs page's live stream watches. The runs list
+        itself reads them anew at each request (:meth:`summaries`)."""
+        with self.io:
+            if self.clock() - self._versions_at >= self._names_max_age:
+                self._versions = self._summaries.versions()
+                self._versions_at = self.clock()
+            return self._versions
 
     def exists(self, run: str) -> bool:
         """True when the store holds an event of ``run`` (one cheap read, never the
