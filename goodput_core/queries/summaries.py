@@ -52,6 +52,7 @@ STOPPED_AFTER_SECONDS = 3 * float(os.environ.get("GOODPUT_HEARTBEAT_SECONDS") or
 # Span labels outside a window's total time: overlapped loading (also in another
 # bucket), time between attempts and waits for resources (lifecycle).
 _NOT_IN_TOTAL = frozenset({"DATA_LOADING_ASYNC", "IDLE", "SCHEDULING"})
+_LOG_INDEX = "log_index"  # the cache note holding a store's log index
 
 
 @dataclasses.dataclass(frozen=True)
@@ -212,11 +213,31 @@ class Summaries:
         # final summaries this object read or computed: a long-lived reader (the
         # dashboard) asks the cache file only about runs whose version moved
         self._known: Dict[str, RunSummary] = {}
+        self._restored = False  # the store's log index read from the cache (once)
+        self._saved_cursor: Any = None
 
     def versions(self) -> Dict[str, Any]:
-        """Each run's version, oldest run first (``{}``: the store has none)."""
+        """Each run's version, oldest run first (``{}``: the store has none).
+
+        A store that builds its versions from an index of its own (Cloud Logging:
+        each run's newest entry in the log) starts from the index kept in the
+        cache by the last listing, and leaves its new one there: a listing then
+        reads only the log's entries since the last one."""
         versions_fn = getattr(self.store, "run_versions", None)
-        return versions_fn() if callable(versions_fn) else {}
+        if not callable(versions_fn):
+            return {}
+        restore = getattr(self.store, "restore_log_index", None)
+        if self.cache is None or not callable(restore):
+            return versions_fn()
+        if not self._restored:
+            self._restored = True
+            restore(self.cache.get_note(self.store.url, _LOG_INDEX))
+        versions = versions_fn()
+        index = self.store.log_index()
+        if index is not None and index["cursor"] != self._saved_cursor:
+            self.cache.put_note(self.store.url, _LOG_INDEX, index)
+            self._saved_cursor = index["cursor"]
+        return versions
 
     def cached(self, names: Iterable[str], versions: Dict[str, Any]) -> Dict[str, RunSummary]:
         """The cached summaries of ``names`` that are still good: same version,

@@ -324,3 +324,31 @@ class CloudLoggingStore(QueuedStoreMixin, Store):
             self._index, self._index_cursor = index, cursor
             return {run: f"{s}.{n:09d}/{iid}" for run, (s, n, iid) in index.items()
                     if (s, n) >= floor}  # a run whose entries all left the window is gone
+
+    def log_index(self) -> Optional[Dict[str, Any]]:
+        """The index :meth:`run_versions` keeps, as JSON data (None before a look),
+        for a later process to start from (:meth:`restore_log_index`)."""
+        with self._index_lock:
+            if self._index_cursor is None:
+                return None
+            return {"log": self._log_path, "cursor": list(self._index_cursor),
+                    "runs": [[run, *pos] for run, pos in self._index.items()]}
+
+    def restore_log_index(self, state: Any) -> bool:
+        """Starts :meth:`run_versions` from an index an earlier process kept
+        (:meth:`log_index`): the next look reads only the entries after it.
+        Ignored (False) when this store has looked already, or ``state`` is not
+        an index of this log."""
+        try:
+            if state["log"] != self._log_path:
+                return False
+            seconds, nanos, last_id = state["cursor"]
+            cursor = (int(seconds), int(nanos), str(last_id))
+            index = {str(run): (int(s), int(n), str(iid)) for run, s, n, iid in state["runs"]}
+        except (KeyError, TypeError, ValueError):
+            return False
+        with self._index_lock:
+            if self._index_cursor is not None:
+                return False
+            self._index, self._index_cursor = index, cursor
+            return True

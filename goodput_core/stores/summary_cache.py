@@ -25,6 +25,9 @@ _ENV = "GOODPUT_SUMMARY_CACHE"
 _SCHEMA = ("CREATE TABLE IF NOT EXISTS summaries (store TEXT NOT NULL, run TEXT NOT NULL,"
            " format INTEGER NOT NULL, version TEXT NOT NULL, summary TEXT NOT NULL,"
            " PRIMARY KEY (store, run))")
+# what a store keeps between listings besides summaries (Cloud Logging: its log index)
+_NOTES = ("CREATE TABLE IF NOT EXISTS notes (store TEXT NOT NULL, key TEXT NOT NULL,"
+          " value TEXT NOT NULL, PRIMARY KEY (store, key))")
 _CHUNK = 500  # runs per IN (...) query (SQLite's variable limit is far above)
 
 
@@ -72,6 +75,7 @@ class SummaryCache:
                     raise OSError(f"{self.path} is a symbolic link")
                 conn = sqlite3.connect(self.path, timeout=2.0, check_same_thread=False)
                 conn.execute(_SCHEMA)
+                conn.execute(_NOTES)
                 conn.commit()
                 self._conn = conn
             except (OSError, sqlite3.Error) as exc:
@@ -116,6 +120,33 @@ class SummaryCache:
                         "INSERT OR REPLACE INTO summaries VALUES (?, ?, ?, ?, ?)",
                         [(store, d["run"], fmt, json.dumps(d["version"]), json.dumps(d))
                          for d in summaries])
+            except (sqlite3.Error, ValueError, TypeError) as exc:
+                logger.debug("goodput: run-summary cache write failed: %s", exc)
+
+    def get_note(self, store: str, key: str) -> Any:
+        """The JSON value kept under ``key`` for ``store`` (None: none)."""
+        with self._lock:
+            conn = self._connect()
+            if conn is None:
+                return None
+            try:
+                row = conn.execute("SELECT value FROM notes WHERE store = ? AND key = ?",
+                                   (store, key)).fetchone()
+                return None if row is None else json.loads(row[0])
+            except (sqlite3.Error, ValueError) as exc:
+                logger.debug("goodput: run-summary cache read failed: %s", exc)
+                return None
+
+    def put_note(self, store: str, key: str, value: Any) -> None:
+        """Keeps a JSON ``value`` under ``key`` for ``store``."""
+        with self._lock:
+            conn = self._connect()
+            if conn is None:
+                return
+            try:
+                with conn:
+                    conn.execute("INSERT OR REPLACE INTO notes VALUES (?, ?, ?)",
+                                 (store, key, json.dumps(value)))
             except (sqlite3.Error, ValueError, TypeError) as exc:
                 logger.debug("goodput: run-summary cache write failed: %s", exc)
 

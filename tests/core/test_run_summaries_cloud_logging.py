@@ -101,3 +101,46 @@ def test_summaries_are_cached_by_the_logs_positions_and_never_stale(
     assert counted == ["b"]  # only the run that changed is read again
     assert third["b"].total_seconds == pytest.approx(first["b"].total_seconds + 2)
     assert third["a"] == first["a"]
+
+
+def test_a_later_listing_in_another_process_reads_only_the_new_entries(
+        fake, make_store, tmp_path, counted):  # noqa: F811
+    """The log's index travels in the summary cache: a second store object (as in
+    the next ``goodput runs --summary``) starts from it instead of the whole log."""
+    cache_path = str(tmp_path / "s.sqlite")
+    writer = make_store()
+    writer.append(_ended("a", 0) + _ended("b", 10))  # 14 entries
+    assert writer.flush(10)
+    now = T0 + 100
+    first = {s.run: s for s in run_summaries(make_store(page_size=2), now=now,
+                                             cache=SummaryCache(cache_path))}
+    writer.append([event("b", Kind.JOB_START, 20), event("b", Kind.JOB_END, 22)])
+    assert writer.flush(10)
+    counted.clear()
+    asked = len(fake.filters)
+    later = {s.run: s for s in run_summaries(make_store(page_size=2), now=now,
+                                             cache=SummaryCache(cache_path))}
+    assert counted == ["b"] and later["a"] == first["a"]  # only the changed run is read
+    assert later["b"].total_seconds == pytest.approx(first["b"].total_seconds + 2)
+    queries = fake.filters[asked:]
+    whole_log = [q for q in queries if "jsonPayload.job_name" not in q]
+    # the versions: one page after the kept cursor (the 2 new entries), not the 7 pages
+    # of the whole log
+    assert len(whole_log) == 1 and "insertId>" in whole_log[0]
+    assert all('jsonPayload.job_name="b"' in q for q in queries if q not in whole_log)
+
+
+def test_an_index_of_another_log_or_a_broken_one_is_not_used(make_store):
+    store = make_store()
+    store.append(_ended("a", 0))
+    assert store.flush(10)
+    other = make_store(log_name="another-log")
+    assert not other.restore_log_index(None)
+    assert not other.restore_log_index({"log": "projects/x/logs/y", "cursor": [1, 2, "i"],
+                                        "runs": []})
+    assert list(store.run_versions()) == ["a"]
+    kept = store.log_index()
+    assert not other.restore_log_index(kept)  # another log's index
+    fresh = make_store()
+    assert fresh.restore_log_index(kept) and fresh.run_versions() == store.run_versions()
+    assert not fresh.restore_log_index(kept)  # it has an index of its own already
