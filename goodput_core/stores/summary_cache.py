@@ -4,7 +4,8 @@ One SQLite file per user, ``$XDG_CACHE_HOME/goodput/summaries.sqlite``
 (``~/.cache/goodput/...``; ``GOODPUT_SUMMARY_CACHE`` names another file, or
 ``off`` turns the cache off), created 0600 in a 0700 directory. Rows are
 keyed by (store URL, run) and hold the version of the run they reflect; the
-reader decides whether a row is still good. Every failure of the cache (a
+reader decides whether a row is still good. Notes keep what a store needs
+between listings besides summaries (Cloud Logging: its index of the log). Every failure of the cache (a
 read-only home, a corrupt file, a lock held too long) makes it answer nothing
 and take nothing: a listing is then computed without it, never broken by it.
 """
@@ -16,7 +17,7 @@ import logging
 import os
 import sqlite3
 import threading
-from typing import Any, Dict, Iterable, List, Optional
+from typing import Any, Callable, Dict, Iterable, List, Optional
 
 __all__ = ["SummaryCache", "default_path"]
 
@@ -110,16 +111,19 @@ class SummaryCache:
 
     def put(self, store: str, fmt: int, summaries: List[Dict[str, Any]]) -> None:
         """Keeps ``summaries`` (dicts with ``run`` and ``version``) for ``store``."""
+        self._write("INSERT OR REPLACE INTO summaries VALUES (?, ?, ?, ?, ?)",
+                    lambda: [(store, d["run"], fmt, json.dumps(d["version"]), json.dumps(d))
+                             for d in summaries])
+
+    def _write(self, sql: str, rows: Callable[[], List[tuple]]) -> None:
+        """Runs ``sql`` over ``rows()`` in one transaction (a failure is logged only)."""
         with self._lock:
             conn = self._connect()
             if conn is None:
                 return
             try:
                 with conn:
-                    conn.executemany(
-                        "INSERT OR REPLACE INTO summaries VALUES (?, ?, ?, ?, ?)",
-                        [(store, d["run"], fmt, json.dumps(d["version"]), json.dumps(d))
-                         for d in summaries])
+                    conn.executemany(sql, rows())
             except (sqlite3.Error, ValueError, TypeError) as exc:
                 logger.debug("goodput: run-summary cache write failed: %s", exc)
 
@@ -139,16 +143,8 @@ class SummaryCache:
 
     def put_note(self, store: str, key: str, value: Any) -> None:
         """Keeps a JSON ``value`` under ``key`` for ``store``."""
-        with self._lock:
-            conn = self._connect()
-            if conn is None:
-                return
-            try:
-                with conn:
-                    conn.execute("INSERT OR REPLACE INTO notes VALUES (?, ?, ?)",
-                                 (store, key, json.dumps(value)))
-            except (sqlite3.Error, ValueError, TypeError) as exc:
-                logger.debug("goodput: run-summary cache write failed: %s", exc)
+        self._write("INSERT OR REPLACE INTO notes VALUES (?, ?, ?)",
+                    lambda: [(store, key, json.dumps(value))])
 
     def close(self) -> None:
         with self._lock:
