@@ -320,10 +320,11 @@ class CloudLoggingStore(QueuedStoreMixin, Store):
                 name = raw.json_payload.fields.get("job_name")
                 if name is not None and name.WhichOneof("kind") == "string_value":
                     index[name.string_value] = cursor
+            # a run whose entries all left the window is gone (the index stays bounded)
+            index = {run: pos for run, pos in index.items() if pos[:2] >= floor}
             # kept only once every page was read: a failed look leaves the index as it was
             self._index, self._index_cursor = index, cursor
-            return {run: f"{s}.{n:09d}/{iid}" for run, (s, n, iid) in index.items()
-                    if (s, n) >= floor}  # a run whose entries all left the window is gone
+            return {run: f"{s}.{n:09d}/{iid}" for run, (s, n, iid) in index.items()}
 
     def log_index(self) -> Optional[Dict[str, Any]]:
         """The index :meth:`run_versions` keeps, as JSON data (None before a look),

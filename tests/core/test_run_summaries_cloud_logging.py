@@ -79,6 +79,7 @@ def test_a_run_whose_entries_left_the_window_is_no_longer_listed(make_store):
     assert list(store.run_versions()) == ["old", "new"]
     clock.now = T0 + 252  # old's newest entry (T0 + 4.5) left the window; new's did not
     assert list(store.run_versions()) == ["new"]
+    assert [r[0] for r in store.log_index()["runs"]] == ["new"]  # dropped, not kept
 
 
 def test_summaries_are_cached_by_the_logs_positions_and_never_stale(
