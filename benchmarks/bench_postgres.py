@@ -5,6 +5,7 @@ running server: the script starts a throwaway one on loopback, fsync on, and
 removes it)::
 
     python benchmarks/bench_postgres.py ingest [--events 640000] [--writers 1 16 64]
+        [--chunk-events 65536]
     python benchmarks/bench_postgres.py report [--events 10000000] [--repeats 3]
 
 **ingest**: ``--writers`` processes append ``--events / writers`` events each
@@ -13,6 +14,8 @@ once, in batches of 5,000 (the recorder's writer), then flush: events/s for
 all of them together, from the common start to the last flush (every event
 committed). The same processes then do the same into one SQLite file.
 Connection use comes along: PostgreSQL connections each writer opened.
+``--chunk-events 0`` makes the PostgreSQL writers pack no chunks (the cost
+of packing is the difference).
 
 **report**: one run of ``--events`` events (``bench_calculator.stream``: the
 P2 job, 100 restarts) written to PostgreSQL and to SQLite, then
@@ -42,6 +45,7 @@ sys.path[:0] = [ROOT, HERE]
 
 from _machine import machine  # noqa: E402
 
+from goodput_core.stores.postgres_chunks import CHUNK_EVENTS  # noqa: E402
 from tests.support.postgres_server import PostgresServer  # noqa: E402
 
 _WRITER = """
@@ -49,10 +53,11 @@ import json, sys, time
 sys.path[:0] = [{root!r}, {here!r}]
 from bench_store import make_events
 kind, url, index, n = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+chunk_events = int(sys.argv[5])
 events = [e._replace(attempt=f"w{{index}}") for e in make_events(n)]
 if kind == "postgres":
     from goodput_core.stores.postgres import PostgresStore
-    store = PostgresStore(url)
+    store = PostgresStore(url, chunk_events=chunk_events)
 else:
     from goodput_core.stores.sqlite import SqliteStore
     store = SqliteStore(url)
@@ -68,10 +73,12 @@ print(json.dumps(stats.get("connections", {{}})))
 """
 
 
-def _ingest(kind: str, url: str, writers: int, per_writer: int) -> tuple:
+def _ingest(kind: str, url: str, writers: int, per_writer: int,
+            chunk_events: int = CHUNK_EVENTS) -> tuple:
     """(events/s of all writers together, connections opened in all)."""
     code = _WRITER.format(root=ROOT, here=HERE)
-    procs = [subprocess.Popen([sys.executable, "-c", code, kind, url, str(i), str(per_writer)],
+    procs = [subprocess.Popen([sys.executable, "-c", code, kind, url, str(i), str(per_writer),
+                               str(chunk_events)],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                               env=dict(os.environ, XDG_CACHE_HOME=tempfile.mkdtemp()))
              for i in range(writers)]
@@ -88,14 +95,17 @@ def _ingest(kind: str, url: str, writers: int, per_writer: int) -> tuple:
     return writers * per_writer / (time.perf_counter() - t0), opened
 
 
-def bench_ingest(server: PostgresServer, events: int, writer_counts, repeats: int) -> None:
-    print(f"ingest: {events:,} events in all, writers {writer_counts}, {repeats} repeats")
+def bench_ingest(server: PostgresServer, events: int, writer_counts, repeats: int,
+                 chunk_events: int) -> None:
+    print(f"ingest: {events:,} events in all, writers {writer_counts}, {repeats} repeats, "
+          f"chunks of {chunk_events} events (0: no packing)")
     for writers in writer_counts:
         pg, lite, conns = [], [], []
         for _ in range(repeats):
             db = "i" + uuid.uuid4().hex[:10]
             server.create_database(db)
-            rate, opened = _ingest("postgres", server.url(db), writers, events // writers)
+            rate, opened = _ingest("postgres", server.url(db), writers, events // writers,
+                                   chunk_events)
             pg.append(rate)
             conns.append(opened)
             with tempfile.TemporaryDirectory() as tmp:
@@ -213,6 +223,9 @@ def main(argv=None) -> None:
     parser.add_argument("--events", type=int)
     parser.add_argument("--writers", type=int, nargs="+", default=[1, 16, 64])
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--chunk-events", type=int, default=CHUNK_EVENTS,
+                        help="ingest: events per packed chunk of the PostgreSQL writers "
+                             "(0: no packing, as before packed chunks)")
     args = parser.parse_args(argv)
     server = PostgresServer(fsync=True)
     server.start()
@@ -224,7 +237,8 @@ def main(argv=None) -> None:
         print(f"machine: {machine()}; PostgreSQL {version} on loopback (fsync on); "
               f"load average {os.getloadavg()[0]:.1f}")
         if args.what == "ingest":
-            bench_ingest(server, args.events or 640_000, args.writers, args.repeats)
+            bench_ingest(server, args.events or 640_000, args.writers, args.repeats,
+                         args.chunk_events)
         else:
             bench_report(server, args.events or 10_000_000, args.repeats)
         print(f"load average at the end {os.getloadavg()[0]:.1f}")

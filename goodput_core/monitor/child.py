@@ -21,8 +21,8 @@ exporters are built, ``{"stats": {...}}`` after each
 cycle, ``{"flushed": n, "ok": bool}`` for each flush and ``{"stopped": ok,
 "stats": {...}}`` last. The process also stops
 when it finds itself re-parented (its parent died while another process
-still held the pipe open). It runs at a lower CPU priority (``nice`` +10)
-than the training process.
+still held the pipe open). It runs at a lower CPU priority than the training
+process (the idle class, else ``nice`` +10: :mod:`goodput_core.monitor.priority`).
 """
 
 from __future__ import annotations
@@ -35,14 +35,14 @@ import sys
 import threading
 from typing import Any, Dict, Optional
 
+from goodput_core.monitor.priority import NICE, lower as lower_priority  # noqa: F401 - NICE: tests
+
 __all__ = ["main"]
 
 logger = logging.getLogger("goodput")
 
 _FACTORY_PREFIXES = ("goodput_core.", "goodput_integrations.")
 _PARENT_CHECK_S = 1.0
-#: The monitor process's CPU priority below the training process's (``nice``).
-NICE = 10
 
 
 class _Dropped:
@@ -73,12 +73,9 @@ def _reply(fd: int, message: Dict[str, Any]) -> None:
 
 def main() -> int:
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
-    try:
-        # below the training process: where CPUs are short (a resumed run's
-        # first cycle reads its whole history), the kernel runs the job first
-        os.nice(NICE)
-    except OSError:
-        pass
+    # below the training process before any other thread starts (they inherit
+    # it): where CPUs are short, the kernel runs the job first
+    lower_priority()
     stdin = sys.stdin.buffer
     settings = json.loads(stdin.readline() or b"null")
     if not settings:

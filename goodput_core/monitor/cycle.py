@@ -236,7 +236,8 @@ def fresh_deviations(stats: Any, done: np.ndarray, new_times: Any = None
     keep = MAX_CARRY if len(done) else min(MAX_CARRY, HISTORY_STEPS)
     out = list(zip(fresh[-keep:].tolist(), fresh_dev[-keep:].tolist()))
     if len(fresh):
-        # steps usually only grow: append instead of re-sorting the whole history
-        done = (np.concatenate((done, fresh)) if not len(done) or fresh[0] > done[-1]
+        # steps usually only grow: then every step is done now, and the cycle's
+        # own (never modified) array says which, at no cost in time or memory
+        done = (steps if not len(done) or fresh[0] > done[-1]
                 else np.union1d(done, fresh))
     return out, done

@@ -12,6 +12,8 @@ goodput_core.monitor.child``, the same interpreter; a ``subprocess``, never a
   one thread start), with the exporters' settings on its stdin (never on its
   command line: a store URL may hold a password); a Prometheus exporter hands
   its listening socket over, so its port stays the same;
+* it runs in the job's session, in a process group of its own, below the job's
+  CPU priority (:mod:`goodput_core.monitor.priority`);
 * one forwarding thread in the training process sleeps between cycles, sends
   the recorder's dropped-event count when it changes and reads the child's
   counters (``stats()``);
@@ -47,6 +49,13 @@ logger = logging.getLogger(__name__)
 
 _POLL_CAP_S = 1.0  # the forwarder's longest sleep (dropped counts, child exit)
 _KILL_WAIT_S = 2.0  # how long a killed child may take to be reaped (not counted as ours)
+#: Ctrl-C to the job's process group is the job's: the child gets a group of its
+#: own, in the job's session where Python can (3.11+). A session of its own would
+#: put it in an autogroup of its own (Linux's default on most distributions), where
+#: the kernel shares the CPUs between it and the whole job as equals, whatever its
+#: priority (the child then lowers its autogroup: monitor/priority.py).
+_OWN_GROUP = ({"process_group": 0} if sys.version_info >= (3, 11)
+              else {"start_new_session": True})
 
 
 class ProcessMonitor:
@@ -149,7 +158,7 @@ class ProcessMonitor:
                 proc = subprocess.Popen(
                     [self._python, "-m", "goodput_core.monitor.child"],
                     stdin=subprocess.PIPE, pass_fds=fds + [reply_w], close_fds=True,
-                    start_new_session=True)  # Ctrl-C to the job's group is the job's
+                    **_OWN_GROUP)
             except BaseException:
                 os.close(reply_r)
                 raise

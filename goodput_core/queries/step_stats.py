@@ -158,13 +158,14 @@ class StepTimes:
         self._times = np.empty(0)
         #: The step times of the last update, kept sorted (the ideal step time).
         self.sorted = SortedTimes()
-        self._tail = np.empty(0, np.int64)  # the steps recomputed at the last update
+        self._tail = np.empty(0, np.int64)  # the steps left provisional at the last update
 
     def update(self, timeline) -> tuple:
         key = self._key
-        steps, times, tail = self._update(timeline)
-        # times change only where a span was recomputed, now or at the last update
-        touched = None if key != self._key else np.union1d(self._tail, tail)
+        steps, times, recomputed, tail = self._update(timeline)
+        # times change only where a span was recomputed, now (folded into the
+        # base or not) or at the last update
+        touched = None if key != self._key else np.union1d(self._tail, recomputed)
         self.sorted.update(steps, times, touched)
         self._tail = tail
         return steps, times
@@ -180,16 +181,37 @@ class StepTimes:
         # finds them): every row before the one its freeze point reopens
         i_frozen = int(np.searchsorted(timeline.tables["step_start"]["t"], timeline.F, "left"))
         row = max(int(np.searchsorted(seg["i0"], i_frozen, side="left")) - 1, 0)
-        lo = int(seg["i0"][row]) if len(seg) else 0
+        row_lo = int(seg["i0"][row]) if len(seg) else 0
+        # and inside the reopened row, the spans between two starts before the
+        # freeze time: nothing before it changes any more (a run without restarts
+        # is one row: without this, each update would redo the whole attempt)
+        lo = max(row_lo, i_frozen - 1)
+        tail = slice(None)
+        fin_steps, fin_times = np.empty(0, np.int64), np.empty(0)
         if lo > self._lo:
-            # spans from starts before lo lie in final rows (rows are ordered
-            # and disjoint: a row's last start is before the next row's first)
+            # spans from starts before lo are final (rows are ordered and
+            # disjoint: a row's last start is before the next row's first)
             final = start < lo
-            self._steps, self._times = _override(self._steps, self._times,
-                                                 *_latest(steps[final], times[final], when[final]))
+            fin_steps, fin_times = _latest(steps[final], times[final], when[final])
             self._lo, self._row = lo, row
-        tail_steps, tail_times = _latest(steps, times, when)
-        return (*_override(self._steps, self._times, tail_steps, tail_times), tail_steps)
+            tail = ~final  # the final ones go to the base now
+        tail_steps, tail_times = _latest(steps[tail], times[tail], when[tail])
+        base = self._steps
+        if _follows(base, fin_steps) and _follows(fin_steps if len(fin_steps) else base,
+                                                  tail_steps):
+            # a run going on: one copy, the base a view of it (never modified in place)
+            n = len(base) + len(fin_steps)
+            out_steps = np.concatenate((base, fin_steps, tail_steps))
+            out_times = np.concatenate((self._times, fin_times, tail_times))
+            self._steps, self._times = out_steps[:n], out_times[:n]
+            return out_steps, out_times, steps, tail_steps
+        self._steps, self._times = _override(self._steps, self._times, fin_steps, fin_times)
+        return (*_override(self._steps, self._times, tail_steps, tail_times), steps, tail_steps)
+
+
+def _follows(steps: np.ndarray, later: np.ndarray) -> bool:
+    """Whether sorted ``later`` only holds steps after all of sorted ``steps``."""
+    return not len(steps) or not len(later) or later[0] > steps[-1]
 
 
 def ideal_step_time(times: np.ndarray) -> Optional[float]:
@@ -225,13 +247,16 @@ def deviation_aggregate(deviations: np.ndarray, mode: str = "cumulative",
     Returns:
       The aggregate in seconds (0.0 without deviations).
     """
-    d = np.abs(np.asarray(deviations, np.float64))
-    if not len(d):
+    deviations = np.asarray(deviations)  # (an array: not copied)
+    n = len(deviations)
+    if not n:
         return 0.0
-    if len(d) < RECENT_WINDOW:
+    # only the last recent + baseline count: a long run's others are not even read
+    d = np.abs(np.asarray(deviations[-max(recent + baseline, RECENT_WINDOW):], np.float64))
+    if n < RECENT_WINDOW:
         return float(d.mean())
     spike = percentile(d[-recent:], pct)
-    if mode == "interval" or len(d) < recent + baseline:
+    if mode == "interval" or n < recent + baseline:
         return spike
     if mode != "cumulative":
         raise ValueError(f"unsupported mode {mode!r}")
@@ -257,6 +282,10 @@ def compute_step_stats(timeline, configured_ideal: Optional[float] = None,
         ideal = ideal_of_sorted(cache.sorted.sorted)
     else:
         ideal = ideal_step_time(times)
-    dev = np.abs(times - ideal) if ideal is not None else np.empty(0)
+    if ideal is not None:
+        dev = np.subtract(times, ideal)
+        np.abs(dev, out=dev)  # no second array of the run's length
+    else:
+        dev = np.empty(0)
     return StepStats(steps, times, None if ideal is None else float(ideal), dev,
                      deviation_aggregate(dev))

@@ -53,6 +53,7 @@ from goodput_core.events import EventRecord
 from goodput_core.stores.background import QueuedStoreMixin
 from goodput_core.stores.base import Store, StoreError
 from goodput_core.stores.cloud_logging_spill import spill_tag
+from goodput_core.stores.postgres_chunks import CHUNK_EVENTS, chunk_statements, pack
 from goodput_core.stores.postgres_columns import column_statements
 from goodput_core.stores.postgres_connect import (
     connect, describe, is_content_error, is_overload, slot_for)
@@ -120,6 +121,8 @@ class PostgresStore(PostgresReadMixin, QueuedStoreMixin, Store):
       backoff_initial_s, backoff_max_s: the retry delay doubles from the
         first to the second (+-20 % jitter); so does the process's delay
         before connecting again after a failed attempt (full jitter).
+      chunk_events: events per packed chunk this writer makes (0: none;
+        :mod:`goodput_core.stores.postgres_chunks`).
 
     Raises:
       StoreError: malformed URL, server unreachable, authentication failed,
@@ -132,7 +135,8 @@ class PostgresStore(PostgresReadMixin, QueuedStoreMixin, Store):
                  spill_dir: Optional[str] = None, max_buffer: int = 100_000,
                  connect_timeout_s: float = 5.0,
                  sleep: Optional[Callable[[float], Any]] = None,
-                 backoff_initial_s: float = 0.2, backoff_max_s: float = 30.0):
+                 backoff_initial_s: float = 0.2, backoff_max_s: float = 30.0,
+                 chunk_events: int = CHUNK_EVENTS):
         try:
             parsed = parse_url(url)
         except ValueError as exc:
@@ -149,6 +153,10 @@ class PostgresStore(PostgresReadMixin, QueuedStoreMixin, Store):
             raise StoreError("batch_size and max_buffer must be >= 1")
         self._sql = statements(self.schema)
         self._sql.update(column_statements(f'"{self.schema}"'))
+        self._sql.update(chunk_statements(f'"{self.schema}"'))
+        self._chunk_events = max(0, int(chunk_events))
+        self._has_chunks = False  # the chunks table is known to exist
+        self._packing_refused = ""  # why this writer does not pack, until said
         self._lock_ns = zlib.crc32(self.schema.encode()) & 0x7FFFFFFF
         self._connect_timeout = max(1, int(math.ceil(connect_timeout_s)))
         self._local = threading.local()
@@ -201,6 +209,8 @@ class PostgresStore(PostgresReadMixin, QueuedStoreMixin, Store):
                 if not exists:
                     conn.execute(self._sql["create"])
                 row = conn.execute(self._sql["version"]).fetchone()
+                if self._chunk_events:
+                    self._create_chunks(conn)
         except _TRANSIENT:
             raise  # the connection broke: the caller drops it and retries
         except psycopg.Error as exc:
@@ -213,6 +223,52 @@ class PostgresStore(PostgresReadMixin, QueuedStoreMixin, Store):
                 f"{SCHEMA_VERSION} this version understands: upgrade goodput-core or use "
                 "another schema (?schema=NAME)")
         self._schema_checked = True
+
+    def _create_chunks(self, conn) -> None:
+        """Adds the packed chunks' table to a database made before it existed
+        (inside the schema check's transaction and lock). A role that may not
+        create it writes rows only, as before (said at its first batch: a
+        store opened only to read has nothing to say)."""
+        try:
+            with conn.transaction():  # a savepoint: a refusal leaves the check going
+                if not conn.execute(self._sql["has_meta"],
+                                    (self._sql["chunks_table"],)).fetchone()[0]:
+                    conn.execute(self._sql["create_chunks"])
+            self._has_chunks = True
+        except _TRANSIENT:
+            raise
+        except psycopg.Error as exc:
+            self._no_packing(exc, at_first_batch=True)
+
+    def _no_packing(self, exc: BaseException, at_first_batch: bool = False) -> None:
+        self._chunk_events = 0
+        self._packing_refused = (f"goodput: {self.url}: this writer does not pack chunks "
+                                 f"({describe(exc, self._secrets)}); reads of its runs "
+                                 "are slower")
+        if not at_first_batch:
+            self._say_no_packing()
+
+    def _say_no_packing(self) -> None:
+        if self._packing_refused:
+            logger.warning("%s", self._packing_refused)
+            self._packing_refused = ""
+
+    def _pack(self, conn, run_ids: Sequence[int]) -> None:
+        """Packs what is due in the runs of a batch, inside its transaction
+        (:func:`~goodput_core.stores.postgres_chunks.pack`); a refusal is no
+        reason to lose the batch: this writer stops packing."""
+        try:
+            with conn.transaction():
+                for run_id in run_ids:
+                    pack(conn, self._sql, run_id, self._chunk_events)
+        except psycopg.errors.QueryCanceled:
+            return  # a statement_timeout: the batch goes in, the next one packs
+        except _TRANSIENT:
+            raise
+        except psycopg.Error as exc:
+            if getattr(exc, "sqlstate", None) in _MISSING:
+                raise  # the tables went away: an outage (see _send)
+            self._no_packing(exc)
 
     # ----------------------------------------------------------- writes
     def append(self, batch: Sequence[EventRecord]) -> None:
@@ -256,7 +312,8 @@ class PostgresStore(PostgresReadMixin, QueuedStoreMixin, Store):
         run_ids, writer_ids = self._ids(conn, rows)
         with conn.transaction():
             conn.execute(self._sql["stage"])
-            for run_id in sorted({run_ids[r[0]] for r in rows}):  # sorted: no deadlock
+            batch_runs = sorted({run_ids[r[0]] for r in rows})
+            for run_id in batch_runs:  # sorted: no deadlock
                 conn.execute(self._sql["lock_run"], (self._lock_ns, run_id))
             with conn.cursor().copy(self._sql["copy"]) as copy:
                 copy.set_types(_STAGE_TYPES)
@@ -264,6 +321,9 @@ class PostgresStore(PostgresReadMixin, QueuedStoreMixin, Store):
                     copy.write_row((run_ids[r], writer_ids[(pi, host, pid, att)], seq, kind,
                                     t, step, extra, wt))
             conn.execute(self._sql["insert"])
+            if self._chunk_events and self._has_chunks:
+                self._pack(conn, batch_runs)
+            self._say_no_packing()
 
     def _send(self, entries: List[Dict[str, Any]]) -> None:
         """Inserts one batch in one transaction (runs on the sender thread)."""
@@ -300,7 +360,7 @@ class PostgresStore(PostgresReadMixin, QueuedStoreMixin, Store):
             self._run_ids.clear()
             self._writer_ids.clear()
             self._writers.clear()
-        self._schema_checked = False
+        self._schema_checked = self._has_chunks = False
 
     def _insert_one_by_one(self, conn, rows: List[list]) -> None:
         for row in rows:

@@ -6,11 +6,14 @@ the state used here (``_sql``, ``_local``, ``_connect``, ``url``,
 connection of its own, kept between reads (the monitor reads every
 interval) and reopened once when a server restart broke it; the writers'
 connection is the process's shared slot instead
-(:mod:`goodput_core.stores.postgres_connect`). Pages are by event id.
+(:mod:`goodput_core.stores.postgres_connect`). Pages are by event id;
+:meth:`read_columns` takes a run's packed chunks first
+(:mod:`goodput_core.stores.postgres_chunks`), then its rows.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -21,7 +24,8 @@ import psycopg
 from goodput_core.events import EventRecord
 from goodput_core.stores.base import Cursor, StoreError
 from goodput_core.stores.columns import EventPage
-from goodput_core.stores.postgres_columns import read_page
+from goodput_core.stores.postgres_chunks import CHUNK_EVENTS, read_chunk_records, read_chunks
+from goodput_core.stores.postgres_columns import INDEX_WALK, read_page
 from goodput_core.stores.postgres_connect import describe
 
 __all__ = ["PostgresReadMixin"]
@@ -31,6 +35,26 @@ _COLUMN_PAGE = 262_144
 _NAN = math.nan
 #: Failures of the connection itself: the read is tried once more on a new one.
 _TRANSIENT = (psycopg.OperationalError, psycopg.InterfaceError, OSError)
+
+
+@contextlib.contextmanager
+def _in_id_order(conn):
+    """A transaction in which the planner walks the ``(run_id, id)`` index.
+
+    A page is "the next N events of the run after id X, by id". Without
+    statistics (a table never analyzed: autovacuum analyzes a growing table
+    late, and readers may not own it) PostgreSQL guesses a few thousand rows
+    and plans a bitmap scan of *every* remaining event of the run followed
+    by a sort, once per page: a read of a 10 M-event run sorted 38 times
+    what was left of it (on disk: the sort outgrows ``work_mem``). With
+    sorts priced out, the index scan, which returns the rows already in id
+    order and stops after N, is the only plan left. ``SET LOCAL`` ends with
+    the transaction: no session state, fit for a transaction-pooling
+    pgbouncer.
+    """
+    with conn.transaction():
+        conn.execute(INDEX_WALK)
+        yield
 
 
 class PostgresReadMixin:
@@ -115,16 +139,36 @@ class PostgresReadMixin:
         last = 0 if since is None else int(since)
         pages: List[EventPage] = []
         left = limit
-        while True:  # pages of _COLUMN_PAGE, so that the COPY buffer stays bounded
+        packed = self._chunks_readable(conn)
+
+        def writer_of(wid: int) -> Tuple[int, str, int, str]:
+            return self._writer(conn, wid)
+
+        while True:  # pages of _COLUMN_PAGE, so that the buffers stay bounded
             n = _COLUMN_PAGE if left is None else min(_COLUMN_PAGE, left)
-            page, last = read_page(conn, self._sql, run, row[0], last, n,
-                                   lambda wid: self._writer(conn, wid), self.skipped)
+            if packed:  # the packed prefix of the run first, then its rows
+                page, last = read_chunks(conn, self._sql, run, row[0], last, n,
+                                         self._chunk_events or CHUNK_EVENTS, writer_of,
+                                         self.skipped)
+                packed = len(page) > 0
+            if not packed:
+                with _in_id_order(conn):
+                    page, last = read_page(conn, self._sql, run, row[0], last, n,
+                                           writer_of, self.skipped)
             pages.append(page)
             left = None if left is None else left - len(page)
-            if len(page) < n or left == 0:
+            if (len(page) < n and not packed) or left == 0:
                 break
         page = pages[0] if len(pages) == 1 else EventPage.concat(run, pages)
         return page, (last if len(page) else since)
+
+    def _chunks_readable(self, conn) -> bool:
+        """Whether the database has the packed chunks' table (asked until it has:
+        a database made by an older version gets it from its next writer)."""
+        if not self._has_chunks:
+            self._has_chunks = conn.execute(self._sql["has_meta"],
+                                            (self._sql["chunks_table"],)).fetchone()[0]
+        return self._has_chunks
 
     def _select(self, conn, run: str, since: Cursor, limit: Optional[int]):
         row = conn.execute(self._sql["run_id"], (run,)).fetchone()
@@ -134,10 +178,20 @@ class PostgresReadMixin:
         out: List[EventRecord] = []
         loads = json.loads
         writers: Dict[int, Tuple[int, str, int, str]] = {}
+        packed = self._chunks_readable(conn)
         while limit is None or len(out) < limit:
+            if packed:  # the packed prefix of the run first, then its rows
+                n = _COLUMN_PAGE if limit is None else min(_COLUMN_PAGE, limit - len(out))
+                records, last = read_chunk_records(
+                    conn, self._sql, run, run_id, last, n, self._chunk_events or CHUNK_EVENTS,
+                    lambda wid: self._writer(conn, wid), self.skipped)
+                out.extend(records)
+                packed = bool(records)
+                continue
             page = _PAGE if limit is None else min(_PAGE, limit - len(out))
-            rows = conn.execute(self._sql["select"], (run_id, last, page),
-                                binary=True).fetchall()
+            with _in_id_order(conn):
+                rows = conn.execute(self._sql["select"], (run_id, last, page),
+                                    binary=True).fetchall()
             for kind, t, step, extra, wid, seq, wt, eid in rows:
                 try:
                     payload = None if extra is None else loads(extra)

@@ -23,6 +23,9 @@ Schema (version :data:`SCHEMA_VERSION`, kept in ``meta``)::
              step BIGINT, extra TEXT, write_time DOUBLE PRECISION)
     INDEX  events (run_id, id)
     UNIQUE events (writer_id, seq) WHERE seq > 0   -- a resent batch is stored once
+    chunks  (run_id, last_id, first_id, n, cols BYTEA, extra_ids, extras)
+            -- packed copies of each run's settled events, added by the first
+            -- writer that opens a database without them (postgres_chunks)
 
 A batch is written by binary ``COPY`` into a temporary staging table created
 inside the batch's transaction (dropped at its commit), then moved into

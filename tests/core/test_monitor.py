@@ -462,5 +462,13 @@ def test_a_monitor_started_on_a_long_run_hands_out_only_the_recent_deviations(mo
     assert new == [(s, s * 0.5) for s in range(950, 1000)]  # the last 50, in order
     assert done.tolist() == steps.tolist()  # the older ones are not handed out later
     more = types.SimpleNamespace(steps=np.arange(1003), deviations=np.arange(1003) * 0.5)
-    assert monitor_extras.fresh_deviations(more, done)[0] == [(1000, 500.0), (1001, 500.5),
-                                                               (1002, 501.0)]
+    new, done = monitor_extras.fresh_deviations(more, done)
+    assert new == [(1000, 500.0), (1001, 500.5), (1002, 501.0)]
+    # a run going on: what is done is the cycle's own step array, not a copy grown
+    # each cycle (no work or memory in the run's length)
+    assert done is more.steps
+    late = types.SimpleNamespace(steps=np.concatenate(([-5], np.arange(1004))),
+                                 deviations=np.zeros(1005))
+    new, done = monitor_extras.fresh_deviations(late, done)  # a step before the others
+    assert [s for s, _ in new] == [-5, 1003]
+    assert done.tolist() == late.steps.tolist()

@@ -269,9 +269,16 @@ def _no_gcm():
     return GCPOptions(enable_gcp_goodput_metrics=False, enable_gcp_step_deviation_metrics=False)
 
 
-def test_the_monitor_process_runs_below_the_training_process_s_priority(tmp_path):
-    from goodput_core.monitor.child import NICE
+@pytest.mark.parametrize("priority", [None, "nice"])
+def test_the_monitor_process_runs_below_the_training_process_s_priority(tmp_path, monkeypatch,
+                                                                        priority):
+    """By default in the idle class (every thread: they inherit it), else nice +10."""
+    from goodput_core.monitor.priority import ENV, NICE
 
+    if priority is None:
+        monkeypatch.delenv(ENV, raising=False)
+    else:
+        monkeypatch.setenv(ENV, priority)
     url = _finished_run(tmp_path)
     prom = PrometheusExporter(0)
     m = Monitor(RUN, url, [prom], interval_s=0.2)
@@ -280,8 +287,39 @@ def test_the_monitor_process_runs_below_the_training_process_s_priority(tmp_path
         _scrape_when_ready(prom.url)  # the child has set its priority before its first cycle
         here = os.getpriority(os.PRIO_PROCESS, 0)
         assert os.getpriority(os.PRIO_PROCESS, m.process_id) == min(here + NICE, 19)
+        threads = os.listdir(f"/proc/{m.process_id}/task")
+        assert len(threads) > 1  # the command reader, the exporters' workers, the server
+        want = os.SCHED_OTHER if priority == "nice" else os.SCHED_IDLE
+        assert {os.sched_getscheduler(int(tid)) for tid in threads} == {want}
+        # Ctrl-C to the job's process group is the job's; but the job's session
+        # (its autogroup, where the kernel has them: else the priority would only
+        # rank the monitor against itself)
+        assert os.getpgid(m.process_id) != os.getpgid(0)
+        if sys.version_info >= (3, 11):
+            assert os.getsid(m.process_id) == os.getsid(0)
+            if os.path.exists("/proc/self/autogroup"):
+                with open("/proc/self/autogroup") as a, open(f"/proc/{m.process_id}/autogroup") as b:
+                    assert a.read() == b.read()
     finally:
         assert m.stop(60)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/autogroup"), reason="no autogroups here")
+def test_a_monitor_process_alone_in_its_session_lowers_its_autogroup():
+    """Python 3.10 cannot give the child a process group without a session:
+    alone in its autogroup, it lowers that group's weight (the kernel would
+    otherwise share the CPUs between it and the whole job as equals)."""
+    from goodput_core.monitor.priority import AUTOGROUP_NICE
+
+    code = ("from goodput_core.monitor.priority import lower; lower(); "
+            "print(open('/proc/self/autogroup').read())")
+    out = subprocess.run([sys.executable, "-c", code], start_new_session=True, check=True,
+                         capture_output=True, text=True).stdout
+    assert out.split()[-2:] == ["nice", str(AUTOGROUP_NICE)]
+    same = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
+                          text=True).stdout
+    with open("/proc/self/autogroup") as f:
+        assert same.strip() == f.read().strip()  # the job's session: its autogroup, as it is
 
 
 def test_the_compat_monitor_process_keeps_rule_1(tmp_path):

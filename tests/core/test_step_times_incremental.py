@@ -105,3 +105,67 @@ def test_the_ideal_step_time_from_sorted_times_equals_the_direct_one():
     for n in (1, 2, 3, 4, 5):  # odd and even counts, the MAD's two middle values
         x = np.sort(rng.lognormal(0, 1, n))
         assert ideal_of_sorted(x) == pytest.approx(ideal_step_time(x), rel=1e-12)
+
+
+
+def test_steps_run_again_and_final_within_one_update_replace_their_earlier_times():
+    """A restart from a checkpoint 100 steps back, the new attempt's steps
+    arriving in one batch: the replayed steps are final at once (folded
+    straight into the kept base, never provisional); their new times must
+    replace the first run's, in the ideal step time too (the first run's
+    would give 1.1 s)."""
+    first, second, t = [EventRecord(RUN, int(Kind.JOB_START), 0.0)], [], 5.0
+    for step in range(300):  # 1 s and 1.2 s steps in turn
+        first.append(EventRecord(RUN, int(Kind.STEP_START), t, step))
+        t += 1.0 + 0.2 * (step % 2)
+    t += 20.0
+    second.append(EventRecord(RUN, int(Kind.JOB_START), t))
+    t += 5.0
+    for step in range(200, 500):  # steps 200-299 again, now 1.15 s each
+        second.append(EventRecord(RUN, int(Kind.STEP_START), t, step))
+        t += 1.15 if step < 300 else 1.0 + 0.2 * (step % 2)
+    calc = Calculator(RUN)
+    for i in range(0, len(first), 7):  # the first attempt a little at a time
+        calc.add(first[i:i + 7])
+        calc.step_stats()
+    calc.add(second)
+    got = calc.step_stats()
+    assert got.times_dict()[250] == pytest.approx(1.15)  # the latest run counts
+    # 200 steps of 1 s, 100 of 1.15 s, 199 of 1.2 s (step 499 has no end): median
+    # 1.15 s, MAD 0.05 s, none above median + 3 MAD
+    assert got.ideal_step_time == pytest.approx((200 * 1.0 + 100 * 1.15 + 199 * 1.2) / 499)
+    full_steps, full_times = step_times(calc._tl)
+    np.testing.assert_array_equal(got.step_times, full_times)
+    assert got.ideal_step_time == pytest.approx(ideal_step_time(full_times), rel=1e-12)
+
+
+def test_an_update_recomputes_the_new_steps_not_the_attempt(monkeypatch):
+    """One long attempt (a run without restarts is one segment row): after 10
+    new steps, an update recomputes about those and the freeze lag's steps,
+    whether 2,000 or 20,000 steps came before (counted, not timed)."""
+    import goodput_core.queries.step_stats as step_stats_module
+    from goodput_core.timeline.spans import FREEZE_LAG_STEPS
+
+    recomputed = []
+    entries = step_stats_module._entries
+
+    def counting(timeline, lo, first_row):
+        out = entries(timeline, lo, first_row)
+        recomputed.append(len(out[0]))
+        return out
+
+    monkeypatch.setattr(step_stats_module, "_entries", counting)
+    for history in (2_000, 20_000):
+        calc = Calculator(RUN)
+        calc.add([EventRecord(RUN, int(Kind.JOB_START), 0.0)]
+                 + [EventRecord(RUN, int(Kind.STEP_START), 1.0 + k, k) for k in range(history)])
+        calc.step_stats()
+        for more in range(3):
+            first = history + 10 * more
+            calc.add([EventRecord(RUN, int(Kind.STEP_START), 1.0 + k, k)
+                      for k in range(first, first + 10)])
+            recomputed.clear()
+            calc.step_stats()
+            assert recomputed and max(recomputed) <= 10 + FREEZE_LAG_STEPS + 2
+        full_steps, full_times = step_times(calc._tl)
+        np.testing.assert_array_equal(calc.step_stats().step_times, full_times)

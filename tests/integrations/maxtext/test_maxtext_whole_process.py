@@ -176,6 +176,12 @@ def test_a_fork_process_is_accounted_for_from_start_to_exit(tmp_path):
 
 def test_a_later_job_start_cancels_the_watcher(tmp_path, monkeypatch):
     monkeypatch.setattr(whole_process, "_head_taken", True)
+    # The watcher is this process's child: once cancelled it may exit (a zombie,
+    # no cmdline in /proc) before a scan of /proc, so it is held by its Popen.
+    watchers = []
+    watch = whole_process._watch
+    monkeypatch.setattr(whole_process, "_watch",
+                        lambda *a: watchers.append(watch(*a)) or watchers[-1])
     store = f"sqlite:///{tmp_path / 'cancel.sqlite'}"
     rec = Recorder("cancelled", store)  # real time: the watcher path
     whole_process.track(rec, process_start=time.time() - 10)
@@ -183,7 +189,8 @@ def test_a_later_job_start_cancels_the_watcher(tmp_path, monkeypatch):
     rec.record_job_end_time()  # starts the watcher
     rec.record_job_start_time()  # a second attempt in this process: no tail
     assert rec.close(30)
-    assert _wait_for_watcher("cancelled") == 1
+    assert len(watchers) == 1 and watchers[0] is not None
+    assert watchers[0].wait(60) == 0  # it ended on "cancel", having recorded nothing
     calc = Calculator("cancelled", store)
     calc.refresh()
     assert calc.cumulative().custom_badput_percent == {}
