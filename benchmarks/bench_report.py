@@ -14,7 +14,17 @@ compaction on. Then each command runs as a real process, as a user runs it
 * ``timeline -o .png`` and ``.html``, ``monitor --once``, ``events`` (to
   /dev/null) and ``export``: time and peak RSS;
 * the compat ``GoodputCalculator`` over a duck-typed ``cloud_logger`` holding
-  the same events as reference payloads: cold ``get_job_goodput(True)``.
+  the same events as reference payloads: cold ``get_job_goodput(True)``;
+* P11, the columnar engine: the same run read from the store as numpy pages
+  (``read_columns``, the pages ``goodput report`` reads), held in memory, then
+  a fresh ``Calculator`` pulls them (``pull`` + ``cumulative()`` +
+  ``step_stats()``): the engine ``report`` runs, without the file reads and
+  the process start. Printed as events/s, next to the in-memory engine's
+  (``EventRecord`` objects).
+
+The P11 figures (1 M and 10 M events, one line)::
+
+    python benchmarks/bench_report.py --events 1000000 10000000 --repeats 3 --p11
 
     python benchmarks/bench_report.py [--events N ...] [--repeats R] [--dir DIR]
 
@@ -37,7 +47,10 @@ import time
 
 from _machine import machine, median
 from bench_calculator import RUN, stream
-from goodput_core.queries.calculator import Calculator
+import numpy as np
+
+from goodput_core.queries.calculator import _PAGE, Calculator
+from goodput_core.stores.columns import EventPage
 from goodput_core.stores.sqlite import SqliteStore
 
 _BATCH = 10_000
@@ -77,6 +90,47 @@ def run_cli(*argv: str, stdout=subprocess.DEVNULL):
     if proc.returncode != 0:
         raise SystemExit(f"goodput {' '.join(argv)} failed: {err}")
     return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
+
+
+class PageSource:
+    """A store stand-in that hands out pages already read (``read_columns``),
+    so that ``Calculator.pull`` times the engine alone."""
+
+    def __init__(self, pages):
+        self.pages = pages
+
+    def read_columns(self, run, since=None, limit=None):
+        i = 0 if since is None else since
+        if i >= len(self.pages):
+            return EventPage.empty(run), i
+        return self.pages[i], i + 1
+
+
+def columnar_engine(path: str, n: int, repeats: int):
+    """Seconds of a fresh Calculator over the run's store pages held in memory
+    (and the number of events: the workload's stream stops at a step's end,
+    within a few events of ``n``)."""
+    store = SqliteStore(path, readonly=True)
+    pages, cursor = [], None
+    while True:
+        page, cursor = store.read_columns(RUN, since=cursor, limit=_PAGE)
+        pages.append(page)
+        if len(page) < _PAGE:
+            break
+    store.close()
+    now = float(np.nanmax(pages[-1].time)) + 1.0
+    times, cpu = [], []
+    for _ in range(repeats):
+        gc.collect()
+        t0, c0 = time.perf_counter(), time.process_time()
+        calc = Calculator(RUN, clock=lambda: now)
+        calc.pull(PageSource(pages))
+        calc.cumulative()
+        calc.step_stats()
+        times.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
+        del calc
+    return times, cpu, sum(map(len, pages))
 
 
 def engine_alone(n: int, repeats: int):
@@ -132,7 +186,7 @@ def compat_cold(events, repeats: int):
     return times, cpu, goodput
 
 
-def bench_size(n: int, directory: str, repeats: int, engine_max: int) -> None:
+def bench_size(n: int, directory: str, repeats: int, engine_max: int, p11: bool) -> None:
     path = os.path.join(directory, f"report-{n}.sqlite")
     if not os.path.exists(path):
         rate = build_store(path, n)
@@ -143,7 +197,20 @@ def bench_size(n: int, directory: str, repeats: int, engine_max: int) -> None:
     rep = [run_cli("report", RUN, "--store", path) for _ in range(repeats)]
     wall, cpu, rss = (median([r[i] for r in rep]) for i in range(3))
     print(f"[{n:,}] goodput report: wall {wall:.3f} s (min {min(r[0] for r in rep):.3f}), "
-          f"CPU {cpu:.3f} s, peak RSS {rss:.0f} MiB (max {max(r[2] for r in rep):.0f})")
+          f"CPU {cpu:.3f} s, peak RSS {rss:.0f} MiB (max {max(r[2] for r in rep):.0f})"
+          "   [P11: 1 M <= 0.35 s; 10 M <= 2.5 s, <= 300 MiB]")
+    if p11:  # the columnar engine (what report runs), then the in-memory one
+        col, col_cpu, read = columnar_engine(path, n, repeats)
+        print(f"[{n:,}] columnar engine (store pages in memory): wall {median(col):.3f} s "
+              f"(min {min(col):.3f}), CPU {median(col_cpu):.3f} s, "
+              f"{read / median(col):,.0f} events/s   [P11 >= 5,000,000]")
+        if n <= engine_max:
+            eng, eng_cpu, events = engine_alone(n, repeats)
+            print(f"[{n:,}] engine alone in memory (EventRecords): wall {median(eng):.3f} s "
+                  f"(min {min(eng):.3f}), CPU {median(eng_cpu):.3f} s, "
+                  f"{len(events) / median(eng):,.0f} events/s   [P11 >= 5,000,000]; "
+                  f"report / columnar engine (wall) {wall / median(col):.2f}")
+        return
     with tempfile.TemporaryDirectory() as out:
         for argv in (("timeline", RUN, "--store", path, "-o", os.path.join(out, "t.png")),
                      ("timeline", RUN, "--store", path, "-o", os.path.join(out, "t.html")),
@@ -174,16 +241,18 @@ def main():
     ap.add_argument("--engine-max", type=int, default=2_000_000,
                     help="largest size for the in-memory engine and compat figures")
     ap.add_argument("--dir", default=None, help="where stores are kept (default: a temp dir)")
+    ap.add_argument("--p11", action="store_true",
+                    help="only the P11 figures: report, columnar and in-memory engines")
     args = ap.parse_args()
     print(machine(), "load average", " ".join(f"{x:.1f}" for x in os.getloadavg()))
     if args.dir:
         os.makedirs(args.dir, exist_ok=True)
         for n in args.events:
-            bench_size(n, args.dir, args.repeats, args.engine_max)
+            bench_size(n, args.dir, args.repeats, args.engine_max, args.p11)
         return
     with tempfile.TemporaryDirectory() as d:
         for n in args.events:
-            bench_size(n, d, args.repeats, args.engine_max)
+            bench_size(n, d, args.repeats, args.engine_max, args.p11)
 
 
 if __name__ == "__main__":

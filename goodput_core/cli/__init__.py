@@ -88,7 +88,10 @@ def _silence_stdout() -> None:
         pass
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
+    """The parser of every command; ``only``: a command name, whose module
+    alone is imported to declare its arguments (the others' modules are not
+    imported: ``goodput report`` pays for no other command's imports)."""
     parser = _Parser(
         prog="goodput", description="Measure the goodput of ML training jobs.")
     from goodput_core import __version__
@@ -98,8 +101,15 @@ def build_parser() -> argparse.ArgumentParser:
     for name, (module, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
         p.set_defaults(_module=module)
-        _load(module).add_arguments(p)
+        if only is None or only == name:
+            _load(module).add_arguments(p)
     return parser
+
+
+def _command_of(argv: List[str]) -> str:
+    """The command named by ``argv``: its first word that is not an option
+    (the top-level options take no value), or '' for none."""
+    return next((a for a in argv if not a.startswith("-")), "")
 
 
 def _load(module: str):
@@ -108,7 +118,8 @@ def _load(module: str):
 
 def main(argv: Optional[List[str]] = None) -> int:
     """Runs the command line; returns the exit code."""
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(_command_of(argv))
     args = parser.parse_args(argv)
     if not getattr(args, "command", None):
         parser.print_help()

@@ -30,6 +30,17 @@ def _has_writer(e: Any) -> bool:
     return bool(e[6]) or e[7] != 0 or e[5] != 0
 
 
+def _any_writer_field(records: Sequence[Any]) -> bool:
+    """False when no record has a host, pid or process index (truthy), which
+    is what :meth:`ManyWriters.note_records` looks for: three C-speed passes
+    that build no tuple per record (True, to look closer, on odd records)."""
+    try:
+        return any(map(itemgetter(6), records)) or any(map(itemgetter(7), records)) or \
+            any(map(itemgetter(5), records))
+    except (TypeError, IndexError, KeyError):
+        return True
+
+
 class ManyWriters:
     """Detects a second writer; then holds the run's events and builds timelines.
 
@@ -61,6 +72,8 @@ class ManyWriters:
         ones with writer metadata (events given to ``Calculator.add`` cannot
         be read again)."""
         if self.active:
+            return False
+        if not _any_writer_field(records):
             return False
         # one C-speed pass: the distinct (run, host, pid, index) of the batch
         try:

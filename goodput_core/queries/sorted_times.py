@@ -40,8 +40,10 @@ class SortedTimes:
         grew = len(steps) >= m and (not m or (
             steps[m - 1] == self._steps[-1]
             and int(np.searchsorted(steps, self._steps[-1], side="right")) == m))
-        if not grew or np.isnan(times[m:]).any():
-            self.sorted = np.sort(times)  # a step appeared before others (rare): afresh
+        if not m or not grew or np.isnan(times[m:]).any():
+            # the first update (what the merge below would give, with fewer
+            # temporaries), or a step appeared before others (rare): afresh
+            self.sorted = np.sort(times)
         else:
             if touched is None:
                 changed = np.flatnonzero(times[:m] != self._times[:m])

@@ -91,17 +91,30 @@ def _entries(timeline, lo: int, first_row: int) -> tuple:
     if not len(seg) or n < 1:
         return np.empty(0, np.int64), np.empty(0), np.empty(0), np.empty(0, np.int64)
     # inside[i]: step i and step i+1 are consecutive starts of one segment
-    mark = np.zeros(n + 1 - lo, np.int64)
+    # (int32 counts: segments never overlap by 2**31)
+    mark = np.zeros(n + 1 - lo, np.int32)
     i0, i1 = seg["i0"], seg["i1"]
     keep = i1 > lo  # segments with a pair at or after lo
     np.add.at(mark, np.maximum(i0[keep], lo) - lo, 1)
     np.add.at(mark, i1[keep] - lo, -1)
-    inside = np.cumsum(mark)[: max(n - 1 - lo, 0)] > 0
-    i = lo + np.flatnonzero(inside)
+    inside = np.cumsum(mark, dtype=np.int32)[: max(n - 1 - lo, 0)] > 0
+    del mark
+    i = np.flatnonzero(inside)
+    del inside
+    i += lo
     steps = s[i]
-    times = (t[i + 1] - t[i]) / (s[i + 1] - s[i])
+    # (t[i + 1] - t[i]) / (s[i + 1] - s[i]), the same operations in place:
+    # at millions of steps each temporary is tens of MiB
+    times = t[i + 1]
+    times -= t[i]
+    span = s[i + 1]
+    span -= steps
+    np.true_divide(times, span, out=times)
+    del span
     when = t[i]
     last = seg["close_kind"][first_row:] == CLOSE_STEP_END
+    if not last.any():
+        return steps, times, when, i
     li = i1[first_row:][last]
     steps = np.concatenate((steps, s[li]))
     times = np.concatenate((times, seg["close"][first_row:][last] - t[li]))
@@ -110,21 +123,55 @@ def _entries(timeline, lo: int, first_row: int) -> tuple:
 
 
 def _latest(steps: np.ndarray, times: np.ndarray, when: np.ndarray) -> tuple:
-    """(unique steps, the time of each one's latest run)."""
-    order = np.argsort(when, kind="stable")
-    steps, times = steps[order][::-1], times[order][::-1]
-    uniq, first = np.unique(steps, return_index=True)  # first in reverse = latest run
+    """(unique steps, the time of each one's latest run). The arguments are
+    the caller's temporaries: they may be returned as they are."""
+    if _increasing(when, strict=False):
+        # the stable sort below would not move anything; with every step run
+        # once, in order (no restart re-ran one), the unique steps are the steps
+        if _increasing(steps, strict=True):
+            return steps, times
+        steps, times = steps[::-1], times[::-1]
+    else:
+        order = np.argsort(when, kind="stable")
+        steps, times = steps[order][::-1], times[order][::-1]
+        del order
+    uniq, first = _first_of_each(steps)  # first in reverse = latest run
     return uniq, times[first]
+
+
+def _first_of_each(a: np.ndarray) -> tuple:
+    """``numpy.unique(a, return_index=True)`` (the same stable sort), with a
+    third fewer temporaries: at millions of steps each is tens of MiB."""
+    perm = np.argsort(a, kind="stable")
+    aux = a[perm]
+    new = np.empty(len(aux), bool)
+    new[:1] = True
+    np.not_equal(aux[1:], aux[:-1], out=new[1:])
+    uniq = aux[new]
+    del aux
+    return uniq, perm[new]
+
+
+def _increasing(a: np.ndarray, strict: bool) -> bool:
+    if len(a) < 2:
+        return True
+    return bool((a[1:] > a[:-1]).all() if strict else (a[1:] >= a[:-1]).all())
 
 
 def _override(steps: np.ndarray, times: np.ndarray, new_steps: np.ndarray,
               new_times: np.ndarray) -> tuple:
     """``(steps, times)`` (unique, sorted) with the later runs ``new_*`` (unique,
-    sorted) replacing or added: O(n) copies, no sort while steps only grow."""
+    sorted; temporaries of the caller, which the result may be) replacing or
+    added: O(n) copies, no sort while steps only grow."""
     if not len(new_steps):
         return steps, times
-    if not len(steps) or new_steps[0] > steps[-1]:  # a run going on
+    if not len(steps):
+        return new_steps, new_times  # (the caller's temporaries: no copy)
+    if new_steps[0] > steps[-1]:  # a run going on
         return np.concatenate((steps, new_steps)), np.concatenate((times, new_times))
+    if len(new_steps) >= len(steps) and np.array_equal(new_steps[:len(steps)], steps):
+        # every step replaced, later ones added (a first update): no index arrays
+        return new_steps, new_times
     pos = np.searchsorted(steps, new_steps)
     hit = pos < len(steps)
     hit[hit] = steps[pos[hit]] == new_steps[hit]
@@ -192,9 +239,15 @@ class StepTimes:
             # spans from starts before lo are final (rows are ordered and
             # disjoint: a row's last start is before the next row's first)
             final = start < lo
+            del start  # (tens of MiB at millions of steps: not held through the sorts)
+            k = int(final.sum())
+            if final[:k].all():  # a prefix (no step ends): views, not copies
+                final, tail = slice(0, k), slice(k, None)
+            else:
+                tail = ~final  # the final ones go to the base now
             fin_steps, fin_times = _latest(steps[final], times[final], when[final])
+            del final
             self._lo, self._row = lo, row
-            tail = ~final  # the final ones go to the base now
         tail_steps, tail_times = _latest(steps[tail], times[tail], when[tail])
         base = self._steps
         if _follows(base, fin_steps) and _follows(fin_steps if len(fin_steps) else base,

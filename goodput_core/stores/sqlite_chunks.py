@@ -101,17 +101,25 @@ class Raw:
         return Raw(cols, extra, corrupt)
 
     # ----------------------------------------------------------- conversions
-    def parsed_extras(self) -> Tuple[Dict[int, Dict[str, Any]], np.ndarray]:
+    def parsed_extras(self, share: bool = False) -> Tuple[Dict[int, Dict[str, Any]], np.ndarray]:
         """``({index: extra dict}, keep mask)``: an extra that is not a JSON
-        object makes its row corrupt (counted, and False in the mask)."""
+        object makes its row corrupt (counted, and False in the mask).
+        ``share``: rows with the same text get the same dict, parsed once
+        (for the engine, which only reads them: a run repeats a few custom
+        badput types thousands of times)."""
         out: Dict[int, Dict[str, Any]] = {}
         keep = np.ones(len(self), bool)
         loads = json.loads
+        parsed: Dict[str, Any] = {}
         for i, text in self.extra.items():
-            try:
-                value = loads(text)
-            except (ValueError, RecursionError):
-                value = None
+            value = parsed.get(text) if share else None
+            if value is None:
+                try:
+                    value = loads(text)
+                except (ValueError, RecursionError):
+                    value = None
+                if share:
+                    parsed[text] = value
             if isinstance(value, dict):
                 out[i] = value
             else:
@@ -120,8 +128,9 @@ class Raw:
         return out, keep
 
     def page(self, run: str) -> EventPage:
-        """The columns the engine reads (corrupt extras dropped and counted)."""
-        extra, keep = self.parsed_extras()
+        """The columns the engine reads (corrupt extras dropped and counted;
+        rows with the same extra text share its parsed dict)."""
+        extra, keep = self.parsed_extras(share=True)
         has_step = self.has_step.astype(bool)
         if not keep.all():
             where = np.cumsum(keep) - 1

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import collections
 import math
-from operator import itemgetter
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 import numpy as np
@@ -37,6 +36,7 @@ from goodput_core.events import (
     orbax_span_keys,
 )
 from goodput_core.stores.columns import EventPage
+from goodput_core.timeline.batch_columns import columns_of_records, keyed_rows, record_extras
 from goodput_core.timeline.table import DTYPES as _DTYPES
 from goodput_core.timeline.table import Table
 
@@ -91,7 +91,6 @@ _ELASTIC_KINDS = {int(Kind.ELASTIC_SLICE_COUNTS), int(Kind.ELASTIC_WAIT_START),
 _LUT_SIZE = 256
 _VECTOR_LUT = np.zeros(_LUT_SIZE, bool)
 _VECTOR_LUT[sorted(_VECTOR_KINDS)] = True
-_INT_TYPES = {int, Kind}  # exact types: bools are not kinds
 NO_STEP = -1  # metric recorded without a step number
 ORBAX_SAVE, ORBAX_RESTORE = 0, 1
 
@@ -156,9 +155,11 @@ class EventTables:
         self.order += len(events)
         rest: Iterable[int] = range(len(events))
         if len(events) >= 256:
-            columns = _columns_of(events, run)
+            columns = columns_of_records(events, run)
             if columns is not None:
                 rest = self._route(*columns, base, arrays)
+                rest = self._route_keyed(columns[0], columns[1], rest, record_extras(events),
+                                         base, arrays)
         side0 = self._side_stored
         for i in rest:
             self._add_one(events[i], run, base + i, rows)
@@ -182,6 +183,9 @@ class EventTables:
         is_step = (page.kind == Kind.STEP_START) | (page.kind == Kind.STEP_END)
         rest = self._route(page.kind, page.time, page.step, ~is_step | page.has_step, base,
                            arrays)
+        get = page.extra.get
+        rest = self._route_keyed(page.kind, page.time, rest, lambda i: (True, get(i)), base,
+                                 arrays)
         side0 = self._side_stored
         for i in rest:
             self._add_one(page.record(i), None, base + i, rows)
@@ -242,6 +246,22 @@ class EventTables:
             cols["t"].append(t[idx])
             cols["o"].append(base + idx)
         return np.flatnonzero(~fast & ~bad_t).tolist()
+
+    def _route_keyed(self, k: np.ndarray, t: np.ndarray, rest: List[int], extra_of, base: int,
+                     arrays) -> List[int]:
+        """Routes the usable custom badput and elastic wait rows among ``rest``
+        into ``arrays`` (:func:`keyed_rows`); returns the rows still left."""
+        rest, routed = keyed_rows(k, t, rest, MAX_ABS_TIME, extra_of, self.code)
+        for name, (idx, ends, keys) in routed.items():
+            idx = np.asarray(idx, np.int64)
+            cols = arrays[name]
+            cols["e"].append(np.asarray(ends, np.int8))
+            cols["key"].append(np.asarray(keys, np.int32))
+            cols["t"].append(t[idx])
+            cols["o"].append(base + idx)
+            if name == "wait":
+                self.elastic_seen = True
+        return rest
 
     def _add_one(self, ev: Any, run, order: int, rows) -> None:
         """Validates one event; stores it in ``rows`` or counts why not."""
@@ -441,35 +461,6 @@ class EventTables:
 def _buckets():
     """name -> column -> list of values or arrays, created on first use."""
     return collections.defaultdict(lambda: collections.defaultdict(list))
-
-
-def _columns_of(events: List[Any], run):
-    """(kinds, times, steps, step_ok) arrays of a batch of records, or None
-    when its kinds or times have odd types or it mixes runs (then every event
-    takes the per-event path)."""
-    try:
-        kinds = list(map(itemgetter(1), events))
-        times = list(map(itemgetter(2), events))
-        if not set(map(type, kinds)) <= _INT_TYPES or not set(map(type, times)) <= {float, int}:
-            return None
-        if run is not None and set(map(itemgetter(0), events)) != {run}:
-            return None
-        k = np.array(kinds, np.int64)
-        t = np.array(times, np.float64)
-    except (TypeError, IndexError, KeyError, OverflowError, ValueError):
-        return None
-    step_all = np.zeros(len(events), np.int64)
-    step_ok = np.ones(len(events), bool)
-    step_idx = np.flatnonzero((k == Kind.STEP_START) | (k == Kind.STEP_END))
-    if len(step_idx):
-        raw = [events[i][3] for i in step_idx.tolist()]
-        try:
-            if set(map(type, raw)) != {int}:
-                raise TypeError
-            step_all[step_idx] = np.array(raw, np.int64)
-        except (TypeError, OverflowError, ValueError, IndexError):
-            step_ok[step_idx] = False  # odd step values: the per-event path judges them
-    return k, t, step_all, step_ok
 
 
 def _route(kind: int) -> Tuple[str, Optional[int]]:

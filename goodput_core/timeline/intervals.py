@@ -21,6 +21,7 @@ __all__ = ["Growable", "IntervalList", "union", "complement", "split_by_regions"
 
 _GROWTH = 1.25  # small growth factor: long-running monitors hold these for days
 _EMPTY = np.empty(0)
+_SPLIT_BLOCK = 1 << 19  # intervals classified at once by split_by_regions
 
 
 class Growable:
@@ -178,20 +179,37 @@ class IntervalList:
 def union(starts, ends) -> Tuple[np.ndarray, np.ndarray]:
     """Merges intervals into sorted disjoint ones (empty intervals dropped)."""
     s = np.asarray(starts, np.float64)
-    e = np.asarray(ends, np.float64)
+    return _union(s, np.asarray(ends, np.float64), owned=s is not starts)
+
+
+def _union(s: np.ndarray, e: np.ndarray, owned: bool) -> Tuple[np.ndarray, np.ndarray]:
+    """:func:`union`; ``owned``: ``s`` is a temporary the result may be."""
+    given = not owned  # the caller's array: never returned as it is
     keep = e > s
-    s, e = s[keep], e[keep]
+    if not keep.all():
+        s, e, given = s[keep], e[keep], False
+    del keep
     if not len(s):
         return _EMPTY, _EMPTY
-    order = np.argsort(s, kind="stable")
-    s, e = s[order], e[order]
+    if not _nondecreasing(s):  # a stable sort of sorted starts changes nothing: skipped
+        order = np.argsort(s, kind="stable")
+        s, e, given = s[order], e[order], False
+        del order
     reach = np.maximum.accumulate(e)
     new = np.empty(len(s), bool)
     new[0] = True
-    new[1:] = s[1:] > reach[:-1]
-    first = np.flatnonzero(new)
-    last = np.append(first[1:] - 1, len(s) - 1)
-    return s[first], reach[last]
+    np.greater(s[1:], reach[:-1], out=new[1:])
+    if new.all():  # already disjoint (loads inside steps, pieces of a paint)
+        return (s.copy() if given else s), reach
+    # masks rather than index arrays: the same elements, an eighth of the memory
+    last = np.empty(len(s), bool)
+    last[:-1] = new[1:]
+    last[-1] = True
+    return s[new], reach[last]
+
+
+def _nondecreasing(a: np.ndarray) -> bool:
+    return bool((a[1:] >= a[:-1]).all()) if len(a) > 1 else True
 
 
 def complement(a: float, b: float, starts, ends) -> Tuple[np.ndarray, np.ndarray]:
@@ -216,36 +234,54 @@ def split_by_regions(s, e, rs, re):
     """
     s = np.asarray(s, np.float64)
     e = np.asarray(e, np.float64)
-    keep = e > s
-    s, e = s[keep], e[keep]
     if not len(rs):
         os_, oe = union(s, e)
         return _EMPTY, _EMPTY, os_, oe
-    k = np.searchsorted(rs, s, side="right") - 1
-    kk = np.maximum(k, 0)
-    inside = (k >= 0) & (e <= re[kk])
-    # wholly outside: starts after region k ends (or before the first) and
-    # ends before the next region starts
-    nxt = np.minimum(k + 1, len(rs) - 1)
-    next_start = np.where(k + 1 < len(rs), rs[nxt], np.inf)
-    outside = ((k < 0) | (s >= re[kk])) & (e <= next_start)
-    mixed = ~(inside | outside)
-    in_s, in_e = [s[inside]], [e[inside]]
-    out_s, out_e = [s[outside]], [e[outside]]
-    if mixed.any():
-        ms, me = union(s[mixed], e[mixed])
-        for a, b in zip(ms.tolist(), me.tolist()):  # rare: loads across a step region edge
-            lo = int(np.searchsorted(re, a, side="right"))
-            hi = int(np.searchsorted(rs, b, side="left"))
-            cs, ce = np.maximum(rs[lo:hi], a), np.minimum(re[lo:hi], b)
-            in_s.append(cs)
-            in_e.append(ce)
-            gs, ge = complement(a, b, cs, ce)
-            out_s.append(gs)
-            out_e.append(ge)
-    is_, ie = union(np.concatenate(in_s), np.concatenate(in_e))
-    os_, oe = union(np.concatenate(out_s), np.concatenate(out_e))
+    in_s, in_e, out_s, out_e, mixed_s, mixed_e = [], [], [], [], [], []
+    # Each interval is classified on its own: in blocks, so that the
+    # temporaries stay small on runs of millions of loads.
+    for lo in range(0, len(s), _SPLIT_BLOCK):
+        bs, be = s[lo:lo + _SPLIT_BLOCK], e[lo:lo + _SPLIT_BLOCK]
+        keep = be > bs
+        if not keep.all():
+            bs, be = bs[keep], be[keep]
+        k = np.searchsorted(rs, bs, side="right") - 1
+        kk = np.maximum(k, 0)
+        rek = re[kk]
+        inside = (k >= 0) & (be <= rek)
+        # wholly outside: starts after region k ends (or before the first) and
+        # ends before the next region starts
+        nxt = np.minimum(k + 1, len(rs) - 1)
+        next_start = np.where(k + 1 < len(rs), rs[nxt], np.inf)
+        outside = ((k < 0) | (bs >= rek)) & (be <= next_start)
+        mixed = ~(inside | outside)
+        in_s.append(bs[inside])
+        in_e.append(be[inside])
+        out_s.append(bs[outside])
+        out_e.append(be[outside])
+        mixed_s.append(bs[mixed])
+        mixed_e.append(be[mixed])
+    ms, me = _union(_joined(mixed_s), _joined(mixed_e), owned=True)
+    for a, b in zip(ms.tolist(), me.tolist()):  # rare: loads across a step region edge
+        lo = int(np.searchsorted(re, a, side="right"))
+        hi = int(np.searchsorted(rs, b, side="left"))
+        cs, ce = np.maximum(rs[lo:hi], a), np.minimum(re[lo:hi], b)
+        in_s.append(cs)
+        in_e.append(ce)
+        gs, ge = complement(a, b, cs, ce)
+        out_s.append(gs)
+        out_e.append(ge)
+    is_, ie = _union(_joined(in_s), _joined(in_e), owned=True)
+    os_, oe = _union(_joined(out_s), _joined(out_e), owned=True)
     return is_, ie, os_, oe
+
+
+def _joined(parts: List[np.ndarray]) -> np.ndarray:
+    """The parts one after the other (one part: itself, no copy; the parts
+    here are temporaries of their caller)."""
+    if len(parts) < 2:
+        return parts[0] if parts else _EMPTY
+    return np.concatenate(parts)
 
 
 def paint(levels: Sequence[Tuple[np.ndarray, np.ndarray, np.ndarray]], lo: float):
