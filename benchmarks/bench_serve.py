@@ -56,9 +56,12 @@ def _rss_mib(pid: int) -> float:
 
 
 class Server:
+    """A ``goodput serve`` process over a SQLite file (a path) or a store URL."""
+
     def __init__(self, path: str):
+        store = path if "://" in path else f"sqlite:///{path}"
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "goodput_core.cli", "serve", "--store", f"sqlite:///{path}",
+            [sys.executable, "-m", "goodput_core.cli", "serve", "--store", store,
              "--port", "0"], stdout=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
         line = self.proc.stdout.readline()
         self.url = re.search(r"on (http://\S+/)", line).group(1)

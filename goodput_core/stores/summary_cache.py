@@ -4,7 +4,8 @@ One SQLite file per user, ``$XDG_CACHE_HOME/goodput/summaries.sqlite``
 (``~/.cache/goodput/...``; ``GOODPUT_SUMMARY_CACHE`` names another file, or
 ``off`` turns the cache off), created 0600 in a 0700 directory. Rows are
 keyed by (store URL, run) and hold the version of the run they reflect; the
-reader decides whether a row is still good. Every failure of the cache (a
+reader decides whether a row is still good. Notes keep what a store needs
+between listings besides summaries (Cloud Logging: its index of the log). Every failure of the cache (a
 read-only home, a corrupt file, a lock held too long) makes it answer nothing
 and take nothing: a listing is then computed without it, never broken by it.
 """
@@ -16,7 +17,7 @@ import logging
 import os
 import sqlite3
 import threading
-from typing import Any, Dict, Iterable, List, Optional
+from typing import Any, Callable, Dict, Iterable, List, Optional
 
 __all__ = ["SummaryCache", "default_path"]
 
@@ -25,6 +26,9 @@ _ENV = "GOODPUT_SUMMARY_CACHE"
 _SCHEMA = ("CREATE TABLE IF NOT EXISTS summaries (store TEXT NOT NULL, run TEXT NOT NULL,"
            " format INTEGER NOT NULL, version TEXT NOT NULL, summary TEXT NOT NULL,"
            " PRIMARY KEY (store, run))")
+# what a store keeps between listings besides summaries (Cloud Logging: its log index)
+_NOTES = ("CREATE TABLE IF NOT EXISTS notes (store TEXT NOT NULL, key TEXT NOT NULL,"
+          " value TEXT NOT NULL, PRIMARY KEY (store, key))")
 _CHUNK = 500  # runs per IN (...) query (SQLite's variable limit is far above)
 
 
@@ -72,6 +76,7 @@ class SummaryCache:
                     raise OSError(f"{self.path} is a symbolic link")
                 conn = sqlite3.connect(self.path, timeout=2.0, check_same_thread=False)
                 conn.execute(_SCHEMA)
+                conn.execute(_NOTES)
                 conn.commit()
                 self._conn = conn
             except (OSError, sqlite3.Error) as exc:
@@ -106,18 +111,40 @@ class SummaryCache:
 
     def put(self, store: str, fmt: int, summaries: List[Dict[str, Any]]) -> None:
         """Keeps ``summaries`` (dicts with ``run`` and ``version``) for ``store``."""
+        self._write("INSERT OR REPLACE INTO summaries VALUES (?, ?, ?, ?, ?)",
+                    lambda: [(store, d["run"], fmt, json.dumps(d["version"]), json.dumps(d))
+                             for d in summaries])
+
+    def _write(self, sql: str, rows: Callable[[], List[tuple]]) -> None:
+        """Runs ``sql`` over ``rows()`` in one transaction (a failure is logged only)."""
         with self._lock:
             conn = self._connect()
             if conn is None:
                 return
             try:
                 with conn:
-                    conn.executemany(
-                        "INSERT OR REPLACE INTO summaries VALUES (?, ?, ?, ?, ?)",
-                        [(store, d["run"], fmt, json.dumps(d["version"]), json.dumps(d))
-                         for d in summaries])
+                    conn.executemany(sql, rows())
             except (sqlite3.Error, ValueError, TypeError) as exc:
                 logger.debug("goodput: run-summary cache write failed: %s", exc)
+
+    def get_note(self, store: str, key: str) -> Any:
+        """The JSON value kept under ``key`` for ``store`` (None: none)."""
+        with self._lock:
+            conn = self._connect()
+            if conn is None:
+                return None
+            try:
+                row = conn.execute("SELECT value FROM notes WHERE store = ? AND key = ?",
+                                   (store, key)).fetchone()
+                return None if row is None else json.loads(row[0])
+            except (sqlite3.Error, ValueError) as exc:
+                logger.debug("goodput: run-summary cache read failed: %s", exc)
+                return None
+
+    def put_note(self, store: str, key: str, value: Any) -> None:
+        """Keeps a JSON ``value`` under ``key`` for ``store``."""
+        self._write("INSERT OR REPLACE INTO notes VALUES (?, ?, ?)",
+                    lambda: [(store, key, json.dumps(value))])
 
     def close(self) -> None:
         with self._lock:

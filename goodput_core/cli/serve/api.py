@@ -81,21 +81,22 @@ class Api:
 
     def runs(self, params: Dict[str, str]) -> Dict[str, Any]:
         group = params.get("group") or None
-        now = self.cache.clock()
+        # a big store: the rows not summarised within the budget come next time
+        deadline = time.monotonic() + self.budget_s
         rows, pending = [], 0
-        started = time.monotonic()
-        for name in reversed(self.cache.names()):  # the newest first: what users look at
-            row = None
-            if time.monotonic() - started > self.budget_s:  # a big store: the rest next time
-                row = self.cache.cached_summary(name)
-            else:
-                row = self.cache.summary(name, now)
-            if row is None:
+        for name, s in self.cache.summaries(self.cache.clock(), deadline):
+            if s is None:
                 pending += 1
-                row = {"run": name, "group": None, "state": None, "state_since": None,
-                       "goodput_percent": None, "total_seconds": None, "last_activity": None,
-                       "events": None, "sparkline": [], "pending": True}
-            rows.append(row)
+                rows.append({"run": name, "group": None, "state": None, "state_since": None,
+                             "goodput_percent": None, "total_seconds": None,
+                             "last_activity": None, "events": None, "sparkline": [],
+                             "pending": True})
+                continue
+            rows.append({"run": name, "group": s.group, "state": s.state,
+                         "state_since": s.state_since,
+                         "goodput_percent": s.goodput if s.total_seconds > 0 else None,
+                         "total_seconds": s.total_seconds, "last_activity": s.last_activity,
+                         "events": s.events, "sparkline": s.trend})
         if group is not None:
             rows = [r for r in rows if r["group"] == group]
         rows.sort(key=lambda r: -(r["last_activity"] or -math.inf))
@@ -175,8 +176,11 @@ class Api:
                 raise NotFound(str(exc)) from None
 
     def versions(self, run: Optional[str]) -> Any:
-        """What the live stream compares: the run's version; for the runs page, the
-        number of runs and the versions of the runs kept (open pages, running runs)."""
+        """What the live stream compares: the run's version; for the runs page, every
+        run's version in the store (any run with a new event, or a new run, changes
+        it; stores without versions: the number of runs) and the versions of the runs
+        kept (open pages, running runs: read anew where due)."""
         if run is not None:
             return self.cache.poll(run) if self.cache.exists(run) else None
-        return len(self.cache.names()), self.cache.cached_versions()
+        return (self.cache.store_versions() or len(self.cache.names()),
+                self.cache.cached_versions())

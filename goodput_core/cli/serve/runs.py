@@ -1,109 +1,70 @@
-"""The dashboard's view of a store: one incremental calculator per run, kept
-in a small LRU, and the few facts the runs page needs (state, last activity).
+"""The dashboard's view of a store: one incremental calculator per run looked
+at, kept in a small LRU, and the runs page's rows.
 
 Memory stays bounded: a calculator holds the run's compact numpy tables
 (no Python object per event), and at most ``max_runs`` of them are kept;
 a run pushed out is read again from the store when next asked for.
 Every store read happens under one lock: a store handle is shared by the
 server's threads, and readers queue rather than open a connection each.
+
+The runs page's rows are run summaries (:mod:`goodput_core.queries.summaries`),
+the same as ``goodput runs --summary``: an ended or stopped run whose version
+the store still reports comes from the summary cache; any other is computed,
+from its kept calculator where there is one (brought up to date first when
+its version moved), so a row is never stale.
 """
 
 from __future__ import annotations
 
 import collections
 import math
-import os
 import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-import numpy as np
+from goodput_core.queries.summaries import (STOPPED_AFTER_SECONDS, RunSummary, Summaries,
+                                            last_activity, state_of)
 
 __all__ = ["RunCache", "run_state", "last_activity", "STOPPED_AFTER_SECONDS"]
 
-#: A run whose last event is older than this reads as stopped: three heartbeat
-#: intervals (``GOODPUT_HEARTBEAT_SECONDS``, 10 s by default), as liveness is
-#: defined for stopped runs.
-STOPPED_AFTER_SECONDS = 3 * float(os.environ.get("GOODPUT_HEARTBEAT_SECONDS") or 10)
-# A run outside the calculator cache (more runs than max_runs) is summarised at
-# most this often (an ended run far less often: it rarely changes): the runs page
-# of a big store must not reread every run each time.
-_COLD_SUMMARY_SECONDS = 15.0
-_COLD_ENDED_SUMMARY_SECONDS = 300.0
-
-
-def last_activity(calc: Any) -> Optional[float]:
-    """The time of the run's latest event of any kind (None before any)."""
-    tl = calc.timeline
-    latest = -math.inf
-    for table in tl.tables.tables.values():
-        if len(table):
-            t = table["t"]
-            latest = max(latest, float(t[-1]))  # tables are kept sorted by time
-    for hang in tl.tables.hangs:
-        latest = max(latest, float(hang.get("detected") or -math.inf))
-    return latest if math.isfinite(latest) else None
-
 
 def run_state(calc: Any, now: float) -> Tuple[str, Optional[float]]:
-    """``(state, since)`` of a run: ``not started`` (no job start yet), ``running``,
-    ``stopped`` (its last attempt ended by a recorded disruption, or no sign of
-    life for :data:`STOPPED_AFTER_SECONDS`) or ``ended`` (a job end closes the
-    last attempt). ``since`` is when the state began where known.
-
-    The one place the dashboard decides liveness: where the calculator tells
-    a run's state (``Calculator.state``), that is used; this module's own rule
-    serves engines without it.
-    """
-    tl = calc.timeline
-    att = tl.attempts
-    if not len(att):
-        return "not started", None
-    told = getattr(calc, "state", None)
-    if callable(told):
-        st = told(now)
-        if st.state == "stopped":
-            return "stopped", st.stopped_at
-        if st.state == "ended":
-            return "ended", float(att.end[-1])
-        return str(st.state), float(att.start[-1])
-    if not np.isnan(att.end[-1]):
-        return "ended", float(att.end[-1])
-    last = last_activity(calc)
-    disruptions = tl.tables["disruption"]
-    if len(disruptions) and float(disruptions["t"][-1]) >= float(att.start[-1]) \
-            and last is not None and float(disruptions["t"][-1]) >= last:
-        return "stopped", float(disruptions["t"][-1])
-    if last is not None and now - last > STOPPED_AFTER_SECONDS:
-        return "stopped", last
-    return "running", float(att.start[-1])
+    """``(state, since)`` of a run: ``not started``, ``running``, ``stopped`` or
+    ``ended``, as its summary says it (:func:`goodput_core.queries.summaries.summarize`);
+    ``since`` is when the state began where known."""
+    return state_of(calc, now)[:2]
 
 
 class _Entry:
-    __slots__ = ("calc", "events", "read_at", "version", "views")
+    __slots__ = ("calc", "events", "read_at", "version", "store_version", "views")
 
     def __init__(self, calc: Any):
         self.calc = calc
         self.events = 0        # events read so far
         self.read_at = -math.inf
         self.version = 0       # bumped when new events arrive (caches key on it)
+        self.store_version: Any = None  # the store's run version read up to (at least)
         self.views: Dict[str, Any] = {}  # name -> (key, value): see Api._cached
 
 
 class RunCache:
     """Calculators of the runs being looked at, refreshed at most every
-    ``min_interval`` seconds each.
+    ``min_interval`` seconds each, and the runs page's summaries.
 
     Args:
       store: an open store (read only: nothing here writes).
       max_runs: how many runs' calculators are kept in memory.
-      min_interval: a run is read again at most this often (seconds).
+      min_interval: a run is read again at most this often (seconds), unless
+        the store says it changed.
       names_max_age: the store's list of runs is read again at most this often.
       clock: the time source (tests inject one).
+      summary_cache: the run-summary cache (default: the user's, as ``goodput
+        runs --summary`` reads it; None: none).
     """
 
     def __init__(self, store: Any, *, max_runs: int = 16, min_interval: float = 0.5,
-                 names_max_age: float = 1.0, clock: Callable[[], float] = time.time):
+                 names_max_age: float = 1.0, clock: Callable[[], float] = time.time,
+                 summary_cache: Any = "default"):
         self.store = store
         self.clock = clock
         self.max_runs = max(1, int(max_runs))
@@ -113,7 +74,9 @@ class RunCache:
         self.io = threading.RLock()  # one store reader at a time
         self._names: List[str] = []
         self._names_at = -math.inf
-        self._summaries: Dict[str, Tuple[int, float, Dict[str, Any]]] = {}
+        self._versions: Dict[str, Any] = {}
+        self._versions_at = -math.inf
+        self._summaries = Summaries(store, summary_cache)
 
     def names(self, max_age: Optional[float] = None) -> List[str]:
         """The store's run names, oldest first (read at most every ``max_age`` s;
@@ -125,6 +88,16 @@ class RunCache:
                 self._names_at = self.clock()
             return list(self._names)
 
+    def store_versions(self) -> Dict[str, Any]:
+        """Every run's version in the store (``{}``: it has none), read at most every
+        ``names_max_age`` s: what the runs page's live stream watches. The runs list
+        itself reads them anew at each request (:meth:`summaries`)."""
+        with self.io:
+            if self.clock() - self._versions_at >= self._names_max_age:
+                self._versions = self._summaries.versions()
+                self._versions_at = self.clock()
+            return self._versions
+
     def exists(self, run: str) -> bool:
         """True when the store holds an event of ``run`` (one cheap read, never the
         whole list of runs: an address typed wrong must not cost a Cloud Logging scan)."""
@@ -133,8 +106,9 @@ class RunCache:
         with self.io:
             return bool(self.store.read(run, limit=1)[0])
 
-    def get(self, run: str, *, fresh: bool = True) -> _Entry:
-        """The run's entry, its calculator brought up to date (see ``min_interval``)."""
+    def get(self, run: str, *, fresh: bool = True, store_version: Any = None) -> _Entry:
+        """The run's entry, its calculator brought up to date (see ``min_interval``;
+        at once when ``store_version`` is not the version it was last read at)."""
         from goodput_core.queries.calculator import Calculator
 
         with self.io:
@@ -145,9 +119,12 @@ class RunCache:
             else:
                 self._entries.move_to_end(run)
             now = self.clock()
-            if fresh and now - entry.read_at >= self._min_interval:
+            moved = store_version is not None and store_version != entry.store_version
+            if moved or (fresh and now - entry.read_at >= self._min_interval):
                 n = entry.calc.refresh()
                 entry.read_at = now
+                if moved:  # read after the version was: it holds that version at least
+                    entry.store_version = store_version
                 if n or entry.version == 0:
                     entry.events += n
                     entry.version += 1
@@ -158,17 +135,6 @@ class RunCache:
         while len(self._entries) > self.max_runs:
             self._entries.popitem(last=False)
 
-    def _scratch(self, run: str) -> _Entry:
-        """A calculator of ``run`` read once and not kept (the runs list of a big
-        store must not push out the runs whose pages are open)."""
-        from goodput_core.queries.calculator import Calculator
-
-        with self.io:
-            entry = _Entry(Calculator(run, self.store, clock=self.clock))
-            entry.events = entry.calc.refresh()
-            entry.read_at, entry.version = self.clock(), 1
-            return entry
-
     def cached_versions(self) -> Tuple[int, ...]:
         """The versions of the runs kept (read anew where due), for the live stream
         of the runs page: pages and running runs are kept, so their events show."""
@@ -178,40 +144,47 @@ class RunCache:
         """Reads the run's new events now; returns the entry's version."""
         return self.get(run).version
 
-    def cached_summary(self, run: str) -> Optional[Dict[str, Any]]:
-        """The run's last summary row, however old (None: never summarised)."""
-        cached = self._summaries.get(run)
-        return None if cached is None else cached[2]
+    def summaries(self, now: float, deadline: float = math.inf
+                  ) -> List[Tuple[str, Optional[RunSummary]]]:
+        """``(run, summary)`` of every run, the newest run first; a run whose summary
+        was not ready by ``deadline`` (``time.monotonic()``) comes with None.
 
-    def summary(self, run: str, now: Optional[float] = None) -> Dict[str, Any]:
-        """The runs page's row for ``run`` (cached until new events or 1 s passes)."""
-        from goodput_core.cli.serve.views import series
-        from goodput_core.queries.run_groups import group_of
+        Ended and stopped runs the store reports unchanged come from the summary
+        cache; a kept run is summarised from its calculator; any other is read
+        once, and kept when it is running (its new events then reach the runs
+        page live, read incrementally).
+        """
+        with self.io:
+            versions = self._summaries.versions()
+        names = list(versions) if versions else self.names()
+        hits = self._summaries.cached(names, versions)
+        out: List[Tuple[str, Optional[RunSummary]]] = []
+        for name in reversed(names):  # the newest first: what users look at
+            summary = hits.get(name)
+            if summary is None and time.monotonic() <= deadline:
+                summary = self._summary(name, now, versions.get(name))
+            out.append((name, summary))
+        self._summaries.save()
+        return out
 
-        now = self.clock() if now is None else now
-        cached = self._summaries.get(run)
-        if cached and run not in self._entries:
-            ttl = _COLD_ENDED_SUMMARY_SECONDS if cached[2]["state"] == "ended" \
-                else _COLD_SUMMARY_SECONDS
-            if now - cached[1] < ttl:
-                return cached[2]  # a run no page is open on: not read again for a while
-        kept = run in self._entries
-        entry = self.get(run) if kept else self._scratch(run)
-        if kept and cached and cached[0] == entry.version and now - cached[1] < 1.0:
-            return cached[2]
-        calc = entry.calc
-        state, since = run_state(calc, now)
-        if state == "running" and not kept:
-            with self.io:  # watched from now on: its new events reach the runs page live
+    def _summary(self, run: str, now: float, version: Any) -> RunSummary:
+        """The run's summary from its calculator, kept or read here."""
+        from goodput_core.queries.calculator import Calculator
+
+        with self.io:
+            if run in self._entries:
+                entry = self.get(run, store_version=version)
+            else:  # read once; kept below only if it runs (a big store's list
+                # must not push out the runs whose pages are open)
+                entry = _Entry(Calculator(run, self.store, clock=self.clock))
+                entry.events, entry.read_at = entry.calc.refresh(), now
+                entry.version, entry.store_version = 1, version
+            key = (entry.version, math.floor(now))
+            hit = entry.views.get("summary")
+            if hit is not None and hit[0] == key:
+                return hit[1]
+            summary = self._summaries.compute(run, now, version, entry.calc, entry.events)
+            entry.views["summary"] = (key, summary)
+            if summary.state == "running" and run not in self._entries:
                 self._keep(run, entry)
-        result = calc.cumulative(now)
-        spark = series(calc, now, points=24)
-        row = {"run": run, "group": group_of(calc), "state": state, "state_since": since,
-               "goodput_percent": result.goodput if result.total_seconds > 0 else None,
-               "total_seconds": result.total_seconds, "last_activity": last_activity(calc),
-               "events": entry.events,
-               "sparkline": [[t, g] for t, g in zip(spark["times"], spark["goodput_percent"])]}
-        self._summaries[run] = (entry.version, now, row)
-        if len(self._summaries) > 4096:  # bounded: rows of runs long gone are dropped
-            self._summaries.pop(next(iter(self._summaries)))
-        return row
+            return summary

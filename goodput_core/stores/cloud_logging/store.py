@@ -36,6 +36,7 @@ import collections
 import datetime as _dt
 import logging
 import random
+import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -145,6 +146,11 @@ class CloudLoggingStore(QueuedStoreMixin, Store):
         #: Entries skipped by reads, per reason (SkipReason values, "diagnostic",
         #: "other_run", "not_json").
         self.skipped: Dict[str, int] = collections.Counter()
+        # the log's index for run_versions(): each run's newest entry position, and
+        # the newest entry read (the next look reads only what came after it)
+        self._index: Dict[str, Tuple[int, int, str]] = {}
+        self._index_cursor: Optional[Tuple[int, int, str]] = None
+        self._index_lock = threading.Lock()
         self._start_sending(
             spill_dir=self._spill_dir, spill_tag=spill_tag(project, log_name),
             required=("p", "i"), max_buffer=self._max_buffer, batch_size=self._batch_size,
@@ -280,17 +286,70 @@ class CloudLoggingStore(QueuedStoreMixin, Store):
         return events, cursor
 
     def runs(self) -> List[str]:
-        """Job names seen in the look-back window, oldest first.
+        """Job names seen in the look-back window, oldest first (see
+        :meth:`run_versions`: the first call reads every entry of the log in the
+        window, so it is slow on large logs; later calls read only new entries)."""
+        return list(self.run_versions())
 
-        Cloud Logging has no "distinct" query: this reads every entry of the
-        log in the window, so it is slow on large logs.
+    def run_versions(self) -> Dict[str, str]:
+        """Each run's version, oldest run first: where its newest entry in the
+        look-back window stands, ``"SECONDS.NANOS/INSERT_ID"`` (the cursor a fresh
+        read of the run ends at; it changes whenever an entry of the run arrives).
+
+        Cloud Logging has no "distinct" or "max" query: the first call reads every
+        entry of the log in the window once; this store object then keeps each
+        run's newest position and the log's, and a later call reads only the
+        entries after it (one query, usually one page). Like an incremental
+        read, it does not see an entry that arrives late with a timestamp
+        before the newest one already read (module docstring, known limits).
+
+        Raises:
+          StoreError: the service failed or refused the query.
         """
         floor = wire.split_timestamp(self._clock() - self._lookback_s)
-        filter_ = (wire.log_filter(self.project, self.log_name)
-                   + f" AND timestamp>={wire.quote(wire.format_timestamp(*floor))}")
-        seen: Dict[str, None] = {}
-        for raw in self._entries(filter_, self._page_size):
-            name = raw.json_payload.fields.get("job_name")
-            if name is not None and name.WhichOneof("kind") == "string_value":
-                seen.setdefault(name.string_value, None)
-        return list(seen)
+        with self._index_lock:
+            filter_ = " AND ".join(
+                [wire.log_filter(self.project, self.log_name),
+                 wire.after_clause(None, floor)]
+                + ([] if self._index_cursor is None
+                   else [wire.after_clause(self._index_cursor, floor)]))
+            index = dict(self._index)
+            cursor = self._index_cursor
+            for raw in self._entries(filter_, self._page_size):
+                cursor = (raw.timestamp.seconds, raw.timestamp.nanos, raw.insert_id)
+                name = raw.json_payload.fields.get("job_name")
+                if name is not None and name.WhichOneof("kind") == "string_value":
+                    index[name.string_value] = cursor
+            # a run whose entries all left the window is gone (the index stays bounded)
+            index = {run: pos for run, pos in index.items() if pos[:2] >= floor}
+            # kept only once every page was read: a failed look leaves the index as it was
+            self._index, self._index_cursor = index, cursor
+            return {run: f"{s}.{n:09d}/{iid}" for run, (s, n, iid) in index.items()}
+
+    def log_index(self) -> Optional[Dict[str, Any]]:
+        """The index :meth:`run_versions` keeps, as JSON data (None before a look),
+        for a later process to start from (:meth:`restore_log_index`)."""
+        with self._index_lock:
+            if self._index_cursor is None:
+                return None
+            return {"log": self._log_path, "cursor": list(self._index_cursor),
+                    "runs": [[run, *pos] for run, pos in self._index.items()]}
+
+    def restore_log_index(self, state: Any) -> bool:
+        """Starts :meth:`run_versions` from an index an earlier process kept
+        (:meth:`log_index`): the next look reads only the entries after it.
+        Ignored (False) when this store has looked already, or ``state`` is not
+        an index of this log."""
+        try:
+            if state["log"] != self._log_path:
+                return False
+            seconds, nanos, last_id = state["cursor"]
+            cursor = (int(seconds), int(nanos), str(last_id))
+            index = {str(run): (int(s), int(n), str(iid)) for run, s, n, iid in state["runs"]}
+        except (KeyError, TypeError, ValueError):
+            return False
+        with self._index_lock:
+            if self._index_cursor is not None:
+                return False
+            self._index, self._index_cursor = index, cursor
+            return True

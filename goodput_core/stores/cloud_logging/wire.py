@@ -219,14 +219,18 @@ def run_filter(project: str, log_name: str, run: str,
       parenthesised or atomic, so the query means the same under Cloud
       Logging's precedence (where OR binds tighter than AND).
     """
-    parts = [log_filter(project, log_name), f"jsonPayload.job_name={quote(run)}"]
+    return " AND ".join([log_filter(project, log_name), f"jsonPayload.job_name={quote(run)}",
+                         after_clause(since, floor)])
+
+
+def after_clause(since: Optional[Tuple[int, int, str]], floor: Tuple[int, int]) -> str:
+    """The time clause of a query resuming after a cursor (see :func:`run_filter`):
+    ``timestamp>=FLOOR`` without one, else strictly after the cursor entry."""
     if since is None:
-        parts.append(f"timestamp>={quote(format_timestamp(*floor))}")
-    else:
-        seconds, nanos, last_id = since
-        t = quote(format_timestamp(seconds, nanos))
-        parts.append(f"(timestamp>{t} OR (timestamp={t} AND insertId>{quote(last_id)}))")
-    return " AND ".join(parts)
+        return f"timestamp>={quote(format_timestamp(*floor))}"
+    seconds, nanos, last_id = since
+    t = quote(format_timestamp(seconds, nanos))
+    return f"(timestamp>{t} OR (timestamp={t} AND insertId>{quote(last_id)}))"
 
 
 def _jsonable(value: Any) -> Any:

@@ -151,11 +151,11 @@ def test_run_state_without_the_engines_running_stopped_ended():
 
 
 def test_run_state_is_the_engines_where_it_tells_it():
-    from types import SimpleNamespace
+    from goodput_core.timeline.liveness import RunState
 
     class Told(Calculator):
         def state(self, now=None):
-            return SimpleNamespace(state="stopped", stopped_at=T0 + 7)
+            return RunState(state="stopped", stopped_at=T0 + 7, cause="crash")
 
     calc = Told("r")
     calc.add(_simple("r")[:3])
@@ -436,35 +436,6 @@ def test_the_runs_page_stream_follows_a_running_run(tmp_path):
                            check=True, timeout=60)
             lines = [stream.readline() for _ in range(3)]  # blocks until the change
         assert b"event: change\n" in lines
-
-
-def test_runs_no_page_is_open_on_are_read_again_rarely():
-    from goodput_core.stores.memory import MemoryStore
-
-    from tests.support.fake_clock import FakeClock
-
-    clock = FakeClock(T0 + 1000)
-    store = MemoryStore("rarely")
-    store.append(_simple("ended"))
-    store.append([e for e in _simple("stopped") if e.time <= T0 + 30])  # silent since 30 s
-    # its lead writer's last heartbeat (semantics rule 15: without heartbeats a
-    # silent run without a final disruption is running, as the reference reads it)
-    store.append([EventRecord("stopped", int(Kind.HEARTBEAT), T0 + 30, None,
-                              {"heartbeat_seconds": 10.0})])
-    cache = RunCache(store, clock=clock, min_interval=0.0)
-    assert cache.summary("ended")["state"] == "ended"
-    assert cache.summary("stopped")["state"] == "stopped"
-    before = {r: cache.summary(r)["events"] for r in ("ended", "stopped")}
-    metric = {"metric_name": "loss", "metric_value": 1.0}
-    for run in ("ended", "stopped"):
-        store.append([EventRecord(run, int(Kind.METRIC), T0 + 40, None, metric)])
-    clock.advance(14)  # within both: the rows as they were
-    assert {r: cache.summary(r)["events"] for r in before} == before
-    clock.advance(2)  # a stopped run is read again after 15 s, an ended one after 300 s
-    assert cache.summary("stopped")["events"] == before["stopped"] + 1
-    assert cache.summary("ended")["events"] == before["ended"]
-    clock.advance(300)
-    assert cache.summary("ended")["events"] == before["ended"] + 1
 
 
 def test_a_client_that_sends_nothing_is_let_go(store_url, monkeypatch):

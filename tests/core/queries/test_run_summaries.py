@@ -154,3 +154,40 @@ def test_goodput_runs_summary(store, tmp_path):
     assert runs[3]["group"] == "sweep" and runs[0]["state"] == "running"
     text = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env).stdout
     assert "83.33%" in text and "[sweep]" in text and "running" in text
+
+
+def test_the_trend_is_the_calculators_cumulative_window_at_each_point():
+    """Each point of a summary's trend equals ``calc.window(first start, t)``: on a
+    run with a crash and a restart, the same run requeued after the crash (a wait
+    for resources between its attempts), one ended and started again later (idle
+    time between attempts), and one still running."""
+    from goodput_core.events import EventRecord, Kind
+    from goodput_core.queries.summaries import goodput_trend
+    from tests.support.cli_process import synthetic_job_events
+
+    restarted = synthetic_job_events("restarted")
+    crash = next(e.time for e in restarted if e.kind == int(Kind.DISRUPTION))
+    restart = [e.time for e in restarted if e.kind == int(Kind.JOB_START)][1]
+    requeued = [e._replace(run="requeued") for e in restarted] + [
+        EventRecord("requeued", int(Kind.JOB_SUBMITTED), crash + 1, None, None),
+        EventRecord("requeued", int(Kind.RESOURCES_GRANTED), restart - 5, None, None)]
+    idle = []
+    for start, first_step in ((0.0, 0), (20.0, 3)):  # 16 s between the attempts
+        idle += [EventRecord("idle", int(Kind.JOB_START), start)]
+        idle += [EventRecord("idle", int(Kind.STEP_START), start + 1 + k, first_step + k)
+                 for k in range(3)]
+        idle += [EventRecord("idle", int(Kind.STEP_END), start + 4, first_step + 2),
+                 EventRecord("idle", int(Kind.JOB_END), start + 4)]
+    running = [e._replace(run="running") for e in restarted if e.kind != int(Kind.JOB_END)]
+    for events, label in ((restarted, None), (requeued, "SCHEDULING"), (idle, "IDLE"),
+                          (running, None)):
+        calc = Calculator(events[0].run)
+        calc.add(events)
+        now = max(e.time for e in events) + 50.0
+        assert label is None or label in calc.span_arrays(now=now)  # the case it is for
+        trend = goodput_trend(calc, now, points=40)
+        life = calc.lifetime(now)
+        assert len(trend) == 40 and trend[-1][0] == life[1]
+        for t, percent in trend:
+            assert percent == pytest.approx(calc.window(life[0], t, now=now).goodput,
+                                            abs=1e-9), (events[0].run, t - life[0])
