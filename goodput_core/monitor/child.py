@@ -35,7 +35,7 @@ import sys
 import threading
 from typing import Any, Dict, Optional
 
-from goodput_core.monitor.priority import NICE, lower as lower_priority  # noqa: F401 - NICE: tests
+from goodput_core.monitor.priority import lower as lower_priority
 
 __all__ = ["main"]
 
