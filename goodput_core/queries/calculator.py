@@ -277,11 +277,16 @@ class Calculator:
             self._tl.update()
             return timeline_state(self._tl, t)
 
-    def step_stats(self, ideal_step_time: Optional[float] = None) -> StepStats:
+    def step_stats(self, ideal_step_time: Optional[float] = None, *,
+                   incremental: bool = True) -> StepStats:
         """Step times, ideal step time and deviations (semantics.md rule 12).
 
         Args:
           ideal_step_time: overrides the configured ideal step time.
+          incremental: False when asking once (a report): then, unless an
+            earlier call started it, no state is kept for the next calls to
+            recompute only what changed, and the computation holds less
+            memory (the same figures either way).
         """
         with self._lock:
             self._tl.update()
@@ -291,10 +296,10 @@ class Calculator:
             key = (id(self._tl), self._tl.version, ideal)
             cached = getattr(self, "_step_cache", None)
             if cached is None or cached[0] != key:
-                if getattr(self, "_step_times", None) is None:
-                    self._step_times = StepTimes()  # incremental: only what may still change
-                cached = self._step_cache = (key, compute_step_stats(self._tl, ideal,
-                                                                     self._step_times))
+                kept = getattr(self, "_step_times", None)
+                if kept is None and incremental:
+                    kept = self._step_times = StepTimes()  # only what may still change
+                cached = self._step_cache = (key, compute_step_stats(self._tl, ideal, kept))
             return cached[1]
 
     # ----------------------------------------- elastic and diagnostics

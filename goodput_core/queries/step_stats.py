@@ -20,6 +20,7 @@ from typing import Any, Dict, Optional
 import numpy as np
 
 from goodput_core.queries.sorted_times import SortedTimes, ideal_of_sorted
+from goodput_core.queries.step_blocks import step_times_once
 from goodput_core.timeline.segments import CLOSE_STEP_END
 
 __all__ = [
@@ -77,7 +78,7 @@ def step_times(timeline, cache: Optional["StepTimes"] = None) -> tuple:
     """
     if cache is not None:
         return cache.update(timeline)
-    return _latest(*_entries(timeline, 0, 0)[:3])
+    return step_times_once(timeline)
 
 
 def _entries(timeline, lo: int, first_row: int) -> tuple:
@@ -333,8 +334,8 @@ def compute_step_stats(timeline, configured_ideal: Optional[float] = None,
         ideal = configured_ideal
     elif cache is not None:  # the same figure from the times kept sorted: no partition
         ideal = ideal_of_sorted(cache.sorted.sorted)
-    else:
-        ideal = ideal_step_time(times)
+    else:  # the same figure (summed in the same order) as with a cache
+        ideal = ideal_of_sorted(np.sort(times))
     if ideal is not None:
         dev = np.subtract(times, ideal)
         np.abs(dev, out=dev)  # no second array of the run's length

@@ -70,7 +70,7 @@ def _calcs(store, names: Sequence[str], group: Optional[str]) -> List[Tuple[str,
 
 def _report(calc, store_url: str, now: float) -> Dict[str, Any]:
     result = calc.window(-math.inf, math.inf, now=now)
-    rep = build_report(calc, result, calc.step_stats(), store_url=store_url,
+    rep = build_report(calc, result, calc.step_stats(incremental=False), store_url=store_url,
                        window_spec=None, exclude=[])
     rep[RUN_GROUP_KEY] = group_of(calc)
     return rep

@@ -455,7 +455,7 @@ def run(args) -> int:
     except TimeSpecError as exc:
         raise CliError(f"bad --exclude: {exc}") from None
     result = calc.window(a, b, now=now, exclude=exclude)
-    rep = build_report(calc, result, calc.step_stats(), store_url=store.url,
+    rep = build_report(calc, result, calc.step_stats(incremental=False), store_url=store.url,
                        window_spec=args.window, exclude=exclude)
     if args.json:
         sys.stdout.write(json.dumps(rep, allow_nan=False) + "\n")

@@ -1,0 +1,99 @@
+"""Step times of a whole timeline computed once, block by block.
+
+:func:`~goodput_core.queries.step_stats.step_times` without a kept
+:class:`~goodput_core.queries.step_stats.StepTimes` (a report asks once).
+The figures are those of the general computation (every span at once, then
+the latest run of each step), but the spans are taken a block of step
+starts at a time and each block's latest runs are written into an array
+indexed by step number, so that a later run overwrites an earlier one: no
+array of the run's length is held besides that one and the result, where
+the general computation holds seven (tens of MiB each at millions of steps).
+
+Step numbers far apart (a range much wider than the number of step starts)
+would make that array large: such timelines take the general computation.
+"""
+
+from __future__ import annotations
+
+from typing import Tuple
+
+import numpy as np
+
+from goodput_core.timeline.segments import CLOSE_STEP_END
+
+__all__ = ["step_times_once"]
+
+BLOCK = 1 << 17  # step starts per block: a few MiB of temporaries
+_SPREAD = 2  # step range per step start above which the general computation is used
+
+
+def step_times_once(timeline) -> Tuple[np.ndarray, np.ndarray]:
+    """(unique steps ascending, time of each one's latest run) of an
+    up-to-date Timeline."""
+    # (step_stats imports this module: its helpers are looked up at the call)
+    from goodput_core.queries.step_stats import _entries, _latest
+
+    st = timeline.tables["step_start"]
+    t, s = st["t"], st["step"]
+    seg = timeline.segments
+    n = len(t)
+    if not len(seg) or n < 1:
+        return np.empty(0, np.int64), np.empty(0)
+    lo_step, hi_step = int(s.min()), int(s.max())
+    width = hi_step - lo_step + 1
+    if width > _SPREAD * n + BLOCK:
+        return _latest(*_entries(timeline, 0, 0)[:3])
+    i0, i1 = seg["i0"], seg["i1"]
+    # a segment's last step, closed by its step end: (start index, time), in
+    # the order the general computation lists them (after every span)
+    last = seg["close_kind"] == CLOSE_STEP_END
+    end_i = i1[last]
+    end_times = seg["close"][last] - t[end_i]
+    # where each falls among the spans in (start time, list position) order:
+    # after every span that starts at or before it (spans are in time order)
+    end_at = np.searchsorted(t, t[end_i], side="right")
+    times = np.empty(width)
+    seen = np.zeros(width, bool)
+    pairs = max(n - 1, 0)  # span i runs from start i to start i + 1
+    for lo in range(0, max(pairs, 1), BLOCK):
+        hi = min(lo + BLOCK, pairs)
+        i = _spans_in(i0, i1, lo, hi)
+        steps = s[i]
+        span_times = t[i + 1] - t[i]
+        np.true_divide(span_times, s[i + 1] - steps, out=span_times)
+        when = t[i]
+        # the step ends placed after this block's spans and before the next's
+        mine = (end_at > lo) & (end_at <= hi) if lo else end_at <= hi
+        if hi >= pairs:
+            mine |= end_at > hi
+        if mine.any():
+            ei = end_i[mine]
+            steps = np.concatenate((steps, s[ei]))
+            span_times = np.concatenate((span_times, end_times[mine]))
+            when = np.concatenate((when, t[ei]))
+        if not len(steps):
+            continue
+        steps, span_times = _latest(steps, span_times, when)
+        steps -= lo_step  # (its own array: latest copies, or s[i] did)
+        times[steps] = span_times  # a later block is a later run: it overwrites
+        seen[steps] = True
+    if seen.all():  # every step of the range measured: no copies
+        return np.arange(lo_step, hi_step + 1, dtype=np.int64), times
+    where = np.flatnonzero(seen)
+    del seen
+    return where + lo_step, times[where]
+
+
+def _spans_in(i0: np.ndarray, i1: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """Indices ``i`` in ``[lo, hi)`` where starts ``i`` and ``i + 1`` are
+    consecutive starts of one segment (segment rows ``[i0, i1]``)."""
+    keep = (i1 > lo) & (i0 < hi)
+    if not keep.any():
+        return np.empty(0, np.int64)
+    mark = np.zeros(hi - lo + 1, np.int32)
+    np.add.at(mark, np.maximum(i0[keep], lo) - lo, 1)
+    np.add.at(mark, np.minimum(i1[keep], hi) - lo, -1)
+    inside = np.cumsum(mark[:-1], dtype=np.int32) > 0
+    i = np.flatnonzero(inside)
+    i += lo
+    return i
