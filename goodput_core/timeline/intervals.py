@@ -71,6 +71,15 @@ class Growable:
         self.n = 0
         self.extend(values)
 
+    def adopt(self, values: np.ndarray) -> None:
+        """Replaces the content by ``values``, a 1-D array of this dtype that
+        the caller will not use again: held as it is, not copied."""
+        if values.dtype != self._buf.dtype or values.ndim != 1 or not len(values):
+            self.replace(values)
+            return
+        self._buf = np.ascontiguousarray(values)
+        self.n = len(values)
+
     @property
     def nbytes(self) -> int:
         """Bytes allocated (capacity included)."""
@@ -121,15 +130,22 @@ class IntervalList:
             self.ends.a[k - 1] = t
             self.cum.a[k] = self.cum.a[k - 1] + (t - self.starts.a[k - 1])
 
-    def extend(self, starts: np.ndarray, ends: np.ndarray) -> None:
+    def extend(self, starts: np.ndarray, ends: np.ndarray, owned: bool = False) -> None:
         """Appends sorted disjoint non-empty intervals that start at or after
         the current end; an interval touching the last one is merged into it
-        (so repeated incremental updates do not fragment the list)."""
+        (so repeated incremental updates do not fragment the list).
+
+        ``owned``: the arrays are temporaries of the caller, which it does not
+        use again: an empty list holds them as they are (no copies).
+        """
         if not len(starts):
             return
         starts = np.asarray(starts, np.float64)
         ends = np.asarray(ends, np.float64)
         n = len(self)
+        if owned and not n:
+            self._adopt(starts, ends)
+            return
         if n and starts[0] <= self.ends.a[n - 1]:
             self.ends.a[n - 1] = max(self.ends.a[n - 1], ends[0])
             self.cum.truncate(n)
@@ -141,6 +157,20 @@ class IntervalList:
         self.starts.extend(starts)
         self.ends.extend(ends)
         self.cum.extend(base + np.cumsum(ends - starts))
+
+    def _adopt(self, starts: np.ndarray, ends: np.ndarray) -> None:
+        """:meth:`extend` of an empty list by temporaries: no copies; the
+        lengths are summed in place into the new cumulative column."""
+        base = self.cum.a[-1]
+        cum = np.empty(len(starts) + 1)
+        cum[0] = base
+        lengths = cum[1:]
+        np.subtract(ends, starts, out=lengths)
+        np.cumsum(lengths, out=lengths)  # the same sums as extend's, in place
+        lengths += base
+        self.starts.adopt(starts)
+        self.ends.adopt(ends)
+        self.cum.adopt(cum)
 
     def cum_at(self, ts) -> np.ndarray:
         """Measure of this category in ``(-inf, t)`` for each ``t`` of ``ts``."""
@@ -179,23 +209,27 @@ class IntervalList:
 def union(starts, ends) -> Tuple[np.ndarray, np.ndarray]:
     """Merges intervals into sorted disjoint ones (empty intervals dropped)."""
     s = np.asarray(starts, np.float64)
-    return _union(s, np.asarray(ends, np.float64), owned=s is not starts)
+    e = np.asarray(ends, np.float64)
+    return _union(s, e, owned=s is not starts, e_owned=e is not ends)
 
 
-def _union(s: np.ndarray, e: np.ndarray, owned: bool) -> Tuple[np.ndarray, np.ndarray]:
-    """:func:`union`; ``owned``: ``s`` is a temporary the result may be."""
+def _union(s: np.ndarray, e: np.ndarray, owned: bool, e_owned: bool = False
+           ) -> Tuple[np.ndarray, np.ndarray]:
+    """:func:`union`; ``owned``: ``s`` is a temporary the result may be;
+    ``e_owned``: so is ``e`` (then it is overwritten)."""
     given = not owned  # the caller's array: never returned as it is
     keep = e > s
     if not keep.all():
-        s, e, given = s[keep], e[keep], False
+        s, e, given, e_owned = s[keep], e[keep], False, True
     del keep
     if not len(s):
         return _EMPTY, _EMPTY
     if not _nondecreasing(s):  # a stable sort of sorted starts changes nothing: skipped
         order = np.argsort(s, kind="stable")
-        s, e, given = s[order], e[order], False
+        s, e, given, e_owned = s[order], e[order], False, True
         del order
-    reach = np.maximum.accumulate(e)
+    # in place when it may: at millions of loads each copy is tens of MiB
+    reach = np.maximum.accumulate(e, out=e if e_owned else None)
     new = np.empty(len(s), bool)
     new[0] = True
     np.greater(s[1:], reach[:-1], out=new[1:])
@@ -261,7 +295,7 @@ def split_by_regions(s, e, rs, re):
         out_e.append(be[outside])
         mixed_s.append(bs[mixed])
         mixed_e.append(be[mixed])
-    ms, me = _union(_joined(mixed_s), _joined(mixed_e), owned=True)
+    ms, me = _union(_joined(mixed_s), _joined(mixed_e), owned=True, e_owned=True)
     for a, b in zip(ms.tolist(), me.tolist()):  # rare: loads across a step region edge
         lo = int(np.searchsorted(re, a, side="right"))
         hi = int(np.searchsorted(rs, b, side="left"))
@@ -271,17 +305,21 @@ def split_by_regions(s, e, rs, re):
         gs, ge = complement(a, b, cs, ce)
         out_s.append(gs)
         out_e.append(ge)
-    is_, ie = _union(_joined(in_s), _joined(in_e), owned=True)
-    os_, oe = _union(_joined(out_s), _joined(out_e), owned=True)
+    is_, ie = _union(_joined(in_s), _joined(in_e), owned=True, e_owned=True)
+    os_, oe = _union(_joined(out_s), _joined(out_e), owned=True, e_owned=True)
     return is_, ie, os_, oe
 
 
 def _joined(parts: List[np.ndarray]) -> np.ndarray:
     """The parts one after the other (one part: itself, no copy; the parts
-    here are temporaries of their caller)."""
+    here are temporaries of their caller, and the list is emptied: each
+    part is freed as soon as it is joined)."""
     if len(parts) < 2:
-        return parts[0] if parts else _EMPTY
-    return np.concatenate(parts)
+        out = parts[0] if parts else _EMPTY
+    else:
+        out = np.concatenate(parts)
+    parts.clear()
+    return out
 
 
 def paint(levels: Sequence[Tuple[np.ndarray, np.ndarray, np.ndarray]], lo: float):

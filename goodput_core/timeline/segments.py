@@ -133,23 +133,26 @@ class SegmentTable:
         if keep:
             reopened = {c: self.cols[c][keep - 1] for c in ("i0", "att", "restart")}
             reopened["i1"] = min(int(self.cols["i1"][keep - 1]), iF - 1)
-        a = att.of(t[iF:])
-        valid = np.flatnonzero(a >= 0)
-        v = iF + valid
-        va = a[valid]
-        # segment boundaries among the tail's valid steps
-        brk = np.ones(len(v), bool)
-        brk[1:] = (va[1:] != va[:-1]) | (s[v[1:]] <= s[v[:-1]])
-        if len(v) and reopened is not None:
-            p = reopened["i1"]
-            brk[0] = va[0] != reopened["att"] or s[v[0]] <= s[p]
-        starts = np.flatnonzero(brk)
-        i0 = v[starts]
-        i1 = np.append(v[starts[1:] - 1], v[-1]) if len(starts) else np.empty(0, np.int64)
-        seg_att = va[starts]
+        # the tail's valid steps (inside an attempt's active part) are index
+        # ranges, one per attempt: no per-step array of attempt numbers (at
+        # millions of steps each is tens of MiB)
+        lo, hi, r_att = _active_ranges(t, att, iF)
+        i0, seg_att = _breaks(s, lo, hi, r_att)
+        if len(lo) and reopened is not None:
+            # the first valid step goes on the reopened segment unless it starts a new one
+            v0 = lo[0]
+            if not (r_att[0] != reopened["att"] or s[v0] <= s[reopened["i1"]]):
+                i0, seg_att = i0[1:], seg_att[1:]
+        # a segment ends at the step before the next one starts, or at its range's end
+        end = hi[np.searchsorted(lo, i0, side="right") - 1] if len(i0) else i0
+        i1 = np.minimum(np.append(i0[1:], end[-1:]), end) - 1 if len(i0) else i0
         if reopened is not None:
-            ext = v[starts[0] - 1] if len(starts) and starts[0] > 0 else (
-                v[-1] if len(v) and not len(starts) else reopened["i1"])
+            if len(i0) and i0[0] > lo[0]:  # valid steps before the first new segment
+                ext = min(int(i0[0]), int(hi[0])) - 1
+            elif len(lo) and not len(i0):
+                ext = int(hi[-1]) - 1
+            else:
+                ext = reopened["i1"]
             i0 = np.insert(i0, 0, reopened["i0"])
             i1 = np.insert(i1, 0, ext)
             seg_att = np.insert(seg_att, 0, reopened["att"])
@@ -159,7 +162,7 @@ class SegmentTable:
         self._closes(rows, tables, att)
         self._wasted(rows, s)
         self.cols = {c: np.concatenate((old[c], rows[c].astype(old[c].dtype))) for c in old}
-        self._tail_invalid = st["t"][iF:][a < 0]
+        self._tail_invalid = _outside(t, lo, hi, iF)
         return first
 
     @property
@@ -247,6 +250,48 @@ class SegmentTable:
             lo, hi = int(i0[k]), int(i1[k]) + 1
             w[k] = lo + int(np.searchsorted(s[lo:hi], next_r[k], side="left"))
         rows["w"], rows["next_r"] = w, next_r
+
+
+def _active_ranges(t: np.ndarray, att: Attempts, iF: int):
+    """``(lo, hi, attempt)`` of the non-empty index ranges ``[lo, hi)`` of
+    sorted step times ``t[iF:]`` inside an attempt's active part (from its
+    job start to its job end, else to the next job start; as ``att.of``)."""
+    n = len(att)
+    if not n:
+        e = np.empty(0, np.int64)
+        return e, e, e
+    lo = np.searchsorted(t, att.start, side="left")
+    hi = np.searchsorted(t, att.next_start, side="left")  # NaN (none) sorts last
+    ended = ~np.isnan(att.end)
+    hi[ended] = np.minimum(hi[ended], np.searchsorted(t, att.end[ended], side="left"))
+    np.maximum(lo, iF, out=lo)
+    keep = np.flatnonzero(hi > lo)
+    return lo[keep].astype(np.int64), hi[keep].astype(np.int64), keep.astype(np.int64)
+
+
+def _breaks(s: np.ndarray, lo: np.ndarray, hi: np.ndarray, r_att: np.ndarray):
+    """``(first index, attempt)`` of each segment in the ranges: at each
+    range's start and where the step number does not increase."""
+    if not len(lo):
+        return lo, r_att
+    a, b = int(lo[0]), int(hi[-1])
+    down = np.flatnonzero(s[a + 1:b] <= s[a:b - 1])
+    down += a + 1
+    r = np.searchsorted(lo, down, side="right") - 1  # (every down index is >= lo[0])
+    inner = (down > lo[r]) & (down < hi[r])
+    i0 = np.concatenate((lo, down[inner]))
+    k = np.concatenate((r_att, r_att[r[inner]]))
+    order = np.argsort(i0, kind="stable")
+    return i0[order], k[order]
+
+
+def _outside(t: np.ndarray, lo: np.ndarray, hi: np.ndarray, iF: int) -> np.ndarray:
+    """The times of ``t[iF:]`` outside the ranges (sorted, disjoint)."""
+    mark = np.zeros(len(t) - iF + 1, np.int8)
+    mark[lo - iF] += 1
+    mark[hi - iF] -= 1
+    inside = np.cumsum(mark[:-1], dtype=np.int8).astype(bool)
+    return t[iF:][~inside]
 
 
 def _first_at_or_after(times: np.ndarray, t: np.ndarray) -> np.ndarray:

@@ -163,7 +163,8 @@ class Timeline:
             for code in np.unique(c).tolist():
                 sel = c == code
                 self.partition[code].extend(s[sel], e[sel])
-            self.async_track.extend(as_, ae)
+            self.async_track.extend(as_, ae, owned=True)  # (temporaries of _levels)
+            del as_, ae
             self.compile_starts.extend(np.sort(pairs["compile"][0]))
             F_new = max(F, self._freeze_point(pairs, att))
         else:
@@ -195,6 +196,9 @@ class Timeline:
         reg_e = rows["region_end"]
         ok = reg_e > reg_s
         ins, ine, outs, oute = split_by_regions(*pairs["dl"][:2], reg_s[ok], reg_e[ok])
+        # the loads are in those pieces now: not held through the rest of the
+        # update (tens of MiB at millions of loads); the freeze point reads [3]
+        pairs["dl"] = (_E, _E, _E, pairs["dl"][3])
         # input stalls block wherever they lie, and so do loads through the
         # native context manager (rule 16); the rest of a load stays overlapped
         sts, ste = union(*_cat(pairs["stall"][:2], pairs["bload"][:2]))
@@ -393,17 +397,32 @@ def _pairs(table, F: float, keyed: bool, skip_times):
     """
     lo = int(np.searchsorted(table["t"], F, side="left"))
     t, e = table["t"][lo:], table["e"][lo:]
-    key = table["key"][lo:] if keyed else np.zeros(len(t), np.int32)
-    if keyed and len(t):
+    n = len(t)
+    if not keyed:  # one key: no key array, and masks rather than index arrays
+        # (a run's loads are millions of events: each temporary is tens of MiB)
+        start = e == 0
+        pair = start[:-1] & ~start[1:]
+        replaced = start[:-1] & start[1:]
+        orphan = ~start
+        orphan[1:] &= ~start[:-1]
+        del start
+        skip_times["unmatched_start"].append(t[:-1][replaced] if n else _E)
+        del replaced
+        skip_times["unmatched_end"].append(t[orphan])
+        del orphan
+        starts, ends = t[:-1][pair], t[1:][pair]
+        # zeros are not written out until read (calloc): the key column is free
+        return starts, ends, np.zeros(len(starts), np.int32), [(t, e)] if n else []
+    key = table["key"][lo:]
+    if n:
         order = np.argsort(key, kind="stable")  # keeps (time, arrival) order per key
         t, e, key = t[order], e[order], key[order]
-    n = len(t)
     same = key[1:] == key[:-1]
     start = e == 0
     pair = start[:-1] & ~start[1:] & same
     i = np.flatnonzero(pair)
     replaced = start[:-1] & start[1:] & same
-    orphan = ~start.copy()
+    orphan = ~start
     orphan[1:] &= ~(start[:-1] & same)
     skip_times["unmatched_start"].append(t[:-1][replaced] if n else _E)
     skip_times["unmatched_end"].append(t[orphan])
