@@ -77,11 +77,26 @@ def step_times_once(timeline) -> Tuple[np.ndarray, np.ndarray]:
         steps -= lo_step  # (its own array: latest copies, or s[i] did)
         times[steps] = span_times  # a later block is a later run: it overwrites
         seen[steps] = True
-    if seen.all():  # every step of the range measured: no copies
-        return np.arange(lo_step, hi_step + 1, dtype=np.int64), times
-    where = np.flatnonzero(seen)
-    del seen
-    return where + lo_step, times[where]
+    return _measured(times, seen, lo_step)
+
+
+def _measured(times: np.ndarray, seen: np.ndarray, lo_step: int):
+    """(steps, times) of the measured steps of the array by step number
+    (``lo_step`` at index 0), without a second array of its length."""
+    if not seen.any():
+        return np.empty(0, np.int64), np.empty(0)
+    a = int(np.argmax(seen))
+    b = len(seen) - int(np.argmax(seen[::-1]))
+    if seen[a:b].all():  # unmeasured steps only at the ends (the open last step): a view
+        return np.arange(lo_step + a, lo_step + b, dtype=np.int64), times[a:b]
+    steps = np.flatnonzero(seen)
+    steps += lo_step
+    k = 0  # the measured times moved to the front, a block at a time (never ahead of k)
+    for lo in range(0, len(seen), BLOCK):
+        kept = times[lo:lo + BLOCK][seen[lo:lo + BLOCK]]
+        times[k:k + len(kept)] = kept
+        k += len(kept)
+    return steps, times[:k]
 
 
 def _spans_in(i0: np.ndarray, i1: np.ndarray, lo: int, hi: int) -> np.ndarray:

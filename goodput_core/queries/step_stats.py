@@ -15,6 +15,7 @@ monitoring aggregate follows the reference's
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Dict, Optional
 
 import numpy as np
@@ -49,15 +50,22 @@ class StepStats:
       step_times: seconds per step, aligned with ``steps``.
       ideal_step_time: the configured value, else the computed one; None
         when there are no step times.
-      deviations: ``|step_time - ideal_step_time|`` (empty without an ideal).
       deviation_aggregate: the monitoring figure (cumulative mode).
+      deviations: ``|step_time - ideal_step_time|`` (empty without an ideal),
+        computed when first read (a report reads only the aggregate: at
+        millions of steps the array is tens of MiB).
     """
 
     steps: np.ndarray
     step_times: np.ndarray
     ideal_step_time: Optional[float]
-    deviations: np.ndarray
     deviation_aggregate: float
+
+    @functools.cached_property
+    def deviations(self) -> np.ndarray:
+        if self.ideal_step_time is None:
+            return np.empty(0)
+        return _deviations(self.step_times, self.ideal_step_time)
 
     def as_dict(self) -> Dict[int, float]:
         """``{step: deviation}`` in step order (the reference's format)."""
@@ -302,11 +310,28 @@ def deviation_aggregate(deviations: np.ndarray, mode: str = "cumulative",
       The aggregate in seconds (0.0 without deviations).
     """
     deviations = np.asarray(deviations)  # (an array: not copied)
-    n = len(deviations)
+    # only the last recent + baseline count: a long run's others are not even read
+    return _aggregate(len(deviations), deviations[-_last(recent, baseline):], mode, recent,
+                      baseline, pct)
+
+
+def _last(recent: int, baseline: int) -> int:
+    """How many of the last deviations :func:`deviation_aggregate` reads."""
+    return max(recent + baseline, RECENT_WINDOW)
+
+
+def _deviations(times: np.ndarray, ideal: float) -> np.ndarray:
+    dev = np.subtract(times, ideal)
+    np.abs(dev, out=dev)  # no second array of the run's length
+    return dev
+
+
+def _aggregate(n: int, tail: np.ndarray, mode: str = "cumulative", recent: int = RECENT_WINDOW,
+               baseline: int = BASELINE_WINDOW, pct: float = SPIKE_PERCENTILE) -> float:
+    """:func:`deviation_aggregate` of ``n`` deviations from the last of them."""
     if not n:
         return 0.0
-    # only the last recent + baseline count: a long run's others are not even read
-    d = np.abs(np.asarray(deviations[-max(recent + baseline, RECENT_WINDOW):], np.float64))
+    d = np.abs(np.asarray(tail, np.float64))
     if n < RECENT_WINDOW:
         return float(d.mean())
     spike = percentile(d[-recent:], pct)
@@ -336,10 +361,8 @@ def compute_step_stats(timeline, configured_ideal: Optional[float] = None,
         ideal = ideal_of_sorted(cache.sorted.sorted)
     else:  # the same figure (summed in the same order) as with a cache
         ideal = ideal_of_sorted(np.sort(times))
-    if ideal is not None:
-        dev = np.subtract(times, ideal)
-        np.abs(dev, out=dev)  # no second array of the run's length
-    else:
-        dev = np.empty(0)
-    return StepStats(steps, times, None if ideal is None else float(ideal), dev,
-                     deviation_aggregate(dev))
+    if ideal is None:
+        return StepStats(steps, times, None, 0.0)
+    ideal = float(ideal)
+    tail = _deviations(times[-_last(RECENT_WINDOW, BASELINE_WINDOW):], ideal)
+    return StepStats(steps, times, ideal, _aggregate(len(times), tail))
