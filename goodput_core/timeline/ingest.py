@@ -99,7 +99,9 @@ class EventTables:
     """All events of one run, validated, as sorted columnar tables."""
 
     def __init__(self):
-        self.tables: Dict[str, Table] = {name: Table(cols) for name, cols in _TABLE_COLUMNS.items()}
+        # arrival order kept where it is read: what metric points are new (diagnostics)
+        self.tables: Dict[str, Table] = {
+            name: Table(cols, keep_order=name == "metric") for name, cols in _TABLE_COLUMNS.items()}
         for fam in set(f for f, _ in PAIR_FAMILIES.values()):
             # no dedup here: back-to-back zero-length intervals legitimately
             # repeat (kind, time); a duplicated start or end is merely unmatched
@@ -197,7 +199,7 @@ class EventTables:
         for name in set(rows) | set(arrays):
             table = self.tables[name]
             batch = {}
-            for k in table.names:
+            for k in table.batch_names:
                 parts = arrays[name][k] + [np.asarray(rows[name][k], dtype=_DTYPES[k])]
                 batch[k] = np.concatenate(parts).astype(_DTYPES[k], copy=False)
             t0, dups = table.insert(batch)

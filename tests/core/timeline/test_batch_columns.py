@@ -120,7 +120,7 @@ def test_custom_types_are_interned_in_arrival_order_upper_cased():
     tables.add(events, RUN)
     assert tables.names["custom"] == ["B", "A", "C"]
     assert tables["custom"]["key"].tolist() == [0, 1, 0, 2]
-    assert tables["custom"]["o"].tolist() == [300, 301, 302, 303]
+    assert tables["custom"]["t"].tolist() == [400.0, 401.0, 402.0, 403.0]
     assert +tables.skipped == {"missing_field": 1}  # (+: without the zero counts)
 
 
