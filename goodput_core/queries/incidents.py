@@ -99,6 +99,14 @@ def _sum_in(arrays: Dict[str, Tuple[np.ndarray, np.ndarray]], label: str,
     return float((np.clip(e, a, b) - np.clip(s, a, b)).sum())
 
 
+def _last_at_or_before(limit: float, *times: np.ndarray) -> Optional[float]:
+    """The latest time at or before ``limit`` in any of the sorted arrays
+    (each searched apart: not merged into a copy of the run's length)."""
+    found = [float(t[k]) for t in times
+             for k in [int(np.searchsorted(t, limit, side="right")) - 1] if k >= 0]
+    return max(found) if found else None
+
+
 def incidents(calc: Any, now: float) -> IncidentSummary:
     """The incidents of ``calc``'s run at ``now``."""
     tl = calc.timeline
@@ -111,7 +119,7 @@ def incidents(calc: Any, now: float) -> IncidentSummary:
     st = tl.tables["step_start"]
     st_t, st_step = np.asarray(st["t"]), np.asarray(st["step"])
     se = tl.tables["step_end"]
-    progress = np.sort(np.concatenate([st_t, np.asarray(se["t"])]))
+    se_t = np.asarray(se["t"])
     restart_steps = {round(m.t, 6): m.step for m in _restart_markers(calc)}
     hangs = calc.hangs(now)
     arrays = calc.span_arrays(now=now)
@@ -128,8 +136,8 @@ def incidents(calc: Any, now: float) -> IncidentSummary:
             continue  # a clean job end, then a new attempt: no incident
         fail_t = in_gap[0][0] if in_gap else None
         limit = fail_t if fail_t is not None else start
-        k = int(np.searchsorted(progress, limit, side="right")) - 1
-        last = float(progress[k]) if k >= 0 and progress[k] >= prev else None
+        last = _last_at_or_before(limit, st_t, se_t)
+        last = last if last is not None and last >= prev else None
         hang = next((h for h in hangs if prev <= h.detected <= start), None)
         if in_gap:
             key = in_gap[0][1]
