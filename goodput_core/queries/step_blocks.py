@@ -15,7 +15,7 @@ would make that array large: such timelines take the general computation.
 
 from __future__ import annotations
 
-from typing import Tuple
+from typing import Tuple, Union
 
 import numpy as np
 
@@ -27,9 +27,14 @@ BLOCK = 1 << 17  # step starts per block: a few MiB of temporaries
 _SPREAD = 2  # step range per step start above which the general computation is used
 
 
-def step_times_once(timeline) -> Tuple[np.ndarray, np.ndarray]:
+def step_times_once(timeline, as_range: bool = False
+                    ) -> Tuple[Union[np.ndarray, range], np.ndarray]:
     """(unique steps ascending, time of each one's latest run) of an
-    up-to-date Timeline."""
+    up-to-date Timeline.
+
+    ``as_range``: steps that are a whole range of numbers come as a ``range``
+    (not an array of tens of MiB at millions of steps).
+    """
     # (step_stats imports this module: its helpers are looked up at the call)
     from goodput_core.queries.step_stats import _entries, _latest
 
@@ -77,7 +82,10 @@ def step_times_once(timeline) -> Tuple[np.ndarray, np.ndarray]:
         steps -= lo_step  # (its own array: latest copies, or s[i] did)
         times[steps] = span_times  # a later block is a later run: it overwrites
         seen[steps] = True
-    return _measured(times, seen, lo_step)
+    steps, times = _measured(times, seen, lo_step)
+    if isinstance(steps, range) and not as_range:
+        steps = np.arange(steps.start, steps.stop, dtype=np.int64)
+    return steps, times
 
 
 def _measured(times: np.ndarray, seen: np.ndarray, lo_step: int):
@@ -88,7 +96,7 @@ def _measured(times: np.ndarray, seen: np.ndarray, lo_step: int):
     a = int(np.argmax(seen))
     b = len(seen) - int(np.argmax(seen[::-1]))
     if seen[a:b].all():  # unmeasured steps only at the ends (the open last step): a view
-        return np.arange(lo_step + a, lo_step + b, dtype=np.int64), times[a:b]
+        return range(lo_step + a, lo_step + b), times[a:b]
     steps = np.flatnonzero(seen)
     steps += lo_step
     k = 0  # the measured times moved to the front, a block at a time (never ahead of k)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Union
 
 import numpy as np
 
@@ -46,7 +46,8 @@ class StepStats:
     """Step times and their deviation from the ideal step time.
 
     Attributes:
-      steps: step numbers, ascending (int64 array).
+      steps: step numbers, ascending (int64 array; built when first read
+        where they are a whole range, as a report's usually are).
       step_times: seconds per step, aligned with ``steps``.
       ideal_step_time: the configured value, else the computed one; None
         when there are no step times.
@@ -56,10 +57,18 @@ class StepStats:
         millions of steps the array is tens of MiB).
     """
 
-    steps: np.ndarray
     step_times: np.ndarray
     ideal_step_time: Optional[float]
     deviation_aggregate: float
+    #: The steps as given: an array, or a range of as many steps as times.
+    step_numbers: Union[np.ndarray, range] = dataclasses.field(default=range(0), repr=False)
+
+    @functools.cached_property
+    def steps(self) -> np.ndarray:
+        n = self.step_numbers
+        if isinstance(n, range):
+            return np.arange(n.start, n.stop, dtype=np.int64)
+        return n
 
     @functools.cached_property
     def deviations(self) -> np.ndarray:
@@ -354,7 +363,9 @@ def compute_step_stats(timeline, configured_ideal: Optional[float] = None,
     Returns:
       A :class:`StepStats`.
     """
-    steps, times = step_times(timeline, cache)
+    # (a report's steps: a range, unless some were not measured)
+    steps, times = cache.update(timeline) if cache is not None else step_times_once(
+        timeline, as_range=True)
     if configured_ideal is not None:
         ideal = configured_ideal
     elif cache is not None:  # the same figure from the times kept sorted: no partition
@@ -362,7 +373,7 @@ def compute_step_stats(timeline, configured_ideal: Optional[float] = None,
     else:  # the same figure (summed in the same order) as with a cache
         ideal = ideal_of_sorted(np.sort(times))
     if ideal is None:
-        return StepStats(steps, times, None, 0.0)
+        return StepStats(times, None, 0.0, steps)
     ideal = float(ideal)
     tail = _deviations(times[-_last(RECENT_WINDOW, BASELINE_WINDOW):], ideal)
-    return StepStats(steps, times, ideal, _aggregate(len(times), tail))
+    return StepStats(times, ideal, _aggregate(len(times), tail), steps)

@@ -271,9 +271,12 @@ def split_by_regions(s, e, rs, re):
     if not len(rs):
         os_, oe = union(s, e)
         return _EMPTY, _EMPTY, os_, oe
-    in_s, in_e, out_s, out_e, mixed_s, mixed_e = [], [], [], [], [], []
+    out_s, out_e, mixed_s, mixed_e = [], [], [], []
     # Each interval is classified on its own: in blocks, so that the
-    # temporaries stay small on runs of millions of loads.
+    # temporaries stay small on runs of millions of loads. The inside parts
+    # (most loads: those of the steps) go straight to their place in one
+    # array each, not through a list of parts joined afterwards.
+    buf_s, buf_e, k_in = np.empty(len(s)), np.empty(len(s)), 0
     for lo in range(0, len(s), _SPLIT_BLOCK):
         bs, be = s[lo:lo + _SPLIT_BLOCK], e[lo:lo + _SPLIT_BLOCK]
         keep = be > bs
@@ -289,13 +292,17 @@ def split_by_regions(s, e, rs, re):
         next_start = np.where(k + 1 < len(rs), rs[nxt], np.inf)
         outside = ((k < 0) | (bs >= rek)) & (be <= next_start)
         mixed = ~(inside | outside)
-        in_s.append(bs[inside])
-        in_e.append(be[inside])
+        m = int(np.count_nonzero(inside))
+        buf_s[k_in:k_in + m] = bs[inside]
+        buf_e[k_in:k_in + m] = be[inside]
+        k_in += m
         out_s.append(bs[outside])
         out_e.append(be[outside])
         mixed_s.append(bs[mixed])
         mixed_e.append(be[mixed])
     ms, me = _union(_joined(mixed_s), _joined(mixed_e), owned=True, e_owned=True)
+    in_s, in_e = [buf_s[:k_in]], [buf_e[:k_in]]
+    del buf_s, buf_e
     for a, b in zip(ms.tolist(), me.tolist()):  # rare: loads across a step region edge
         lo = int(np.searchsorted(re, a, side="right"))
         hi = int(np.searchsorted(rs, b, side="left"))
