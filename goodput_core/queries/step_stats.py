@@ -62,6 +62,14 @@ class StepStats:
     deviation_aggregate: float
     #: The steps as given: an array, or a range of as many steps as times.
     step_numbers: Union[np.ndarray, range] = dataclasses.field(default=range(0), repr=False)
+    #: Percentiles of the step times found with them ({pct: seconds}).
+    known_percentiles: Dict[float, float] = dataclasses.field(default_factory=dict, repr=False,
+                                                              compare=False)
+
+    def time_percentile(self, pct: float) -> float:
+        """:func:`percentile` of the step times (found with them where it was)."""
+        known = self.known_percentiles.get(pct)
+        return known if known is not None else percentile(self.step_times, pct)
 
     @functools.cached_property
     def steps(self) -> np.ndarray:
@@ -363,17 +371,42 @@ def compute_step_stats(timeline, configured_ideal: Optional[float] = None,
     Returns:
       A :class:`StepStats`.
     """
-    # (a report's steps: a range, unless some were not measured)
-    steps, times = cache.update(timeline) if cache is not None else step_times_once(
-        timeline, as_range=True)
+    if cache is None:
+        return _stats_once(timeline, configured_ideal)
+    steps, times = cache.update(timeline)
     if configured_ideal is not None:
         ideal = configured_ideal
-    elif cache is not None:  # the same figure from the times kept sorted: no partition
+    else:  # the same figure from the times kept sorted: no partition
         ideal = ideal_of_sorted(cache.sorted.sorted)
-    else:  # the same figure (summed in the same order) as with a cache
-        ideal = ideal_of_sorted(np.sort(times))
+    return _stats(steps, times, ideal)
+
+
+def _stats(steps, times: np.ndarray, ideal: Optional[float], known=None) -> StepStats:
     if ideal is None:
         return StepStats(times, None, 0.0, steps)
     ideal = float(ideal)
     tail = _deviations(times[-_last(RECENT_WINDOW, BASELINE_WINDOW):], ideal)
-    return StepStats(times, ideal, _aggregate(len(times), tail), steps)
+    return StepStats(times, ideal, _aggregate(len(times), tail), steps, known or {})
+
+
+#: The percentiles a report shows (found with the ideal step time when computed once).
+REPORT_PERCENTILES = (50.0, 90.0)
+
+
+def _stats_once(timeline, configured_ideal: Optional[float]) -> StepStats:
+    """:func:`compute_step_stats` without a cache (a report asks once): the
+    times are sorted in place for the ideal step time (the figure the cache
+    gives: the same sum in the same order) and the report's percentiles, then
+    computed again in step order, so that no two arrays of the run's length
+    (tens of MiB at millions of steps) are ever held at once."""
+    steps, times = step_times_once(timeline, as_range=True)  # (ours: sorted in place)
+    if configured_ideal is not None or not len(times):
+        return _stats(steps, times, configured_ideal)
+    del steps
+    times.sort()
+    ideal = ideal_of_sorted(times)
+    found = np.percentile(times, REPORT_PERCENTILES, overwrite_input=True)
+    known = dict(zip(REPORT_PERCENTILES, (float(v) for v in found)))
+    del times
+    steps, times = step_times_once(timeline, as_range=True)
+    return _stats(steps, times, ideal, known)

@@ -255,12 +255,14 @@ def complement(a: float, b: float, starts, ends) -> Tuple[np.ndarray, np.ndarray
     return cs[keep], ce[keep]
 
 
-def split_by_regions(s, e, rs, re):
+def split_by_regions(s, e, rs, re, owned: bool = False):
     """Splits intervals into their parts inside and outside sorted disjoint regions.
 
     Args:
       s, e: interval starts and ends (any order; overlaps allowed).
       rs, re: sorted disjoint regions.
+      owned: ``s`` and ``e`` are float arrays the caller will not use again:
+        the inside parts are gathered into them (no arrays of their length).
 
     Returns:
       (inside_starts, inside_ends, outside_starts, outside_ends): sorted
@@ -275,8 +277,13 @@ def split_by_regions(s, e, rs, re):
     # Each interval is classified on its own: in blocks, so that the
     # temporaries stay small on runs of millions of loads. The inside parts
     # (most loads: those of the steps) go straight to their place in one
-    # array each, not through a list of parts joined afterwards.
-    buf_s, buf_e, k_in = np.empty(len(s)), np.empty(len(s)), 0
+    # array each, not through a list of parts joined afterwards: the given
+    # ones when owned (a block's inside parts are copied out before they are
+    # written, never past the block: nothing unread is overwritten).
+    owned = owned and s.dtype == e.dtype == np.float64 and s.flags.writeable and \
+        e.flags.writeable
+    buf_s, buf_e = (s, e) if owned else (np.empty(len(s)), np.empty(len(s)))
+    k_in = 0
     for lo in range(0, len(s), _SPLIT_BLOCK):
         bs, be = s[lo:lo + _SPLIT_BLOCK], e[lo:lo + _SPLIT_BLOCK]
         keep = be > bs
@@ -292,14 +299,14 @@ def split_by_regions(s, e, rs, re):
         next_start = np.where(k + 1 < len(rs), rs[nxt], np.inf)
         outside = ((k < 0) | (bs >= rek)) & (be <= next_start)
         mixed = ~(inside | outside)
-        m = int(np.count_nonzero(inside))
-        buf_s[k_in:k_in + m] = bs[inside]
-        buf_e[k_in:k_in + m] = be[inside]
-        k_in += m
         out_s.append(bs[outside])
         out_e.append(be[outside])
         mixed_s.append(bs[mixed])
         mixed_e.append(be[mixed])
+        m = int(np.count_nonzero(inside))  # (last: this may write over bs and be)
+        buf_s[k_in:k_in + m] = bs[inside]
+        buf_e[k_in:k_in + m] = be[inside]
+        k_in += m
     ms, me = _union(_joined(mixed_s), _joined(mixed_e), owned=True, e_owned=True)
     in_s, in_e = [buf_s[:k_in]], [buf_e[:k_in]]
     del buf_s, buf_e

@@ -195,7 +195,9 @@ class Timeline:
         reg_s = np.maximum(t0, F)
         reg_e = rows["region_end"]
         ok = reg_e > reg_s
-        ins, ine, outs, oute = split_by_regions(*pairs["dl"][:2], reg_s[ok], reg_e[ok])
+        # (the pairs are fresh arrays, replaced below: the split reuses them)
+        ins, ine, outs, oute = split_by_regions(*pairs["dl"][:2], reg_s[ok], reg_e[ok],
+                                                owned=True)
         # the loads are in those pieces now: not held through the rest of the
         # update (tens of MiB at millions of loads); the freeze point reads [3]
         pairs["dl"] = (_E, _E, _E, pairs["dl"][3])

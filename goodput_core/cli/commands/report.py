@@ -117,11 +117,11 @@ from goodput_core.timeline.buckets import BadputType
 from goodput_core.cli import CliError
 from goodput_core.cli.commands.common import add_store_argument
 from goodput_core.cli.commands.report_insights import insights_report, insights_table
+from goodput_core.cli.large_frees import release_large_frees
 from goodput_core.queries.blocking_loads import HOW_TO_CHANGE
 from goodput_core.cli.commands.report_lifecycle import lifecycle_report, lifecycle_table
 from goodput_core.queries.elastic import reportable
 from goodput_core.queries.program_goodput import unusable_metadata
-from goodput_core.queries.step_stats import percentile
 from goodput_core.text import printable
 from goodput_core.cli.timespec import (
     TimeSpecError,
@@ -256,8 +256,8 @@ def build_report(calc, result, stats, *, store_url: str, window_spec: Optional[s
         "step_time": {
             "steps_measured": int(len(times)),
             "ideal_seconds": stats.ideal_step_time,
-            "median_seconds": percentile(times, 50) if measured else None,
-            "p90_seconds": percentile(times, 90) if measured else None,
+            "median_seconds": stats.time_percentile(50) if measured else None,
+            "p90_seconds": stats.time_percentile(90) if measured else None,
             "deviation_aggregate_seconds": float(stats.deviation_aggregate) if measured else None,
         },
         "skipped": dict(sorted(result.skipped.items())),
@@ -447,6 +447,7 @@ def _diagnostics_table(rep: Dict[str, Any]) -> List[str]:
 
 
 def run(args) -> int:
+    release_large_frees()  # a long run's temporaries: tens of MiB each
     now = time.time()
     calc, store = open_run(args.run, args.store)
     a, b = resolve_window(calc, args.window, now)

@@ -86,3 +86,18 @@ def test_split_by_regions_in_blocks_equals_one_block_and_the_reference(monkeypat
     inside = float((whole[1] - whole[0]).sum())
     outside = float((whole[3] - whole[2]).sum())
     assert inside + outside == pytest.approx(total, abs=1e-9)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_split_by_regions_reusing_the_given_arrays_gives_the_same_pieces(monkeypatch, seed):
+    """``owned=True``: the inside parts are gathered into the given arrays,
+    block by block, while later blocks are still to be read."""
+    r = random.Random(100 + seed)
+    s, e = _intervals(r, r.choice([0, 3, 150]), sorted_starts=seed % 2 == 0)
+    if seed % 4 < 2:  # no empty interval: the blocks are views of the given arrays
+        s, e = s[e > s], e[e > s]
+    rs, re = _regions(r, r.choice([0, 1, 12]))
+    monkeypatch.setattr(intervals, "_SPLIT_BLOCK", r.choice([1, 7, 1000]))
+    want = split_by_regions(s, e, rs, re)
+    got = split_by_regions(s.copy(), e.copy(), rs, re, owned=True)
+    assert [a.tolist() for a in got] == [a.tolist() for a in want]
