@@ -43,7 +43,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path[:0] = [ROOT, HERE]
 
-from _machine import machine  # noqa: E402
+from _machine import machine, run_measured  # noqa: E402
 
 from goodput_core.stores.postgres.chunks import CHUNK_EVENTS  # noqa: E402
 from tests.support.postgres_server import PostgresServer  # noqa: E402
@@ -146,17 +146,12 @@ def _build(store, n: int, flush_every: int = 50_000) -> float:
 
 def _report(store_url: str) -> tuple:
     """(wall s, peak RSS MiB) of ``goodput report bench`` as a process."""
-    t0 = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "goodput_core.cli", "report", "bench",
-                             "--store", store_url], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                            env=dict(os.environ, PYTHONPATH=ROOT), cwd=tempfile.gettempdir())
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - t0
-    err = proc.stderr.read().decode()
-    proc.stderr.close()
-    assert os.waitstatus_to_exitcode(status) == 0, err
-    return wall, usage.ru_maxrss / 1024
+    wall, code, _, rss, err = run_measured(
+        ["-m", "goodput_core.cli", "report", "bench", "--store", store_url],
+        stdout=subprocess.DEVNULL, env=dict(os.environ, PYTHONPATH=ROOT),
+        cwd=tempfile.gettempdir())
+    assert code == 0, err
+    return wall, rss
 
 
 def _monitor(store, n: int, repeats: int) -> tuple:

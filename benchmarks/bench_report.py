@@ -7,7 +7,8 @@ a fresh embedded store through ``SqliteStore.append`` in batches of 10,000
 compaction on. Then each command runs as a real process, as a user runs it
 (``python -m goodput_core.cli ...``; bytecode cached, after one warm-up run):
 
-* ``report RUN``: wall time, CPU time and peak RSS (``wait4``), median over
+* ``report RUN``: wall time, CPU time and peak RSS (``wait4``, through a small
+  launcher: ``_machine.run_measured``), median over
   repeats, next to the engine alone on the same events in memory (a fresh
   ``Calculator``: ``add`` + ``cumulative()`` + ``step_stats()``, in this
   process), so the ratio compares the same events in the same run;
@@ -45,7 +46,7 @@ import sys
 import tempfile
 import time
 
-from _machine import machine, median
+from _machine import machine, median, run_measured
 from bench_calculator import RUN, stream
 import numpy as np
 
@@ -77,20 +78,13 @@ def run_cli(*argv: str, stdout=subprocess.DEVNULL):
     """(wall s, CPU s, peak RSS MiB) of one ``goodput`` process."""
     env = dict(os.environ)
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # users' installs have cached bytecode
-    t0 = time.perf_counter()
     # cwd: not the checkout (``-m`` puts the working directory first on sys.path,
     # which would shadow a PYTHONPATH that points at another checkout to compare)
-    proc = subprocess.Popen([sys.executable, "-m", "goodput_core.cli", *argv], env=env,
-                            stdout=stdout, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                            cwd=tempfile.gettempdir())
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - t0
-    err = proc.stderr.read().decode()
-    proc.stderr.close()
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode != 0:
+    wall, code, cpu, rss, err = run_measured(["-m", "goodput_core.cli", *argv], env=env,
+                                             stdout=stdout, cwd=tempfile.gettempdir())
+    if code != 0:
         raise SystemExit(f"goodput {' '.join(argv)} failed: {err}")
-    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
+    return wall, cpu, rss
 
 
 class PageSource:
