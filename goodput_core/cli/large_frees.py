@@ -14,16 +14,13 @@ then peaks well above what it ever holds at once: ``goodput report`` over
 off): blocks from 4 MiB up are mapped, and unmapped when freed. Below it
 (SQLite pages, decoded chunks, small arrays) the heap serves as before, so
 the many small allocations cost no system calls. Elsewhere than glibc (macOS,
-musl) it does nothing. Commands call it first; the library never does (a
+musl) it does nothing. `goodput report` calls it first; the library never does (a
 training process keeps its allocator as it is).
 """
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
-import platform
-import sys
+import os
 
 __all__ = ["release_large_frees", "THRESHOLD"]
 
@@ -33,10 +30,15 @@ _M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number (malloc.h)
 
 def release_large_frees() -> bool:
     """Sets glibc's mmap threshold to :data:`THRESHOLD`; True when it did."""
-    if not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc":
-        return False
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        return bool(libc.mallopt(_M_MMAP_THRESHOLD, THRESHOLD))
+        if not (os.confstr("CS_GNU_LIBC_VERSION") or "").startswith("glibc"):
+            return False
+    except (ValueError, OSError, AttributeError):  # not glibc (or no confstr)
+        return False
+    import ctypes  # (only here: a few ms the other commands do not pay)
+
+    try:
+        # the process's own symbols: the C library it runs on (no library search)
+        return bool(ctypes.CDLL(None).mallopt(_M_MMAP_THRESHOLD, THRESHOLD))
     except (OSError, AttributeError):
         return False
