@@ -15,7 +15,7 @@ would make that array large: such timelines take the general computation.
 
 from __future__ import annotations
 
-from typing import Tuple, Union
+from typing import Callable, Tuple, Union
 
 import numpy as np
 
@@ -27,17 +27,19 @@ BLOCK = 1 << 17  # step starts per block: a few MiB of temporaries
 _SPREAD = 2  # step range per step start above which the general computation is used
 
 
-def step_times_once(timeline, as_range: bool = False
+def step_times_once(timeline, latest: Callable, entries: Callable, as_range: bool = False
                     ) -> Tuple[Union[np.ndarray, range], np.ndarray]:
     """(unique steps ascending, time of each one's latest run) of an
     up-to-date Timeline.
 
-    ``as_range``: steps that are a whole range of numbers come as a ``range``
-    (not an array of tens of MiB at millions of steps).
+    Args:
+      latest, entries: ``step_stats._latest`` (the latest run of each step
+        among some spans) and ``step_stats._entries`` (every span at once),
+        given by step_stats, which this module does not import (it imports
+        this one).
+      as_range: steps that are a whole range of numbers come as a ``range``
+        (not an array of tens of MiB at millions of steps).
     """
-    # (step_stats imports this module: its helpers are looked up at the call)
-    from goodput_core.queries.step_stats import _entries, _latest
-
     st = timeline.tables["step_start"]
     t, s = st["t"], st["step"]
     seg = timeline.segments
@@ -47,7 +49,7 @@ def step_times_once(timeline, as_range: bool = False
     lo_step, hi_step = int(s.min()), int(s.max())
     width = hi_step - lo_step + 1
     if width > _SPREAD * n + BLOCK:
-        return _latest(*_entries(timeline, 0, 0)[:3])
+        return latest(*entries(timeline, 0, 0)[:3])
     i0, i1 = seg["i0"], seg["i1"]
     # a segment's last step, closed by its step end: (start index, time), in
     # the order the general computation lists them (after every span)
@@ -78,7 +80,7 @@ def step_times_once(timeline, as_range: bool = False
             when = np.concatenate((when, t[ei]))
         if not len(steps):
             continue
-        steps, span_times = _latest(steps, span_times, when)
+        steps, span_times = latest(steps, span_times, when)
         steps -= lo_step  # (its own array: latest copies, or s[i] did)
         times[steps] = span_times  # a later block is a later run: it overwrites
         seen[steps] = True

@@ -103,7 +103,7 @@ def step_times(timeline, cache: Optional["StepTimes"] = None) -> tuple:
     """
     if cache is not None:
         return cache.update(timeline)
-    return step_times_once(timeline)
+    return step_times_once(timeline, _latest, _entries)
 
 
 def _entries(timeline, lo: int, first_row: int) -> tuple:
@@ -399,7 +399,7 @@ def _stats_once(timeline, configured_ideal: Optional[float]) -> StepStats:
     gives: the same sum in the same order) and the report's percentiles, then
     computed again in step order, so that no two arrays of the run's length
     (tens of MiB at millions of steps) are ever held at once."""
-    steps, times = step_times_once(timeline, as_range=True)  # (ours: sorted in place)
+    steps, times = step_times_once(timeline, _latest, _entries, as_range=True)  # (ours)
     if configured_ideal is not None or not len(times):
         return _stats(steps, times, configured_ideal)
     del steps
@@ -408,5 +408,5 @@ def _stats_once(timeline, configured_ideal: Optional[float]) -> StepStats:
     found = np.percentile(times, REPORT_PERCENTILES, overwrite_input=True)
     known = dict(zip(REPORT_PERCENTILES, (float(v) for v in found)))
     del times
-    steps, times = step_times_once(timeline, as_range=True)
+    steps, times = step_times_once(timeline, _latest, _entries, as_range=True)
     return _stats(steps, times, ideal, known)

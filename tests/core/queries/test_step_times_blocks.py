@@ -17,6 +17,7 @@ import pytest
 from goodput_core.events import EventRecord, Kind
 from goodput_core.queries import step_blocks
 from goodput_core.queries.calculator import Calculator
+from goodput_core.queries.step_stats import step_times
 
 RUN = "blocks"
 
@@ -110,7 +111,7 @@ def test_block_by_block_equals_rule_12_by_hand(seed, monkeypatch):
     want = _reference(events)
     for block in (1, 2, 3, 7, 1 << 17):
         monkeypatch.setattr(step_blocks, "BLOCK", block)
-        steps, times = step_blocks.step_times_once(calc._tl)
+        steps, times = step_times(calc._tl)  # (without a cache: block by block)
         assert steps.dtype == np.int64
         assert dict(zip(steps.tolist(), times.tolist())) == want
         assert steps.tolist() == sorted(want)
@@ -129,7 +130,7 @@ def test_a_step_run_again_later_takes_the_later_time(monkeypatch):
     calc.add(ev)
     calc._tl.update()
     monkeypatch.setattr(step_blocks, "BLOCK", 2)
-    steps, times = step_blocks.step_times_once(calc._tl)
+    steps, times = step_times(calc._tl)
     assert steps.tolist() == [0, 1, 2, 3, 4]
     assert times.tolist() == [1.0, 1.0, 2.0, 2.0, 2.0]
 
