@@ -61,6 +61,7 @@ from goodput_core.timeline.ingest import ORBAX_SAVE, EventTables
 from goodput_core.timeline.intervals import (Growable, IntervalList, complement, paint, split_by_regions,
                                     union)
 from goodput_core.timeline.open_phases import open_phase_limits, with_open_phases
+from goodput_core.timeline.pairs import pairs_of, trailing_start
 from goodput_core.timeline.segments import Attempts, SegmentTable
 
 __all__ = ["Timeline"]
@@ -151,7 +152,7 @@ class Timeline:
         rows = {c: a[first:] for c, a in self.segments.cols.items()}
         skip_times: Dict[str, List[np.ndarray]] = collections.defaultdict(list)
         skip_times["outside_lifetime"].append(self.segments.tail_invalid_times)
-        pairs = {fam: _pairs(T[fam], F, fam in ("custom", "wait"), skip_times) for fam in _FAMILIES}
+        pairs = {fam: pairs_of(T[fam], F, fam in ("custom", "wait"), skip_times) for fam in _FAMILIES}
         if len(att):  # rule 14: phases still open count up to the query time
             limit = open_phase_limits(T, att)
             pairs = {fam: with_open_phases(p, T[fam], F, fam in ("custom", "wait"), limit)
@@ -255,7 +256,7 @@ class Timeline:
                 F, changed = float(je[:-1][cross].min()), True
             for fam in _FAMILIES:
                 for t, e in pairs[fam][3]:
-                    c = _trailing_start(t, e, F)
+                    c = trailing_start(t, e, F)
                     if c < F:
                         F, changed = c, True
             cross = (ob["t"] < F) & (ob["end"] > F)
@@ -387,62 +388,6 @@ def _stepless_restarts(d: np.ndarray, att: Attempts, seg: SegmentTable
     ok = ~has_steps[a] & np.isnan(att.end[a]) & ~np.isnan(att.next_start[a])
     a, first = np.unique(a[ok], return_index=True)  # disruptions are sorted by time
     return d[ok][first], att.next_start[a]
-
-
-def _pairs(table, F: float, keyed: bool, skip_times):
-    """Pairs start/end events at or after ``F`` (rule 7: per kind and type, a
-    second start replaces a pending one, an end without a start is skipped).
-
-    Returns:
-      (starts, ends, keys, groups): the intervals, and per key the
-      (times, is_end) arrays of its events for the freeze-point search.
-    """
-    lo = int(np.searchsorted(table["t"], F, side="left"))
-    t, e = table["t"][lo:], table["e"][lo:]
-    n = len(t)
-    if not keyed:  # one key: no key array, and masks rather than index arrays
-        # (a run's loads are millions of events: each temporary is tens of MiB)
-        start = e == 0
-        pair = start[:-1] & ~start[1:]
-        replaced = start[:-1] & start[1:]
-        orphan = ~start
-        orphan[1:] &= ~start[:-1]
-        del start
-        skip_times["unmatched_start"].append(t[:-1][replaced] if n else _E)
-        del replaced
-        skip_times["unmatched_end"].append(t[orphan])
-        del orphan
-        starts, ends = t[:-1][pair], t[1:][pair]
-        # zeros are not written out until read (calloc): the key column is free
-        return starts, ends, np.zeros(len(starts), np.int32), [(t, e)] if n else []
-    key = table["key"][lo:]
-    if n:
-        order = np.argsort(key, kind="stable")  # keeps (time, arrival) order per key
-        t, e, key = t[order], e[order], key[order]
-    same = key[1:] == key[:-1]
-    start = e == 0
-    pair = start[:-1] & ~start[1:] & same
-    i = np.flatnonzero(pair)
-    replaced = start[:-1] & start[1:] & same
-    orphan = ~start
-    orphan[1:] &= ~(start[:-1] & same)
-    skip_times["unmatched_start"].append(t[:-1][replaced] if n else _E)
-    skip_times["unmatched_end"].append(t[orphan])
-    groups = []
-    if n:
-        cut = np.flatnonzero(~same) + 1
-        groups = [(gt, ge) for gt, ge in zip(np.split(t, cut), np.split(e, cut))]
-    return t[i], t[i + 1], key[i], groups
-
-
-def _trailing_start(t: np.ndarray, e: np.ndarray, F: float) -> float:
-    """Earliest start whose pairing can still change when events >= F arrive:
-    the run of starts that ends the key's events before ``F`` (if any)."""
-    L = int(np.searchsorted(t, F, side="left")) - 1
-    if L < 0 or e[L]:
-        return _INF
-    ends = np.flatnonzero(e[: L + 1])
-    return float(t[ends[-1] + 1]) if len(ends) else float(t[0])
 
 
 def _overlays(tl: Timeline) -> dict:
