@@ -71,41 +71,52 @@ def test_incremental_step_times_equal_the_full_computation(seed):
     if seed % 2:
         assert max(rebuilds) > 0  # the late events made the timeline start afresh
     # the incremental path was taken: the base holds frozen steps
-    assert len(calc._step_times._steps) > 0
+    assert len(calc._step_times._base) > 0
 
 
-def test_the_ideal_step_time_from_sorted_times_equals_the_direct_one():
+@pytest.mark.parametrize("block", [1, 2, 5, 256])
+def test_the_ideal_step_time_from_sorted_blocks_equals_the_direct_one(block):
+    """Times added (ties and outliers), some replaced by a later run (restarts),
+    all of them replaced at once now and then: the blocks hold the times
+    sorted and give the one-shot ideal step time (to 1e-12: summed in
+    another order), with blocks small enough to split, empty and merge."""
     from goodput_core.queries.sorted_times import SortedTimes, ideal_of_sorted
-    from goodput_core.queries.step_stats import ideal_step_time
 
-    rng = np.random.default_rng(11)
-    kept = SortedTimes()
-    steps, times = np.empty(0, np.int64), np.empty(0)
-    for round_ in range(60):
-        # new steps (ties and outliers included), and some earlier times recomputed
+    rng = np.random.default_rng(11 + block)
+    kept = SortedTimes(block)
+    times = np.empty(0)
+    for round_ in range(120):
         n = int(rng.integers(0, 40))
         new = np.round(rng.lognormal(0, 0.3, n), 2)
         new[rng.random(n) < 0.05] *= 50
-        steps = np.concatenate((steps, np.arange(len(steps), len(steps) + n)))
+        removed = np.empty(0)
+        if len(times) and round_ % 3 == 0:  # a restart: some steps run again
+            idx = np.unique(rng.integers(0, len(times), int(rng.integers(1, 6))))
+            removed = times[idx]
+            times = np.delete(times, idx)
+            new = np.concatenate((new, np.round(rng.lognormal(0, 0.3, len(idx)), 2)))
+        if round_ % 37 == 36:  # a full rebuild's worth: every time replaced
+            removed, new = np.concatenate((removed, times)), rng.lognormal(0, 0.3, len(times))
+            times = np.empty(0)
         times = np.concatenate((times, new))
-        if len(times) and round_ % 3 == 0:
-            times = times.copy()
-            times[rng.integers(0, len(times), 3)] = np.round(rng.lognormal(0, 0.3, 3), 2)
-        got = kept.update(steps, times)
-        np.testing.assert_array_equal(got, np.sort(times))
+        kept.update(removed, new)
+        np.testing.assert_array_equal(kept.sorted, np.sort(times))
+        assert len(kept) == len(times)
         want = ideal_step_time(times)
-        if want is None:
-            assert ideal_of_sorted(got) is None
-        else:  # the same mean, summed in another order
-            assert ideal_of_sorted(got) == pytest.approx(want, rel=1e-12)
-    # a step appearing before others (late events): sorted afresh, still right
-    steps2 = np.concatenate(([-1], steps))
-    times2 = np.concatenate(([0.5], times))
-    np.testing.assert_array_equal(kept.update(steps2, times2), np.sort(times2))
+        assert (kept.ideal() is None) == (want is None)
+        if want is not None:
+            assert kept.ideal() == pytest.approx(want, rel=1e-12)
+            assert ideal_of_sorted(np.sort(times)) == pytest.approx(want, rel=1e-12)
+        if block > 1:  # bounded blocks (the last one cut may be shorter)
+            assert max(len(b) for b in kept._blocks) <= 2 * block
+    with pytest.raises(ValueError):  # a time that is not held cannot leave
+        kept.update(np.array([-1.0]), np.empty(0))
     for n in (1, 2, 3, 4, 5):  # odd and even counts, the MAD's two middle values
         x = np.sort(rng.lognormal(0, 1, n))
         assert ideal_of_sorted(x) == pytest.approx(ideal_step_time(x), rel=1e-12)
-
+        one = SortedTimes(block)
+        one.reset(x[::-1])
+        assert one.ideal() == pytest.approx(ideal_step_time(x), rel=1e-12)
 
 
 def test_steps_run_again_and_final_within_one_update_replace_their_earlier_times():
