@@ -180,3 +180,58 @@ def test_an_update_recomputes_the_new_steps_not_the_attempt(monkeypatch):
             assert recomputed and max(recomputed) <= 10 + FREEZE_LAG_STEPS + 2
         full_steps, full_times = step_times(calc._tl)
         np.testing.assert_array_equal(calc.step_stats().step_times, full_times)
+
+
+def test_a_cycle_allocates_and_sorts_the_same_whatever_the_history(monkeypatch):
+    """A monitor cycle's step statistics (step times, ideal step time, the
+    deviation aggregate and the new deviations) on a run going on, after
+    20,000 or 200,000 steps of history: the memory it allocates at its peak
+    (numpy's arrays are traced) and the sorted values it copies are about
+    the new steps', not the run's length; one copy of the step times would
+    be 1.6 MB at 200,000 steps (counted, not timed)."""
+    import tracemalloc
+
+    import goodput_core.queries.step_series as step_series_module
+    from goodput_core.monitor.cycle import fresh_deviations
+    from goodput_core.queries.sorted_times import BLOCK
+
+    monkeypatch.setattr(step_series_module, "CHUNK", 4096)  # appends' room: 64 KiB at a time
+    rng = np.random.default_rng(5)
+    new_steps = 20
+
+    def starts(first, n, t0):  # jittered step times: new ones land anywhere in the order
+        t = t0 + np.cumsum(rng.uniform(0.9, 1.1, n))
+        return [EventRecord(RUN, int(Kind.STEP_START), float(x), first + k)
+                for k, x in enumerate(t)], float(t[-1])
+
+    peaks, copied = {}, {}
+    for history in (20_000, 200_000):
+        calc = Calculator(RUN)
+        events, t = starts(0, history, 1.0)
+        calc.add([EventRecord(RUN, int(Kind.JOB_START), 0.0)] + events)
+        done = fresh_deviations(calc.step_stats(), np.empty(0, np.int64))[1]
+        peaks[history], copied[history] = [], []
+        for cycle in range(5):
+            first = history + new_steps * cycle
+            events, t = starts(first, new_steps, t)
+            calc.add(events)
+            calc._tl.update()  # (the timeline's own update is not what is measured)
+            tracemalloc.start()
+            try:
+                base = tracemalloc.get_traced_memory()[0]
+                stats = calc.step_stats()
+                new, done = fresh_deviations(stats, done)
+                peaks[history].append(tracemalloc.get_traced_memory()[1] - base)
+            finally:
+                tracemalloc.stop()
+            copied[history].append(calc._step_times.sorted.touched)
+            # the step before the first new one has its time now (its span closed)
+            assert [s for s, _ in new] == list(range(first - 1, first + new_steps - 1))
+        full_steps, full_times = step_times(calc._tl)
+        assert stats.ideal_step_time == pytest.approx(ideal_step_time(full_times), rel=1e-12)
+        np.testing.assert_array_equal(stats.step_times, full_times)
+    assert max(peaks[200_000]) < 1.5 * max(peaks[20_000]) + 20_000, peaks
+    assert max(peaks[200_000]) < 200_000 * 8 / 8, peaks
+    # each changed time copies a block or two of sorted times, wherever it lands
+    for history in copied:
+        assert max(copied[history]) <= 2 * BLOCK * 2 * new_steps, copied
