@@ -28,8 +28,8 @@ BLOCK = 256
 class SortedTimes:
     """A multiset of step times kept sorted in blocks (see the module doc)."""
 
-    def __init__(self, block: int = BLOCK) -> None:
-        self._block = int(block)
+    def __init__(self, block: Optional[int] = None) -> None:
+        self._block = int(BLOCK if block is None else block)
         self._reset(np.empty(0))
         #: Values copied by the last update (tests count them: no growth with the run).
         self.touched = 0

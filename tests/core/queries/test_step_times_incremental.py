@@ -40,8 +40,15 @@ def _job(rng, attempts=4, steps=300):
     return out
 
 
-@pytest.mark.parametrize("seed", range(6))
-def test_incremental_step_times_equal_the_full_computation(seed):
+@pytest.mark.parametrize("seed", range(8))
+def test_incremental_step_times_equal_the_full_computation(seed, monkeypatch):
+    import goodput_core.queries.sorted_times as sorted_times_module
+    import goodput_core.queries.step_series as step_series_module
+    from goodput_core.queries.step_stats import deviation_aggregate
+
+    if seed >= 4:  # tiny chunks and blocks: appends cross chunks, blocks split and empty
+        monkeypatch.setattr(step_series_module, "CHUNK", 16)
+        monkeypatch.setattr(sorted_times_module, "BLOCK", 3)
     rng = random.Random(seed)
     events = _job(rng)
     if seed % 2:  # late events: a few arrive long after their time (another host)
@@ -65,6 +72,9 @@ def test_incremental_step_times_equal_the_full_computation(seed):
         assert (got.ideal_step_time is None) == (want is None)
         if want is not None:
             assert got.ideal_step_time == pytest.approx(want, rel=1e-12)
+            # the aggregate from the last deviations only: the one of them all
+            assert got.deviation_aggregate == pytest.approx(
+                deviation_aggregate(np.abs(full_times - want)), rel=1e-9, abs=1e-12)
         rebuilds.add(calc._tl.full_rebuilds)
         checks += 1
     assert checks > 50 and len(got.steps) > 500
@@ -72,6 +82,8 @@ def test_incremental_step_times_equal_the_full_computation(seed):
         assert max(rebuilds) > 0  # the late events made the timeline start afresh
     # the incremental path was taken: the base holds frozen steps
     assert len(calc._step_times._base) > 0
+    if seed >= 4:
+        assert len(calc._step_times._base._chunks) > 10 and len(calc._step_times.sorted._blocks) > 10
 
 
 @pytest.mark.parametrize("block", [1, 2, 5, 256])
