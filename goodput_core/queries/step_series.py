@@ -13,21 +13,74 @@ chunks it falls in, with new arrays.
 the steps still provisional laid over them. It answers what a monitor cycle
 needs (its length, the steps after a given one, a range) without joining the
 chunks; :meth:`StepSeries.arrays` joins them once, for API users.
+
+A chunk of consecutive step numbers (most of a run that logs every step)
+holds its first step and its length instead of an array: 8 bytes a step less.
 """
 
 from __future__ import annotations
 
 import threading
-from typing import List, Optional, Sequence, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-__all__ = ["CHUNK", "StepColumns", "StepSeries", "override"]
+__all__ = ["CHUNK", "Consecutive", "StepColumns", "StepSeries", "override"]
 
 #: Steps per chunk allocated for appends (16 bytes a step: 1 MiB of spare room at most).
 CHUNK = 65_536
+#: Consecutive steps held as two numbers from this many on (an array's own cost below).
+MIN_CONSECUTIVE = 64
 
-_Chunk = Tuple[np.ndarray, np.ndarray]  # (steps, times), steps sorted and unique
+_Chunk = Tuple[Any, np.ndarray]  # (steps, times), steps sorted and unique
+
+
+class Consecutive:
+    """The steps ``first, first + 1, ..., first + n - 1``, held as two numbers.
+
+    Reads like the int64 array it stands for where the chunks are read:
+    ``len``, an index (or an array of them), a slice (a new array),
+    ``searchsorted`` and ``numpy.asarray``.
+    """
+
+    __slots__ = ("first", "n")
+
+    def __init__(self, first: int, n: int):
+        self.first, self.n = int(first), int(n)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, k: Any) -> Any:
+        if isinstance(k, slice):
+            a, b, stride = k.indices(self.n)
+            return np.arange(self.first + a, self.first + b, stride, dtype=np.int64)
+        if isinstance(k, np.ndarray):
+            if len(k) and ((k >= self.n) | (k < -self.n)).any():
+                raise IndexError("index out of range")
+            return self.first + np.where(k < 0, k + self.n, k).astype(np.int64)
+        k = int(k)
+        if not -self.n <= k < self.n:
+            raise IndexError("index out of range")
+        return self.first + (k + self.n if k < 0 else k)
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        return np.arange(self.first, self.first + self.n, dtype=dtype or np.int64)
+
+    def searchsorted(self, v: Any, side: str = "left") -> Any:
+        """As ``numpy.searchsorted`` on the array (integer ``v``)."""
+        pos = np.asarray(v) - self.first + (1 if side == "right" else 0)
+        return np.clip(pos, 0, self.n).astype(np.int64) if pos.ndim else int(
+            min(max(int(pos), 0), self.n))
+
+
+def _compact(steps: np.ndarray) -> Any:
+    """``steps`` (sorted, unique), or a :class:`Consecutive` when they are (no copy
+    kept: an array that is a view of a larger one keeps that one alive)."""
+    n = len(steps)
+    if n >= MIN_CONSECUTIVE and int(steps[-1]) - int(steps[0]) == n - 1:
+        return Consecutive(int(steps[0]), n)
+    return steps
 
 
 def override(steps: np.ndarray, times: np.ndarray, new_steps: np.ndarray,
@@ -64,7 +117,9 @@ def _overlaid(chunks: Sequence[_Chunk], firsts: np.ndarray, steps: np.ndarray,
     cuts = np.flatnonzero(np.diff(which)) + 1
     for lo, hi in zip(np.r_[0, cuts], np.r_[cuts, len(steps)]):
         c = int(which[lo])
-        out[c] = override(out[c][0], out[c][1], steps[lo:hi], times[lo:hi])
+        new_steps, new_times = override(np.asarray(out[c][0]), out[c][1], steps[lo:hi],
+                                        times[lo:hi])
+        out[c] = (_compact(new_steps), new_times)
     return out
 
 
@@ -104,7 +159,7 @@ class StepSeries:
         if c == len(self._chunks):
             return len(self)
         before = int(self._ends[c - 1]) if c else 0
-        return before + int(np.searchsorted(self._chunks[c][0], step, side="right"))
+        return before + int(self._chunks[c][0].searchsorted(step, side="right"))
 
     def step_at(self, i: int) -> int:
         """The ``i``-th step (0-based, ``0 <= i < len``)."""
@@ -168,7 +223,7 @@ class StepColumns:
         cuts = np.flatnonzero(np.diff(which)) + 1
         for lo, hi in zip(np.r_[0, cuts], np.r_[cuts, len(steps)]):
             cs, ct = self._chunks[int(which[lo])]
-            pos = np.minimum(np.searchsorted(cs, steps[lo:hi]), len(cs) - 1)
+            pos = np.minimum(cs.searchsorted(steps[lo:hi]), len(cs) - 1)
             hit = cs[pos] == steps[lo:hi]
             found[lo:hi], times[lo:hi] = hit, np.where(hit, ct[pos], np.nan)
         return found, times
@@ -193,8 +248,13 @@ class StepColumns:
         if not self._chunks and len(steps) >= CHUNK:
             # a first update (a run's history): its own arrays, cut in views of
             # CHUNK steps, so that a step run again copies one chunk, not all
-            self._chunks = [(steps[i:i + CHUNK], times[i:i + CHUNK])
-                            for i in range(0, len(steps), CHUNK)]
+            # (the steps: consecutive ones as two numbers, the others copied,
+            # so that the history's step array is freed)
+            self._chunks = []
+            for i in range(0, len(steps), CHUNK):
+                part = _compact(steps[i:i + CHUNK])
+                self._chunks.append((part if isinstance(part, Consecutive) else part.copy(),
+                                     times[i:i + CHUNK]))
             return
         while len(steps):
             if self._spare is None or self._used == len(self._spare[0]):
@@ -208,6 +268,8 @@ class StepColumns:
             self._spare[1][u:u + take] = times[:take]
             self._used = u + take
             self._chunks[-1] = (self._spare[0][:self._used], self._spare[1][:self._used])
+            if self._used == len(self._spare[0]):  # full: its steps as two numbers if it can
+                self._chunks[-1] = (_compact(self._chunks[-1][0]), self._chunks[-1][1])
             steps, times = steps[take:], times[take:]
 
     def series(self, tail_steps: np.ndarray, tail_times: np.ndarray) -> StepSeries:

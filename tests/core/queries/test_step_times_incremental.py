@@ -48,6 +48,7 @@ def test_incremental_step_times_equal_the_full_computation(seed, monkeypatch):
 
     if seed >= 4:  # tiny chunks and blocks: appends cross chunks, blocks split and empty
         monkeypatch.setattr(step_series_module, "CHUNK", 16)
+        monkeypatch.setattr(step_series_module, "MIN_CONSECUTIVE", 4)
         monkeypatch.setattr(sorted_times_module, "BLOCK", 3)
     rng = random.Random(seed)
     events = _job(rng)

@@ -76,6 +76,7 @@ def test_chunked_step_columns_equal_a_dict_and_series_handed_out_never_change(se
     them and replacements hit several) equal a plain dict after each update,
     and every series handed out still holds what it held then."""
     monkeypatch.setattr(step_series, "CHUNK", 7)
+    monkeypatch.setattr(step_series, "MIN_CONSECUTIVE", 2)  # consecutive steps as two numbers
     r = random.Random(seed)
     cols, ref, handed = step_series.StepColumns(), {}, []
     step = 0
@@ -115,6 +116,27 @@ def test_chunked_step_columns_equal_a_dict_and_series_handed_out_never_change(se
         assert found.tolist() == [k in ref for k in keys]
         assert [t for t, f in zip(times_now.tolist(), found) if f] == [ref[k] for k in keys if k in ref]
         handed.append((series, keys, [want[k] for k in keys]))
+    assert any(isinstance(c[0], step_series.Consecutive) for c in cols._chunks)
     for series, keys, times in handed:  # nothing written where a series can see it
         got = step_series.StepSeries(series._chunks).arrays()
         assert got[0].tolist() == keys and got[1].tolist() == times
+
+
+def test_consecutive_steps_read_as_the_array_they_stand_for():
+    c, a = step_series.Consecutive(10, 6), np.arange(10, 16)
+    assert len(c) == 6 and c[0] == 10 and c[-1] == 15 and c[3] == 13
+    assert np.asarray(c).tolist() == a.tolist() and np.asarray(c).dtype == np.int64
+    for k in (slice(None), slice(2, 4), slice(-3, None), slice(5, 2)):
+        assert c[k].tolist() == a[k].tolist()
+    idx = np.array([0, 5, -1, 2])
+    assert c[idx].tolist() == a[idx].tolist()
+    probes = np.array([-3, 9, 10, 12, 15, 16, 40])
+    for side in ("left", "right"):
+        assert c.searchsorted(probes, side).tolist() == np.searchsorted(a, probes, side).tolist()
+        assert [c.searchsorted(int(p), side) for p in probes] == \
+            np.searchsorted(a, probes, side).tolist()
+    for bad in (6, -7):
+        with pytest.raises(IndexError):
+            c[bad]
+    with pytest.raises(IndexError):
+        c[np.array([6])]
