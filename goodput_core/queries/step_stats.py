@@ -14,6 +14,7 @@ monitoring aggregate follows the reference's
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Dict, Optional
 
 import numpy as np
@@ -33,6 +34,8 @@ __all__ = [
     "BASELINE_WINDOW",
     "SPIKE_PERCENTILE",
 ]
+
+logger = logging.getLogger(__name__)
 
 RECENT_WINDOW = 100
 BASELINE_WINDOW = 1000
@@ -291,7 +294,11 @@ class StepTimes:
         after = _overlay(touched, self._base.lookup(touched), tail_steps, tail_times)
         (had, was), (has, now) = before, after
         same = had & has & (was == now)
-        self.sorted.update(was[had & ~same], now[has & ~same])
+        try:
+            self.sorted.update(was[had & ~same], now[has & ~same])
+        except ValueError:  # (a bug: a time left that was not held) sorted afresh, O(n)
+            logger.warning("step times: the sorted times were rebuilt", exc_info=True)
+            self.sorted.reset(self._base.series(tail_steps, tail_times).arrays()[1])
 
 
 def _overlay(steps: np.ndarray, base: tuple, over_steps: np.ndarray,

@@ -248,3 +248,26 @@ def test_a_cycle_allocates_and_sorts_the_same_whatever_the_history(monkeypatch):
     # each changed time copies a block or two of sorted times, wherever it lands
     for history in copied:
         assert max(copied[history]) <= 2 * BLOCK * 2 * new_steps, copied
+
+
+def test_sorted_times_that_lost_track_are_sorted_afresh_not_failed_forever(monkeypatch):
+    """Should the sorted times ever be told to drop a time they do not hold (a
+    bug), the cycle sorts the step times afresh instead of failing this and
+    every later cycle."""
+    from goodput_core.queries.sorted_times import SortedTimes
+
+    calc = Calculator(RUN)
+    calc.add([EventRecord(RUN, int(Kind.JOB_START), 0.0)]
+             + [EventRecord(RUN, int(Kind.STEP_START), 1.0 + 1.5 * k, k) for k in range(300)])
+    calc.step_stats()
+    real = SortedTimes.update
+
+    def lost(self, removed, added):
+        return real(self, np.append(removed, -1.0), added)  # a time never held
+
+    monkeypatch.setattr(SortedTimes, "update", lost)
+    calc.add([EventRecord(RUN, int(Kind.STEP_START), 451.0 + k, 300 + k) for k in range(50)])
+    got = calc.step_stats()
+    full_steps, full_times = step_times(calc._tl)
+    assert got.ideal_step_time == pytest.approx(ideal_step_time(full_times), rel=1e-12)
+    np.testing.assert_array_equal(calc._step_times.sorted.sorted, np.sort(full_times))
