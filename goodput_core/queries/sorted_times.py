@@ -140,10 +140,23 @@ class SortedTimes:
     def _splice(self, ub: np.ndarray, pieces: np.ndarray, new_blocks: List[np.ndarray],
                 counts: np.ndarray, sums: np.ndarray, lasts: np.ndarray) -> None:
         """Block ``ub[i]`` replaced by the next ``pieces[i]`` of ``new_blocks``."""
-        if (pieces == 1).all():  # no block split or emptied: in place
-            for b, blk in zip(ub.tolist(), new_blocks):
-                self._blocks[b] = blk
-            self._counts[ub], self._sums[ub], self._lasts[ub] = counts, sums, lasts
+        odd = np.flatnonzero(pieces != 1)
+        if len(odd) <= 8:  # (a run going on: a block or two split) in place, then those
+            k = np.cumsum(pieces) - pieces  # each touched block's first piece
+            one = np.flatnonzero(pieces == 1)
+            for b, i in zip(ub[one].tolist(), k[one].tolist()):
+                self._blocks[b] = new_blocks[i]
+            at = k[one]
+            self._counts[ub[one]], self._sums[ub[one]], self._lasts[ub[one]] = (
+                counts[at], sums[at], lasts[at])
+            for j in odd[::-1].tolist():  # from the end: the blocks before keep their place
+                b, lo, hi = int(ub[j]), int(k[j]), int(k[j] + pieces[j])
+                self._blocks[b:b + 1] = new_blocks[lo:hi]
+                self._counts = np.concatenate((self._counts[:b], counts[lo:hi],
+                                               self._counts[b + 1:]))
+                self._sums = np.concatenate((self._sums[:b], sums[lo:hi], self._sums[b + 1:]))
+                self._lasts = np.concatenate((self._lasts[:b], lasts[lo:hi],
+                                              self._lasts[b + 1:]))
             return
         reps = np.ones(len(self._blocks), np.int64)
         reps[ub] = pieces

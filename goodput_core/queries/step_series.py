@@ -108,19 +108,27 @@ def override(steps: np.ndarray, times: np.ndarray, new_steps: np.ndarray,
 
 
 def _overlaid(chunks: Sequence[_Chunk], firsts: np.ndarray, steps: np.ndarray,
-              times: np.ndarray) -> List[_Chunk]:
+              times: np.ndarray) -> Tuple[List[_Chunk], List[int]]:
     """``chunks`` with ``(steps, times)`` (sorted, unique, none after the last
     chunk's last step) laid over them: the chunks they fall in are replaced
-    by new arrays (copy on write), the others are shared."""
+    by new arrays (copy on write), the others are shared. Also returns the
+    indexes of the chunks replaced."""
     out = list(chunks)
     which = np.maximum(np.searchsorted(firsts, steps, side="right") - 1, 0)
     cuts = np.flatnonzero(np.diff(which)) + 1
+    changed = []
     for lo, hi in zip(np.r_[0, cuts], np.r_[cuts, len(steps)]):
         c = int(which[lo])
         new_steps, new_times = override(np.asarray(out[c][0]), out[c][1], steps[lo:hi],
                                         times[lo:hi])
         out[c] = (_compact(new_steps), new_times)
-    return out
+        changed.append(c)
+    return out, changed
+
+
+def _bounds(chunk: _Chunk) -> Tuple[int, int, int]:
+    """``(length, first step, last step)`` of a chunk that is not empty."""
+    return len(chunk[0]), int(chunk[0][0]), int(chunk[0][-1])
 
 
 class StepSeries:
@@ -129,12 +137,17 @@ class StepSeries:
     Args:
       chunks: ``(steps, times)`` pieces in step order (steps sorted, unique,
         each piece's steps after the previous piece's); never written later.
+      bounds: :func:`_bounds` of each chunk, when the caller keeps them (then
+        no chunk is empty).
     """
 
-    def __init__(self, chunks: Sequence[_Chunk]):
-        self._chunks = [c for c in chunks if len(c[0])]
-        self._ends = np.cumsum([len(c[0]) for c in self._chunks], dtype=np.int64)
-        self._lasts = np.array([c[0][-1] for c in self._chunks], np.int64)
+    def __init__(self, chunks: Sequence[_Chunk], bounds: Optional[Sequence[tuple]] = None):
+        if bounds is None:
+            chunks = [c for c in chunks if len(c[0])]
+            bounds = [_bounds(c) for c in chunks]
+        self._chunks = list(chunks)
+        self._ends = np.cumsum([b[0] for b in bounds], dtype=np.int64)
+        self._lasts = np.array([b[2] for b in bounds], np.int64)
         self._joined: Optional[tuple] = None
         self._lock = threading.Lock()
 
@@ -202,16 +215,18 @@ class StepColumns:
 
     def __init__(self) -> None:
         self._chunks: List[_Chunk] = []
+        self._bounds: List[Tuple[int, int, int]] = []  # _bounds of each chunk
         self._firsts = np.empty(0, np.int64)
         self._spare: Optional[_Chunk] = None  # the buffers the last chunk is a view of
         self._used = 0  # how much of them it holds
+        self._n = 0
 
     def __len__(self) -> int:
-        return sum(len(c[0]) for c in self._chunks)
+        return self._n
 
     @property
     def last_step(self) -> Optional[int]:
-        return int(self._chunks[-1][0][-1]) if self._chunks else None
+        return self._bounds[-1][2] if self._bounds else None
 
     def lookup(self, steps: np.ndarray) -> tuple:
         """``(found, times)`` of sorted ``steps`` (times of the ones not found: NaN)."""
@@ -237,46 +252,56 @@ class StepColumns:
         k = 0 if last is None else int(np.searchsorted(steps, last, side="right"))
         if k:
             tip = self._chunks[-1]
-            self._chunks = _overlaid(self._chunks, self._firsts, steps[:k], times[:k])
+            self._chunks, changed = _overlaid(self._chunks, self._firsts, steps[:k], times[:k])
+            for c in changed:
+                self._n += len(self._chunks[c][0]) - self._bounds[c][0]
+                self._bounds[c] = _bounds(self._chunks[c])
             if self._chunks[-1] is not tip:
                 self._spare = None  # the last chunk has new arrays: no room after it
         if k < len(steps):
             self._append(steps[k:], times[k:])
-        self._firsts = np.array([c[0][0] for c in self._chunks], np.int64)
+        self._firsts = np.array([b[1] for b in self._bounds], np.int64)
 
     def _append(self, steps: np.ndarray, times: np.ndarray) -> None:
+        self._n += len(steps)
         if not self._chunks and len(steps) >= CHUNK:
             # a first update (a run's history): its own arrays, cut in views of
             # CHUNK steps, so that a step run again copies one chunk, not all
             # (the steps: consecutive ones as two numbers, the others copied,
             # so that the history's step array is freed)
-            self._chunks = []
             for i in range(0, len(steps), CHUNK):
                 part = _compact(steps[i:i + CHUNK])
                 self._chunks.append((part if isinstance(part, Consecutive) else part.copy(),
                                      times[i:i + CHUNK]))
+                self._bounds.append(_bounds(self._chunks[-1]))
             return
         while len(steps):
             if self._spare is None or self._used == len(self._spare[0]):
                 self._spare = (np.empty(CHUNK, np.int64), np.empty(CHUNK))
                 self._used = 0
                 self._chunks.append((self._spare[0][:0], self._spare[1][:0]))
+                self._bounds.append((0, int(steps[0]), int(steps[0])))
             room = len(self._spare[0]) - self._used
             take = min(room, len(steps))
             u = self._used
             self._spare[0][u:u + take] = steps[:take]
             self._spare[1][u:u + take] = times[:take]
             self._used = u + take
-            self._chunks[-1] = (self._spare[0][:self._used], self._spare[1][:self._used])
+            chunk_steps = self._spare[0][:self._used]
             if self._used == len(self._spare[0]):  # full: its steps as two numbers if it can
-                self._chunks[-1] = (_compact(self._chunks[-1][0]), self._chunks[-1][1])
+                chunk_steps = _compact(chunk_steps)
+            self._chunks[-1] = (chunk_steps, self._spare[1][:self._used])
+            self._bounds[-1] = (self._used, self._bounds[-1][1], int(steps[take - 1]))
             steps, times = steps[take:], times[take:]
 
     def series(self, tail_steps: np.ndarray, tail_times: np.ndarray) -> StepSeries:
         """The columns with the provisional ``tail_*`` (sorted, unique) laid over them."""
         last = self.last_step
         if not len(tail_steps) or last is None or tail_steps[0] > last:
-            return StepSeries(self._chunks + [(tail_steps, tail_times)])
+            if not len(tail_steps):
+                return StepSeries(self._chunks, self._bounds)
+            tail = (tail_steps, tail_times)
+            return StepSeries(self._chunks + [tail], self._bounds + [_bounds(tail)])
         k = int(np.searchsorted(tail_steps, last, side="right"))
-        chunks = _overlaid(self._chunks, self._firsts, tail_steps[:k], tail_times[:k])
+        chunks = _overlaid(self._chunks, self._firsts, tail_steps[:k], tail_times[:k])[0]
         return StepSeries(chunks + [(tail_steps[k:], tail_times[k:])])
