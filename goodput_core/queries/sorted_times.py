@@ -3,8 +3,10 @@
 :func:`~goodput_core.queries.step_stats.ideal_step_time` (the mean of the step
 times at or below median + 3·MAD) partitions every step time twice per call.
 :class:`SortedTimes` keeps the step times sorted between calls in blocks of
-a bounded size (:data:`BLOCK` to twice that), with each block's count, sum
-and largest value, and is told what changed (the times removed and added).
+at most twice :data:`BLOCK` values (a block that grows past it is cut in
+two; one that times leave is kept, however small), each with its count,
+sum and largest value, and is told what changed (the times removed and
+added).
 A cycle's update touches only the blocks the changed values fall in (all of
 them at once, in one merge), so its cost is about the number of changed
 times times the block size, whatever the run's length; the median and MAD
@@ -20,8 +22,8 @@ import numpy as np
 
 __all__ = ["BLOCK", "SortedTimes", "ideal_of_sorted"]
 
-#: Values per block (a block holds 1 to 2·BLOCK; each changed value costs a
-#: block's copy, and the per-block arrays are O(n / BLOCK)).
+#: Values per block as cut (a block holds 1 to 2·BLOCK; each changed value
+#: costs a block's copy, and the per-block arrays are O(n / BLOCK)).
 BLOCK = 256
 
 
