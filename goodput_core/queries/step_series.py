@@ -151,6 +151,13 @@ class StepSeries:
         self._joined: Optional[tuple] = None
         self._lock = threading.Lock()
 
+    def __getstate__(self) -> dict:  # (copies and pickles: the lock is not data)
+        return {k: v for k, v in self.__dict__.items() if k != "_lock"}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
     @classmethod
     def of(cls, steps: np.ndarray, times: Optional[np.ndarray] = None) -> "StepSeries":
         """A series of plain arrays (``times`` None: zeros, for a set of steps)."""

@@ -140,3 +140,19 @@ def test_consecutive_steps_read_as_the_array_they_stand_for():
             c[bad]
     with pytest.raises(IndexError):
         c[np.array([6])]
+
+
+def test_step_stats_copy_and_pickle_with_their_chunks():
+    """A snapshot's step statistics may be copied or pickled by a user's
+    exporter: the chunked series goes with them (its lock does not)."""
+    import copy
+    import pickle
+
+    cols = step_series.StepColumns()
+    cols.set(np.arange(100, dtype=np.int64), np.linspace(1.0, 2.0, 100))
+    series = cols.series(np.array([100, 101], np.int64), np.array([3.0, 4.0]))
+    stats = step_stats.StepStats(None, None, 1.5, series=series)
+    for other in (copy.deepcopy(stats), pickle.loads(pickle.dumps(stats))):
+        assert other.steps.tolist() == list(range(102))
+        assert other.deviations.tolist() == np.abs(stats.step_times - 1.5).tolist()
+        assert other.deviation_aggregate == stats.deviation_aggregate
