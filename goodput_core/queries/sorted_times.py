@@ -88,6 +88,21 @@ class SortedTimes:
             return None
         return float((self._sums[:b].sum() + self._blocks[b][:j].sum()) / idx)
 
+    def percentile(self, pct: float) -> Optional[float]:
+        """As ``numpy.percentile`` (linear interpolation) of the values: O(log n)."""
+        n = self._n
+        if not n:
+            return None
+        at = _Ranks(self._blocks, np.cumsum(self._counts))
+        h = float(pct) / 100.0 * (n - 1)  # (numpy's order of operations)
+        lo = int(np.floor(h))
+        a = at(lo)
+        if lo + 1 >= n or h == lo:
+            return a
+        b, t = at(lo + 1), h - lo
+        # numpy's own interpolation (from the nearer end), for the same last bit
+        return b - (b - a) * (1 - t) if t >= 0.5 else a + (b - a) * t
+
     # ------------------------------------------------------------ internals
     def _reset(self, x: np.ndarray) -> None:
         """Blocks of ``BLOCK`` values cut from sorted ``x`` (copies: ``x`` is freed)."""

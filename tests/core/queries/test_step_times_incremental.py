@@ -73,6 +73,9 @@ def test_incremental_step_times_equal_the_full_computation(seed, monkeypatch):
         assert (got.ideal_step_time is None) == (want is None)
         if want is not None:
             assert got.ideal_step_time == pytest.approx(want, rel=1e-12)
+            # the host breakdown's percentiles, from the times kept sorted
+            assert calc.step_time_percentiles((50, 90)) == [
+                np.percentile(full_times, 50), np.percentile(full_times, 90)]
             # the aggregate from the last deviations only: the one of them all
             assert got.deviation_aggregate == pytest.approx(
                 deviation_aggregate(np.abs(full_times - want)), rel=1e-9, abs=1e-12)
@@ -122,6 +125,8 @@ def test_the_ideal_step_time_from_sorted_blocks_equals_the_direct_one(block):
             assert ideal_of_sorted(np.sort(times)) == pytest.approx(want, rel=1e-12)
         if block > 1:  # bounded blocks (the last one cut may be shorter)
             assert max(len(b) for b in kept._blocks) <= 2 * block
+        for pct in (0, 50, 90, 99.9, 100):  # the host breakdown's percentiles
+            assert kept.percentile(pct) == np.percentile(times, pct)
     with pytest.raises(ValueError):  # a time that is not held cannot leave
         kept.update(np.array([-1.0]), np.empty(0))
     for n in (1, 2, 3, 4, 5):  # odd and even counts, the MAD's two middle values
