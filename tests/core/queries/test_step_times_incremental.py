@@ -44,6 +44,7 @@ def _job(rng, attempts=4, steps=300):
 def test_incremental_step_times_equal_the_full_computation(seed, monkeypatch):
     import goodput_core.queries.sorted_times as sorted_times_module
     import goodput_core.queries.step_series as step_series_module
+    from goodput_core.monitor.cycle import fresh_deviations
     from goodput_core.queries.step_stats import deviation_aggregate
 
     if seed >= 4:  # tiny chunks and blocks: appends cross chunks, blocks split and empty
@@ -60,12 +61,20 @@ def test_incremental_step_times_equal_the_full_computation(seed, monkeypatch):
             events.insert(rng.randrange(len(events) // 2, len(events)), e)
     calc = Calculator(RUN)
     pos, checks, rebuilds = 0, 0, set()
+    done, handed = np.empty(0, np.int64), set()  # the monitor's: deviations handed out
     while pos < len(events):
         n = rng.choice((1, 3, 17, 60))
         calc.add(events[pos:pos + n])
         pos += n
         got = calc.step_stats()
+        new, done = fresh_deviations(got, done)
         full_steps, full_times = step_times(calc._tl)  # from scratch
+        if got.ideal_step_time is not None:  # each step's deviation once, when it has a time
+            fresh = [s not in handed for s in full_steps.tolist()]
+            assert [s for s, _ in new] == full_steps[fresh].tolist()
+            assert [d for _, d in new] == pytest.approx(
+                np.abs(full_times[fresh] - got.ideal_step_time).tolist(), rel=1e-12)
+            handed.update(s for s, _ in new)
         assert got.steps.tolist() == full_steps.tolist()
         np.testing.assert_array_equal(got.step_times, full_times)
         # the ideal from the times kept sorted: the direct figure (summed in another order)
