@@ -73,6 +73,11 @@ class StepStats:
             deviation_aggregate = _aggregate_of_last(self, RECENT_WINDOW + BASELINE_WINDOW)
         self.deviation_aggregate = float(deviation_aggregate)
 
+    @classmethod
+    def of_series(cls, series: StepSeries, ideal_step_time: Optional[float]) -> "StepStats":
+        """The statistics of a chunked series (deviations computed on demand)."""
+        return cls(None, None, ideal_step_time, series=series)
+
     @property
     def count(self) -> int:
         """How many steps have a time."""
@@ -388,4 +393,4 @@ def compute_step_stats(timeline, configured_ideal: Optional[float] = None,
         steps, times = step_times(timeline)
         series = StepSeries.of(steps, times)
         ideal = configured_ideal if configured_ideal is not None else ideal_step_time(times)
-    return StepStats(None, None, None if ideal is None else float(ideal), series=series)
+    return StepStats.of_series(series, None if ideal is None else float(ideal))

@@ -151,7 +151,7 @@ def test_step_stats_copy_and_pickle_with_their_chunks():
     cols = step_series.StepColumns()
     cols.set(np.arange(100, dtype=np.int64), np.linspace(1.0, 2.0, 100))
     series = cols.series(np.array([100, 101], np.int64), np.array([3.0, 4.0]))
-    stats = step_stats.StepStats(None, None, 1.5, series=series)
+    stats = step_stats.StepStats.of_series(series, 1.5)
     for other in (copy.deepcopy(stats), pickle.loads(pickle.dumps(stats))):
         assert other.steps.tolist() == list(range(102))
         assert other.deviations.tolist() == np.abs(stats.step_times - 1.5).tolist()
