@@ -50,7 +50,11 @@ class SortedTimes:
         self.touched = self._n
 
     def update(self, removed: np.ndarray, added: np.ndarray) -> None:
-        """Removes the values ``removed`` (each must be held) and adds ``added``."""
+        """Removes the values ``removed`` and adds ``added``.
+
+        Raises:
+          ValueError: a value of ``removed`` is not held (as often).
+        """
         removed = np.sort(np.asarray(removed, np.float64))
         added = np.sort(np.asarray(added, np.float64))
         if not len(removed) and not len(added):
@@ -61,7 +65,7 @@ class SortedTimes:
                 and not np.isnan(removed).any() and not np.isnan(added).any()
                 and self._merge(removed, added)):
             return
-        # most of it changes, or equal values removed across a block boundary (rare)
+        # most of it changes, or more equal values removed than two blocks hold (rare)
         self._reset(_replace(self.sorted, removed, added))
         self.touched = self._n
 
@@ -125,11 +129,12 @@ class SortedTimes:
         a removed value is not where it should be (nothing changed then)."""
         m = len(self._blocks)
         # a value goes to the first block whose largest is >= it (or the last);
-        # a removed one is in that block, or (equal values across a block
-        # boundary) in a block beside it that is touched too, or missing
+        # a removed one is in that block or, equal to its largest (equal values
+        # across a block boundary), in the next one, which is touched too
         rb = np.minimum(np.searchsorted(self._lasts, removed, side="left"), m - 1)
         ab = np.minimum(np.searchsorted(self._lasts, added, side="left"), m - 1)
-        ub = np.unique(np.concatenate((rb, ab)))
+        spill = rb[(self._lasts[rb] == removed) & (rb + 1 < m)] + 1
+        ub = np.unique(np.concatenate((rb, spill, ab)))
         merged = np.concatenate([self._blocks[b] for b in ub])
         if len(removed):
             pos = _positions(merged, removed)

@@ -136,6 +136,13 @@ def test_the_ideal_step_time_from_sorted_blocks_equals_the_direct_one(block):
             assert max(len(b) for b in kept._blocks) <= 2 * block
         for pct in (0, 50, 90, 99.9, 100):  # the host breakdown's percentiles
             assert kept.percentile(pct) == np.percentile(times, pct)
+    # equal times in many blocks (a run of 1 s steps): one leaving a block that
+    # ends with that time may be taken from the next; two blocks are copied, not all
+    same = SortedTimes(4)
+    same.reset(np.concatenate((np.full(40, 1.0), [0.5, 2.0])))
+    same.update(np.array([1.0, 1.0, 1.0]), np.array([1.0]))
+    np.testing.assert_array_equal(same.sorted, [0.5] + [1.0] * 38 + [2.0])
+    assert same.touched <= 2 * 4
     with pytest.raises(ValueError):  # a time that is not held cannot leave
         kept.update(np.array([-1.0]), np.empty(0))
     for n in (1, 2, 3, 4, 5):  # odd and even counts, the MAD's two middle values
