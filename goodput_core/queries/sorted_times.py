@@ -135,7 +135,8 @@ class SortedTimes:
         ab = np.minimum(np.searchsorted(self._lasts, added, side="left"), m - 1)
         spill = rb[(self._lasts[rb] == removed) & (rb + 1 < m)] + 1
         ub = np.unique(np.concatenate((rb, spill, ab)))
-        merged = np.concatenate([self._blocks[b] for b in ub])
+        blocks = self._blocks
+        merged = np.concatenate([blocks[b] for b in ub.tolist()])
         if len(removed):
             pos = _positions(merged, removed)
             if pos is None:
