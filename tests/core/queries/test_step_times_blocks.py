@@ -151,3 +151,21 @@ def test_the_report_path_gives_the_incremental_figures():
     assert a.deviation_aggregate == b.deviation_aggregate
     assert a.deviations.tolist() == b.deviations.tolist()
     assert getattr(once, "_step_times", None) is None  # nothing kept for a next call
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 255, 256, 257, 5000])
+def test_sorted_times_held_as_views_give_the_figures_of_a_reset(n):
+    """``SortedTimes.of_sorted`` (the report's ideal step time) holds the
+    caller's sorted array without copying it, and gives what a monitor's
+    first update (``reset``: sorted copies) gives, to the last bit."""
+    from goodput_core.queries.sorted_times import SortedTimes
+
+    x = np.round(np.random.default_rng(n).lognormal(0, 0.4, n), 3)
+    x[::97] *= 20  # outliers above median + 3 MAD
+    copied = SortedTimes()
+    copied.reset(x)
+    x.sort()
+    viewed = SortedTimes.of_sorted(x)
+    assert viewed.ideal() == copied.ideal()
+    assert [viewed.percentile(p) for p in (50, 90)] == [copied.percentile(p) for p in (50, 90)]
+    assert all(np.shares_memory(b, x) for b in viewed._blocks)
