@@ -21,14 +21,16 @@ from __future__ import annotations
 from typing import Any, Dict
 
 from goodput_core.stores.base import StoreError
-from goodput_core.stores.postgres.chunks import CHUNK_EVENTS, pack
+from goodput_core.stores.postgres.chunks import CHUNK_EVENTS, TAIL_EVENTS, pack
 
 __all__ = ["compact"]
 
 
-def compact(store: Any, size: int = CHUNK_EVENTS) -> Dict[str, int]:
-    """Packs the full chunks of ``size`` events of every run of ``store`` (a
-    :class:`~goodput_core.stores.postgres.PostgresStore`) not packed yet.
+def compact(store: Any, size: int = CHUNK_EVENTS, tail: int = TAIL_EVENTS) -> Dict[str, int]:
+    """Packs the events of every run of ``store`` (a
+    :class:`~goodput_core.stores.postgres.PostgresStore`) not packed yet: full
+    chunks of ``size`` events, then the rest as a shorter chunk if at least
+    ``tail`` events (0: full chunks only).
 
     Returns:
       ``{"runs": runs that got a chunk, "chunks": chunks written, "events": events packed}``.
@@ -48,6 +50,7 @@ def compact(store: Any, size: int = CHUNK_EVENTS) -> Dict[str, int]:
             with conn.transaction():
                 conn.execute(sql["create_chunks"])
             store._has_chunks = True
+        before = _packed_events(conn, sql)
         names = [n for n, in conn.execute(sql["runs"])]
         for _, run_id in sorted(conn.execute(sql["run_ids"], (names,)).fetchall(),
                                 key=lambda r: r[1]):
@@ -55,17 +58,22 @@ def compact(store: Any, size: int = CHUNK_EVENTS) -> Dict[str, int]:
             while True:  # one chunk per transaction: writers of the run wait one pack
                 with conn.transaction():
                     conn.execute(sql["lock_run"], (lock, run_id))
-                    n = pack(conn, sql, run_id, size)
+                    n = pack(conn, sql, run_id, size, tail)
                 if not n:
                     break
                 made += n
             if made:
                 done["runs"] += 1
                 done["chunks"] += made
-                done["events"] += made * size
+        done["events"] = _packed_events(conn, sql) - before
         # The planner's statistics (a role that owns neither table gets a
         # server WARNING and nothing else).
         conn.execute(f"ANALYZE {sql['chunks_table']}, {sql['events_table']}")
         return done
 
     return store._query(work)  # a refusal or a lost server: StoreError, said in one line
+
+
+def _packed_events(conn: Any, sql: Dict[str, str]) -> int:
+    return int(conn.execute(f"SELECT coalesce(sum(n), 0) FROM {sql['chunks_table']}"
+                            ).fetchone()[0])

@@ -53,11 +53,18 @@ from goodput_core.stores.postgres.columns import (
     ENGINE_BYTES, INDEX_WALK, NATIVE, PACKED, PACKED_BYTES, distinct, in_id_order, page_of,
     unpack)
 
-__all__ = ["CHUNK_EVENTS", "CHUNKS_PER_BATCH", "chunk_statements", "pack", "read_chunks",
+__all__ = ["CHUNK_EVENTS", "CHUNKS_PER_BATCH", "TAIL_EVENTS", "chunk_statements", "pack",
+           "read_chunks",
            "read_chunk_records"]
 
 CHUNK_EVENTS = 65_536  # 3.3 MB packed; 4 make one 262,144-event page of the engine
 CHUNKS_PER_BATCH = 1
+#: A run's events after its last full chunk are packed as a shorter chunk when
+#: the run ends (a batch holds its job end) or is compacted, if at least this
+#: many: a run shorter than a chunk (most of a fleet's) is then read from one
+#: chunk too. Fewer stay rows: cheap to read, and a job of many hosts, each
+#: ending, makes no crowd of tiny chunks.
+TAIL_EVENTS = 4_096
 
 
 _WITH_EXTRA = "array_agg({}) FILTER (WHERE extra IS NOT NULL)"
@@ -80,36 +87,39 @@ def chunk_statements(s: str) -> Dict[str, str]:
                 f" extras) SELECT %(run)s, max(id), min(id), count(*), {PACKED},"
                 f" {_WITH_EXTRA.format('id')}, {_WITH_EXTRA.format('extra')} FROM"
                 f" (SELECT * FROM {s}.events WHERE run_id = %(run)s AND id > %(after)s"
-                " ORDER BY id LIMIT %(n)s) AS page HAVING count(*) = %(n)s"
+                " ORDER BY id LIMIT %(n)s) AS page HAVING count(*) >= %(least)s"
                 " ON CONFLICT DO NOTHING RETURNING last_id",
         # Which chunks come next, then those chunks by their key: in one statement
         # the planner may scan, filter and sort the run's rest (a table not yet
         # analyzed), computing the blob of every later chunk before the LIMIT:
         # each page then read all of the rest (8 s instead of 1 s at 10 M events).
-        "chunk_keys": f"SELECT last_id FROM {s}.chunks WHERE run_id = %s AND last_id > %s"
-                      " ORDER BY last_id LIMIT %s",
-        # The first n * %s bytes of each: uncompressed (STORAGE EXTERNAL), the
+        "chunk_keys": f"SELECT last_id, n FROM {s}.chunks WHERE run_id = %s AND"
+                      " last_id > %s ORDER BY last_id LIMIT %s",
+        # The first n * %s bytes of one: uncompressed (STORAGE EXTERNAL), the
         # server reads and sends only those (read_columns needs no seq).
-        "chunks": f"SELECT last_id, n, substring(cols, 1, n * %s), extra_ids, extras FROM"
-                  f" {s}.chunks WHERE run_id = %s AND last_id = ANY(%s)",
+        "chunk": f"SELECT substring(cols, 1, n * %s), extra_ids, extras FROM {s}.chunks"
+                 " WHERE run_id = %s AND last_id = %s",
     }
 
 
-def pack(conn: Any, sql: Dict[str, str], run_id: int, size: int) -> int:
-    """Packs the run's next chunks of ``size`` events, if that many are settled.
+def pack(conn: Any, sql: Dict[str, str], run_id: int, size: int, tail: int = 0) -> int:
+    """Packs the run's next chunk of ``size`` events, if that many are settled;
+    with ``tail``, else the rest of the run as a shorter chunk, if at least
+    ``tail`` events (a run that ended: :data:`TAIL_EVENTS`).
 
-    Runs inside the batch's transaction, which holds the run's lock (see the
-    module docstring). Returns the number of chunks written.
+    Runs inside a transaction that holds the run's lock (see the module
+    docstring). Returns the number of chunks written.
     """
+    least = min(tail, size) if tail > 0 else size
     after, top = conn.execute(sql["chunk_due"], {"run": run_id}).fetchone()
-    if top - after < size:  # ids are unique: fewer ids than that, fewer events
+    if top - after < least:  # ids are unique: fewer ids than that, fewer events
         return 0
     # The index walk, not a sort of the run's unpacked rest (see postgres_read).
     conn.execute(INDEX_WALK)
     made = 0
     while made < CHUNKS_PER_BATCH:
-        row = conn.execute(sql["pack"], {"run": run_id, "after": after, "n": size},
-                           binary=True).fetchone()
+        row = conn.execute(sql["pack"], {"run": run_id, "after": after, "n": size,
+                                         "least": least}, binary=True).fetchone()
         if row is None:
             break
         after, made = row[0], made + 1
@@ -128,25 +138,40 @@ def _chunk_columns(conn: Any, sql: Dict[str, str], run_id: int, since: int, limi
     (a cursor inside a chunk leaves the result short: the caller reads on).
     """
     wanted = max(1, -(-limit // chunk_events))
-    keys = [k for k, in conn.execute(sql["chunk_keys"], (run_id, since, wanted))]
+    keys = conn.execute(sql["chunk_keys"], (run_id, since, wanted)).fetchall()
     if not keys:
         return None
-    rows = sorted(conn.execute(sql["chunks"], (event_bytes, run_id, keys),
-                               binary=True).fetchall(), key=lambda r: r[0])
-    if not rows:
+    total = sum(n for _, n in keys)
+    col: Dict[str, np.ndarray] = {}
+    extras: list = []
+    at = 0
+    # One chunk per statement, copied into the page's own native arrays at
+    # once: the driver's result and the bytes of one chunk (3.2 MB) are held
+    # at a time, not those of the whole page.
+    for last_id, n in keys:
+        row = conn.execute(sql["chunk"], (event_bytes, run_id, last_id),
+                           binary=True).fetchone()
+        if row is None:  # deleted by hand since its key was read
+            break
+        part = unpack(n, row[0])
+        if not col:
+            col = {name: np.empty(total, NATIVE[name]) for name in part}
+        for name, values in part.items():
+            col[name][at:at + n] = values
+        if row[1]:
+            extras.extend(zip(row[1], row[2]))
+        at += n
+        del row, part
+    if not at:
         return None
-    rows = [r[1:] for r in rows]
-    parts = [unpack(n, blob) for n, blob, _, _ in rows]
-    # One copy, into the page's own native arrays.
-    col = in_id_order({name: np.concatenate([p[name] for p in parts], dtype=NATIVE[name])
-                       for name in parts[0]})
+    col = in_id_order({name: a[:at] for name, a in col.items()})
     ids = col["id"]
     start = int(np.searchsorted(ids, since, side="right")) if ids[0] <= since else 0
     if start or len(ids) - start > limit:
         col = {name: a[start:start + limit] for name, a in col.items()}
     if not len(col["id"]):
         return None
-    return col, [pair for _, _, ids, texts in rows if ids for pair in zip(ids, texts)]
+    return col, extras
 
 
 def read_chunks(conn: Any, sql: Dict[str, str], run: str, run_id: int, since: int,

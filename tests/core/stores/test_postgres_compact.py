@@ -58,6 +58,27 @@ def test_compact_packs_the_full_chunks_of_every_old_run(postgres_url):
     reader.close()
 
 
+def test_compact_packs_the_rest_of_a_run_as_a_shorter_chunk(postgres_url):
+    """Chunks of 4, tails of at least 3: runs of 14, 3 and 10 events get 3
+    chunks (the last 2 events stay rows: fewer than 3), one chunk of 3, and 2
+    chunks (2 rows left): 6 chunks, 23 events. Then tails of at least 2 pack
+    the two rests of 2."""
+    _old_layout(postgres_url, {"a": _events("a", 12), "b": _events("b", 1, pid=7),
+                               "c": _events("c", 8, pid=8)})
+    store = PostgresStore(postgres_url)
+    assert compact(store, size=4, tail=3) == {"runs": 3, "chunks": 6, "events": 23}
+    assert [c[2] for c in _check_chunks(postgres_url, "a", 4)] == [4, 4, 4]
+    assert [c[2] for c in _check_chunks(postgres_url, "b", 4, tail=3)] == [3]
+    assert [c[2] for c in _check_chunks(postgres_url, "c", 4)] == [4, 4]
+    assert compact(store, size=4, tail=2) == {"runs": 2, "chunks": 2, "events": 4}
+    assert [c[2] for c in _check_chunks(postgres_url, "a", 4, tail=2)] == [4, 4, 4, 2]
+    reader = PostgresStore(postgres_url, chunk_events=4)
+    for run in "abc":
+        _same_reads(reader, run)
+    store.close()
+    reader.close()
+
+
 def test_compact_while_a_writer_writes_the_run(postgres_url):
     """A writer that does not pack keeps adding batches of 3 events to a run
     while compactions pack it: the chunks are still the run's prefixes, no
