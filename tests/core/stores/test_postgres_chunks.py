@@ -78,15 +78,20 @@ def _comparable(record):
     return tuple("NaN" if isinstance(v, float) and math.isnan(v) else v for v in record)
 
 
-def _check_chunks(url, run, size, tail=None):
+def _check_chunks(url, run, size, tail=None, tails=None):
     """Every chunk of ``run`` holds exactly its next ``size`` rows (columns and
     extras), the last one ``tail`` rows when given (the rest of a run that
-    ended); chunks are contiguous from the run's first event. Returns them."""
+    ended), or any one between ``tails`` and ``size`` (the rests of several
+    writers' job ends); chunks are contiguous from the run's first event.
+    Returns them."""
     rows = _run_rows(url, run)
     chunks = _chunk_rows(url, run)
     at = 0
     for i, (first, last, n, col, extras) in enumerate(chunks):
-        assert n == (tail if tail is not None and i == len(chunks) - 1 else size)
+        if tails is not None:
+            assert tails <= n <= size
+        else:
+            assert n == (tail if tail is not None and i == len(chunks) - 1 else size)
         mine = rows[at:at + n]
         assert len(mine) == n and (first, last) == (mine[0][0], mine[-1][0])
         assert col["id"].tolist() == [r[0] for r in mine]
@@ -330,14 +335,16 @@ def test_a_pack_cut_by_statement_timeout_leaves_the_batch_stored(postgres_url):
 
 
 #: One writer process: N events of its own (pid = its index) into run "shared",
-#: in batches of 7, packing chunks of 16.
+#: in batches of 7, packing chunks of 16 (and its rest at its job end, if at
+#: least argv[4] events).
 _WRITER = textwrap.dedent("""
     import sys
     sys.path.insert(0, {root!r})
     from goodput_core.stores.postgres import PostgresStore
     from tests.core.stores.test_postgres import _events
     url, index, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-    store = PostgresStore(url, chunk_events=16, flush_interval_s=0.01)
+    tail = int(sys.argv[4]) if len(sys.argv) > 4 else 4096
+    store = PostgresStore(url, chunk_events=16, tail_events=tail, flush_interval_s=0.01)
     events = _events("shared", n - 2, pid=1000 + index)
     sys.stdin.readline()
     for i in range(0, len(events), 7):
