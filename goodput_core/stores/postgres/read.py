@@ -24,6 +24,7 @@ import psycopg
 from goodput_core.events import EventRecord
 from goodput_core.stores.base import Cursor, StoreError
 from goodput_core.stores.columns import EventPage
+from goodput_core.stores.gc_pause import gc_paused
 from goodput_core.stores.postgres.chunks import (
     CHUNK_EVENTS, MORE_CHUNKS, NOTHING_AFTER, read_chunk_records, read_chunks)
 from goodput_core.stores.postgres.columns import INDEX_WALK, read_page
@@ -122,7 +123,8 @@ class PostgresReadMixin:
         """
         if limit is not None and limit <= 0:
             return [], since
-        return self._query(lambda conn: self._select(conn, run, since, limit))
+        with gc_paused():  # a million records: repeated collections otherwise
+            return self._query(lambda conn: self._select(conn, run, since, limit))
 
     def read_columns(self, run: str, since: Cursor = None,
                      limit: Optional[int] = None) -> Tuple[EventPage, Cursor]:
