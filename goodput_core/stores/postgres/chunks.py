@@ -24,7 +24,9 @@ other batch of the run is half-written: every id of the run up to its
 largest is committed or in this transaction. The next chunk is the
 :data:`CHUNK_EVENTS` events of the run after the last chunk's ``last_id``,
 taken by the ``(run_id, id)`` index in id order; it is written only when
-that many exist (``HAVING count(*) = n``). Chunks are therefore contiguous,
+that many exist (``HAVING count(*) >= n``), or, in a batch holding the run's
+job end or a compaction, when at least :data:`TAIL_EVENTS` are left (the
+run's rest: a shorter chunk). Chunks are therefore contiguous,
 non-overlapping prefixes of their run, never change, and are written at most
 once (the primary key, ``ON CONFLICT DO NOTHING``): packing is idempotent
 and needs no state outside the transaction (fit for a transaction-pooling
@@ -34,9 +36,10 @@ batch, so no batch holds the run's lock much longer than its insert. A
 writer not allowed to write ``chunks`` logs it once and stops packing; a
 pack the server cancels (``statement_timeout``) is left to a later batch.
 
-**Reading** takes the chunks after the cursor (one index range, the packed
-bytes sent as they are stored), then the rows after the last chunk, as
-before. Rows are never deleted, so a chunk written between the two queries
+**Reading** takes the keys of the chunks after the cursor with the run's
+largest id (one statement), then those chunks one by one (the packed bytes
+sent as they are stored), then the rows after the last chunk, as before,
+unless the chunks reached the run's largest id. Rows are never deleted, so a chunk written between the two queries
 hides nothing: the rows after the last chunk seen are still rows.
 """
 
