@@ -103,10 +103,10 @@ def chunk_statements(s: str) -> Dict[str, str]:
                       " c.last_id, c.n FROM (SELECT) AS one LEFT JOIN LATERAL (SELECT"
                       f" last_id, n FROM {s}.chunks WHERE run_id = %(run)s AND"
                       " last_id > %(since)s ORDER BY last_id LIMIT %(k)s) AS c ON true",
-        # The first n * %s bytes of one: uncompressed (STORAGE EXTERNAL), the
+        # The first n * %s bytes of each: uncompressed (STORAGE EXTERNAL), the
         # server reads and sends only those (read_columns needs no seq).
-        "chunk": f"SELECT substring(cols, 1, n * %s), extra_ids, extras FROM {s}.chunks"
-                 " WHERE run_id = %s AND last_id = %s",
+        "chunks": f"SELECT last_id, substring(cols, 1, n * %s), extra_ids, extras FROM"
+                  f" {s}.chunks WHERE run_id = %s AND last_id = ANY(%s)",
     }
 
 
@@ -158,26 +158,35 @@ def _chunk_columns(conn: Any, sql: Dict[str, str], run_id: int, since: int, limi
     top = found[0][0]
     keys = [(k, n) for _, k, n in found if k is not None]
     total = sum(n for _, n in keys)
+    offsets, at = {}, 0
+    for last_id, n in keys:
+        offsets[last_id] = (at, n)
+        at += n
     col: Dict[str, np.ndarray] = {}
     extras: list = []
+    got = set()
+    if keys:
+        # One statement; its rows taken one at a time and copied into the
+        # page's own native arrays at once: one chunk's bytes (3.2 MB) are
+        # held beside the driver's result at a time, not the whole page's.
+        cur = conn.execute(sql["chunks"], (event_bytes, run_id, list(offsets)), binary=True)
+        for row in cur:
+            off, n = offsets[row[0]]
+            part = unpack(n, row[1])
+            if not col:
+                col = {name: np.empty(total, NATIVE[name]) for name in part}
+            for name, values in part.items():
+                col[name][off:off + n] = values
+            if row[2]:
+                extras.extend(zip(row[2], row[3]))
+            got.add(row[0])
+            del row, part
+        cur.close()  # the driver's result goes now
     at = 0
-    # One chunk per statement, copied into the page's own native arrays at
-    # once: the driver's result and the bytes of one chunk (3.2 MB) are held
-    # at a time, not those of the whole page.
-    for last_id, n in keys:
-        row = conn.execute(sql["chunk"], (event_bytes, run_id, last_id),
-                           binary=True).fetchone()
-        if row is None:  # deleted by hand since its key was read
+    for last_id, n in keys:  # the chunks read from the first: a prefix of the run
+        if last_id not in got:  # deleted by hand since its key was read
             break
-        part = unpack(n, row[0])
-        if not col:
-            col = {name: np.empty(total, NATIVE[name]) for name in part}
-        for name, values in part.items():
-            col[name][at:at + n] = values
-        if row[1]:
-            extras.extend(zip(row[1], row[2]))
         at += n
-        del row, part
     out: Optional[Dict[str, np.ndarray]] = None
     if at:
         out = in_id_order({name: a[:at] for name, a in col.items()})
