@@ -33,7 +33,8 @@ def compact(store: Any, size: int = CHUNK_EVENTS, tail: int = TAIL_EVENTS) -> Di
     ``tail`` events (0: full chunks only).
 
     Returns:
-      ``{"runs": runs that got a chunk, "chunks": chunks written, "events": events packed}``.
+      ``{"runs": runs that got a chunk, "chunks": chunks it wrote, "events": events
+      packed into chunks meanwhile}`` (writers packing at the same time included).
 
     Raises:
       StoreError: the server cannot be reached, or the role may not create or
