@@ -89,8 +89,23 @@ _ELASTIC_KINDS = {int(Kind.ELASTIC_SLICE_COUNTS), int(Kind.ELASTIC_WAIT_START),
                   int(Kind.ELASTIC_WAIT_END), int(Kind.ELASTIC_REINIT_START),
                   int(Kind.ELASTIC_REINIT_END)}
 _LUT_SIZE = 256
-_VECTOR_LUT = np.zeros(_LUT_SIZE, bool)
-_VECTOR_LUT[sorted(_VECTOR_KINDS)] = True
+# The tables the column-wise path fills, and per kind code: 1 + its table's
+# index here (0: not routed column-wise) and its is_end flag. A pair family's
+# starts and ends are routed together, in arrival order (mostly time order:
+# the table then takes them without a sort).
+_STEP_TABLES = ("step_start", "step_end")
+_VECTOR_TABLES = ("job_start", "job_end") + _STEP_TABLES + tuple(
+    sorted({fam for fam, _ in PAIR_FAMILIES.values() if fam not in _KEYED}))
+_TABLE_LUT = np.zeros(_LUT_SIZE, np.uint8)
+_END_LUT = np.zeros(_LUT_SIZE, np.int8)
+for _kind in _VECTOR_KINDS:
+    _name, _end = PAIR_FAMILIES.get(_kind) or (
+        _SIMPLE_KINDS.get(_kind) or _STEP_TABLES[_kind == Kind.STEP_END], 0)
+    _TABLE_LUT[_kind], _END_LUT[_kind] = 1 + _VECTOR_TABLES.index(_name), _end
+_VECTOR_LUT = _TABLE_LUT > 0
+_PAIR_TABLES = frozenset(fam for fam, _ in PAIR_FAMILIES.values())
+_ELASTIC_TABLES = frozenset(_VECTOR_TABLES[_TABLE_LUT[k] - 1] for k in _ELASTIC_KINDS
+                            if _TABLE_LUT[k])  # elastic reinits
 NO_STEP = -1  # metric recorded without a step number
 ORBAX_SAVE, ORBAX_RESTORE = 0, 1
 
@@ -221,28 +236,31 @@ class EventTables:
         Returns the indices left for the per-event path (other kinds, odd steps).
         """
         # a lookup table instead of isin/unique: kinds are small codes (no sort)
-        fast = _VECTOR_LUT[np.clip(k, 0, _LUT_SIZE - 1)] & (k >= 0) & (k < _LUT_SIZE) & step_ok
-        bad_t = fast & ~(np.isfinite(t) & (np.abs(t) <= MAX_ABS_TIME))
+        kc = np.clip(k, 0, _LUT_SIZE - 1)
+        fast = _VECTOR_LUT[kc] & (kc == k) & step_ok
+        bad_t = fast & ~(np.abs(t) <= MAX_ABS_TIME)  # False for NaN and infinities too
         if bad_t.any():
             nonfin = int((bad_t & ~np.isfinite(t)).sum())
             self.skipped["non_finite"] += nonfin
             self.skipped["out_of_range"] += int(bad_t.sum()) - nonfin
         fast &= ~bad_t
-        present = np.flatnonzero(np.bincount(k[fast], minlength=1)).tolist()
-        if _ELASTIC_KINDS.intersection(present):
-            self.elastic_seen = True
-        for kind in present:
-            idx = np.flatnonzero(fast & (k == kind))
-            name, is_end = _route(kind)
+        # one byte per row: its table's code, 0 where not routed here (each
+        # table's rows are then found by one comparison of bytes)
+        routed = np.where(fast, _TABLE_LUT[kc], 0)
+        for code in (np.flatnonzero(np.bincount(routed, minlength=1)[1:]) + 1).tolist():
+            idx = np.flatnonzero(routed == code)
+            name = _VECTOR_TABLES[code - 1]
             cols = arrays[name]
-            if kind in (Kind.STEP_START, Kind.STEP_END):
+            if name in _STEP_TABLES:
                 st = step_all[idx]
                 ok = (st >= 0) & (st < MAX_STEP)
                 self.skipped["bad_step"] += int(len(ok) - ok.sum())
                 idx, st = idx[ok], st[ok]
                 cols["step"].append(st)
-            elif is_end is not None:
-                cols["e"].append(np.full(len(idx), is_end, np.int8))
+            elif name in _PAIR_TABLES:
+                cols["e"].append(_END_LUT[kc[idx]])
+            if name in _ELASTIC_TABLES:
+                self.elastic_seen = True
             cols["t"].append(t[idx])
             cols["o"].append(base + idx)
         return np.flatnonzero(~fast & ~bad_t).tolist()
