@@ -82,7 +82,7 @@ def engine_phases(events):
         "kind column": (None, lambda: batch_columns._kind_column(events)),
         "time column": (None, lambda: batch_columns._time_column(events)),
         "step column": (None, lambda: batch_columns._step_columns(events, k)),
-        "routing (ingest._route)": (None, route),
+        "routing (kind_routes.route_columns)": (None, route),
         "keyed rows": (route, keyed),
         "insert into the tables (_commit)": (
             routed, lambda: state["tables"]._commit(_buckets(), state["arrays"], 0)),
