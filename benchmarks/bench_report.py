@@ -49,7 +49,8 @@ from _machine import machine, median
 from bench_calculator import RUN, stream
 import numpy as np
 
-from goodput_core.queries.calculator import _PAGE, Calculator
+from goodput_core.queries.calculator import Calculator
+from goodput_core.queries.run_feed import _PAGE
 from goodput_core.stores.columns import EventPage
 from goodput_core.stores.sqlite import SqliteStore
 
