@@ -90,16 +90,19 @@ def engine_phases(events):
     }
 
 
-def timed(fn, repeats: int, setup=None) -> float:
-    times = []
+def timed_each(fns, repeats: int):
+    """label -> seconds of each repeat, the functions interleaved (a load
+    that comes and goes weighs on each alike); ``fns``: label -> (setup, fn)."""
+    out = {label: [] for label in fns}
     for _ in range(repeats):
-        if setup is not None:
-            setup()
-        gc.collect()
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return median(times)
+        for label, (setup, fn) in fns.items():
+            if setup is not None:
+                setup()
+            gc.collect()
+            t0 = time.perf_counter()
+            fn()
+            out[label].append(time.perf_counter() - t0)
+    return out
 
 
 def main() -> None:
@@ -112,16 +115,17 @@ def main() -> None:
     print(f"{machine()}; {len(events):,} EventRecords; load average at the start "
           f"{os.getloadavg()[0]:.2f}")
     floor = 0.0
-    for label, fn in floor_passes(events).items():
-        s = timed(fn, args.repeats)
+    passes = {label: (None, fn) for label, fn in floor_passes(events).items()}
+    for label, times in timed_each(passes, args.repeats).items():
+        s = median(times)
         floor += s if label.startswith("field") else 0.0
-        print(f"  floor  {s * 1e3:7.2f} ms  {label}")
+        print(f"  floor  {s * 1e3:7.2f} ms (min {min(times) * 1e3:6.2f})  {label}")
     print(f"  floor  {floor * 1e3:7.2f} ms  the fields above together")
     spent = 0.0
-    for label, (setup, fn) in engine_phases(events).items():
-        s = timed(fn, args.repeats, setup)
+    for label, times in timed_each(engine_phases(events), args.repeats).items():
+        s = median(times)
         spent += s
-        print(f"  engine {s * 1e3:7.2f} ms  {label}")
+        print(f"  engine {s * 1e3:7.2f} ms (min {min(times) * 1e3:6.2f})  {label}")
     print(f"  engine {spent * 1e3:7.2f} ms  the phases above together "
           f"({spent / floor:.2f}x the floor)")
 
@@ -134,7 +138,8 @@ def main() -> None:
         c.cumulative()
         c.step_stats()
 
-    added, whole = timed(add_only, args.repeats), timed(end_to_end, args.repeats)
+    both = timed_each({"add": (None, add_only), "all": (None, end_to_end)}, args.repeats)
+    added, whole = median(both["add"]), median(both["all"])
     print(f"  engine {added * 1e3:7.2f} ms  Calculator.add")
     print(f"  engine {(whole - added) * 1e3:7.2f} ms  cumulative() + step_stats() (the difference)")
     print(f"  engine end to end (add + cumulative + step_stats): {whole:.3f} s, "
