@@ -159,7 +159,7 @@ def build_series(snapshot: MonitorSnapshot, options: Any, *, include_badput_brea
         _efficiency(add, snapshot.slice_efficiency, acc, "CUMULATIVE", "0")
     stats = snapshot.step_stats
     if include_step_deviation and options.enable_gcp_step_deviation_metrics and stats is not None:
-        if len(stats.deviations):
+        if stats.count and stats.ideal_step_time is not None:  # (not the whole run's deviations)
             add("step_time_deviation", stats.deviation_aggregate, accelerator_type=acc)
         if stats.ideal_step_time is not None:
             add("performance", stats.ideal_step_time)  # ideal step time only, no labels

@@ -39,6 +39,7 @@ from goodput_core.queries.elastic import SliceEfficiency, reportable
 from goodput_core.queries.incidents import incidents
 from goodput_core.queries.lifecycle import lifecycle
 from goodput_core.queries.run_trace import attempt_spans, phase_spans
+from goodput_core.queries.step_series import StepSeries
 from goodput_core.exporters.base import TraceDelta
 
 __all__ = ["Extras", "HISTORY_STEPS", "MAX_CARRY", "fresh_deviations", "fresh_steps"]
@@ -207,37 +208,47 @@ def fresh_steps(steps: np.ndarray, done: np.ndarray) -> np.ndarray:
     return np.flatnonzero(done[idx] != steps)
 
 
-def fresh_deviations(stats: Any, done: np.ndarray, new_times: Any = None
-                     ) -> Tuple[List[Tuple[int, float]], np.ndarray]:
+def fresh_deviations(stats: Any, done: Any, new_times: Any = None
+                     ) -> Tuple[List[Tuple[int, float]], Any]:
     """Deviations of the steps not handed out before.
 
     Args:
-      stats: the cycle's StepStats.
-      done: the sorted steps whose deviation was handed out already.
+      stats: the cycle's :class:`~goodput_core.queries.step_stats.StepStats`.
+      done: the steps whose deviation was handed out already: what the last
+        call returned (a :class:`~goodput_core.queries.step_series.StepSeries`),
+        or a sorted array of steps.
       new_times: called with the step times of those steps (all of them), e.g.
         a quantile sketch's ``add``.
 
     Returns:
       ``([(step, deviation), ...], done with those steps added)``: at most
       the last :data:`MAX_CARRY` pairs when more are new at once, and at most
-      :data:`HISTORY_STEPS` on the first cycle (``done`` empty).
+      :data:`HISTORY_STEPS` on the first cycle (``done`` empty). While steps
+      only grow, only the new steps are read (not the run's length).
     """
-    steps = np.asarray(stats.steps, np.int64)
-    dev = np.asarray(stats.deviations, np.float64)
-    if not len(dev):  # no ideal step time yet: nothing to write
+    series = stats.series
+    if stats.ideal_step_time is None or not len(series):  # no ideal step time yet
         return [], done
-    mask = fresh_steps(steps, done)
-    fresh = steps[mask]
-    fresh_dev = dev[mask]
-    if new_times is not None and len(fresh):
-        new_times(np.asarray(stats.step_times, np.float64)[mask])
+    if not isinstance(done, StepSeries):
+        done = StepSeries.of(done)
+    n, last = len(series), done.last_step
+    first_new = 0 if last is None else series.rank(last)
+    if last is None or (first_new == len(done) and series.step_at(first_new - 1) == last):
+        # the older ones are exactly ``done`` (steps are never removed): a suffix
+        fresh, fresh_times = series.slice(first_new, n)
+        after = series  # every step is done now: the cycle's own (immutable) series
+    else:  # some step before the last done one is new (late events, a step number reused)
+        steps, times = series.arrays()
+        done_steps = done.arrays()[0]
+        mask = fresh_steps(steps, done_steps)
+        fresh, fresh_times = steps[mask], times[mask]
+        after = StepSeries.of(np.union1d(done_steps, fresh))
+    if not len(fresh):
+        return [], done
+    if new_times is not None:
+        new_times(np.asarray(fresh_times, np.float64))
     # A monitor started on a long run (millions of steps) hands out the most
     # recent ones only, as a busy exporter's carry keeps: the older are done.
     keep = MAX_CARRY if len(done) else min(MAX_CARRY, HISTORY_STEPS)
-    out = list(zip(fresh[-keep:].tolist(), fresh_dev[-keep:].tolist()))
-    if len(fresh):
-        # steps usually only grow: then every step is done now, and the cycle's
-        # own (never modified) array says which, at no cost in time or memory
-        done = (steps if not len(done) or fresh[0] > done[-1]
-                else np.union1d(done, fresh))
-    return out, done
+    dev = stats.deviations_of(fresh_times[-keep:])
+    return list(zip(fresh[-keep:].tolist(), dev.tolist())), after

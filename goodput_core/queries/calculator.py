@@ -297,6 +297,13 @@ class Calculator:
                                                                      self._step_times))
             return cached[1]
 
+    def step_time_percentiles(self, pcts: Sequence[float]) -> List[Optional[float]]:
+        """Percentiles of :meth:`step_stats`' step times (linear interpolation, as
+        ``numpy.percentile``; None without step times), from the times kept sorted."""
+        with self._lock:
+            self.step_stats()  # (brings the sorted times up to date)
+            return [self._step_times.sorted.percentile(p) for p in pcts]
+
     # ----------------------------------------- elastic and diagnostics
     def slice_counts(self) -> SliceCounts:
         """The recorded elastic slice counts, in time order (arrays)."""

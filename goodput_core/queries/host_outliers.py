@@ -91,11 +91,10 @@ def _host_stats(index: int, calc: Any, now: float) -> HostStats:
     seconds = {"DATA_LOADING": r.badput_seconds[B.DATA_LOADING_SYNC] + r.data_loading_async_seconds}
     for name in HOST_LOCAL_BUCKETS[1:]:
         seconds[name] = r.badput_seconds[B[name]]
-    times = calc.step_stats().step_times
-    has = len(times) > 0
-    return HostStats(index, seconds, float(sum(seconds.values())), r.total_seconds, int(len(times)),
-                     float(np.median(times)) if has else None,
-                     float(np.percentile(times, 90)) if has else None)
+    # (from the host's step times kept sorted: not all of them each monitor cycle)
+    median, p90 = calc.step_time_percentiles((50, 90))
+    return HostStats(index, seconds, float(sum(seconds.values())), r.total_seconds,
+                     calc.step_stats().count, median, p90)
 
 
 def breakdown_of(calculators: Dict[int, Any], now: float, *, ratio: float = 2.0,

@@ -2,77 +2,260 @@
 
 :func:`~goodput_core.queries.step_stats.ideal_step_time` (the mean of the step
 times at or below median + 3·MAD) partitions every step time twice per call.
-:class:`SortedTimes` keeps the step times sorted between calls, updated with
-what changed (new steps, and the few whose time the timeline recomputed), so
-that the median is one index, the MAD a binary search over the two sorted
-halves of ``|x - median|``, and the mean one sum over the normal prefix:
-O(n) copying and summing, no partition and no sort while the run goes on.
+:class:`SortedTimes` keeps the step times sorted between calls in blocks of
+at most twice :data:`BLOCK` values (a block that grows past it is cut in
+two; one that times leave is kept, however small), each with its count,
+sum and largest value, and is told what changed (the times removed and
+added).
+A cycle's update touches only the blocks the changed values fall in (all of
+them at once, in one merge), so its cost is about the number of changed
+times times the block size, whatever the run's length; the median and MAD
+are found by rank in O(log n) steps over the blocks' counts, and the mean of
+the normal prefix is the blocks' sums before the cut plus a part of one block.
 """
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import List, Optional
 
 import numpy as np
 
-__all__ = ["SortedTimes", "ideal_of_sorted"]
+__all__ = ["BLOCK", "SortedTimes", "ideal_of_sorted"]
+
+#: Values per block as cut (a block holds 1 to 2·BLOCK; each changed value
+#: costs a block's copy, and the per-block arrays are O(n / BLOCK)).
+BLOCK = 256
 
 
 class SortedTimes:
-    """The step times of ``(steps, times)`` pairs, kept sorted across updates."""
+    """A multiset of step times kept sorted in blocks (see the module doc)."""
 
-    def __init__(self) -> None:
-        self._steps = np.empty(0, np.int64)
-        self._times = np.empty(0)
-        self.sorted = np.empty(0)
+    def __init__(self, block: Optional[int] = None) -> None:
+        self._block = int(BLOCK if block is None else block)
+        self._reset(np.empty(0))
+        #: Values copied by the last update (tests count them: no growth with the run).
+        self.touched = 0
 
-    def update(self, steps: np.ndarray, times: np.ndarray,
-               touched: Optional[np.ndarray] = None) -> np.ndarray:
-        """Takes the current (steps, times) (steps sorted, unique, never fewer
-        than before); returns the times sorted.
+    def __len__(self) -> int:
+        return self._n
 
-        Args:
-          touched: the steps whose time may have changed since the last update
-            (None: any of them); the others are not compared.
+    @property
+    def sorted(self) -> np.ndarray:
+        """Every value, sorted (joined: O(n); for API users and tests)."""
+        return np.concatenate(self._blocks) if self._blocks else np.empty(0)
+
+    def reset(self, values: np.ndarray) -> None:
+        """Holds ``values`` (any order) and nothing else."""
+        self._reset(np.sort(np.asarray(values, np.float64)))
+        self.touched = self._n
+
+    def update(self, removed: np.ndarray, added: np.ndarray) -> None:
+        """Removes the values ``removed`` and adds ``added``.
+
+        Raises:
+          ValueError: a value of ``removed`` is not held (as often).
         """
-        m = len(self._steps)
-        # the old steps are a prefix: as many steps up to the old last one as before
-        grew = len(steps) >= m and (not m or (
-            steps[m - 1] == self._steps[-1]
-            and int(np.searchsorted(steps, self._steps[-1], side="right")) == m))
-        if not m or not grew or np.isnan(times[m:]).any():
-            # the first update (what the merge below would give, with fewer
-            # temporaries), or a step appeared before others (rare): afresh
-            self.sorted = np.sort(times)
+        removed = np.sort(np.asarray(removed, np.float64))
+        added = np.sort(np.asarray(added, np.float64))
+        if not len(removed) and not len(added):
+            self.touched = 0
+            return
+        n = self._n
+        if (self._blocks and 4 * (len(removed) + len(added)) <= n
+                and not np.isnan(removed).any() and not np.isnan(added).any()
+                and self._merge(removed, added)):
+            return
+        # most of it changes, or more equal values removed than two blocks hold (rare)
+        self._reset(_replace(self.sorted, removed, added))
+        self.touched = self._n
+
+    def ideal(self) -> Optional[float]:
+        """The ideal step time (mean at or below median + 3·MAD), None when empty."""
+        n = self._n
+        if not n:
+            return None
+        ends = np.cumsum(self._counts)
+        at = _Ranks(self._blocks, ends)
+        med = at(n // 2) if n % 2 else 0.5 * (at(n // 2 - 1) + at(n // 2))
+        split = self._rank_le(med, ends)
+        if n % 2:
+            mad = _kth(at, split, n, med, n // 2)
         else:
-            if touched is None:
-                changed = np.flatnonzero(times[:m] != self._times[:m])
-            else:
-                idx = np.searchsorted(self._steps, touched)
-                ok = idx < m
-                idx, touched = idx[ok], touched[ok]
-                idx = np.unique(idx[self._steps[idx] == touched])
-                changed = idx[times[idx] != self._times[idx]]
-            removed = np.sort(self._times[changed])
-            added = np.sort(np.concatenate((times[changed], times[m:])))
-            if np.isnan(removed).any() or np.isnan(added).any():
-                self.sorted = np.sort(times)
-            else:
-                self.sorted = _replace(self.sorted, removed, added)
-        self._steps, self._times = steps, times
-        return self.sorted
+            mad = 0.5 * (_kth(at, split, n, med, n // 2 - 1) + _kth(at, split, n, med, n // 2))
+        cut = med + 3.0 * mad
+        b = int(np.searchsorted(self._lasts, cut, side="right"))
+        if b == len(self._blocks):
+            return float(self._sums.sum() / n)
+        j = int(np.searchsorted(self._blocks[b], cut, side="right"))
+        idx = (int(ends[b - 1]) if b else 0) + j
+        if not idx:
+            return None
+        return float((self._sums[:b].sum() + self._blocks[b][:j].sum()) / idx)
+
+    def percentile(self, pct: float) -> Optional[float]:
+        """As ``numpy.percentile`` (linear interpolation) of the values: O(log n)."""
+        n = self._n
+        if not n:
+            return None
+        at = _Ranks(self._blocks, np.cumsum(self._counts))
+        h = float(pct) / 100.0 * (n - 1)  # (numpy's order of operations)
+        lo = int(np.floor(h))
+        a = at(lo)
+        if lo + 1 >= n or h == lo:
+            return a
+        b, t = at(lo + 1), h - lo
+        # numpy's own interpolation (from the nearer end), for the same last bit
+        return b - (b - a) * (1 - t) if t >= 0.5 else a + (b - a) * t
+
+    # ------------------------------------------------------------ internals
+    def _reset(self, x: np.ndarray) -> None:
+        """Blocks of ``BLOCK`` values cut from sorted ``x`` (copies: ``x`` is freed)."""
+        starts = np.arange(0, len(x), self._block)
+        self._blocks = [x[i:i + self._block].copy() for i in starts.tolist()]
+        self._counts = np.diff(np.append(starts, len(x))).astype(np.int64)
+        self._sums = np.add.reduceat(x, starts) if len(x) else np.empty(0)
+        self._lasts = x[starts + self._counts - 1] if len(x) else np.empty(0)
+        self._n = len(x)
+
+    def _rank_le(self, v: float, ends: np.ndarray) -> int:
+        """How many values are ``<= v``."""
+        b = int(np.searchsorted(self._lasts, v, side="right"))
+        if b == len(self._blocks):
+            return self._n
+        return (int(ends[b - 1]) if b else 0) + int(np.searchsorted(self._blocks[b], v, "right"))
+
+    def _merge(self, removed: np.ndarray, added: np.ndarray) -> bool:
+        """The blocks the values fall in, merged once and cut again; False when
+        a removed value is not where it should be (nothing changed then)."""
+        m = len(self._blocks)
+        # a value goes to the first block whose largest is >= it (or the last);
+        # a removed one is in that block or, equal to its largest (equal values
+        # across a block boundary), in the next one, which is touched too
+        rb = np.minimum(np.searchsorted(self._lasts, removed, side="left"), m - 1)
+        ab = np.minimum(np.searchsorted(self._lasts, added, side="left"), m - 1)
+        spill = rb[(self._lasts[rb] == removed) & (rb + 1 < m)] + 1
+        ub = np.unique(np.concatenate((rb, spill, ab)))
+        blocks = self._blocks
+        merged = np.concatenate([blocks[b] for b in ub.tolist()])
+        if len(removed):
+            pos = _positions(merged, removed)
+            if pos is None:
+                return False
+            merged = np.delete(merged, pos)
+        if len(added):
+            merged = np.insert(merged, np.searchsorted(merged, added, side="left"), added)
+        sizes = (self._counts[ub] + np.bincount(np.searchsorted(ub, ab), minlength=len(ub))
+                 - np.bincount(np.searchsorted(ub, rb), minlength=len(ub)))
+        if (sizes < 0).any():
+            return False
+        # each touched block becomes 0 (emptied), 1 or, above 2·BLOCK, several pieces
+        pieces = np.where(sizes > 2 * self._block, -(-sizes // self._block), (sizes > 0) * 1)
+        piece_sizes = _piece_sizes(sizes, pieces)
+        starts = np.cumsum(piece_sizes) - piece_sizes
+        new_blocks = [merged[s:s + k].copy() for s, k in zip(starts.tolist(), piece_sizes.tolist())]
+        self._splice(ub, pieces, new_blocks, piece_sizes,
+                     np.add.reduceat(merged, starts) if len(starts) else np.empty(0),
+                     merged[starts + piece_sizes - 1] if len(starts) else np.empty(0))
+        self._n += len(added) - len(removed)
+        self.touched = len(merged)
+        return True
+
+    def _splice(self, ub: np.ndarray, pieces: np.ndarray, new_blocks: List[np.ndarray],
+                counts: np.ndarray, sums: np.ndarray, lasts: np.ndarray) -> None:
+        """Block ``ub[i]`` replaced by the next ``pieces[i]`` of ``new_blocks``."""
+        odd = np.flatnonzero(pieces != 1)
+        if len(odd) <= 8:  # (a run going on: a block or two split) in place, then those
+            k = np.cumsum(pieces) - pieces  # each touched block's first piece
+            one = np.flatnonzero(pieces == 1)
+            for b, i in zip(ub[one].tolist(), k[one].tolist()):
+                self._blocks[b] = new_blocks[i]
+            at = k[one]
+            self._counts[ub[one]], self._sums[ub[one]], self._lasts[ub[one]] = (
+                counts[at], sums[at], lasts[at])
+            for j in odd[::-1].tolist():  # from the end: the blocks before keep their place
+                b, lo, hi = int(ub[j]), int(k[j]), int(k[j] + pieces[j])
+                self._blocks[b:b + 1] = new_blocks[lo:hi]
+                self._counts = np.concatenate((self._counts[:b], counts[lo:hi],
+                                               self._counts[b + 1:]))
+                self._sums = np.concatenate((self._sums[:b], sums[lo:hi], self._sums[b + 1:]))
+                self._lasts = np.concatenate((self._lasts[:b], lasts[lo:hi],
+                                              self._lasts[b + 1:]))
+            return
+        reps = np.ones(len(self._blocks), np.int64)
+        reps[ub] = pieces
+        blocks: List[np.ndarray] = []
+        prev, k = 0, 0
+        for b, p in zip(ub.tolist(), pieces.tolist()):
+            blocks += self._blocks[prev:b]
+            blocks += new_blocks[k:k + p]
+            prev, k = b + 1, k + p
+        blocks += self._blocks[prev:]
+        # where each new piece lands among the blocks after the splice
+        at = (np.cumsum(reps) - reps)[np.repeat(ub, pieces)] + _within(pieces)
+        self._counts, self._sums, self._lasts = (
+            _spliced(self._counts, reps, at, counts), _spliced(self._sums, reps, at, sums),
+            _spliced(self._lasts, reps, at, lasts))
+        self._blocks = blocks
+
+
+def _piece_sizes(sizes: np.ndarray, pieces: np.ndarray) -> np.ndarray:
+    """Each size cut into its number of pieces of nearly equal size."""
+    p = np.repeat(pieces, pieces)
+    s = np.repeat(sizes, pieces)
+    i = _within(pieces)
+    return s // p + (i < s % p)
+
+
+def _within(pieces: np.ndarray) -> np.ndarray:
+    """0, 1, ... p - 1 for each ``p`` of ``pieces``, one after the other."""
+    total = int(pieces.sum())
+    return np.arange(total) - np.repeat(np.cumsum(pieces) - pieces, pieces)
+
+
+def _spliced(old: np.ndarray, reps: np.ndarray, at: np.ndarray, new: np.ndarray) -> np.ndarray:
+    out = np.repeat(old, reps)  # (a replaced block's old value, where it has pieces)
+    out[at] = new
+    return out
+
+
+class _Ranks:
+    """The value of rank ``i`` (0-based) among sorted blocks: O(log blocks)."""
+
+    def __init__(self, blocks: List[np.ndarray], ends: np.ndarray):
+        self._blocks, self._ends = blocks, ends
+
+    def __call__(self, i: int) -> float:
+        b = int(np.searchsorted(self._ends, i, side="right"))
+        return float(self._blocks[b][i - (int(self._ends[b - 1]) if b else 0)])
 
 
 def _replace(x: np.ndarray, removed: np.ndarray, added: np.ndarray) -> np.ndarray:
-    """Sorted ``x`` less ``removed`` (values of it, sorted) plus ``added`` (sorted)."""
+    """Sorted ``x`` less ``removed`` (values of it, sorted) plus ``added`` (sorted).
+
+    Raises:
+      ValueError: a value of ``removed`` is not in ``x`` (as often).
+    """
     if len(removed):
-        # equal values: the i-th of a run of equals takes the i-th slot of that value
-        first = np.searchsorted(removed, removed, side="left")
-        pos = np.searchsorted(x, removed, side="left") + (np.arange(len(removed)) - first)
+        pos = _positions(x, removed)
+        if pos is None:
+            raise ValueError("removed a step time that is not held")
         x = np.delete(x, pos)
     if len(added):
         x = np.insert(x, np.searchsorted(x, added, side="left"), added)
     return x
+
+
+def _positions(x: np.ndarray, removed: np.ndarray) -> Optional[np.ndarray]:
+    """Where the values ``removed`` (sorted) are in sorted ``x`` (the i-th of
+    equal values at the i-th place of that value); None if one is not there."""
+    first = np.searchsorted(removed, removed, side="left")
+    pos = np.searchsorted(x, removed, side="left") + (np.arange(len(removed)) - first)
+    if (pos >= len(x)).any():
+        return None
+    same = x[pos] == removed
+    if not (same | (np.isnan(removed) & np.isnan(x[pos]))).all():
+        return None
+    return pos
 
 
 def ideal_of_sorted(x: np.ndarray) -> Optional[float]:
@@ -80,33 +263,31 @@ def ideal_of_sorted(x: np.ndarray) -> Optional[float]:
     n = len(x)
     if not n:
         return None
-    med = _median_sorted(x)
+    med = float(x[n // 2]) if n % 2 else 0.5 * (float(x[n // 2 - 1]) + float(x[n // 2]))
     split = int(np.searchsorted(x, med, side="right"))
-    # |x - med| as two ascending runs: med - x[:split] reversed, and x[split:] - med
-    below, above = x[:split], x[split:]
+
+    def at(i: int) -> float:
+        return float(x[i])
+
     if n % 2:
-        mad = _kth(below, above, med, n // 2)
+        mad = _kth(at, split, n, med, n // 2)
     else:
-        mad = 0.5 * (_kth(below, above, med, n // 2 - 1) + _kth(below, above, med, n // 2))
+        mad = 0.5 * (_kth(at, split, n, med, n // 2 - 1) + _kth(at, split, n, med, n // 2))
     idx = int(np.searchsorted(x, med + 3.0 * mad, side="right"))
     return float(x[:idx].mean()) if idx else None
 
 
-def _median_sorted(x: np.ndarray) -> float:
-    n = len(x)
-    return float(x[n // 2]) if n % 2 else 0.5 * (float(x[n // 2 - 1]) + float(x[n // 2]))
+def _kth(at, split: int, n: int, med: float, k: int) -> float:
+    """The k-th smallest (0-based) of ``|x - med|`` over sorted ``x`` (``at(i)``
+    its i-th value, ``split`` how many are ``<= med``): two ascending runs,
+    ``med - x[:split]`` reversed and ``x[split:] - med``."""
+    a, b = split, n - split
 
-
-def _kth(below: np.ndarray, above: np.ndarray, med: float, k: int) -> float:
-    """The k-th smallest (0-based) of ``med - below`` and ``above - med``, where
-    ``below`` and ``above`` are ascending (so ``med - below`` descends)."""
-    a, b = len(below), len(above)
-
-    def da(i: int) -> float:  # i-th smallest of med - below
-        return med - float(below[a - 1 - i])
+    def da(i: int) -> float:  # i-th smallest of med - x[:split]
+        return med - at(a - 1 - i)
 
     def db(j: int) -> float:
-        return float(above[j]) - med
+        return at(split + j) - med
 
     # take i from the first run and k + 1 - i from the second: find the split
     lo, hi = max(0, k + 1 - b), min(k + 1, a)

@@ -14,12 +14,13 @@ monitoring aggregate follows the reference's
 
 from __future__ import annotations
 
-import dataclasses
+import logging
 from typing import Any, Dict, Optional
 
 import numpy as np
 
-from goodput_core.queries.sorted_times import SortedTimes, ideal_of_sorted
+from goodput_core.queries.sorted_times import SortedTimes
+from goodput_core.queries.step_series import StepColumns, StepSeries
 from goodput_core.timeline.segments import CLOSE_STEP_END
 
 __all__ = [
@@ -34,12 +35,13 @@ __all__ = [
     "SPIKE_PERCENTILE",
 ]
 
+logger = logging.getLogger(__name__)
+
 RECENT_WINDOW = 100
 BASELINE_WINDOW = 1000
 SPIKE_PERCENTILE = 90
 
 
-@dataclasses.dataclass(frozen=True)
 class StepStats:
     """Step times and their deviation from the ideal step time.
 
@@ -50,13 +52,57 @@ class StepStats:
         when there are no step times.
       deviations: ``|step_time - ideal_step_time|`` (empty without an ideal).
       deviation_aggregate: the monitoring figure (cumulative mode).
+      series: the same steps and times as a :class:`StepSeries` (held in
+        chunks: what a monitor cycle reads, a few steps at a time).
+
+    A monitor's statistics hold their steps in chunks (a run going on
+    appends): ``steps``, ``step_times`` and ``deviations`` are joined or
+    computed on first use (O(n), then kept); ``count``, ``series`` and
+    :meth:`deviations_of` never read the whole run.
     """
 
-    steps: np.ndarray
-    step_times: np.ndarray
-    ideal_step_time: Optional[float]
-    deviations: np.ndarray
-    deviation_aggregate: float
+    def __init__(self, steps: Any, step_times: Any, ideal_step_time: Optional[float],
+                 deviations: Any = None, deviation_aggregate: Optional[float] = None, *,
+                 series: Optional[StepSeries] = None):
+        if series is None:
+            series = StepSeries.of(steps, step_times)
+        self.series = series
+        self.ideal_step_time = ideal_step_time
+        self._deviations = None if deviations is None else np.asarray(deviations)
+        if deviation_aggregate is None:
+            deviation_aggregate = _aggregate_of_last(self, RECENT_WINDOW + BASELINE_WINDOW)
+        self.deviation_aggregate = float(deviation_aggregate)
+
+    @classmethod
+    def of_series(cls, series: StepSeries, ideal_step_time: Optional[float]) -> "StepStats":
+        """The statistics of a chunked series (deviations computed on demand)."""
+        return cls(None, None, ideal_step_time, series=series)
+
+    @property
+    def count(self) -> int:
+        """How many steps have a time."""
+        return len(self.series)
+
+    @property
+    def steps(self) -> np.ndarray:
+        return self.series.arrays()[0]
+
+    @property
+    def step_times(self) -> np.ndarray:
+        return self.series.arrays()[1]
+
+    @property
+    def deviations(self) -> np.ndarray:
+        if self._deviations is None:  # (two threads may both compute it: the same array)
+            self._deviations = self.deviations_of(self.step_times)
+        return self._deviations
+
+    def deviations_of(self, times: np.ndarray) -> np.ndarray:
+        """``|times - ideal_step_time|`` (empty without an ideal step time)."""
+        if self.ideal_step_time is None:
+            return np.empty(0)
+        dev = np.subtract(np.asarray(times, np.float64), self.ideal_step_time)
+        return np.abs(dev, out=dev)
 
     def as_dict(self) -> Dict[int, float]:
         """``{step: deviation}`` in step order (the reference's format)."""
@@ -65,6 +111,20 @@ class StepStats:
     def times_dict(self) -> Dict[int, float]:
         """``{step: step time}`` in step order."""
         return dict(zip(self.steps.tolist(), self.step_times.tolist()))
+
+    def __repr__(self) -> str:
+        return (f"StepStats(count={self.count}, ideal_step_time={self.ideal_step_time!r}, "
+                f"deviation_aggregate={self.deviation_aggregate!r})")
+
+
+def _aggregate_of_last(stats: StepStats, last: int) -> float:
+    """:func:`deviation_aggregate` of ``stats`` from its last ``last`` steps only."""
+    n = stats.count
+    if stats.ideal_step_time is None or not n:
+        return 0.0
+    if stats._deviations is not None:
+        return deviation_aggregate(stats._deviations)
+    return _aggregate(stats.deviations_of(stats.series.slice(n - last, n)[1]), n)
 
 
 def step_times(timeline, cache: Optional["StepTimes"] = None) -> tuple:
@@ -76,7 +136,7 @@ def step_times(timeline, cache: Optional["StepTimes"] = None) -> tuple:
         (then only the steps the timeline may still change are recomputed).
     """
     if cache is not None:
-        return cache.update(timeline)
+        return cache.update(timeline).arrays()
     return _latest(*_entries(timeline, 0, 0)[:3])
 
 
@@ -158,70 +218,36 @@ def _increasing(a: np.ndarray, strict: bool) -> bool:
     return bool((a[1:] > a[:-1]).all() if strict else (a[1:] >= a[:-1]).all())
 
 
-def _override(steps: np.ndarray, times: np.ndarray, new_steps: np.ndarray,
-              new_times: np.ndarray) -> tuple:
-    """``(steps, times)`` (unique, sorted) with the later runs ``new_*`` (unique,
-    sorted; temporaries of the caller, which the result may be) replacing or
-    added: O(n) copies, no sort while steps only grow."""
-    if not len(new_steps):
-        return steps, times
-    if not len(steps):
-        return new_steps, new_times  # (the caller's temporaries: no copy)
-    if new_steps[0] > steps[-1]:  # a run going on
-        return np.concatenate((steps, new_steps)), np.concatenate((times, new_times))
-    if len(new_steps) >= len(steps) and np.array_equal(new_steps[:len(steps)], steps):
-        # every step replaced, later ones added (a first update): no index arrays
-        return new_steps, new_times
-    pos = np.searchsorted(steps, new_steps)
-    hit = pos < len(steps)
-    hit[hit] = steps[pos[hit]] == new_steps[hit]
-    times = times.copy()
-    times[pos[hit]] = new_times[hit]
-    if hit.all():
-        return steps, times
-    add = ~hit
-    steps = np.insert(steps, pos[add], new_steps[add])
-    times = np.insert(times, pos[add], new_times[add])
-    return steps, times
-
-
 class StepTimes:
     """:func:`step_times` kept up to date incrementally for one timeline.
 
     The timeline freezes what came before its freeze point: segment rows
     before the one it reopens are never recomputed, and step starts before
     it never move, unless it rebuilds everything (late events from long
-    ago). The steps of those final rows are folded into a base once; each
-    call recomputes only the spans of the rows the timeline may still
-    change and lays them over the base (the latest run of a step wins, and
-    those are the latest). A full rebuild of the timeline starts afresh.
+    ago). The steps of those final rows are folded into a base once (chunked
+    columns: a run going on appends); each call recomputes only the spans
+    of the rows the timeline may still change and lays them over the base
+    (the latest run of a step wins, and those are the latest). A full
+    rebuild of the timeline starts afresh. The step times are also kept
+    sorted (:attr:`sorted`), told only the times that changed.
     """
 
     def __init__(self) -> None:
         self._key: Any = None  # (timeline id, its full rebuilds): the base's validity
         self._lo = 0  # spans of step starts >= lo are recomputed
         self._row = 0  # and last steps of segment rows >= row
-        self._steps = np.empty(0, np.int64)
-        self._times = np.empty(0)
+        self._base = StepColumns()
+        self._tail = (np.empty(0, np.int64), np.empty(0))  # provisional at the last update
         #: The step times of the last update, kept sorted (the ideal step time).
         self.sorted = SortedTimes()
-        self._tail = np.empty(0, np.int64)  # the steps left provisional at the last update
 
-    def update(self, timeline) -> tuple:
-        key = self._key
-        steps, times, recomputed, tail = self._update(timeline)
-        # times change only where a span was recomputed, now (folded into the
-        # base or not) or at the last update
-        touched = None if key != self._key else np.union1d(self._tail, recomputed)
-        self.sorted.update(steps, times, touched)
-        self._tail = tail
-        return steps, times
-
-    def _update(self, timeline) -> tuple:
+    def update(self, timeline) -> StepSeries:
+        """The step times of ``timeline`` now (steps in step order)."""
         key = (id(timeline), timeline.full_rebuilds)
-        if key != self._key:
-            self._key, self._lo, self._row = key, 0, 0
-            self._steps, self._times = np.empty(0, np.int64), np.empty(0)
+        if key != self._key:  # afresh
+            self._lo, self._row, self._base = 0, 0, StepColumns()
+            self._tail, self.sorted = (np.empty(0, np.int64), np.empty(0)), SortedTimes()
+            self._key = key
         steps, times, when, start = _entries(timeline, self._lo, self._row)
         seg = timeline.segments
         # the rows the timeline keeps from now on (as SegmentTable.rebuild_tail
@@ -249,23 +275,48 @@ class StepTimes:
             del final
             self._lo, self._row = lo, row
         tail_steps, tail_times = _latest(steps[tail], times[tail], when[tail])
-        base = self._steps
-        if _follows(base, fin_steps) and _follows(fin_steps if len(fin_steps) else base,
-                                                  tail_steps):
-            # a run going on: one copy, the base a view of it (never modified in place)
-            n = len(base) + len(fin_steps)
-            out_steps = np.concatenate((base, fin_steps, tail_steps))
-            out_times = np.concatenate((self._times, fin_times, tail_times))
-            self._steps, self._times = out_steps[:n], out_times[:n]
-            return out_steps, out_times, steps, tail_steps
-        self._steps, self._times = _override(self._steps, self._times, fin_steps, fin_times)
-        return (*_override(self._steps, self._times, tail_steps, tail_times), steps, tail_steps)
+        del steps, times, when
+        self._fold(fin_steps, fin_times, tail_steps, tail_times)
+        return self._base.series(tail_steps, tail_times)
+
+    def _fold(self, fin_steps: np.ndarray, fin_times: np.ndarray, tail_steps: np.ndarray,
+              tail_times: np.ndarray) -> None:
+        """Folds the final steps into the base, keeps the provisional ones, and
+        tells the sorted times which times left and which came."""
+        old_steps, old_times = self._tail
+        self._tail = (tail_steps, tail_times)
+        if not len(self._base) and not len(old_steps):  # a first update: all new
+            # (the latest run of a step both final and provisional: the provisional)
+            kept = ~np.isin(fin_steps, tail_steps, assume_unique=True)
+            self.sorted.reset(np.concatenate((fin_times[kept], tail_times)))
+            del kept
+            self._base.set(fin_steps, fin_times)
+            return
+        # only the steps laid over the base, now or at the last update, may change
+        touched = np.union1d(np.union1d(old_steps, fin_steps), tail_steps)
+        before = _overlay(touched, self._base.lookup(touched), old_steps, old_times)
+        self._base.set(fin_steps, fin_times)
+        after = _overlay(touched, self._base.lookup(touched), tail_steps, tail_times)
+        (had, was), (has, now) = before, after
+        same = had & has & (was == now)
+        try:
+            self.sorted.update(was[had & ~same], now[has & ~same])
+        except ValueError:  # (a bug: a time left that was not held) sorted afresh, O(n)
+            logger.warning("step times: the sorted times were rebuilt", exc_info=True)
+            self.sorted.reset(self._base.series(tail_steps, tail_times).arrays()[1])
 
 
-def _follows(steps: np.ndarray, later: np.ndarray) -> bool:
-    """Whether sorted ``later`` only holds steps after all of sorted ``steps``."""
-    return not len(steps) or not len(later) or later[0] > steps[-1]
-
+def _overlay(steps: np.ndarray, base: tuple, over_steps: np.ndarray,
+             over_times: np.ndarray) -> tuple:
+    """``(found, times)`` of sorted ``steps``: ``over_*`` (sorted, unique) where
+    they hold the step, else ``base`` (``(found, times)`` of the base)."""
+    found, times = base
+    if len(over_steps):
+        pos = np.minimum(np.searchsorted(over_steps, steps), len(over_steps) - 1)
+        hit = over_steps[pos] == steps
+        times = np.where(hit, over_times[pos], times)
+        found = found | hit
+    return found, times
 
 def ideal_step_time(times: np.ndarray) -> Optional[float]:
     """Mean of the step times at or below median + 3·MAD (raw MAD)."""
@@ -301,11 +352,18 @@ def deviation_aggregate(deviations: np.ndarray, mode: str = "cumulative",
       The aggregate in seconds (0.0 without deviations).
     """
     deviations = np.asarray(deviations)  # (an array: not copied)
-    n = len(deviations)
+    # only the last recent + baseline count: a long run's others are not even read
+    return _aggregate(deviations[-max(recent + baseline, RECENT_WINDOW):], len(deviations),
+                      mode, recent, baseline, pct)
+
+
+def _aggregate(last: np.ndarray, n: int, mode: str = "cumulative", recent: int = RECENT_WINDOW,
+               baseline: int = BASELINE_WINDOW, pct: float = SPIKE_PERCENTILE) -> float:
+    """:func:`deviation_aggregate` of ``n`` deviations, of which ``last`` are the
+    last ``max(recent + baseline, RECENT_WINDOW)`` (or all of them, when fewer)."""
     if not n:
         return 0.0
-    # only the last recent + baseline count: a long run's others are not even read
-    d = np.abs(np.asarray(deviations[-max(recent + baseline, RECENT_WINDOW):], np.float64))
+    d = np.abs(np.asarray(last, np.float64))
     if n < RECENT_WINDOW:
         return float(d.mean())
     spike = percentile(d[-recent:], pct)
@@ -328,17 +386,11 @@ def compute_step_stats(timeline, configured_ideal: Optional[float] = None,
     Returns:
       A :class:`StepStats`.
     """
-    steps, times = step_times(timeline, cache)
-    if configured_ideal is not None:
-        ideal = configured_ideal
-    elif cache is not None:  # the same figure from the times kept sorted: no partition
-        ideal = ideal_of_sorted(cache.sorted.sorted)
+    if cache is not None:  # the monitor's way: nothing in the run's length
+        series = cache.update(timeline)
+        ideal = configured_ideal if configured_ideal is not None else cache.sorted.ideal()
     else:
-        ideal = ideal_step_time(times)
-    if ideal is not None:
-        dev = np.subtract(times, ideal)
-        np.abs(dev, out=dev)  # no second array of the run's length
-    else:
-        dev = np.empty(0)
-    return StepStats(steps, times, None if ideal is None else float(ideal), dev,
-                     deviation_aggregate(dev))
+        steps, times = step_times(timeline)
+        series = StepSeries.of(steps, times)
+        ideal = configured_ideal if configured_ideal is not None else ideal_step_time(times)
+    return StepStats.of_series(series, None if ideal is None else float(ideal))

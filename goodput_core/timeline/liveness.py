@@ -156,20 +156,26 @@ def attempt_lives(tables, att: Attempts) -> AttemptLives:
     return AttemptLives(last, last_hb, iv, final, cause)
 
 
-def run_state(tables, att: Attempts, now: float, lives: Optional[AttemptLives] = None
-              ) -> RunState:
-    """The run's state at ``now`` (rule 15; module docstring)."""
-    n = len(att)
-    if not n:
-        return RunState(NOT_STARTED)
-    lives = attempt_lives(tables, att) if lives is None else lives
+def restarts_of(att: Attempts, lives: AttemptLives) -> Tuple[Restart, ...]:
+    """Each restart after an attempt that did not end, with that attempt's last sign of life."""
     restarts = []
     for a in np.flatnonzero(np.isnan(att.end[:-1])).tolist():
         sign = lives.last_sign(a)
         restart = float(att.next_start[a])
         restarts.append(Restart(restart, sign, restart - sign if not math.isnan(sign) else _NAN,
                                 lives.cause[a]))
-    restarts_t = tuple(restarts)
+    return tuple(restarts)
+
+
+def run_state(tables, att: Attempts, now: float, lives: Optional[AttemptLives] = None,
+              restarts: Optional[Tuple[Restart, ...]] = None) -> RunState:
+    """The run's state at ``now`` (rule 15; module docstring). ``lives`` and
+    ``restarts``: those of ``att`` when the caller keeps them."""
+    n = len(att)
+    if not n:
+        return RunState(NOT_STARTED)
+    lives = attempt_lives(tables, att) if lives is None else lives
+    restarts_t = restarts_of(att, lives) if restarts is None else restarts
     a = n - 1
     hb = lives.last_heartbeat[a]
     interval = None if math.isnan(hb) else float(lives.interval[a])
@@ -192,8 +198,10 @@ def timeline_state(tl, now: float) -> RunState:
     T = tl.tables
     key = (tl.version, tuple(len(t) for t in T.tables.values()))
     if tl.lives_cache is None or tl.lives_cache[0] != key:
-        tl.lives_cache = (key, attempt_lives(T, tl.attempts) if len(tl.attempts) else None)
-    st = run_state(T, tl.attempts, now, tl.lives_cache[1])
+        lives = attempt_lives(T, tl.attempts) if len(tl.attempts) else None
+        # (the restarts too: a monitor cycle asks several times, a Python loop per restart)
+        tl.lives_cache = (key, lives, restarts_of(tl.attempts, lives) if lives else None)
+    st = run_state(T, tl.attempts, now, tl.lives_cache[1], tl.lives_cache[2])
     if st.stopped and not tl.liveness:
         return dataclasses.replace(st, state=RUNNING, stopped_at=None, cause=None)
     return st

@@ -449,26 +449,30 @@ def test_goodput_monitor_gcm_flag_builds_the_cloud_monitoring_exporter(tmp_path,
 
 
 def test_a_monitor_started_on_a_long_run_hands_out_only_the_recent_deviations(monkeypatch):
-    import types
-
     import numpy as np
 
     import goodput_core.monitor.cycle as monitor_extras
+    from goodput_core.queries.step_stats import StepStats
+
+    def stats(steps):  # ideal 0: each deviation is the step's time, half its number
+        return StepStats(steps, steps * 0.5, 0.0)
 
     monkeypatch.setattr(monitor_extras, "MAX_CARRY", 50)
     steps = np.arange(1000)
-    stats = types.SimpleNamespace(steps=steps, deviations=steps * 0.5)
-    new, done = monitor_extras.fresh_deviations(stats, np.empty(0, np.int64))
+    times = []
+    new, done = monitor_extras.fresh_deviations(stats(steps), np.empty(0, np.int64),
+                                                times.append)
     assert new == [(s, s * 0.5) for s in range(950, 1000)]  # the last 50, in order
-    assert done.tolist() == steps.tolist()  # the older ones are not handed out later
-    more = types.SimpleNamespace(steps=np.arange(1003), deviations=np.arange(1003) * 0.5)
+    assert np.concatenate(times).tolist() == (steps * 0.5).tolist()  # the sketch sees all
+    assert done.arrays()[0].tolist() == steps.tolist()  # the older ones are not handed out later
+    more = stats(np.arange(1003))
     new, done = monitor_extras.fresh_deviations(more, done)
     assert new == [(1000, 500.0), (1001, 500.5), (1002, 501.0)]
-    # a run going on: what is done is the cycle's own step array, not a copy grown
+    # a run going on: what is done is the cycle's own series, not a copy grown
     # each cycle (no work or memory in the run's length)
-    assert done is more.steps
-    late = types.SimpleNamespace(steps=np.concatenate(([-5], np.arange(1004))),
-                                 deviations=np.zeros(1005))
+    assert done is more.series
+    late = stats(np.concatenate(([-5], np.arange(1004))))
     new, done = monitor_extras.fresh_deviations(late, done)  # a step before the others
     assert [s for s, _ in new] == [-5, 1003]
-    assert done.tolist() == late.steps.tolist()
+    assert done.arrays()[0].tolist() == late.steps.tolist()
+    assert monitor_extras.fresh_deviations(late, done) == ([], done)  # nothing new
