@@ -16,7 +16,7 @@ goodput_core.cli``):
 * ``runs --summary`` after one run got one more event (that run recomputed).
 
     python benchmarks/bench_fleet.py [--store sqlite|postgres] [--runs N] [--events N]
-                                     [--dir DIR] [--repeats R]
+                                     [--dir DIR] [--repeats R] [--url URL]
 
 ``--store sqlite`` (default): the store is kept in ``--dir`` (default
 ``/tmp/goodput-fleet``) and reused when it exists with the same shape; generating
@@ -24,6 +24,9 @@ goodput_core.cli``):
 (Debian's ``postgresql``, fsync on, as bench_postgres.py) holds the store for
 this run only; PostgreSQL ingests several times slower than SQLite, so give a
 smaller ``--events`` on a busy machine and say so with the figures.
+``--url postgresql://...`` measures a store generated earlier instead (e.g.
+by ``generate`` in a server of your own), so that one 20 M-event store serves
+several runs of the figures.
 """
 
 from __future__ import annotations
@@ -138,21 +141,26 @@ def main() -> None:
     ap.add_argument("--events", type=int, default=20_000_000)
     ap.add_argument("--dir", default="/tmp/goodput-fleet")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--url", default=None, help="measure this existing store (no generation)")
     args = ap.parse_args()
     print(machine(), f"load average {os.getloadavg()[0]:.1f} at the start")
     os.makedirs(args.dir, exist_ok=True)
-    server = None
-    if args.store == "postgres":
-        from tests.support.postgres_server import PostgresServer
+    if args.url:
+        args.store = "postgres" if args.url.startswith("postgres") else "sqlite"
+        measure(args, args.url)
+    else:
+        server = None
+        if args.store == "postgres":
+            from tests.support.postgres_server import PostgresServer
 
-        server = PostgresServer(fsync=True)
-        server.start()
-    try:
-        measure(args, _store_url(args, server))
-    finally:
-        if server is not None:
-            server.stop()
-            server.remove()
+            server = PostgresServer(fsync=True)
+            server.start()
+        try:
+            measure(args, _store_url(args, server))
+        finally:
+            if server is not None:
+                server.stop()
+                server.remove()
     print(f"load average {os.getloadavg()[0]:.1f} at the end")
 
 

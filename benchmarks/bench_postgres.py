@@ -7,6 +7,7 @@ removes it)::
     python benchmarks/bench_postgres.py ingest [--events 640000] [--writers 1 16 64]
         [--chunk-events 65536]
     python benchmarks/bench_postgres.py report [--events 10000000] [--repeats 3]
+    python benchmarks/bench_postgres.py read [--events 1000000] [--repeats 3] [--baseline DIR]
 
 **ingest**: ``--writers`` processes append ``--events / writers`` events each
 (``bench_store.make_events``, each process its own writer id) to one run at
@@ -24,6 +25,13 @@ P2 job, 100 restarts) written to PostgreSQL and to SQLite, then
 a :class:`Calculator` refreshed once (cold), then ``--repeats`` intervals
 each of 10,000 new events appended and one ``refresh()`` (incremental read +
 compute), and one refresh with nothing new; medians.
+
+**read**: one run of ``--events`` events written by 2 writers (the P2 job,
+batches of 10,000 alternating between the writers), then, in a fresh process
+each time, ``read()`` of the whole run (records) and a :class:`Calculator`'s
+first ``refresh()`` and ``cumulative()`` (many-writers mode: it reads
+records): medians. ``--baseline DIR`` times the same reads with the code in
+``DIR`` too (e.g. ``git archive main | tar -x -C DIR``), in the same session.
 """
 
 from __future__ import annotations
@@ -124,8 +132,9 @@ def _secs(values) -> str:
     return f"{statistics.median(values):.2f} s ({min(values):.2f}-{max(values):.2f})"
 
 
-def _build(store, n: int, flush_every: int = 50_000) -> float:
-    """Writes the P2 workload of ``n`` events; returns the seconds it took."""
+def _build(store, n: int, flush_every: int = 50_000, writers: int = 1) -> float:
+    """Writes the P2 workload of ``n`` events (batches of 10,000 taking turns
+    between ``writers`` writer pids); returns the seconds it took."""
     from bench_calculator import stream
 
     events = stream(n)
@@ -135,6 +144,9 @@ def _build(store, n: int, flush_every: int = 50_000) -> float:
         batch = list(itertools.islice(events, 10_000))
         if not batch:
             break
+        if writers > 1:
+            pid = 1 + (written // 10_000) % writers
+            batch = [e._replace(pid=pid) for e in batch]
         store.append(batch)
         written += len(batch)
         if written % flush_every == 0 and hasattr(store, "flush"):
@@ -212,15 +224,62 @@ def bench_report(server: PostgresServer, n: int, repeats: int) -> None:
         lite.close()
 
 
+_READER = """
+import json, sys, time
+sys.path.insert(0, sys.argv[3])  # the code measured
+from goodput_core.queries.calculator import Calculator
+from goodput_core.stores.postgres import PostgresStore
+url, what = sys.argv[1], sys.argv[2]
+store = PostgresStore(url)
+t0 = time.perf_counter()
+if what == "read":
+    n = len(store.read("bench")[0])
+else:
+    calc = Calculator("bench", store)
+    n = calc.refresh()
+    calc.cumulative()
+print(json.dumps([time.perf_counter() - t0, n]))
+store.close()
+"""
+
+
+def bench_read(server: PostgresServer, n: int, repeats: int, baseline: str) -> None:
+    from goodput_core.stores.postgres import PostgresStore
+
+    print(f"read: {n:,} events of 2 writers (P2 workload), {repeats} repeats")
+    db = "m" + uuid.uuid4().hex[:10]
+    server.create_database(db)
+    url = server.url(db)
+    store = PostgresStore(url)
+    print(f"  built postgres in {_build(store, n, writers=2):.0f} s")
+    store.close()
+    counts = set()
+    codes = [("this code", ROOT)] + ([("baseline", os.path.abspath(baseline))] if baseline else [])
+    for what in ("read", "calculator"):
+        for label, root in codes:
+            walls = []
+            for _ in range(repeats):
+                out = subprocess.run([sys.executable, "-c", _READER, url, what, root],
+                                     capture_output=True, text=True, check=True,
+                                     cwd=tempfile.gettempdir())
+                wall, got = json.loads(out.stdout)
+                counts.add(got)
+                assert len(counts) == 1, counts  # every read got every event
+                walls.append(wall)
+            print(f"  {what:10s} {label:10s}: {_secs(walls)}")
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=("ingest", "report"))
+    parser.add_argument("what", choices=("ingest", "report", "read"))
     parser.add_argument("--events", type=int)
     parser.add_argument("--writers", type=int, nargs="+", default=[1, 16, 64])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--chunk-events", type=int, default=CHUNK_EVENTS,
                         help="ingest: events per packed chunk of the PostgreSQL writers "
                              "(0: no packing, as before packed chunks)")
+    parser.add_argument("--baseline", default=None, metavar="DIR",
+                        help="read: also time the reads with the code in DIR")
     args = parser.parse_args(argv)
     server = PostgresServer(fsync=True)
     server.start()
@@ -234,6 +293,8 @@ def main(argv=None) -> None:
         if args.what == "ingest":
             bench_ingest(server, args.events or 640_000, args.writers, args.repeats,
                          args.chunk_events)
+        elif args.what == "read":
+            bench_read(server, args.events or 1_000_000, args.repeats, args.baseline)
         else:
             bench_report(server, args.events or 10_000_000, args.repeats)
         print(f"load average at the end {os.getloadavg()[0]:.1f}")

@@ -304,7 +304,10 @@ def _as_step(value: Any) -> Optional[int]:
 def _finite(value: Any) -> Optional[float]:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    f = float(value)
+    try:
+        f = float(value)
+    except OverflowError:  # an int beyond a double: no finite time
+        return None
     return f if math.isfinite(f) else None
 
 

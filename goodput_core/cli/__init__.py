@@ -37,7 +37,7 @@ COMMANDS = {
     "export": ("export", "write a run's events to a JSONL file, one reference payload per line"),
     "import": ("import_", "copy a run between stores and JSONL files, skipping what is there"),
     "backup": ("backup", "a consistent copy of an embedded store, while writers run"),
-    "compact": ("compact", "pack, checkpoint and rebuild an embedded store"),
+    "compact": ("compact", "pack runs into chunks (and rebuild an embedded store)"),
     "incidents": ("incidents", "every disruption: cause, time to detect and restart, "
                                "progress lost; MTBF, MTTR"),
     "project": ("project", "what-if: expected ETTR at another scale or checkpoint interval"),

@@ -12,7 +12,7 @@ events, only for runs recorded by several processes.
 
 from __future__ import annotations
 
-from operator import itemgetter
+from operator import countOf, itemgetter
 from typing import Any, List, Optional, Sequence
 
 from goodput_core.events import EventRecord
@@ -21,6 +21,7 @@ from goodput_core.timeline.spans import Timeline
 from goodput_core.timeline.streams import lead_events, writer_key
 
 _META = itemgetter(0, 6, 7, 5)  # run, host, pid, process index
+_RUN, _HOST = itemgetter(0), itemgetter(6)
 
 __all__ = ["ManyWriters"]
 
@@ -86,10 +87,23 @@ class ManyWriters:
         if not meta:
             return False
         if keep:
-            self._records.extend(e for e in records if isinstance(e, tuple) and len(e) > 7
-                                 and _has_writer(e) and (self.run is None or e[0] == self.run))
+            self._records.extend(self._with_writer(records))
         return self.note_writers([writer_key(EventRecord("", 0, 0.0, None, None, i, h, p))
                                   for _, h, p, i in meta])
+
+    def _with_writer(self, records: Sequence[Any]) -> Sequence[Any]:
+        """The records of this run with writer metadata: all of them, found
+        in three C-level passes, when each is an ``EventRecord`` of the run
+        with a host (a recorder's records); else picked one by one."""
+        try:
+            n = len(records)
+            if countOf(map(type, records), EventRecord) == n and all(map(_HOST, records)) and (
+                    self.run is None or countOf(map(_RUN, records), self.run) == n):
+                return records
+        except TypeError:  # a sequence without len() or iteration: picked one by one
+            pass
+        return [e for e in records if isinstance(e, tuple) and len(e) > 7 and _has_writer(e)
+                and (self.run is None or e[0] == self.run)]
 
     def reset(self) -> None:
         """Forgets the held events (the caller re-reads the run from its start)."""

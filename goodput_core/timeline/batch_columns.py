@@ -3,8 +3,11 @@
 Two helpers keep Python bytecode per event out of ingestion:
 
 * :func:`columns_of_records`: the kind, time and step columns of a batch of
-  EventRecords, through C-level ``map`` passes (each pass over a million
-  records costs ~15 ms of memory traffic: there are as few as possible);
+  EventRecords, through C-level ``map`` passes. A pass over a million records
+  costs ~15 ms whatever it does with the field (interpreter work per element,
+  not memory traffic), so each column is read, type-checked and packed in one
+  pass (``bytes(map(int.conjugate, ...))``, ``np.fromiter(map(float.conjugate,
+  ...))``), steps from the step records only (``itertools.compress``);
 * :func:`keyed_rows`: custom badput and elastic wait starts and ends (whose
   key is a type in their ``extra`` payload) routed without building a record
   or judging each event through the general path: only the type is read per
@@ -17,6 +20,7 @@ skipped: their results are the per-event path's, faster.
 from __future__ import annotations
 
 import array
+from itertools import compress
 from operator import countOf, itemgetter
 from typing import Any, Callable, List, Optional, Tuple
 
@@ -27,6 +31,8 @@ from goodput_core.events import CUSTOM_BADPUT_EVENT_TYPE, ELASTIC_WAIT_EVENT_TYP
 __all__ = ["columns_of_records", "keyed_rows", "record_extras", "KEYED_KINDS"]
 
 _INT_TYPES = {int, Kind}  # exact types: bools are not kinds
+_RUN, _KIND, _TIME, _STEP = (itemgetter(i) for i in range(4))  # EventRecord's fields
+NO_KIND = 0  # no kind has code 0: rows marked so are judged by the per-event path
 #: kind -> (family, is_end, the extra field holding its type)
 KEYED_KINDS = {
     int(Kind.CUSTOM_BADPUT_START): ("custom", 0, CUSTOM_BADPUT_EVENT_TYPE),
@@ -41,36 +47,95 @@ def columns_of_records(events: List[Any], run: Optional[str]):
     """``(kinds, times, steps, step_ok)`` arrays of a batch of records, or
     None when its kinds or times have odd types or it mixes runs (then every
     event takes the per-event path). ``step_ok`` is False where a step kind
-    has an odd step value (the per-event path judges those)."""
+    has an odd step value; rows whose kind is a bool have kind 0 (no kind):
+    the per-event path judges both."""
     try:
-        kinds = list(map(itemgetter(1), events))
-        if not set(map(type, kinds)) <= _INT_TYPES:
+        if run is not None and countOf(map(_RUN, events), run) != len(events):
             return None
-        times = list(map(itemgetter(2), events))
-        if not set(map(type, times)) <= {float, int}:
-            return None
-        if run is not None and countOf(map(itemgetter(0), events), run) != len(events):
-            return None
-        try:
-            k = np.frombuffer(bytes(kinds), np.uint8).astype(np.int64)
-        except ValueError:  # a code outside 0-255 (unknown: the per-event path counts it)
-            k = np.array(kinds, np.int64)
-        t = np.frombuffer(array.array("d", times), np.float64)
+        k = _kind_column(events)
+        t = None if k is None else _time_column(events)
     except (TypeError, IndexError, KeyError, OverflowError, ValueError):
         return None
-    step_all = np.zeros(len(events), np.int64)
-    step_ok = np.ones(len(events), bool)
-    step_idx = np.flatnonzero((k == Kind.STEP_START) | (k == Kind.STEP_END))
-    if len(step_idx):
-        try:
-            picked = itemgetter(*step_idx.tolist())(events)  # the step records, at C speed
-            raw = list(map(itemgetter(3), picked if len(step_idx) > 1 else (picked,)))
-            if set(map(type, raw)) != {int}:
-                raise TypeError
-            step_all[step_idx] = np.frombuffer(array.array("q", raw), np.int64)
-        except (TypeError, OverflowError, ValueError, IndexError):
-            step_ok[step_idx] = False  # odd step values: the per-event path judges them
+    if t is None:
+        return None
+    step_all, step_ok = _step_columns(events, k)
     return k, t, step_all, step_ok
+
+
+def _kind_column(events: List[Any]) -> Optional[np.ndarray]:
+    """The kind codes (int64), or None when a kind is not an int.
+
+    One C-level pass reads, checks and packs them: ``int.conjugate`` takes
+    ints (``Kind`` members too) and nothing else, ``bytes`` packs codes 0-255.
+    A bool is an int too: read as 1 or 0, it is marked 0 (no kind) so that the
+    per-event path counts it (only the rows read as 1, job starts, are looked at).
+    """
+    try:
+        codes = bytes(map(int.conjugate, map(_KIND, events)))
+    except (TypeError, ValueError):  # numpy integers, codes beyond 255: as before
+        return _checked_kinds(events)
+    k = np.frombuffer(codes, np.uint8).astype(np.int64)
+    k[_bool_rows(events, np.flatnonzero(k == 1), _KIND)] = NO_KIND
+    return k
+
+
+def _checked_kinds(events: List[Any]) -> Optional[np.ndarray]:
+    """:func:`_kind_column` for batches with other integer types: None unless
+    every kind is an int or a ``Kind`` (exact types: bools are not kinds)."""
+    kinds = list(map(_KIND, events))
+    if not set(map(type, kinds)) <= _INT_TYPES:
+        return None
+    try:
+        return np.frombuffer(bytes(kinds), np.uint8).astype(np.int64)
+    except ValueError:  # a code outside 0-255 (unknown: the per-event path counts it)
+        return np.array(kinds, np.int64)
+
+
+def _time_column(events: List[Any]) -> Optional[np.ndarray]:
+    """The times (float64), or None when one is neither a float nor an int.
+
+    One C-level pass when they are all floats (``float.conjugate`` takes
+    floats and nothing else, ``np.fromiter`` packs them); ints, which the
+    per-event path takes too, are read and checked in three passes."""
+    try:
+        return np.fromiter(map(float.conjugate, map(_TIME, events)), np.float64, len(events))
+    except TypeError:
+        times = list(map(_TIME, events))
+        if not set(map(type, times)) <= {float, int}:
+            return None
+        return np.frombuffer(array.array("d", times), np.float64)
+
+
+def _step_columns(events: List[Any], k: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """``(steps, step_ok)``: the step of each step start and end (0 elsewhere),
+    read at C level from those records only (``compress``); ``step_ok`` is
+    False where a step is not an int (bools included: read as 0 or 1, those
+    rows are looked at one by one)."""
+    n = len(events)
+    step_all = np.zeros(n, np.int64)
+    step_ok = np.ones(n, bool)
+    is_step = (k == Kind.STEP_START) | (k == Kind.STEP_END)
+    step_idx = np.flatnonzero(is_step)
+    if not len(step_idx):
+        return step_all, step_ok
+    try:
+        raw = map(_STEP, compress(events, is_step.tobytes()))
+        steps = np.fromiter(map(int.conjugate, raw), np.int64, len(step_idx))
+    except (TypeError, OverflowError, ValueError, IndexError):
+        step_ok[step_idx] = False  # odd step values: the per-event path judges them
+        return step_all, step_ok
+    step_all[step_idx] = steps
+    step_ok[_bool_rows(events, step_idx[(steps == 0) | (steps == 1)], _STEP)] = False
+    return step_all, step_ok
+
+
+def _bool_rows(events: List[Any], rows: np.ndarray, field: Callable[[Any], Any]) -> List[int]:
+    """The rows among ``rows`` whose ``field`` is a bool (a C-level pass over
+    those records only; a loop only when there is one)."""
+    rows = rows.tolist()
+    if not countOf(map(type, map(field, map(events.__getitem__, rows))), bool):
+        return []
+    return [i for i in rows if type(field(events[i])) is bool]
 
 
 def keyed_rows(k: np.ndarray, t: np.ndarray, rest: List[int], max_abs_time: float,

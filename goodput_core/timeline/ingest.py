@@ -37,33 +37,15 @@ from goodput_core.events import (
 )
 from goodput_core.stores.columns import EventPage
 from goodput_core.timeline.batch_columns import columns_of_records, keyed_rows, record_extras
+from goodput_core.timeline.kind_routes import (
+    ELASTIC_KINDS, KEYED_FAMILIES, MAX_ABS_TIME, MAX_STEP, PAIR_FAMILIES, route_columns, table_of)
 from goodput_core.timeline.table import DTYPES as _DTYPES
 from goodput_core.timeline.table import Table
 
 __all__ = ["EventTables", "PAIR_FAMILIES", "MAX_ABS_TIME", "MAX_STEP", "NO_STEP", "SIDE_TABLES"]
 
-MAX_ABS_TIME = 1e12   # ~year 33658: beyond it a time is garbage, not a date
-MAX_STEP = 2 ** 62    # steps must fit int64 arithmetic with headroom
 _INF = math.inf
 
-# kind -> (paired family name, is_end) for the start/end families
-PAIR_FAMILIES: Dict[int, Tuple[str, int]] = {
-    Kind.TPU_INIT_START: ("tpu", 0), Kind.TPU_INIT_END: ("tpu", 1),
-    Kind.TRAINING_PREP_START: ("prep", 0), Kind.TRAINING_PREP_END: ("prep", 1),
-    Kind.DATA_LOADING_START: ("dl", 0), Kind.DATA_LOADING_END: ("dl", 1),
-    Kind.ELASTIC_REINIT_START: ("reinit", 0), Kind.ELASTIC_REINIT_END: ("reinit", 1),
-    Kind.CHECKPOINT_SAVE_START: ("save", 0), Kind.CHECKPOINT_SAVE_END: ("save", 1),
-    Kind.CHECKPOINT_RESTORE_START: ("restore", 0), Kind.CHECKPOINT_RESTORE_END: ("restore", 1),
-    Kind.PROGRAM_STARTUP_START: ("compile", 0), Kind.PROGRAM_STARTUP_END: ("compile", 1),
-    Kind.CUSTOM_BADPUT_START: ("custom", 0), Kind.CUSTOM_BADPUT_END: ("custom", 1),
-    Kind.ELASTIC_WAIT_START: ("wait", 0), Kind.ELASTIC_WAIT_END: ("wait", 1),
-    Kind.INPUT_STALL_START: ("stall", 0), Kind.INPUT_STALL_END: ("stall", 1),
-    # loads through the native context manager: input stalls too (rule 16)
-    Kind.BLOCKING_LOAD_START: ("bload", 0), Kind.BLOCKING_LOAD_END: ("bload", 1),
-    # A hang's start is derived from its payload (see EventTables._add_hang).
-    Kind.HANG_END: ("hang", 1),
-}
-_KEYED = {"custom", "wait"}
 _TABLE_COLUMNS = {
     "job_start": (), "job_end": (), "step_start": ("step",), "step_end": ("step",),
     "disruption": ("key",), "orbax": ("end", "key"),
@@ -76,21 +58,10 @@ _TABLE_COLUMNS = {
 # Heartbeats change no span either (liveness, rule 15; but see _commit).
 SIDE_TABLES = frozenset({"slices", "metric", "submitted", "granted", "heartbeat"})
 _SLICE_KEYS = ("active_slices", "available_slices", "total_slices")
-_SIMPLE_KINDS = {Kind.JOB_START: "job_start", Kind.JOB_END: "job_end",
-                 Kind.JOB_SUBMITTED: "submitted", Kind.RESOURCES_GRANTED: "granted"}
 _SIDE_KINDS = {int(Kind.METADATA), int(Kind.METRIC), int(Kind.ELASTIC_SLICE_COUNTS),
                int(Kind.HEARTBEAT)}
 _KNOWN = {int(k) for k in Kind}
 _MAX_STACK_CHARS = 4000  # a hang's stack summary kept for the report
-# kinds handled column-wise on large batches (no extra payload needed)
-_VECTOR_KINDS = {int(k) for k, (fam, _) in PAIR_FAMILIES.items() if fam not in _KEYED}
-_VECTOR_KINDS |= {int(Kind.JOB_START), int(Kind.JOB_END), int(Kind.STEP_START), int(Kind.STEP_END)}
-_ELASTIC_KINDS = {int(Kind.ELASTIC_SLICE_COUNTS), int(Kind.ELASTIC_WAIT_START),
-                  int(Kind.ELASTIC_WAIT_END), int(Kind.ELASTIC_REINIT_START),
-                  int(Kind.ELASTIC_REINIT_END)}
-_LUT_SIZE = 256
-_VECTOR_LUT = np.zeros(_LUT_SIZE, bool)
-_VECTOR_LUT[sorted(_VECTOR_KINDS)] = True
 NO_STEP = -1  # metric recorded without a step number
 ORBAX_SAVE, ORBAX_RESTORE = 0, 1
 
@@ -105,7 +76,7 @@ class EventTables:
         for fam in set(f for f, _ in PAIR_FAMILIES.values()):
             # no dedup here: back-to-back zero-length intervals legitimately
             # repeat (kind, time); a duplicated start or end is merely unmatched
-            self.tables[fam] = Table(("e", "key") if fam in _KEYED else ("e",), dedup=False)
+            self.tables[fam] = Table(("e", "key") if fam in KEYED_FAMILIES else ("e",), dedup=False)
         self.skipped: collections.Counter = collections.Counter()
         self.names: Dict[str, List[str]] = {"custom": [], "wait": [], "disruption": [],
                                             "metric": []}
@@ -214,40 +185,11 @@ class EventTables:
 
     def _route(self, k: np.ndarray, t: np.ndarray, step_all: np.ndarray, step_ok: np.ndarray,
                base: int, arrays) -> List[int]:
-        """Column-wise path for the common kinds: routes them into ``arrays``.
-
-        Args:
-          k, t, step_all: kinds, times and steps (steps only read for step kinds).
-          step_ok: False where the step is odd (the per-event path judges it).
-
-        Returns the indices left for the per-event path (other kinds, odd steps).
-        """
-        # a lookup table instead of isin/unique: kinds are small codes (no sort)
-        fast = _VECTOR_LUT[np.clip(k, 0, _LUT_SIZE - 1)] & (k >= 0) & (k < _LUT_SIZE) & step_ok
-        bad_t = fast & ~(np.isfinite(t) & (np.abs(t) <= MAX_ABS_TIME))
-        if bad_t.any():
-            nonfin = int((bad_t & ~np.isfinite(t)).sum())
-            self.skipped["non_finite"] += nonfin
-            self.skipped["out_of_range"] += int(bad_t.sum()) - nonfin
-        fast &= ~bad_t
-        present = np.flatnonzero(np.bincount(k[fast], minlength=1)).tolist()
-        if _ELASTIC_KINDS.intersection(present):
-            self.elastic_seen = True
-        for kind in present:
-            idx = np.flatnonzero(fast & (k == kind))
-            name, is_end = _route(kind)
-            cols = arrays[name]
-            if kind in (Kind.STEP_START, Kind.STEP_END):
-                st = step_all[idx]
-                ok = (st >= 0) & (st < MAX_STEP)
-                self.skipped["bad_step"] += int(len(ok) - ok.sum())
-                idx, st = idx[ok], st[ok]
-                cols["step"].append(st)
-            elif is_end is not None:
-                cols["e"].append(np.full(len(idx), is_end, np.int8))
-            cols["t"].append(t[idx])
-            cols["o"].append(base + idx)
-        return np.flatnonzero(~fast & ~bad_t).tolist()
+        """Column-wise path for the common kinds (:func:`route_columns`);
+        returns the rows left for the per-event path."""
+        rest, elastic = route_columns(k, t, step_all, step_ok, base, arrays, self.skipped)
+        self.elastic_seen = self.elastic_seen or elastic
+        return rest
 
     def _route_keyed(self, k: np.ndarray, t: np.ndarray, rest: List[int], extra_of, base: int,
                      arrays) -> List[int]:
@@ -294,7 +236,7 @@ class EventTables:
             if reason:
                 self.skipped[reason] += 1
             return
-        name, is_end = _route(kind)
+        name, is_end = table_of(kind)
         cols = rows[name]
         if kind in (Kind.STEP_START, Kind.STEP_END):
             step = _step(ev[3] if len(ev) > 3 else None)
@@ -327,7 +269,7 @@ class EventTables:
         if type(kind) is bool or not isinstance(kind, (int, np.integer)) or int(kind) not in _KNOWN:
             return "unknown_kind"
         kind = int(kind)
-        if kind in _ELASTIC_KINDS:
+        if kind in ELASTIC_KINDS:
             self.elastic_seen = True
         t = ev[2]
         if type(t) is bool or not isinstance(t, (int, float, np.integer, np.floating)):
@@ -463,20 +405,6 @@ class EventTables:
 def _buckets():
     """name -> column -> list of values or arrays, created on first use."""
     return collections.defaultdict(lambda: collections.defaultdict(list))
-
-
-def _route(kind: int) -> Tuple[str, Optional[int]]:
-    """Table name and is_end flag of a kind."""
-    pair = PAIR_FAMILIES.get(kind)
-    if pair is not None:
-        return pair
-    if kind == Kind.STEP_START:
-        return "step_start", None
-    if kind == Kind.STEP_END:
-        return "step_end", None
-    if kind == Kind.DISRUPTION:
-        return "disruption", None
-    return _SIMPLE_KINDS[kind], None
 
 
 def _step(value: Any) -> Optional[int]:

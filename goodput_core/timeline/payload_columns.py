@@ -81,7 +81,7 @@ def payload_page(payloads: Sequence[Any], run: Optional[str]
     skipped: collections.Counter = collections.Counter()
     order = np.argsort(codes, kind="stable")
     ends = np.cumsum(np.bincount(codes)).tolist()
-    by_shape = [payloads[i] for i in order.tolist()]  # each shape's payloads, contiguous
+    by_shape = list(map(payloads.__getitem__, order.tolist()))  # each shape's, contiguous
     slow: List[int] = []
     for keys, code in shapes.items():
         a, b = (ends[code - 1] if code else 0), ends[code]
@@ -122,8 +122,8 @@ def _read_group(group: List[dict], idx: np.ndarray, plan, run, kind, time, step,
     names = set(map(itemgetter(JOB_NAME), group))
     if run is None or names != {run}:
         return False  # other runs, or no run to check against: judged one by one
-    times = list(map(itemgetter(time_key), group))
-    if not _NUMBER.issuperset(map(type, times)):
+    t = _times(group, time_key)
+    if t is None:
         return False  # bools, strings, None: from_payload decides
     steps = None
     if step_key is not None:
@@ -134,10 +134,6 @@ def _read_group(group: List[dict], idx: np.ndarray, plan, run, kind, time, step,
             steps = np.array(steps, np.int64)
         except OverflowError:
             return False
-    try:
-        t = np.array(times, np.float64)
-    except OverflowError:
-        return False
     if not np.isfinite(t).all():
         return False  # from_payload counts these as non_finite
     kind[idx] = k
@@ -146,3 +142,21 @@ def _read_group(group: List[dict], idx: np.ndarray, plan, run, kind, time, step,
         step[idx] = steps
         has_step[idx] = True
     return True
+
+
+def _times(group: List[dict], time_key: str) -> Optional[np.ndarray]:
+    """The group's times as float64, or None when one is not a number (a
+    bool, a string...) or an int beyond a float. Floats (what JSON gives) are
+    read, checked and packed in one C-level pass (``float.conjugate`` takes
+    floats alone); a group with ints is read and checked as from_payload would."""
+    try:
+        return np.fromiter(map(float.conjugate, map(itemgetter(time_key), group)), np.float64,
+                           len(group))
+    except TypeError:
+        times = list(map(itemgetter(time_key), group))
+    if not _NUMBER.issuperset(map(type, times)):
+        return None
+    try:
+        return np.array(times, np.float64)
+    except OverflowError:
+        return None

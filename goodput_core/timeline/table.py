@@ -86,15 +86,17 @@ class Table:
         """Mask of batch rows that are not exact copies of an earlier row."""
         t = batch["t"]
         aux = [k for k in self.batch_names if k not in ("t", "o")]
-        # copies are adjacent in (time, aux..., arrival) order; keep the first
-        order = np.lexsort([batch["o"]] + [batch[k] for k in reversed(aux)] + [t])
-        same = np.zeros(len(t), bool)
-        same[1:] = t[order][1:] == t[order][:-1]
-        for k in aux:
-            col = batch[k][order]
-            same[1:] &= col[1:] == col[:-1]
-        keep = np.empty(len(t), bool)
-        keep[order] = ~same
+        if (t[1:] > t[:-1]).all():  # (sorted) no two rows at one time: no copies among them
+            keep = np.ones(len(t), bool)
+        else:  # copies are adjacent in (time, aux..., arrival) order; keep the first
+            order = np.lexsort([batch["o"]] + [batch[k] for k in reversed(aux)] + [t])
+            same = np.zeros(len(t), bool)
+            same[1:] = t[order][1:] == t[order][:-1]
+            for k in aux:
+                col = batch[k][order]
+                same[1:] &= col[1:] == col[:-1]
+            keep = np.empty(len(t), bool)
+            keep[order] = ~same
         n = len(self)
         if n:
             old_t = self["t"]

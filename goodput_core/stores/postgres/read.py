@@ -24,7 +24,9 @@ import psycopg
 from goodput_core.events import EventRecord
 from goodput_core.stores.base import Cursor, StoreError
 from goodput_core.stores.columns import EventPage
-from goodput_core.stores.postgres.chunks import CHUNK_EVENTS, read_chunk_records, read_chunks
+from goodput_core.stores.gc_pause import gc_paused
+from goodput_core.stores.postgres.chunks import (
+    CHUNK_EVENTS, MORE_CHUNKS, NOTHING_AFTER, read_chunk_records, read_chunks)
 from goodput_core.stores.postgres.columns import INDEX_WALK, read_page
 from goodput_core.stores.postgres.connect import describe
 
@@ -121,7 +123,8 @@ class PostgresReadMixin:
         """
         if limit is not None and limit <= 0:
             return [], since
-        return self._query(lambda conn: self._select(conn, run, since, limit))
+        with gc_paused():  # a million records: repeated collections otherwise
+            return self._query(lambda conn: self._select(conn, run, since, limit))
 
     def read_columns(self, run: str, since: Cursor = None,
                      limit: Optional[int] = None) -> Tuple[EventPage, Cursor]:
@@ -147,17 +150,19 @@ class PostgresReadMixin:
         while True:  # pages of _COLUMN_PAGE, so that the buffers stay bounded
             n = _COLUMN_PAGE if left is None else min(_COLUMN_PAGE, left)
             if packed:  # the packed prefix of the run first, then its rows
-                page, last = read_chunks(conn, self._sql, run, row[0], last, n,
-                                         self._chunk_events or CHUNK_EVENTS, writer_of,
-                                         self.skipped)
-                packed = len(page) > 0
-            if not packed:
+                page, last, after = read_chunks(conn, self._sql, run, row[0], last, n,
+                                                self._chunk_events or CHUNK_EVENTS,
+                                                writer_of, self.skipped)
+                packed, done = after == MORE_CHUNKS, after == NOTHING_AFTER
+            else:
                 with _in_id_order(conn):
                     page, last = read_page(conn, self._sql, run, row[0], last, n,
                                            writer_of, self.skipped)
-            pages.append(page)
+                done = len(page) < n
+            if len(page) or not pages:
+                pages.append(page)
             left = None if left is None else left - len(page)
-            if (len(page) < n and not packed) or left == 0:
+            if done or left == 0:
                 break
         page = pages[0] if len(pages) == 1 else EventPage.concat(run, pages)
         return page, (last if len(page) else since)
@@ -182,11 +187,13 @@ class PostgresReadMixin:
         while limit is None or len(out) < limit:
             if packed:  # the packed prefix of the run first, then its rows
                 n = _COLUMN_PAGE if limit is None else min(_COLUMN_PAGE, limit - len(out))
-                records, last = read_chunk_records(
+                records, last, after = read_chunk_records(
                     conn, self._sql, run, run_id, last, n, self._chunk_events or CHUNK_EVENTS,
                     lambda wid: self._writer(conn, wid), self.skipped)
                 out.extend(records)
-                packed = bool(records)
+                if after == NOTHING_AFTER:
+                    break
+                packed = after == MORE_CHUNKS
                 continue
             page = _PAGE if limit is None else min(_PAGE, limit - len(out))
             with _in_id_order(conn):

@@ -152,6 +152,7 @@ def statements(schema: str) -> Dict[str, str]:
             " ON CONFLICT (key) DO NOTHING;",
         ]),
         "has_meta": "SELECT to_regclass(%s) IS NOT NULL",
+        "events_table": f"{s}.events",
         "version": f"SELECT value FROM {s}.meta WHERE key = 'schema_version'",
         "add_runs": f"INSERT INTO {s}.runs (name) SELECT unnest(%s::text[])"
                     " ON CONFLICT (name) DO NOTHING",

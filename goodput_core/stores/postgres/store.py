@@ -45,15 +45,16 @@ import math
 import os
 import threading
 import zlib
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 import psycopg
 
-from goodput_core.events import EventRecord
+from goodput_core.events import EventRecord, Kind
 from goodput_core.stores.background import QueuedStoreMixin
 from goodput_core.stores.base import Store, StoreError
 from goodput_core.stores.spill_buffer import spill_tag
-from goodput_core.stores.postgres.chunks import CHUNK_EVENTS, chunk_statements, pack
+from goodput_core.stores.postgres.chunks import (
+    CHUNK_EVENTS, TAIL_EVENTS, chunk_statements, pack)
 from goodput_core.stores.postgres.columns import column_statements
 from goodput_core.stores.postgres.connect import (
     connect, describe, is_content_error, is_overload, slot_for)
@@ -84,6 +85,7 @@ def _destination(target: Dict[str, Any]) -> str:
     return " ".join(f"{k}={target.get(k) or env[k]}" for k in keys)
 
 
+_JOB_END = int(Kind.JOB_END)
 _MISSING = ("42P01", "3F000")  # undefined table, invalid schema name
 
 
@@ -123,6 +125,8 @@ class PostgresStore(PostgresReadMixin, QueuedStoreMixin, Store):
         before connecting again after a failed attempt (full jitter).
       chunk_events: events per packed chunk this writer makes (0: none;
         :mod:`goodput_core.stores.postgres.chunks`).
+      tail_events: a batch holding a run's job end also packs the run's
+        events after its last full chunk, if at least this many (0: never).
 
     Raises:
       StoreError: malformed URL, server unreachable, authentication failed,
@@ -136,7 +140,7 @@ class PostgresStore(PostgresReadMixin, QueuedStoreMixin, Store):
                  connect_timeout_s: float = 5.0,
                  sleep: Optional[Callable[[float], Any]] = None,
                  backoff_initial_s: float = 0.2, backoff_max_s: float = 30.0,
-                 chunk_events: int = CHUNK_EVENTS):
+                 chunk_events: int = CHUNK_EVENTS, tail_events: int = TAIL_EVENTS):
         try:
             parsed = parse_url(url)
         except ValueError as exc:
@@ -155,6 +159,7 @@ class PostgresStore(PostgresReadMixin, QueuedStoreMixin, Store):
         self._sql.update(column_statements(f'"{self.schema}"'))
         self._sql.update(chunk_statements(f'"{self.schema}"'))
         self._chunk_events = max(0, int(chunk_events))
+        self._tail_events = max(0, int(tail_events))
         self._has_chunks = False  # the chunks table is known to exist
         self._packing_refused = ""  # why this writer does not pack, until said
         self._lock_ns = zlib.crc32(self.schema.encode()) & 0x7FFFFFFF
@@ -253,14 +258,16 @@ class PostgresStore(PostgresReadMixin, QueuedStoreMixin, Store):
             logger.warning("%s", self._packing_refused)
             self._packing_refused = ""
 
-    def _pack(self, conn, run_ids: Sequence[int]) -> None:
+    def _pack(self, conn, run_ids: Sequence[int], ended: Set[int]) -> None:
         """Packs what is due in the runs of a batch, inside its transaction
-        (:func:`~goodput_core.stores.postgres.chunks.pack`); a refusal is no
-        reason to lose the batch: this writer stops packing."""
+        (:func:`~goodput_core.stores.postgres.chunks.pack`): full chunks, and
+        the rest of the ``ended`` runs (the batch holds their job end); a
+        refusal is no reason to lose the batch: this writer stops packing."""
         try:
             with conn.transaction():
                 for run_id in run_ids:
-                    pack(conn, self._sql, run_id, self._chunk_events)
+                    pack(conn, self._sql, run_id, self._chunk_events,
+                         self._tail_events if run_id in ended else 0)
         except psycopg.errors.QueryCanceled:
             return  # a statement_timeout: the batch goes in, the next one packs
         except _TRANSIENT:
@@ -322,7 +329,7 @@ class PostgresStore(PostgresReadMixin, QueuedStoreMixin, Store):
                                     t, step, extra, wt))
             conn.execute(self._sql["insert"])
             if self._chunk_events and self._has_chunks:
-                self._pack(conn, batch_runs)
+                self._pack(conn, batch_runs, {run_ids[r[0]] for r in rows if r[1] == _JOB_END})
             self._say_no_packing()
 
     def _send(self, entries: List[Dict[str, Any]]) -> None:

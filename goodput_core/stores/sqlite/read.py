@@ -9,7 +9,6 @@ each module stays small): it uses the store's ``_handle``, ``_retry``,
 from __future__ import annotations
 
 import collections
-import gc
 import logging
 import sqlite3
 from typing import List, Optional, Tuple
@@ -21,6 +20,7 @@ from goodput_core.events import EventRecord
 from goodput_core.stores.sqlite import chunks
 from goodput_core.stores.base import Cursor
 from goodput_core.stores.columns import EventPage
+from goodput_core.stores.gc_pause import gc_paused
 from goodput_core.stores.sqlite.fork import gated as _gated
 
 __all__ = ["ReadPath", "is_busy"]
@@ -76,17 +76,8 @@ class ReadPath:
         raw, cursor = self._read_raw(h, run, since, limit, False)
         if raw is None:
             return [], since
-        # EventRecords are tuple subclasses, which the cyclic GC never untracks:
-        # building a million of them would trigger repeated full collections
-        # (about half the read time). They cannot form cycles, so collection is
-        # paused while they are built and the previous state restored after.
-        gc_was_enabled = gc.isenabled()
-        gc.disable()
-        try:
+        with gc_paused():  # a million records: repeated collections otherwise
             return raw.records(run, h.writers), cursor
-        finally:
-            if gc_was_enabled:
-                gc.enable()
 
     @_gated
     def read_columns(self, run: str, since: Cursor = None,

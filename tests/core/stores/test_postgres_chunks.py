@@ -78,14 +78,20 @@ def _comparable(record):
     return tuple("NaN" if isinstance(v, float) and math.isnan(v) else v for v in record)
 
 
-def _check_chunks(url, run, size):
+def _check_chunks(url, run, size, tail=None, tails=None):
     """Every chunk of ``run`` holds exactly its next ``size`` rows (columns and
-    extras); chunks are contiguous from the run's first event. Returns them."""
+    extras), the last one ``tail`` rows when given (the rest of a run that
+    ended), or any one between ``tails`` and ``size`` (the rests of several
+    writers' job ends); chunks are contiguous from the run's first event.
+    Returns them."""
     rows = _run_rows(url, run)
     chunks = _chunk_rows(url, run)
     at = 0
-    for first, last, n, col, extras in chunks:
-        assert n == size
+    for i, (first, last, n, col, extras) in enumerate(chunks):
+        if tails is not None:
+            assert tails <= n <= size
+        else:
+            assert n == (tail if tail is not None and i == len(chunks) - 1 else size)
         mine = rows[at:at + n]
         assert len(mine) == n and (first, last) == (mine[0][0], mine[-1][0])
         assert col["id"].tolist() == [r[0] for r in mine]
@@ -203,6 +209,27 @@ def test_a_database_without_chunks_is_read_then_packed_by_its_next_writer(postgr
         s.close()
 
 
+def test_a_batch_with_the_runs_job_end_packs_its_tail(postgres_url):
+    """Chunks of 5, tails of at least 3: a run of 14 events (the last its job
+    end) in batches of 3 gets chunks 1-5 and 6-10 as it goes, then, with its
+    job end, 11-14 as a chunk of 4. A run whose job end leaves 2 events after
+    its last chunk keeps them as rows."""
+    store = PostgresStore(postgres_url, chunk_events=5, tail_events=3)
+    events = _events("ends", 12)  # 14 events, the last a job end
+    short = _events("short", 10, pid=9)  # 12: chunks 1-5 and 6-10, then 2 left
+    made = []
+    for i in range(0, len(events), 3):
+        store.append(events[i:i + 3] + short[i:i + 3])
+        assert store.flush(10)
+        made.append(len(_chunk_rows(postgres_url, "ends")))
+    assert made == [0, 1, 1, 2, 3]
+    assert [c[2] for c in _check_chunks(postgres_url, "ends", 5, tail=4)] == [5, 5, 4]
+    assert [c[2] for c in _check_chunks(postgres_url, "short", 5)] == [5, 5]
+    for run in ("ends", "short"):
+        _same_reads(store, run)
+    store.close()
+
+
 def test_pack_is_idempotent(postgres_url):
     """Packing again what is packed writes nothing: the next chunk is taken
     after the last one, and a chunk written twice conflicts on its key."""
@@ -217,7 +244,8 @@ def test_pack_is_idempotent(postgres_url):
             assert pack(conn, store._sql, run_id, 5) == 1
             assert pack(conn, store._sql, run_id, 5) == 0  # 2 events left
         with conn.transaction():
-            again = conn.execute(store._sql["pack"], {"run": run_id, "after": 0, "n": 5})
+            again = conn.execute(store._sql["pack"], {"run": run_id, "after": 0, "n": 5,
+                                                      "least": 5})
             assert again.fetchone() is None  # the same first chunk: ON CONFLICT DO NOTHING
     _check_chunks(postgres_url, "idem", 5)
     assert len(_chunk_rows(postgres_url, "idem")) == 2
@@ -307,14 +335,16 @@ def test_a_pack_cut_by_statement_timeout_leaves_the_batch_stored(postgres_url):
 
 
 #: One writer process: N events of its own (pid = its index) into run "shared",
-#: in batches of 7, packing chunks of 16.
+#: in batches of 7, packing chunks of 16 (and its rest at its job end, if at
+#: least argv[4] events).
 _WRITER = textwrap.dedent("""
     import sys
     sys.path.insert(0, {root!r})
     from goodput_core.stores.postgres import PostgresStore
     from tests.core.stores.test_postgres import _events
     url, index, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-    store = PostgresStore(url, chunk_events=16, flush_interval_s=0.01)
+    tail = int(sys.argv[4]) if len(sys.argv) > 4 else 4096
+    store = PostgresStore(url, chunk_events=16, tail_events=tail, flush_interval_s=0.01)
     events = _events("shared", n - 2, pid=1000 + index)
     sys.stdin.readline()
     for i in range(0, len(events), 7):

@@ -57,7 +57,8 @@ def _state(tables: EventTables):
     # bytes: NaN values (heartbeat intervals not said) compare equal too
     cols = {(name, c): (tables[name][c].dtype.str, tables[name][c].tobytes())
             for name in sorted(tables.tables) for c in tables[name].names}
-    return cols, dict(tables.skipped), {k: list(v) for k, v in tables.names.items()}, \
+    # skipped counts without the zero ones (``Timeline.skipped`` drops those too)
+    return cols, +tables.skipped, {k: list(v) for k, v in tables.names.items()}, \
         tables.elastic_seen
 
 
@@ -133,3 +134,68 @@ def test_a_short_step_tuple_in_a_large_batch_is_counted_not_raised():
     tables = EventTables()
     assert tables.add(events, RUN) == (1.0, 300)
     assert +tables.skipped == {"bad_step": 1}
+
+
+class _Int(int):
+    """An int subclass (the per-event path takes it as a kind or a step)."""
+
+
+def _clean_batch():
+    """A batch the column path reads whole: job, steps (0 and 1 among them:
+    the values a bool reads as), data loads, one run."""
+    events = [EventRecord(RUN, int(Kind.JOB_START), 1.0)]
+    for i in range(300):
+        t = 2.0 + i
+        events += [EventRecord(RUN, int(Kind.STEP_START), t, i),
+                   EventRecord(RUN, int(Kind.DATA_LOADING_START), t + 0.1),
+                   EventRecord(RUN, int(Kind.DATA_LOADING_END), t + 0.2)]
+    return events
+
+
+# One odd value in an otherwise clean batch: (row, field, value). Row 0 is the
+# job start (kind 1: what True reads as), rows 1 and 4 the steps 0 and 1.
+_ODD_VALUES = [
+    (0, "kind", True), (2, "kind", False), (0, "kind", _Int(1)), (2, "kind", np.int64(9)),
+    (2, "kind", Kind.DATA_LOADING_START), (2, "kind", 300), (2, "kind", -1),
+    (2, "kind", 2 ** 70), (2, "kind", 9.0),
+    (2, "time", 5), (2, "time", np.float64(5.0)), (2, "time", True), (2, "time", "5.0"),
+    (2, "time", 2 ** 2000), (2, "time", math.nan), (2, "time", -math.inf), (2, "time", 3e12),
+    (1, "step", True), (4, "step", False), (1, "step", False), (4, "step", True),
+    (1, "step", _Int(0)), (4, "step", np.int64(1)), (4, "step", 1.0), (4, "step", 2 ** 63),
+    (4, "step", 2 ** 62), (4, "step", -1), (4, "step", None), (4, "step", "1"),
+    (2, "run", "other"),
+]
+
+
+@pytest.mark.parametrize("row,field,value", _ODD_VALUES)
+@pytest.mark.parametrize("run", [RUN, None])
+def test_one_odd_value_is_judged_as_the_per_event_path_judges_it(monkeypatch, row, field,
+                                                                 value, run):
+    events = _clean_batch()
+    events[row] = events[row]._replace(**{field: value})
+
+    def ingest_all():
+        tables = EventTables()
+        tables.add(events, run)
+        return _state(tables)
+
+    assert ingest_all() == _per_event(monkeypatch, ingest_all)
+
+
+def test_bools_among_kinds_and_steps_leave_the_rest_column_wise(monkeypatch):
+    """A bool kind or step is judged alone (counted as the per-event path
+    counts it); the batch's other rows are still read column-wise."""
+    events = _clean_batch()
+    events[0] = events[0]._replace(kind=True)   # a job start's code
+    events[1] = events[1]._replace(step=False)  # step 0's value
+    events[4] = events[4]._replace(step=True)   # step 1's value
+    judged = []
+    add_one = EventTables._add_one
+    monkeypatch.setattr(EventTables, "_add_one",
+                        lambda self, ev, *a: judged.append(ev) or add_one(self, ev, *a))
+    tables = EventTables()
+    tables.add(events, RUN)
+    assert judged == [events[0], events[1], events[4]]
+    assert +tables.skipped == {"unknown_kind": 1, "bad_step": 2}
+    assert tables["step_start"]["step"].tolist() == list(range(2, 300))
+    assert len(tables["dl"]) == 600

@@ -98,6 +98,21 @@ def test_writers_without_an_index_the_earliest_leads():
     assert r.badput_seconds[B.DATA_LOADING_SYNC] == pytest.approx(2.0)
 
 
+@pytest.mark.parametrize("with_no_writer", [False, True])
+def test_only_this_runs_events_with_a_writer_are_kept_for_the_lead_stream(with_no_writer):
+    # host 0's batch also carries another run's events, and events without
+    # writer metadata (as read from a foreign log); once host 1 shows up, the
+    # job is host 0 (the lead, 0.4 s loads) gated by host 1 (0.1 s loads):
+    # 0.4 s lost per step, whatever the other events (0.9 s loads) say
+    other_run = [e._replace(run="other") for e in _host(5, 0.9)]
+    no_writer = [e._replace(process_index=0, host="", pid=0) for e in _host(6, 0.9, t0=0.2)]
+    first = _host(0, 0.4) + other_run + (no_writer if with_no_writer else [])
+    r = _calc(first, _host(1, 0.1)).cumulative(now=100)
+    assert r.badput_seconds[B.DATA_LOADING_SYNC] == pytest.approx(10 * 0.4)
+    assert r.productive_seconds == pytest.approx(10 * 0.6)
+    assert r.total_seconds == pytest.approx(11.0)
+
+
 def test_one_hosts_disruption_is_the_jobs_counted_once():
     # attempt 1: host 2 records a SIGTERM at 6.5 s; all hosts crash; attempt 2
     # starts at 20 s and resumes at step 4 (steps 4 and 5 redone)

@@ -57,6 +57,10 @@ ODD = [
      "checkpoint_manager_blocking_start_time": T0 + 57,
      "checkpoint_manager_blocking_duration_secs": 0.4},
     {"job_name": RUN, "nothing": 1},
+    {"job_name": RUN, "step_count": 10, "step_start_time": int(T0) + 58},  # an int time
+    {"job_name": RUN, "step_count": 11, "step_start_time": 2 ** 1100},   # beyond a float
+    {"job_name": RUN, "step_count": 12, "step_start_time": np.float64(T0 + 59.5)},
+    {"job_name": RUN, "data_loading_start_time": None},
     ["not", "a", "dict"],
 ]
 _odd = st.sampled_from(ODD)
