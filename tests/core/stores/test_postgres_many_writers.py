@@ -26,13 +26,17 @@ skip_without_postgres()
 
 
 def test_several_writer_processes_and_an_incremental_calculator(postgres_url, tmp_path):
-    """3 writer processes, 300 events each (batches of 7, chunks of 16, the
+    """3 writer processes, 303 events each (batches of 7, chunks of 16, the
     rest packed at each job end when 5 or more): the calculator refreshed
     while they write, then once more, has the figures of a calculator over
     the same events read once from the tables; an incremental ``read()``
     returns every event once, in id order; the chunks are the run's prefixes.
     3 events of a fourth writer come last, as rows after the last chunk."""
-    writers, n = 3, 300
+    # 909 events = 56 chunks + 13: if no earlier job end packed a rest, the
+    # last one (the last batch of all) finds 13 >= 5 to pack, whatever the
+    # order the writers took turns in (300 each left 4, and the test then
+    # depended on where the earlier job ends fell)
+    writers, n = 3, 303
     code = _WRITER.format(root=ROOT)
     children = [subprocess.Popen(
         [sys.executable, "-c", code, postgres_url, str(i), str(n), "5"],
