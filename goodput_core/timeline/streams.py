@@ -35,25 +35,32 @@ job's.
 
 from __future__ import annotations
 
-import bisect
 import math
+from bisect import bisect_left, bisect_right
+from itertools import compress, repeat
+from operator import eq, itemgetter, not_
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+import numpy as np
+
 from goodput_core.events import EventRecord, Kind
+from goodput_core.timeline.stragglers import straggler_stalls
 
 __all__ = ["writer_key", "writers_of", "lead_events", "stream_indices"]
 
 _JOB_START, _JOB_END = int(Kind.JOB_START), int(Kind.JOB_END)
-_STEP, _STEP_END = int(Kind.STEP_START), int(Kind.STEP_END)
+_STEP = int(Kind.STEP_START)
 _DISRUPTION = int(Kind.DISRUPTION)
-_BLOCK_START = {int(Kind.INPUT_STALL_START): "stall", int(Kind.BLOCKING_LOAD_START): "bload"}
-_BLOCK_END = {int(Kind.INPUT_STALL_END): "stall", int(Kind.BLOCKING_LOAD_END): "bload"}
 _STALL_END = int(Kind.INPUT_STALL_END)
 _SCHEDULING = {int(Kind.JOB_SUBMITTED), int(Kind.RESOURCES_GRANTED)}
 # Model metrics and run metadata are no part of the partition: every host's
 # reach the run (``record_on_all_hosts=True`` points, a config only one host records).
 _SIDE = {int(Kind.METRIC), int(Kind.METADATA)}
-_EPS = 1e-9  # seconds: below this a straggler's excess is float noise
+# C-level column readers: the rebuild reads every event of the run, so each
+# pass below is a map/compress over a column, not Python per event
+_KIND, _TIME, _WRITE_TIME = itemgetter(1), itemgetter(2), itemgetter(10)
+_TIME_SEQ, _WRITE_SEQ = itemgetter(2, 9), itemgetter(10, 9)
+_RAW_WRITER = itemgetter(6, 7, 5)  # host, pid, process index
 
 
 def writer_key(e: EventRecord) -> Optional[Tuple[str, int]]:
@@ -61,10 +68,13 @@ def writer_key(e: EventRecord) -> Optional[Tuple[str, int]]:
     writer metadata (built by hand, imported with its index only), its index;
     None for an event of an unknown writer (no metadata, index 0: the
     reference's logs)."""
-    host, pid = e[6], e[7]
+    return _key_of(e[6], e[7], e[5])
+
+
+def _key_of(host, pid, index) -> Optional[Tuple[str, int]]:
     if host or pid:
         return host, pid
-    return ("", -1 - int(e[5])) if e[5] else None
+    return ("", -1 - int(index)) if index else None
 
 
 def writers_of(events: Sequence[EventRecord]) -> set:
@@ -82,26 +92,62 @@ def _t(e: EventRecord) -> float:
     return w if w == w else 0.0
 
 
+def _all_finite(values) -> bool:
+    """True when every value is a finite number (then ``_t`` is the event's
+    own time and a C-level ``itemgetter`` can stand for it)."""
+    try:
+        return all(map(math.isfinite, values))
+    except (TypeError, OverflowError):
+        return False
+
+
 class _Piece:
-    """One attempt of one writer process: its events in time order."""
+    """One attempt of one writer process: its events in time order, with
+    their times (``_t``) and kinds as columns, and the straggler module's
+    per-piece results (``cache``)."""
 
-    __slots__ = ("key", "index", "events", "start", "end")
+    __slots__ = ("key", "index", "events", "times", "kinds", "start", "end", "cache")
 
-    def __init__(self, key, index: int, events: List[EventRecord]):
-        self.key, self.index, self.events = key, index, events
-        self.start = _t(events[0])
-        self.end = max(_t(e) for e in events)
+    def __init__(self, key, index: int, events: List[EventRecord], times: List[float]):
+        self.key, self.index, self.events, self.times = key, index, events, times
+        self.kinds = list(map(_KIND, events))
+        self.start = times[0]
+        self.end = max(times)
+        self.cache: Dict[str, Any] = {}
+
+    def of_kind(self, kind: int) -> List[EventRecord]:
+        """This piece's events of ``kind``, in time order."""
+        return list(compress(self.events, map(eq, self.kinds, repeat(kind))))
 
 
 def _streams(events: Sequence[EventRecord]) -> Dict[Any, List[EventRecord]]:
-    out: Dict[Any, List[EventRecord]] = {}
-    for e in events:
-        out.setdefault(writer_key(e), []).append(e)
-    return out
+    """The events of each writer (in arrival order), writers in order of
+    first appearance: one stable sort of the writers' codes, not an append
+    per event."""
+    try:
+        raw = list(map(_RAW_WRITER, events))
+        code_of_raw: Dict[Any, int] = {}
+        codes: Dict[Any, int] = {}
+        for r in dict.fromkeys(raw):  # distinct, in order of first appearance
+            code_of_raw[r] = codes.setdefault(_key_of(*r), len(codes))
+    except (TypeError, ValueError, IndexError):  # junk among the events: one by one
+        out: Dict[Any, List[EventRecord]] = {}
+        for e in events:
+            out.setdefault(writer_key(e), []).append(e)
+        return out
+    if len(codes) == 1:
+        return {next(iter(codes)): list(events)}
+    code = np.fromiter(map(code_of_raw.__getitem__, raw), dtype=np.intp, count=len(raw))
+    grouped = list(map(events.__getitem__, np.argsort(code, kind="stable").tolist()))
+    bounds = np.cumsum(np.bincount(code, minlength=len(codes))).tolist()
+    return {k: grouped[lo:hi] for k, lo, hi in zip(codes, [0] + bounds, bounds)}
 
 
 def _settled(evs: List[EventRecord]) -> int:
     """The index a stream settles on: that of its latest recorded event."""
+    writes = list(map(_WRITE_TIME, evs))
+    if all(map(eq, writes, writes)):  # no NaN write time: its own column is the key
+        return int(max(evs, key=_WRITE_SEQ)[5])
     last = max(evs, key=lambda e: (e[10] if e[10] == e[10] else _t(e), e[9]))
     return int(last[5])
 
@@ -113,19 +159,18 @@ def stream_indices(events: Sequence[EventRecord]) -> Dict[Any, int]:
 
 
 def _pieces(key, evs: List[EventRecord]) -> List[_Piece]:
+    """A stream in time order, cut at its job starts (the events before the
+    first job start belong to the first piece)."""
     index = _settled(evs)
-    evs = sorted(evs, key=lambda e: (_t(e), e[9]))
-    out, cur, has_start = [], [], False
-    for e in evs:
-        if e[1] == _JOB_START:
-            if has_start:
-                out.append(_Piece(key, index, cur))
-                cur = []
-            has_start = True
-        cur.append(e)
-    if cur:
-        out.append(_Piece(key, index, cur))
-    return out
+    if _all_finite(map(_TIME, evs)):
+        evs = sorted(evs, key=_TIME_SEQ)
+        times = list(map(_TIME, evs))
+    else:
+        evs = sorted(evs, key=lambda e: (_t(e), e[9]))
+        times = list(map(_t, evs))
+    starts = list(compress(range(len(evs)), map(eq, map(_KIND, evs), repeat(_JOB_START))))
+    cuts = [0] + starts[1:] + [len(evs)]
+    return [_Piece(key, index, evs[a:b], times[a:b]) for a, b in zip(cuts, cuts[1:])]
 
 
 def _job_attempts(pieces: List[_Piece]) -> List[List[_Piece]]:
@@ -150,7 +195,7 @@ def _lead_chain(group: List[_Piece]) -> List[_Piece]:
             continue
         if not chain or p.start >= chain[-1].end:
             chain.append(p)
-        elif not _has_steps(chain[-1]) and _has_steps(p):
+        elif _STEP not in chain[-1].kinds and _STEP in p.kinds:
             # two writers under one index at once: the one that records the
             # training leads (only process 0 writes, but every process
             # recorded its job start and end around the adapter)
@@ -158,8 +203,20 @@ def _lead_chain(group: List[_Piece]) -> List[_Piece]:
     return chain
 
 
-def _has_steps(p: _Piece) -> bool:
-    return any(e[1] == _STEP for e in p.events)
+def _without_scheduling(streams: Dict[Any, List[EventRecord]], out: List[EventRecord]) -> None:
+    """Moves the scheduler's times (whoever recorded them: often a separate
+    process, the launcher or `goodput` importing the scheduler's log) from
+    ``streams`` to ``out``: they are the job's."""
+    for key in list(streams):
+        evs = streams[key]
+        kinds = list(map(_KIND, evs))
+        if _SCHEDULING.isdisjoint(kinds):
+            continue
+        scheduling = list(map(_SCHEDULING.__contains__, kinds))
+        out += compress(evs, scheduling)
+        streams[key] = list(compress(evs, map(not_, scheduling)))
+        if not streams[key]:
+            del streams[key]
 
 
 def lead_events(events: Sequence[EventRecord]) -> List[EventRecord]:
@@ -175,17 +232,9 @@ def lead_events(events: Sequence[EventRecord]) -> List[EventRecord]:
     """
     streams = _streams(events)
     # events of an unknown writer (no metadata beside known writers' events:
-    # imported, or written by the reference) are the job's: kept as they are;
-    # so are the scheduler's times, whoever recorded them (often a separate
-    # process: the launcher, `goodput` importing the scheduler's log)
+    # imported, or written by the reference) are the job's: kept as they are
     out: List[EventRecord] = streams.pop(None, [])
-    for key in list(streams):
-        evs = streams[key]
-        if any(e[1] in _SCHEDULING for e in evs):
-            out += [e for e in evs if e[1] in _SCHEDULING]
-            streams[key] = [e for e in evs if e[1] not in _SCHEDULING]
-            if not streams[key]:
-                del streams[key]
+    _without_scheduling(streams, out)
     if len(streams) <= 1:
         return list(events)
     pieces = [p for key, evs in streams.items() for p in _pieces(key, evs)]
@@ -194,32 +243,43 @@ def lead_events(events: Sequence[EventRecord]) -> List[EventRecord]:
         chain = _lead_chain(group)
         others = [p for p in group if not any(p is c for c in chain)]
         for lead in chain:
-            stalls = _straggler_stalls(lead, others) if others else []
-            out.extend(_in_time_order(lead.events, stalls))
+            stalls = straggler_stalls(lead, others) if others else []
+            out.extend(_in_time_order(lead, stalls))
         leads += chain
     # a host's disruption may come after the lead's last event (the lead's
     # host was still waiting in a collective): each lead piece borrows from
     # every other writer up to the next lead piece's start
     lead_ids = {id(p) for p in leads}
-    foreign = sorted((e for p in pieces if id(p) not in lead_ids for e in p.events
-                      if e[1] == _DISRUPTION), key=_t)
+    followers = [p for p in pieces if id(p) not in lead_ids]
+    foreign = sorted((e for p in followers for e in p.of_kind(_DISRUPTION)), key=_t)
     for i, lead in enumerate(leads):
         until = leads[i + 1].start if i + 1 < len(leads) else math.inf
         out.extend(_borrowed_disruption(lead, foreign, until))
-    out.extend(e for p in pieces if id(p) not in lead_ids for e in p.events if e[1] in _SIDE)
+    for p in followers:
+        out.extend(compress(p.events, map(_SIDE.__contains__, p.kinds)))
     return out
 
 
-def _in_time_order(events: List[EventRecord], stalls: List[EventRecord]) -> List[EventRecord]:
-    """``events`` (in time order) with the straggler stalls put among them: the
-    engine breaks ties in time by arrival, and a stall's end must come before
-    an interval that starts at the same instant, its start after one that ends."""
+def _in_time_order(lead: _Piece, stalls: List[EventRecord]) -> List[EventRecord]:
+    """The lead's events (in time order) with the straggler stalls put among
+    them: the engine breaks ties in time by arrival, and a stall's end must
+    come before an event at the same instant, its start after one.
+
+    The stalls (few beside the lead's events) are sorted and slotted in by
+    bisection on the lead's times: the order of one sort of every event by
+    ``(time, -1 stall end / 0 lead event / 1 stall start, position)``."""
+    events = lead.events
     if not stalls:
         return events
-    keyed = [(_t(e), 0, i, e) for i, e in enumerate(events)]
-    keyed += [(_t(e), -1 if e[1] == _STALL_END else 1, i, e) for i, e in enumerate(stalls)]
-    keyed.sort(key=lambda x: x[:3])
-    return [x[3] for x in keyed]
+    keyed = sorted((_t(e), -1 if e[1] == _STALL_END else 1, i) for i, e in enumerate(stalls))
+    times, out, done = lead.times, [], 0
+    for t, side, i in keyed:
+        at = (bisect_left if side < 0 else bisect_right)(times, t, done)
+        out += events[done:at]
+        out.append(stalls[i])
+        done = at
+    out += events[done:]
+    return out
 
 
 def _borrowed_disruption(lead: _Piece, foreign: List[EventRecord], until: float
@@ -227,145 +287,8 @@ def _borrowed_disruption(lead: _Piece, foreign: List[EventRecord], until: float
     """The earliest disruption another process recorded during ``lead`` (up to
     ``until``), when ``lead`` recorded none itself (one per restart). It keeps
     its writer: which host saw the failure (incidents)."""
-    if any(e[1] == _DISRUPTION for e in lead.events):
+    if _DISRUPTION in lead.kinds:
         return []
-    ends = [_t(e) for e in lead.events if e[1] == _JOB_END]
+    ends = list(compress(lead.times, map(eq, lead.kinds, repeat(_JOB_END))))
     stop = min([until] + ends)
     return [e for e in foreign if lead.start <= _t(e) < stop][:1]
-
-
-# ------------------------------------------------------------------ stragglers
-def _step_spans(evs: List[EventRecord]) -> Dict[int, Tuple[float, float]]:
-    """``{step: (start, end)}`` of one piece: a step runs to the next step
-    start, the last one to its step end or the job end (rule 3; without
-    either it has no span yet)."""
-    starts = [(_t(e), e[3]) for e in evs if e[1] == _STEP and e[3] is not None]
-    ends = {e[3]: _t(e) for e in evs if e[1] == _STEP_END and e[3] is not None}
-    job_end = [_t(e) for e in evs if e[1] == _JOB_END]
-    spans: Dict[int, Tuple[float, float]] = {}
-    for (t, k), nxt in zip(starts, starts[1:] + [None]):
-        end = nxt[0] if nxt is not None else ends.get(k, job_end[0] if job_end else None)
-        if end is not None and end > t:
-            spans[k] = (t, end)
-    return spans
-
-
-def _blocking(evs: List[EventRecord]) -> List[Tuple[float, float]]:
-    """The union of a piece's input stalls and blocking loads, sorted."""
-    pending: Dict[str, Optional[float]] = {}
-    spans = []
-    for e in evs:
-        fam = _BLOCK_START.get(e[1])
-        if fam is not None:
-            pending[fam] = _t(e)
-            continue
-        fam = _BLOCK_END.get(e[1])
-        if fam is not None and pending.get(fam) is not None:
-            a, b = pending.pop(fam), _t(e)
-            if b > a:
-                spans.append((a, b))
-    spans.sort()
-    merged: List[List[float]] = []
-    for a, b in spans:
-        if merged and a <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], b)
-        else:
-            merged.append([a, b])
-    return [(a, b) for a, b in merged]
-
-
-class _Blocks:
-    """A host's merged blocking intervals (disjoint, in time order), with the
-    ones that meet a span found by bisection (runs have many steps)."""
-
-    __slots__ = ("spans", "ends")
-
-    def __init__(self, spans: List[Tuple[float, float]]):
-        self.spans = spans
-        self.ends = [y for _, y in spans]  # sorted too: the intervals are disjoint
-
-    def within(self, a: float, b: float) -> List[Tuple[float, float]]:
-        """The intervals that meet ``[a, b)``, clipped to it."""
-        out, spans = [], self.spans
-        for i in range(bisect.bisect_right(self.ends, a), len(spans)):
-            x, y = spans[i]
-            if x >= b:
-                break
-            out.append((max(x, a), min(y, b)))
-        return out
-
-
-def _inside(clipped: List[Tuple[float, float]]) -> float:
-    return sum(y - x for x, y in clipped)
-
-
-def _straggler_stalls(lead: _Piece, others: List[_Piece]) -> List[EventRecord]:
-    lead_spans = _step_spans(lead.events)
-    if not lead_spans:
-        return []
-    # step -> (the slowest host's blocking seconds, its blocking intervals moved
-    # into the lead's span: where the job most likely waited)
-    worst: Dict[int, Tuple[float, List[Tuple[float, float]]]] = {}
-    for p in others:
-        blocks = _Blocks(_blocking(p.events))
-        if not blocks.spans:
-            continue
-        for k, (a, b) in _step_spans(p.events).items():
-            if k in lead_spans:
-                mine = blocks.within(a, b)
-                w = _inside(mine)
-                if w > worst.get(k, (0.0, None))[0]:
-                    shift = lead_spans[k][0] - a
-                    worst[k] = (w, [(x + shift, y + shift) for x, y in mine])
-    if not worst:
-        return []
-    own = _Blocks(_blocking(lead.events))
-    host, pid = lead.key
-    out: List[EventRecord] = []
-    for k, (w, where) in sorted(worst.items()):
-        a, b = lead_spans[k]
-        own_k = own.within(a, b)
-        need = min(w, b - a) - _inside(own_k)
-        if need <= _EPS:
-            continue
-        for x, y in _free_time(own_k, where, a, b, need):
-            for kind, t in ((Kind.INPUT_STALL_START, x), (Kind.INPUT_STALL_END, y)):
-                out.append(EventRecord(lead.events[0][0], int(kind), t, None, None,
-                                       lead.index, host, pid, "straggler", 0, t))
-    return out
-
-
-def _gaps(blocks: List[Tuple[float, float]], a: float, b: float) -> List[Tuple[float, float]]:
-    """``[a, b)`` minus ``blocks``, in time order."""
-    gaps, cursor = [], a
-    for x, y in sorted((max(x, a), min(y, b)) for x, y in blocks if y > a and x < b) + [(b, b)]:
-        if x > cursor:
-            gaps.append((cursor, x))
-        cursor = max(cursor, y)
-    return gaps
-
-
-def _free_time(own: List[Tuple[float, float]], where: List[Tuple[float, float]], a: float,
-               b: float, need: float) -> List[Tuple[float, float]]:
-    """Intervals of the lead's span ``[a, b)`` outside its own blocking time,
-    totalling ``need``: first where the straggler blocked, then right after
-    the lead's own last blocking interval (where it would have computed),
-    then from ``a``."""
-    free = _gaps(own, a, b)
-    first = []
-    for x, y in sorted(where):
-        first += [(max(x, u), min(y, v)) for u, v in free if min(y, v) > max(x, u)]
-    inside = [(x, y) for x, y in own if y > a and x < b]
-    anchor = min(max(y for _, y in inside), b) if inside else a
-    rest = sorted((max(x, u), min(y, v)) for x, y in _gaps(first, a, b) for u, v in free
-                  if min(y, v) > max(x, u))
-    ordered = first + [g for g in rest if g[0] >= anchor] + [g for g in rest if g[0] < anchor]
-    out = []
-    for x, y in ordered:
-        take = min(y - x, need)
-        if take > 0:
-            out.append((x, x + take))
-            need -= take
-        if need <= _EPS:
-            break
-    return out
