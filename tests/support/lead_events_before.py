@@ -1,0 +1,342 @@
+"""The lead-stream pass as it was before it read events by columns (main at
+cedba5f, goodput_core/timeline/streams.py): the oracle of
+tests/core/timeline/test_lead_events_columns.py, which checks that the
+column-wise rewrite returns the same events in the same order. Kept only as
+a test oracle (no independent reference of rule 13 with stragglers is
+cheap to write); not imported by the package."""
+from __future__ import annotations
+
+import bisect
+import math
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from goodput_core.events import EventRecord, Kind
+
+__all__ = ["writer_key", "writers_of", "lead_events", "stream_indices"]
+
+_JOB_START, _JOB_END = int(Kind.JOB_START), int(Kind.JOB_END)
+_STEP, _STEP_END = int(Kind.STEP_START), int(Kind.STEP_END)
+_DISRUPTION = int(Kind.DISRUPTION)
+_BLOCK_START = {int(Kind.INPUT_STALL_START): "stall", int(Kind.BLOCKING_LOAD_START): "bload"}
+_BLOCK_END = {int(Kind.INPUT_STALL_END): "stall", int(Kind.BLOCKING_LOAD_END): "bload"}
+_STALL_END = int(Kind.INPUT_STALL_END)
+_SCHEDULING = {int(Kind.JOB_SUBMITTED), int(Kind.RESOURCES_GRANTED)}
+# Model metrics and run metadata are no part of the partition: every host's
+# reach the run (``record_on_all_hosts=True`` points, a config only one host records).
+_SIDE = {int(Kind.METRIC), int(Kind.METADATA)}
+_EPS = 1e-9  # seconds: below this a straggler's excess is float noise
+
+
+def writer_key(e: EventRecord) -> Optional[Tuple[str, int]]:
+    """The writer process of an event: ``(host, pid)``; for an event without
+    writer metadata (built by hand, imported with its index only), its index;
+    None for an event of an unknown writer (no metadata, index 0: the
+    reference's logs)."""
+    host, pid = e[6], e[7]
+    if host or pid:
+        return host, pid
+    return ("", -1 - int(e[5])) if e[5] else None
+
+
+def writers_of(events: Sequence[EventRecord]) -> set:
+    """The distinct known writer processes of ``events``."""
+    return {k for k in map(writer_key, events) if k is not None}
+
+
+def _t(e: EventRecord) -> float:
+    """When an event happened: its time, else its write time (an Orbax entry
+    without a start), else 0."""
+    t = e[2]
+    if t == t and abs(t) != math.inf:
+        return t
+    w = e[10]
+    return w if w == w else 0.0
+
+
+class _Piece:
+    """One attempt of one writer process: its events in time order."""
+
+    __slots__ = ("key", "index", "events", "start", "end")
+
+    def __init__(self, key, index: int, events: List[EventRecord]):
+        self.key, self.index, self.events = key, index, events
+        self.start = _t(events[0])
+        self.end = max(_t(e) for e in events)
+
+
+def _streams(events: Sequence[EventRecord]) -> Dict[Any, List[EventRecord]]:
+    out: Dict[Any, List[EventRecord]] = {}
+    for e in events:
+        out.setdefault(writer_key(e), []).append(e)
+    return out
+
+
+def _settled(evs: List[EventRecord]) -> int:
+    """The index a stream settles on: that of its latest recorded event."""
+    last = max(evs, key=lambda e: (e[10] if e[10] == e[10] else _t(e), e[9]))
+    return int(last[5])
+
+
+def stream_indices(events: Sequence[EventRecord]) -> Dict[Any, int]:
+    """``{(host, pid): settled index}`` of the writer processes of ``events``
+    (``None``: the events of an unknown writer, index 0)."""
+    return {k: (0 if k is None else _settled(v)) for k, v in _streams(events).items()}
+
+
+def _pieces(key, evs: List[EventRecord]) -> List[_Piece]:
+    index = _settled(evs)
+    evs = sorted(evs, key=lambda e: (_t(e), e[9]))
+    out, cur, has_start = [], [], False
+    for e in evs:
+        if e[1] == _JOB_START:
+            if has_start:
+                out.append(_Piece(key, index, cur))
+                cur = []
+            has_start = True
+        cur.append(e)
+    if cur:
+        out.append(_Piece(key, index, cur))
+    return out
+
+
+def _job_attempts(pieces: List[_Piece]) -> List[List[_Piece]]:
+    """Pieces grouped by overlapping lifetimes, in time order."""
+    groups: List[List[_Piece]] = []
+    end = -math.inf
+    for p in sorted(pieces, key=lambda p: (p.start, p.index)):
+        if not groups or p.start > end:
+            groups.append([])
+            end = p.end
+        groups[-1].append(p)
+        end = max(end, p.end)
+    return groups
+
+
+def _lead_chain(group: List[_Piece]) -> List[_Piece]:
+    """The lead pieces of one attempt of the job (module docstring)."""
+    low = min(p.index for p in group)
+    chain: List[_Piece] = []
+    for p in group:  # in start order
+        if p.index != low:
+            continue
+        if not chain or p.start >= chain[-1].end:
+            chain.append(p)
+        elif not _has_steps(chain[-1]) and _has_steps(p):
+            # two writers under one index at once: the one that records the
+            # training leads (only process 0 writes, but every process
+            # recorded its job start and end around the adapter)
+            chain[-1] = p
+    return chain
+
+
+def _has_steps(p: _Piece) -> bool:
+    return any(e[1] == _STEP for e in p.events)
+
+
+def lead_events(events: Sequence[EventRecord]) -> List[EventRecord]:
+    """The events the job-level figures are computed from (module docstring).
+
+    Args:
+      events: every event of one run (EventRecords with writer metadata).
+
+    Returns:
+      The lead stream's events, plus the disruptions and straggler stalls it
+      takes from the other streams and every stream's metrics and metadata;
+      ``events`` itself when one process wrote.
+    """
+    streams = _streams(events)
+    # events of an unknown writer (no metadata beside known writers' events:
+    # imported, or written by the reference) are the job's: kept as they are;
+    # so are the scheduler's times, whoever recorded them (often a separate
+    # process: the launcher, `goodput` importing the scheduler's log)
+    out: List[EventRecord] = streams.pop(None, [])
+    for key in list(streams):
+        evs = streams[key]
+        if any(e[1] in _SCHEDULING for e in evs):
+            out += [e for e in evs if e[1] in _SCHEDULING]
+            streams[key] = [e for e in evs if e[1] not in _SCHEDULING]
+            if not streams[key]:
+                del streams[key]
+    if len(streams) <= 1:
+        return list(events)
+    pieces = [p for key, evs in streams.items() for p in _pieces(key, evs)]
+    leads: List[_Piece] = []
+    for group in _job_attempts(pieces):
+        chain = _lead_chain(group)
+        others = [p for p in group if not any(p is c for c in chain)]
+        for lead in chain:
+            stalls = _straggler_stalls(lead, others) if others else []
+            out.extend(_in_time_order(lead.events, stalls))
+        leads += chain
+    # a host's disruption may come after the lead's last event (the lead's
+    # host was still waiting in a collective): each lead piece borrows from
+    # every other writer up to the next lead piece's start
+    lead_ids = {id(p) for p in leads}
+    foreign = sorted((e for p in pieces if id(p) not in lead_ids for e in p.events
+                      if e[1] == _DISRUPTION), key=_t)
+    for i, lead in enumerate(leads):
+        until = leads[i + 1].start if i + 1 < len(leads) else math.inf
+        out.extend(_borrowed_disruption(lead, foreign, until))
+    out.extend(e for p in pieces if id(p) not in lead_ids for e in p.events if e[1] in _SIDE)
+    return out
+
+
+def _in_time_order(events: List[EventRecord], stalls: List[EventRecord]) -> List[EventRecord]:
+    """``events`` (in time order) with the straggler stalls put among them: the
+    engine breaks ties in time by arrival, and a stall's end must come before
+    an interval that starts at the same instant, its start after one that ends."""
+    if not stalls:
+        return events
+    keyed = [(_t(e), 0, i, e) for i, e in enumerate(events)]
+    keyed += [(_t(e), -1 if e[1] == _STALL_END else 1, i, e) for i, e in enumerate(stalls)]
+    keyed.sort(key=lambda x: x[:3])
+    return [x[3] for x in keyed]
+
+
+def _borrowed_disruption(lead: _Piece, foreign: List[EventRecord], until: float
+                         ) -> List[EventRecord]:
+    """The earliest disruption another process recorded during ``lead`` (up to
+    ``until``), when ``lead`` recorded none itself (one per restart). It keeps
+    its writer: which host saw the failure (incidents)."""
+    if any(e[1] == _DISRUPTION for e in lead.events):
+        return []
+    ends = [_t(e) for e in lead.events if e[1] == _JOB_END]
+    stop = min([until] + ends)
+    return [e for e in foreign if lead.start <= _t(e) < stop][:1]
+
+
+# ------------------------------------------------------------------ stragglers
+def _step_spans(evs: List[EventRecord]) -> Dict[int, Tuple[float, float]]:
+    """``{step: (start, end)}`` of one piece: a step runs to the next step
+    start, the last one to its step end or the job end (rule 3; without
+    either it has no span yet)."""
+    starts = [(_t(e), e[3]) for e in evs if e[1] == _STEP and e[3] is not None]
+    ends = {e[3]: _t(e) for e in evs if e[1] == _STEP_END and e[3] is not None}
+    job_end = [_t(e) for e in evs if e[1] == _JOB_END]
+    spans: Dict[int, Tuple[float, float]] = {}
+    for (t, k), nxt in zip(starts, starts[1:] + [None]):
+        end = nxt[0] if nxt is not None else ends.get(k, job_end[0] if job_end else None)
+        if end is not None and end > t:
+            spans[k] = (t, end)
+    return spans
+
+
+def _blocking(evs: List[EventRecord]) -> List[Tuple[float, float]]:
+    """The union of a piece's input stalls and blocking loads, sorted."""
+    pending: Dict[str, Optional[float]] = {}
+    spans = []
+    for e in evs:
+        fam = _BLOCK_START.get(e[1])
+        if fam is not None:
+            pending[fam] = _t(e)
+            continue
+        fam = _BLOCK_END.get(e[1])
+        if fam is not None and pending.get(fam) is not None:
+            a, b = pending.pop(fam), _t(e)
+            if b > a:
+                spans.append((a, b))
+    spans.sort()
+    merged: List[List[float]] = []
+    for a, b in spans:
+        if merged and a <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], b)
+        else:
+            merged.append([a, b])
+    return [(a, b) for a, b in merged]
+
+
+class _Blocks:
+    """A host's merged blocking intervals (disjoint, in time order), with the
+    ones that meet a span found by bisection (runs have many steps)."""
+
+    __slots__ = ("spans", "ends")
+
+    def __init__(self, spans: List[Tuple[float, float]]):
+        self.spans = spans
+        self.ends = [y for _, y in spans]  # sorted too: the intervals are disjoint
+
+    def within(self, a: float, b: float) -> List[Tuple[float, float]]:
+        """The intervals that meet ``[a, b)``, clipped to it."""
+        out, spans = [], self.spans
+        for i in range(bisect.bisect_right(self.ends, a), len(spans)):
+            x, y = spans[i]
+            if x >= b:
+                break
+            out.append((max(x, a), min(y, b)))
+        return out
+
+
+def _inside(clipped: List[Tuple[float, float]]) -> float:
+    return sum(y - x for x, y in clipped)
+
+
+def _straggler_stalls(lead: _Piece, others: List[_Piece]) -> List[EventRecord]:
+    lead_spans = _step_spans(lead.events)
+    if not lead_spans:
+        return []
+    # step -> (the slowest host's blocking seconds, its blocking intervals moved
+    # into the lead's span: where the job most likely waited)
+    worst: Dict[int, Tuple[float, List[Tuple[float, float]]]] = {}
+    for p in others:
+        blocks = _Blocks(_blocking(p.events))
+        if not blocks.spans:
+            continue
+        for k, (a, b) in _step_spans(p.events).items():
+            if k in lead_spans:
+                mine = blocks.within(a, b)
+                w = _inside(mine)
+                if w > worst.get(k, (0.0, None))[0]:
+                    shift = lead_spans[k][0] - a
+                    worst[k] = (w, [(x + shift, y + shift) for x, y in mine])
+    if not worst:
+        return []
+    own = _Blocks(_blocking(lead.events))
+    host, pid = lead.key
+    out: List[EventRecord] = []
+    for k, (w, where) in sorted(worst.items()):
+        a, b = lead_spans[k]
+        own_k = own.within(a, b)
+        need = min(w, b - a) - _inside(own_k)
+        if need <= _EPS:
+            continue
+        for x, y in _free_time(own_k, where, a, b, need):
+            for kind, t in ((Kind.INPUT_STALL_START, x), (Kind.INPUT_STALL_END, y)):
+                out.append(EventRecord(lead.events[0][0], int(kind), t, None, None,
+                                       lead.index, host, pid, "straggler", 0, t))
+    return out
+
+
+def _gaps(blocks: List[Tuple[float, float]], a: float, b: float) -> List[Tuple[float, float]]:
+    """``[a, b)`` minus ``blocks``, in time order."""
+    gaps, cursor = [], a
+    for x, y in sorted((max(x, a), min(y, b)) for x, y in blocks if y > a and x < b) + [(b, b)]:
+        if x > cursor:
+            gaps.append((cursor, x))
+        cursor = max(cursor, y)
+    return gaps
+
+
+def _free_time(own: List[Tuple[float, float]], where: List[Tuple[float, float]], a: float,
+               b: float, need: float) -> List[Tuple[float, float]]:
+    """Intervals of the lead's span ``[a, b)`` outside its own blocking time,
+    totalling ``need``: first where the straggler blocked, then right after
+    the lead's own last blocking interval (where it would have computed),
+    then from ``a``."""
+    free = _gaps(own, a, b)
+    first = []
+    for x, y in sorted(where):
+        first += [(max(x, u), min(y, v)) for u, v in free if min(y, v) > max(x, u)]
+    inside = [(x, y) for x, y in own if y > a and x < b]
+    anchor = min(max(y for _, y in inside), b) if inside else a
+    rest = sorted((max(x, u), min(y, v)) for x, y in _gaps(first, a, b) for u, v in free
+                  if min(y, v) > max(x, u))
+    ordered = first + [g for g in rest if g[0] >= anchor] + [g for g in rest if g[0] < anchor]
+    out = []
+    for x, y in ordered:
+        take = min(y - x, need)
+        if take > 0:
+            out.append((x, x + take))
+            need -= take
+        if need <= _EPS:
+            break
+    return out
