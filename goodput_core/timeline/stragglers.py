@@ -17,10 +17,13 @@ from __future__ import annotations
 
 import bisect
 from itertools import compress, repeat
-from operator import eq, itemgetter
+from operator import countOf, eq, itemgetter
 from typing import Dict, List, Optional, Tuple
 
+import numpy as np
+
 from goodput_core.events import EventRecord, Kind
+from goodput_core.timeline.free_time import EPS, free_time, free_time_by_columns
 
 __all__ = ["straggler_stalls"]
 
@@ -28,7 +31,8 @@ _STEP, _STEP_END, _JOB_END = int(Kind.STEP_START), int(Kind.STEP_END), int(Kind.
 _BLOCK_START = {int(Kind.INPUT_STALL_START): "stall", int(Kind.BLOCKING_LOAD_START): "bload"}
 _BLOCK_END = {int(Kind.INPUT_STALL_END): "stall", int(Kind.BLOCKING_LOAD_END): "bload"}
 _BLOCK_KINDS = frozenset(_BLOCK_START) | frozenset(_BLOCK_END)
-_EPS = 1e-9  # seconds: below this a straggler's excess is float noise
+_STALLS, _STALL_ENDS = int(Kind.INPUT_STALL_START), int(Kind.INPUT_STALL_END)
+_LOADS, _LOAD_ENDS = int(Kind.BLOCKING_LOAD_START), int(Kind.BLOCKING_LOAD_END)
 _STEP_OF = itemgetter(3)
 
 
@@ -60,15 +64,32 @@ def _step_spans(p) -> Dict[int, Tuple[float, float]]:
     return spans
 
 
+def _floats(p) -> bool:
+    """True when every time of the piece is a Python float: then numpy's
+    float64 columns compute exactly what the per-event code computed."""
+    ok = p.cache.get("floats")
+    if ok is None:
+        ok = p.cache["floats"] = countOf(map(type, p.times), float) == len(p.times)
+    return ok
+
+
 def _blocking(p) -> List[Tuple[float, float]]:
     """The union of a piece's input stalls and blocking loads, sorted."""
-    merged_spans = p.cache.get("blocking")
-    if merged_spans is not None:
-        return merged_spans
-    mine = list(map(_BLOCK_KINDS.__contains__, p.kinds))
+    merged = p.cache.get("blocking")
+    if merged is None:
+        mine = list(map(_BLOCK_KINDS.__contains__, p.kinds))
+        kinds, times = list(compress(p.kinds, mine)), list(compress(p.times, mine))
+        pairs = _paired_by_columns(kinds, times) if _floats(p) else _paired(kinds, times)
+        merged = p.cache["blocking"] = _union(pairs)
+    return merged
+
+
+def _paired(kinds: List[int], times: List[float]) -> List[Tuple[float, float]]:
+    """The blocking intervals: each end closes its family's latest open
+    start (a start reopens it; an end with none open is ignored)."""
     pending: Dict[str, Optional[float]] = {}
     spans = []
-    for kind, t in zip(compress(p.kinds, mine), compress(p.times, mine)):
+    for kind, t in zip(kinds, times):
         fam = _BLOCK_START.get(kind)
         if fam is not None:
             pending[fam] = t
@@ -79,14 +100,36 @@ def _blocking(p) -> List[Tuple[float, float]]:
             if t > a:
                 spans.append((a, t))
     spans.sort()
+    return spans
+
+
+def _paired_by_columns(kinds: List[int], times: List[float]) -> List[Tuple[float, float]]:
+    """:func:`_paired` over numpy columns: within one family, an end closes
+    an interval exactly when the family's previous event is a start."""
+    k, t = np.asarray(kinds), np.asarray(times, dtype=float)
+    a_all, b_all = [], []
+    for starts, ends in ((_STALLS, _STALL_ENDS), (_LOADS, _LOAD_ENDS)):
+        fam = np.isin(k, (starts, ends))
+        fk, ft = k[fam], t[fam]
+        closes = np.flatnonzero((fk[1:] == ends) & (fk[:-1] == starts)) + 1
+        a, b = ft[closes - 1], ft[closes]
+        keep = b > a
+        a_all.append(a[keep])
+        b_all.append(b[keep])
+    a, b = np.concatenate(a_all), np.concatenate(b_all)
+    order = np.lexsort((b, a))
+    return list(zip(a[order].tolist(), b[order].tolist()))
+
+
+def _union(spans: List[Tuple[float, float]]) -> List[Tuple[float, float]]:
+    """Sorted intervals merged where they meet."""
     merged: List[List[float]] = []
     for a, b in spans:
         if merged and a <= merged[-1][1]:
             merged[-1][1] = max(merged[-1][1], b)
         else:
             merged.append([a, b])
-    p.cache["blocking"] = merged_spans = [(a, b) for a, b in merged]
-    return merged_spans
+    return [(a, b) for a, b in merged]
 
 
 class _Blocks:
@@ -109,6 +152,41 @@ class _Blocks:
             out.append((max(x, a), min(y, b)))
         return out
 
+    def clipped_columns(self, a: np.ndarray, b: np.ndarray):
+        """For spans ``[a, b)`` (columns): how many intervals meet each, and
+        the first of them clipped to it (``within(a, b)[0]``; the span
+        itself where none meets)."""
+        xs = np.fromiter(map(itemgetter(0), self.spans), dtype=float, count=len(self.spans))
+        ys = np.asarray(self.ends, dtype=float)
+        first = np.searchsorted(ys, a, side="right")  # bisect_right(ends, a)
+        meets = np.searchsorted(xs, b, side="left") - first  # and then x < b
+        if not len(xs):
+            return meets, a.copy(), a.copy()
+        i = np.minimum(first, len(xs) - 1)
+        some = meets > 0
+        return (meets, np.where(some, np.maximum(xs[i], a), a),
+                np.where(some, np.minimum(ys[i], b), a))
+
+    def seconds_within(self, spans: List[Tuple[float, float]], by_columns: bool) -> List[float]:
+        """``_inside(self.within(a, b))`` for each span: by numpy columns
+        (``by_columns``) where at most one interval meets the span (the sum
+        of one clipped length is that length), one by one elsewhere."""
+        if not by_columns:
+            return [_inside(self.within(a, b)) for a, b in spans]
+        ab = np.asarray(spans, dtype=float).reshape(-1, 2)
+        meets, x, y = self.clipped_columns(ab[:, 0], ab[:, 1])
+        out = np.where(meets == 1, y - x, 0.0).tolist()
+        for j in np.flatnonzero(meets > 1).tolist():
+            out[j] = _inside(self.within(*spans[j]))
+        return out
+
+
+def _blocks(p) -> _Blocks:
+    blocks = p.cache.get("blocks")
+    if blocks is None:
+        blocks = p.cache["blocks"] = _Blocks(_blocking(p))
+    return blocks
+
 
 def _inside(clipped: List[Tuple[float, float]]) -> float:
     return sum(y - x for x, y in clipped)
@@ -120,70 +198,94 @@ def straggler_stalls(lead, others) -> List[EventRecord]:
     lead_spans = _step_spans(lead)
     if not lead_spans:
         return []
-    # step -> (the slowest host's blocking seconds, its blocking intervals moved
-    # into the lead's span: where the job most likely waited)
-    worst: Dict[int, Tuple[float, List[Tuple[float, float]]]] = {}
-    for p in others:
-        blocks = _Blocks(_blocking(p))
+    # per lead step: the slowest host's blocking seconds in its own step and
+    # which host (the first of equals); hosts in turn, steps by columns
+    at = {k: i for i, k in enumerate(lead_spans)}
+    worst_w = np.zeros(len(at))
+    worst_p = np.full(len(at), -1)
+    for n, p in enumerate(others):
+        blocks = _blocks(p)
         if not blocks.spans:
             continue
-        for k, (a, b) in _step_spans(p).items():
-            if k in lead_spans:
-                mine = blocks.within(a, b)
-                w = _inside(mine)
-                if w > worst.get(k, (0.0, None))[0]:
-                    shift = lead_spans[k][0] - a
-                    worst[k] = (w, [(x + shift, y + shift) for x, y in mine])
+        spans = _step_spans(p)
+        steps = list(filter(lead_spans.__contains__, spans))
+        if not steps:
+            continue
+        w = np.asarray(blocks.seconds_within(list(map(spans.__getitem__, steps)),
+                                             _floats(p)), dtype=float)
+        pos = np.fromiter(map(at.__getitem__, steps), dtype=np.intp, count=len(steps))
+        slower = w > worst_w[pos]
+        worst_w[pos[slower]] = w[slower]
+        worst_p[pos[slower]] = n
+    keys = list(at)
+    worst = {keys[i]: i for i in np.flatnonzero(worst_p >= 0).tolist()}
     if not worst:
         return []
-    own = _Blocks(_blocking(lead))
+    steps = sorted(worst)
+    carved = _carved_by_columns(lead, others, steps, [worst[k] for k in steps], worst_w, worst_p)
+    worst_w_of, worst_p_of = worst_w.tolist(), worst_p.tolist()
+    own = _blocks(lead)
     host, pid = lead.key
     run = lead.events[0][0]
     out: List[EventRecord] = []
-    for k, (w, where) in sorted(worst.items()):
-        a, b = lead_spans[k]
-        own_k = own.within(a, b)
-        need = min(w, b - a) - _inside(own_k)
-        if need <= _EPS:
-            continue
-        for x, y in _free_time(own_k, where, a, b, need):
-            for kind, t in ((Kind.INPUT_STALL_START, x), (Kind.INPUT_STALL_END, y)):
-                out.append(EventRecord(run, int(kind), t, None, None,
-                                       lead.index, host, pid, "straggler", 0, t))
+    for j, k in enumerate(steps):
+        free = carved[j] if carved is not None else None
+        if free is None:
+            i = worst[k]
+            a, b = lead_spans[k]
+            own_k = own.within(a, b)
+            need = min(worst_w_of[i], b - a) - _inside(own_k)
+            if need <= EPS:
+                continue
+            # the slowest host's blocking intervals moved into the lead's span:
+            # where the job most likely waited
+            p = others[worst_p_of[i]]
+            pa, pb = _step_spans(p)[k]
+            shift = a - pa
+            where = [(x + shift, y + shift) for x, y in _blocks(p).within(pa, pb)]
+            free = free_time(own_k, where, a, b, need)
+        for x, y in free:
+            out.append(EventRecord(run, _STALLS, x, None, None, lead.index, host, pid,
+                                   "straggler", 0, x))
+            out.append(EventRecord(run, _STALL_ENDS, y, None, None, lead.index, host, pid,
+                                   "straggler", 0, y))
     return out
 
 
-def _gaps(blocks: List[Tuple[float, float]], a: float, b: float) -> List[Tuple[float, float]]:
-    """``[a, b)`` minus ``blocks``, in time order."""
-    gaps, cursor = [], a
-    for x, y in sorted((max(x, a), min(y, b)) for x, y in blocks if y > a and x < b) + [(b, b)]:
-        if x > cursor:
-            gaps.append((cursor, x))
-        cursor = max(cursor, y)
-    return gaps
-
-
-def _free_time(own: List[Tuple[float, float]], where: List[Tuple[float, float]], a: float,
-               b: float, need: float) -> List[Tuple[float, float]]:
-    """Intervals of the lead's span ``[a, b)`` outside its own blocking time,
-    totalling ``need``: first where the straggler blocked, then right after
-    the lead's own last blocking interval (where it would have computed),
-    then from ``a``."""
-    free = _gaps(own, a, b)
-    first = []
-    for x, y in sorted(where):
-        first += [(max(x, u), min(y, v)) for u, v in free if min(y, v) > max(x, u)]
-    inside = [(x, y) for x, y in own if y > a and x < b]
-    anchor = min(max(y for _, y in inside), b) if inside else a
-    rest = sorted((max(x, u), min(y, v)) for x, y in _gaps(first, a, b) for u, v in free
-                  if min(y, v) > max(x, u))
-    ordered = first + [g for g in rest if g[0] >= anchor] + [g for g in rest if g[0] < anchor]
-    out = []
-    for x, y in ordered:
-        take = min(y - x, need)
-        if take > 0:
-            out.append((x, x + take))
-            need -= take
-        if need <= _EPS:
-            break
+def _carved_by_columns(lead, others, steps: list, at: List[int], worst_w: np.ndarray,
+                       worst_p: np.ndarray) -> Optional[List[Optional[list]]]:
+    """The stalls to carve in each of the lead's ``steps`` (sorted; ``at``:
+    their positions in the lead's spans), by numpy columns, for the steps
+    where the lead blocked at most once and the slowest host exactly once
+    (:func:`.free_time.free_time_by_columns`); None for the others (one by
+    one), or None for all when a time is not a float."""
+    if not _floats(lead) or not all(_floats(p) for p in others):
+        return None
+    spans = _step_spans(lead)
+    ab = np.asarray(list(map(spans.__getitem__, steps)), dtype=float).reshape(-1, 2)
+    a, b = ab[:, 0], ab[:, 1]
+    own_meets, ox, oy = _blocks(lead).clipped_columns(a, b)
+    pos = np.asarray(at, dtype=np.intp)
+    need = np.minimum(worst_w[pos], b - a) - np.where(own_meets == 1, oy - ox, 0.0)
+    winner = worst_p[pos]
+    wx, wy, fits = np.empty(len(steps)), np.empty(len(steps)), own_meets <= 1
+    for n in np.unique(winner).tolist():
+        mine = np.flatnonzero(winner == n)
+        p_spans = _step_spans(others[n])
+        pab = np.asarray([p_spans[steps[j]] for j in mine.tolist()], dtype=float).reshape(-1, 2)
+        meets, x, y = _blocks(others[n]).clipped_columns(pab[:, 0], pab[:, 1])
+        shift = a[mine] - pab[:, 0]
+        wx[mine], wy[mine] = x + shift, y + shift
+        fits[mine] &= meets == 1
+    fits &= wy > wx  # a shifted interval that rounding emptied: one by one
+    emit, xs, ys = free_time_by_columns(a, b, np.where(own_meets == 1, ox, a),
+                                        np.where(own_meets == 1, oy, a), wx, wy, need)
+    emit &= fits[:, None]
+    counts = emit.sum(axis=1)[fits].tolist()
+    xs, ys = xs[emit].tolist(), ys[emit].tolist()  # row by row: steps, then pieces
+    out: List[Optional[list]] = [None] * len(steps)
+    done = 0
+    for j, c in zip(np.flatnonzero(fits).tolist(), counts):
+        out[j] = list(zip(xs[done:done + c], ys[done:done + c]))
+        done += c
     return out
