@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import bisect
 from itertools import compress, repeat
-from operator import countOf, eq, itemgetter
+from operator import countOf, eq, itemgetter, lt
 from typing import Dict, List, Optional, Tuple
 
 import numpy as np
@@ -32,6 +32,7 @@ _BLOCK_START = {int(Kind.INPUT_STALL_START): "stall", int(Kind.BLOCKING_LOAD_STA
 _BLOCK_END = {int(Kind.INPUT_STALL_END): "stall", int(Kind.BLOCKING_LOAD_END): "bload"}
 _BLOCK_KINDS = frozenset(_BLOCK_START) | frozenset(_BLOCK_END)
 _STALLS, _STALL_ENDS = int(Kind.INPUT_STALL_START), int(Kind.INPUT_STALL_END)
+_STALL_PAIR = [_STALLS, _STALL_ENDS]
 _LOADS, _LOAD_ENDS = int(Kind.BLOCKING_LOAD_START), int(Kind.BLOCKING_LOAD_END)
 _STEP_OF = itemgetter(3)
 
@@ -56,8 +57,16 @@ def _step_spans(p) -> Dict[int, Tuple[float, float]]:
     ends.pop(None, None)  # a step end without its step: no step's end
     job_end = next(compress(p.times, _of_kind(p, _JOB_END)), None)
     spans = {}
-    for (t, k), nxt in zip(starts, starts[1:] + [None]):
-        end = nxt[0] if nxt is not None else ends.get(k, job_end)
+    if starts:
+        # a step runs to the next one's start: kept where that is later
+        # (C-level passes over the two columns); the last one as below
+        times, steps = list(map(itemgetter(0), starts)), list(map(itemgetter(1), starts))
+        nexts = times[1:]
+        later = list(map(lt, times, nexts))
+        spans = dict(zip(compress(steps, later), zip(compress(times, later),
+                                                     compress(nexts, later))))
+        t, k = starts[-1]
+        end = ends.get(k, job_end)
         if end is not None and end > t:
             spans[k] = (t, end)
     p.cache["spans"] = spans
@@ -79,8 +88,8 @@ def _blocking(p) -> List[Tuple[float, float]]:
     if merged is None:
         mine = list(map(_BLOCK_KINDS.__contains__, p.kinds))
         kinds, times = list(compress(p.kinds, mine)), list(compress(p.times, mine))
-        pairs = _paired_by_columns(kinds, times) if _floats(p) else _paired(kinds, times)
-        merged = p.cache["blocking"] = _union(pairs)
+        merged = p.cache["blocking"] = _paired_by_columns(kinds, times) if _floats(p) \
+            else _union(_paired(kinds, times))
     return merged
 
 
@@ -118,7 +127,20 @@ def _paired_by_columns(kinds: List[int], times: List[float]) -> List[Tuple[float
         b_all.append(b[keep])
     a, b = np.concatenate(a_all), np.concatenate(b_all)
     order = np.lexsort((b, a))
-    return list(zip(a[order].tolist(), b[order].tolist()))
+    return _union_by_columns(a[order], b[order])
+
+
+def _union_by_columns(a: np.ndarray, b: np.ndarray) -> List[Tuple[float, float]]:
+    """:func:`_union` of sorted intervals: one starts a new merged interval
+    where it begins after every earlier one ended; a merged interval ends at
+    its members' latest end (the running maximum: earlier ones ended before)."""
+    if not len(a):
+        return []
+    reach = np.maximum.accumulate(b)
+    new = np.ones(len(a), dtype=bool)
+    new[1:] = a[1:] > reach[:-1]
+    last = np.flatnonzero(np.append(new[1:], True))
+    return list(zip(a[new].tolist(), reach[last].tolist()))
 
 
 def _union(spans: List[Tuple[float, float]]) -> List[Tuple[float, float]]:
@@ -136,11 +158,12 @@ class _Blocks:
     """A host's merged blocking intervals (disjoint, in time order), with the
     ones that meet a span found by bisection (runs have many steps)."""
 
-    __slots__ = ("spans", "ends")
+    __slots__ = ("spans", "ends", "columns")
 
     def __init__(self, spans: List[Tuple[float, float]]):
         self.spans = spans
         self.ends = [y for _, y in spans]  # sorted too: the intervals are disjoint
+        self.columns = None  # (starts, ends) as numpy arrays, once asked for
 
     def within(self, a: float, b: float) -> List[Tuple[float, float]]:
         """The intervals that meet ``[a, b)``, clipped to it."""
@@ -156,8 +179,10 @@ class _Blocks:
         """For spans ``[a, b)`` (columns): how many intervals meet each, and
         the first of them clipped to it (``within(a, b)[0]``; the span
         itself where none meets)."""
-        xs = np.fromiter(map(itemgetter(0), self.spans), dtype=float, count=len(self.spans))
-        ys = np.asarray(self.ends, dtype=float)
+        if self.columns is None:
+            self.columns = (np.fromiter(map(itemgetter(0), self.spans), dtype=float,
+                                        count=len(self.spans)), np.asarray(self.ends, dtype=float))
+        xs, ys = self.columns
         first = np.searchsorted(ys, a, side="right")  # bisect_right(ends, a)
         meets = np.searchsorted(xs, b, side="left") - first  # and then x < b
         if not len(xs):
@@ -225,9 +250,7 @@ def straggler_stalls(lead, others) -> List[EventRecord]:
     carved = _carved_by_columns(lead, others, steps, [worst[k] for k in steps], worst_w, worst_p)
     worst_w_of, worst_p_of = worst_w.tolist(), worst_p.tolist()
     own = _blocks(lead)
-    host, pid = lead.key
-    run = lead.events[0][0]
-    out: List[EventRecord] = []
+    carved_all: List[Tuple[float, float]] = []
     for j, k in enumerate(steps):
         free = carved[j] if carved is not None else None
         if free is None:
@@ -244,12 +267,21 @@ def straggler_stalls(lead, others) -> List[EventRecord]:
             shift = a - pa
             where = [(x + shift, y + shift) for x, y in _blocks(p).within(pa, pb)]
             free = free_time(own_k, where, a, b, need)
-        for x, y in free:
-            out.append(EventRecord(run, _STALLS, x, None, None, lead.index, host, pid,
-                                   "straggler", 0, x))
-            out.append(EventRecord(run, _STALL_ENDS, y, None, None, lead.index, host, pid,
-                                   "straggler", 0, y))
-    return out
+        carved_all += free
+    return _stall_events(lead, carved_all)
+
+
+def _stall_events(lead, carved: List[Tuple[float, float]]) -> List[EventRecord]:
+    """An input stall start and end for each carved interval, in order, as
+    the lead's (built in one C-level pass: one per stalled step of a run)."""
+    times: List[float] = [0.0] * (2 * len(carved))
+    times[0::2] = map(itemgetter(0), carved)
+    times[1::2] = map(itemgetter(1), carved)
+    host, pid = lead.key
+    fields = zip(repeat(lead.events[0][0]), _STALL_PAIR * len(carved), times, repeat(None),
+                 repeat(None), repeat(lead.index), repeat(host), repeat(pid),
+                 repeat("straggler"), repeat(0), times)
+    return list(map(tuple.__new__, repeat(EventRecord), fields))
 
 
 def _carved_by_columns(lead, others, steps: list, at: List[int], worst_w: np.ndarray,

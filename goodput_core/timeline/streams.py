@@ -38,7 +38,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_left, bisect_right
 from itertools import compress, repeat
-from operator import eq, itemgetter, not_
+from operator import countOf, eq, itemgetter, not_
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -265,14 +265,41 @@ def _in_time_order(lead: _Piece, stalls: List[EventRecord]) -> List[EventRecord]
     them: the engine breaks ties in time by arrival, and a stall's end must
     come before an event at the same instant, its start after one.
 
-    The stalls (few beside the lead's events) are sorted and slotted in by
-    bisection on the lead's times: the order of one sort of every event by
-    ``(time, -1 stall end / 0 lead event / 1 stall start, position)``."""
+    The order of one sort of every event by ``(time, -1 stall end / 0 lead
+    event / 1 stall start, position)``, without sorting the lead's events
+    again: the stalls are sorted and slotted in by bisection on the lead's
+    times (numpy columns when every time is a float)."""
     events = lead.events
     if not stalls:
         return events
-    keyed = sorted((_t(e), -1 if e[1] == _STALL_END else 1, i) for i, e in enumerate(stalls))
-    times, out, done = lead.times, [], 0
+    times = lead.times
+    stall_times = list(map(_t, stalls))
+    if countOf(map(type, times), float) < len(times) or \
+            countOf(map(type, stall_times), float) < len(stall_times):
+        return _slotted_one_by_one(events, times, stalls, stall_times)
+    m = len(stalls)
+    t = np.asarray(stall_times, dtype=float)
+    side = np.where(np.asarray(list(map(_KIND, stalls))) == _STALL_END, -1, 1)
+    order = np.lexsort((np.arange(m), side, t))
+    lead_times = np.asarray(times, dtype=float)
+    at = np.where(side[order] < 0, np.searchsorted(lead_times, t[order], side="left"),
+                  np.searchsorted(lead_times, t[order], side="right"))
+    slots = at + np.arange(m)
+    perm = np.empty(len(events) + m, dtype=np.intp)
+    is_stall = np.zeros(len(perm), dtype=bool)
+    is_stall[slots] = True
+    perm[slots] = len(events) + order
+    perm[~is_stall] = np.arange(len(events))
+    return list(map((events + stalls).__getitem__, perm.tolist()))
+
+
+def _slotted_one_by_one(events: List[EventRecord], times: List[float],
+                        stalls: List[EventRecord], stall_times: List[float]
+                        ) -> List[EventRecord]:
+    """:func:`_in_time_order` with :mod:`bisect`, for times that are not all floats."""
+    keyed = sorted((t, -1 if e[1] == _STALL_END else 1, i)
+                   for i, (t, e) in enumerate(zip(stall_times, stalls)))
+    out, done = [], 0
     for t, side, i in keyed:
         at = (bisect_left if side < 0 else bisect_right)(times, t, done)
         out += events[done:at]
