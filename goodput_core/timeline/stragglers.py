@@ -16,7 +16,8 @@ host's for several lead pieces is read once.
 from __future__ import annotations
 
 import bisect
-from itertools import compress, repeat
+import sys
+from itertools import chain, compress, repeat
 from operator import countOf, eq, itemgetter, lt
 from typing import Dict, List, Optional, Tuple
 
@@ -33,6 +34,10 @@ _BLOCK_END = {int(Kind.INPUT_STALL_END): "stall", int(Kind.BLOCKING_LOAD_END): "
 _BLOCK_KINDS = frozenset(_BLOCK_START) | frozenset(_BLOCK_END)
 _STALLS, _STALL_ENDS = int(Kind.INPUT_STALL_START), int(Kind.INPUT_STALL_END)
 _STALL_PAIR = [_STALLS, _STALL_ENDS]
+# blocking intervals in one step summed by columns (more: one by one): the
+# sum's plain float additions, left to right, until Python 3.12, whose sum()
+# compensates its rounding (then only a single interval, whose sum is exact)
+_MEETS = 8 if sys.version_info < (3, 12) else 1
 _LOADS, _LOAD_ENDS = int(Kind.BLOCKING_LOAD_START), int(Kind.BLOCKING_LOAD_END)
 _STEP_OF = itemgetter(3)
 
@@ -175,16 +180,25 @@ class _Blocks:
             out.append((max(x, a), min(y, b)))
         return out
 
+    def _arrays(self):
+        if self.columns is None:
+            self.columns = (np.fromiter(map(itemgetter(0), self.spans), dtype=float,
+                                        count=len(self.spans)), np.asarray(self.ends, dtype=float))
+        return self.columns
+
+    def _meeting(self, a: np.ndarray, b: np.ndarray):
+        """For spans ``[a, b)``: the first interval that meets each (the one
+        ``within`` starts from) and how many do."""
+        xs, ys = self._arrays()
+        first = np.searchsorted(ys, a, side="right")  # bisect_right(ends, a)
+        return first, np.searchsorted(xs, b, side="left") - first  # and then x < b
+
     def clipped_columns(self, a: np.ndarray, b: np.ndarray):
         """For spans ``[a, b)`` (columns): how many intervals meet each, and
         the first of them clipped to it (``within(a, b)[0]``; the span
         itself where none meets)."""
-        if self.columns is None:
-            self.columns = (np.fromiter(map(itemgetter(0), self.spans), dtype=float,
-                                        count=len(self.spans)), np.asarray(self.ends, dtype=float))
-        xs, ys = self.columns
-        first = np.searchsorted(ys, a, side="right")  # bisect_right(ends, a)
-        meets = np.searchsorted(xs, b, side="left") - first  # and then x < b
+        xs, ys = self._arrays()
+        first, meets = self._meeting(a, b)
         if not len(xs):
             return meets, a.copy(), a.copy()
         i = np.minimum(first, len(xs) - 1)
@@ -194,14 +208,22 @@ class _Blocks:
 
     def seconds_within(self, spans: List[Tuple[float, float]], by_columns: bool) -> List[float]:
         """``_inside(self.within(a, b))`` for each span: by numpy columns
-        (``by_columns``) where at most one interval meets the span (the sum
-        of one clipped length is that length), one by one elsewhere."""
+        (``by_columns``), adding the clipped lengths in the same order as
+        the sum does (``0 + d1 + d2 ...``), for spans met by at most
+        ``_MEETS`` intervals; one by one for the others."""
         if not by_columns:
             return [_inside(self.within(a, b)) for a, b in spans]
-        ab = np.asarray(spans, dtype=float).reshape(-1, 2)
-        meets, x, y = self.clipped_columns(ab[:, 0], ab[:, 1])
-        out = np.where(meets == 1, y - x, 0.0).tolist()
-        for j in np.flatnonzero(meets > 1).tolist():
+        ab = _pairs_array(spans)
+        a, b = ab[:, 0], ab[:, 1]
+        xs, ys = self._arrays()
+        first, meets = self._meeting(a, b)
+        w = np.zeros(len(spans))
+        for j in range(min(int(meets.max(initial=0)), _MEETS)):
+            on = meets > j
+            i = first[on] + j
+            w[on] += np.minimum(ys[i], b[on]) - np.maximum(xs[i], a[on])
+        out = w.tolist()
+        for j in np.flatnonzero(meets > _MEETS).tolist():
             out[j] = _inside(self.within(*spans[j]))
         return out
 
@@ -211,6 +233,12 @@ def _blocks(p) -> _Blocks:
     if blocks is None:
         blocks = p.cache["blocks"] = _Blocks(_blocking(p))
     return blocks
+
+
+def _pairs_array(pairs: List[Tuple[float, float]]) -> np.ndarray:
+    """``(n, 2)`` float array of ``(start, end)`` pairs (one C-level pass)."""
+    return np.fromiter(chain.from_iterable(pairs), dtype=float,
+                       count=2 * len(pairs)).reshape(-1, 2)
 
 
 def _inside(clipped: List[Tuple[float, float]]) -> float:
@@ -294,7 +322,7 @@ def _carved_by_columns(lead, others, steps: list, at: List[int], worst_w: np.nda
     if not _floats(lead) or not all(_floats(p) for p in others):
         return None
     spans = _step_spans(lead)
-    ab = np.asarray(list(map(spans.__getitem__, steps)), dtype=float).reshape(-1, 2)
+    ab = _pairs_array(list(map(spans.__getitem__, steps)))
     a, b = ab[:, 0], ab[:, 1]
     own_meets, ox, oy = _blocks(lead).clipped_columns(a, b)
     pos = np.asarray(at, dtype=np.intp)
@@ -304,7 +332,7 @@ def _carved_by_columns(lead, others, steps: list, at: List[int], worst_w: np.nda
     for n in np.unique(winner).tolist():
         mine = np.flatnonzero(winner == n)
         p_spans = _step_spans(others[n])
-        pab = np.asarray([p_spans[steps[j]] for j in mine.tolist()], dtype=float).reshape(-1, 2)
+        pab = _pairs_array([p_spans[steps[j]] for j in mine.tolist()])
         meets, x, y = _blocks(others[n]).clipped_columns(pab[:, 0], pab[:, 1])
         shift = a[mine] - pab[:, 0]
         wx[mine], wy[mine] = x + shift, y + shift

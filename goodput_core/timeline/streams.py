@@ -60,7 +60,6 @@ _SIDE = {int(Kind.METRIC), int(Kind.METADATA)}
 # pass below is a map/compress over a column, not Python per event
 _KIND, _TIME, _WRITE_TIME = itemgetter(1), itemgetter(2), itemgetter(10)
 _TIME_SEQ, _WRITE_SEQ = itemgetter(2, 9), itemgetter(10, 9)
-_RAW_WRITER = itemgetter(6, 7, 5)  # host, pid, process index
 
 
 def writer_key(e: EventRecord) -> Optional[Tuple[str, int]]:
@@ -125,10 +124,12 @@ def _streams(events: Sequence[EventRecord]) -> Dict[Any, List[EventRecord]]:
     first appearance: one stable sort of the writers' codes, not an append
     per event."""
     try:
-        raw = list(map(_RAW_WRITER, events))
+        # the columns, zipped into (host, pid, index) tuples that zip reuses
+        # once looked up: no tuple kept per event
+        columns = [list(map(itemgetter(i), events)) for i in (6, 7, 5)]
         code_of_raw: Dict[Any, int] = {}
         codes: Dict[Any, int] = {}
-        for r in dict.fromkeys(raw):  # distinct, in order of first appearance
+        for r in dict.fromkeys(zip(*columns)):  # distinct, in order of first appearance
             code_of_raw[r] = codes.setdefault(_key_of(*r), len(codes))
     except (TypeError, ValueError, IndexError):  # junk among the events: one by one
         out: Dict[Any, List[EventRecord]] = {}
@@ -137,7 +138,8 @@ def _streams(events: Sequence[EventRecord]) -> Dict[Any, List[EventRecord]]:
         return out
     if len(codes) == 1:
         return {next(iter(codes)): list(events)}
-    code = np.fromiter(map(code_of_raw.__getitem__, raw), dtype=np.intp, count=len(raw))
+    code = np.fromiter(map(code_of_raw.__getitem__, zip(*columns)), dtype=np.intp,
+                       count=len(events))
     grouped = list(map(events.__getitem__, np.argsort(code, kind="stable").tolist()))
     bounds = np.cumsum(np.bincount(code, minlength=len(codes))).tolist()
     return {k: grouped[lo:hi] for k, lo, hi in zip(codes, [0] + bounds, bounds)}
@@ -163,14 +165,35 @@ def _pieces(key, evs: List[EventRecord]) -> List[_Piece]:
     first job start belong to the first piece)."""
     index = _settled(evs)
     if _all_finite(map(_TIME, evs)):
-        evs = sorted(evs, key=_TIME_SEQ)
-        times = list(map(_TIME, evs))
+        evs, times = _in_order_by_columns(evs)
     else:
         evs = sorted(evs, key=lambda e: (_t(e), e[9]))
         times = list(map(_t, evs))
     starts = list(compress(range(len(evs)), map(eq, map(_KIND, evs), repeat(_JOB_START))))
     cuts = [0] + starts[1:] + [len(evs)]
     return [_Piece(key, index, evs[a:b], times[a:b]) for a, b in zip(cuts, cuts[1:])]
+
+
+def _in_order_by_columns(evs: List[EventRecord]) -> Tuple[List[EventRecord], List[float]]:
+    """``sorted(evs, key=(time, seq))`` (stable) and its times, every time
+    finite: by numpy when the times are floats and the seqs ints (a stable
+    sort by both columns; nothing to do for a stream already in order)."""
+    times = list(map(_TIME, evs))
+    seqs = list(map(itemgetter(9), evs))
+    if countOf(map(type, times), float) < len(times) or countOf(map(type, seqs), int) < len(seqs):
+        evs = sorted(evs, key=_TIME_SEQ)
+        return evs, list(map(_TIME, evs))
+    try:
+        s = np.asarray(seqs, dtype=np.int64)
+    except OverflowError:
+        evs = sorted(evs, key=_TIME_SEQ)
+        return evs, list(map(_TIME, evs))
+    t = np.asarray(times, dtype=float)
+    later, same = t[1:] > t[:-1], t[1:] == t[:-1]
+    if np.all(later | (same & (s[1:] >= s[:-1]))):
+        return evs, times
+    order = np.lexsort((s, t)).tolist()
+    return list(map(evs.__getitem__, order)), list(map(times.__getitem__, order))
 
 
 def _job_attempts(pieces: List[_Piece]) -> List[List[_Piece]]:
