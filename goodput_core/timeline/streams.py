@@ -58,8 +58,8 @@ _SCHEDULING = {int(Kind.JOB_SUBMITTED), int(Kind.RESOURCES_GRANTED)}
 _SIDE = {int(Kind.METRIC), int(Kind.METADATA)}
 # C-level column readers: the rebuild reads every event of the run, so each
 # pass below is a map/compress over a column, not Python per event
-_KIND, _TIME, _WRITE_TIME = itemgetter(1), itemgetter(2), itemgetter(10)
-_TIME_SEQ, _WRITE_SEQ = itemgetter(2, 9), itemgetter(10, 9)
+_KIND, _WRITE_TIME = itemgetter(1), itemgetter(10)
+_WRITE_SEQ = itemgetter(10, 9)
 
 
 def writer_key(e: EventRecord) -> Optional[Tuple[str, int]]:
@@ -91,15 +91,6 @@ def _t(e: EventRecord) -> float:
     return w if w == w else 0.0
 
 
-def _all_finite(values) -> bool:
-    """True when every value is a finite number (then ``_t`` is the event's
-    own time and a C-level ``itemgetter`` can stand for it)."""
-    try:
-        return all(map(math.isfinite, values))
-    except (TypeError, OverflowError):
-        return False
-
-
 class _Piece:
     """One attempt of one writer process: its events in time order, with
     their times (``_t``) and kinds as columns, and the straggler module's
@@ -107,9 +98,9 @@ class _Piece:
 
     __slots__ = ("key", "index", "events", "times", "kinds", "start", "end", "cache")
 
-    def __init__(self, key, index: int, events: List[EventRecord], times: List[float]):
-        self.key, self.index, self.events, self.times = key, index, events, times
-        self.kinds = list(map(_KIND, events))
+    def __init__(self, key, index: int, events: List[EventRecord], times: List[float],
+                 kinds: List[int]):
+        self.key, self.index, self.events, self.times, self.kinds = key, index, events, times, kinds
         self.start = times[0]
         self.end = max(times)
         self.cache: Dict[str, Any] = {}
@@ -163,37 +154,45 @@ def stream_indices(events: Sequence[EventRecord]) -> Dict[Any, int]:
 def _pieces(key, evs: List[EventRecord]) -> List[_Piece]:
     """A stream in time order, cut at its job starts (the events before the
     first job start belong to the first piece)."""
-    index = _settled(evs)
-    if _all_finite(map(_TIME, evs)):
-        evs, times = _in_order_by_columns(evs)
-    else:
+    columns = _by_columns(evs)
+    if columns is not None:
+        index, evs, times, kinds = columns
+    else:  # a time that is not a finite float, a NaN write time, a seq not an int
+        index = _settled(evs)
         evs = sorted(evs, key=lambda e: (_t(e), e[9]))
         times = list(map(_t, evs))
-    starts = list(compress(range(len(evs)), map(eq, map(_KIND, evs), repeat(_JOB_START))))
+        kinds = list(map(_KIND, evs))
+    starts = list(compress(range(len(evs)), map(eq, kinds, repeat(_JOB_START))))
     cuts = [0] + starts[1:] + [len(evs)]
-    return [_Piece(key, index, evs[a:b], times[a:b]) for a, b in zip(cuts, cuts[1:])]
+    return [_Piece(key, index, evs[a:b], times[a:b], kinds[a:b]) for a, b in zip(cuts, cuts[1:])]
 
 
-def _in_order_by_columns(evs: List[EventRecord]) -> Tuple[List[EventRecord], List[float]]:
-    """``sorted(evs, key=(time, seq))`` (stable) and its times, every time
-    finite: by numpy when the times are floats and the seqs ints (a stable
-    sort by both columns; nothing to do for a stream already in order)."""
-    times = list(map(_TIME, evs))
-    seqs = list(map(itemgetter(9), evs))
-    if countOf(map(type, times), float) < len(times) or countOf(map(type, seqs), int) < len(seqs):
-        evs = sorted(evs, key=_TIME_SEQ)
-        return evs, list(map(_TIME, evs))
+def _by_columns(evs: List[EventRecord]):
+    """``(settled index, events sorted by (time, seq) (stable), their times,
+    their kinds)`` by numpy columns, when every time is a finite float, every
+    write time a float (no NaN) and every seq an int; else None.
+
+    The settled index is that of the first event with the greatest
+    ``(write time, seq)`` (what ``max`` picks); a stream already in order
+    is not sorted again."""
+    n = len(evs)
+    times, seqs, writes = (list(map(itemgetter(i), evs)) for i in (2, 9, 10))
+    if countOf(map(type, times), float) < n or countOf(map(type, writes), float) < n or \
+            countOf(map(type, seqs), int) < n:
+        return None
     try:
         s = np.asarray(seqs, dtype=np.int64)
     except OverflowError:
-        evs = sorted(evs, key=_TIME_SEQ)
-        return evs, list(map(_TIME, evs))
-    t = np.asarray(times, dtype=float)
-    later, same = t[1:] > t[:-1], t[1:] == t[:-1]
-    if np.all(later | (same & (s[1:] >= s[:-1]))):
-        return evs, times
-    order = np.lexsort((s, t)).tolist()
-    return list(map(evs.__getitem__, order)), list(map(times.__getitem__, order))
+        return None
+    t, w = np.asarray(times, dtype=float), np.asarray(writes, dtype=float)
+    if not np.isfinite(t).all() or np.isnan(w).any():
+        return None
+    latest = np.flatnonzero(w == w.max())
+    index = int(evs[int(latest[s[latest].argmax()])][5])
+    if not np.all((t[1:] > t[:-1]) | ((t[1:] == t[:-1]) & (s[1:] >= s[:-1]))):
+        order = np.lexsort((s, t)).tolist()
+        evs, times = list(map(evs.__getitem__, order)), list(map(times.__getitem__, order))
+    return index, evs, times, list(map(_KIND, evs))
 
 
 def _job_attempts(pieces: List[_Piece]) -> List[List[_Piece]]:

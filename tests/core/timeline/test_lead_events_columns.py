@@ -46,7 +46,8 @@ def _host_events(rnd: random.Random, index: int, host: str, t0: float) -> list:
             out.append(ev(Kind.STEP_START, t, None if rnd.random() < 0.05 else step))
             for start, end in rnd.sample(_BLOCKS, rnd.randint(0, 2)):
                 a = t + rnd.choice((0.0, 0.25, 0.5))
-                out += [ev(start, a), ev(end, a + rnd.choice((0.0, 0.125, 0.25, 0.75)))]
+                # up to a whole step or more: stalls carved up to the next step's start
+                out += [ev(start, a), ev(end, a + rnd.choice((0.0, 0.125, 0.25, 0.75, 1.0, 2.0)))]
             if rnd.random() < 0.2:
                 out.append(ev(Kind.STEP_END, t + 0.5, step))
             if rnd.random() < 0.1:
@@ -102,8 +103,8 @@ def test_lead_events_equal_the_per_event_pass_on_random_runs(rnd):
 
 def test_the_random_runs_reach_the_cases_that_matter():
     """The generator is worth its name: across seeds it makes multi-writer
-    runs with restarts, borrowed disruptions, carved straggler stalls,
-    scheduler events and time ties."""
+    runs with restarts, borrowed disruptions, carved straggler stalls (some
+    at the instant of a lead event) and scheduler events."""
     seen = set()
     for seed in range(300):
         events = _random_run(random.Random(seed))
@@ -112,13 +113,17 @@ def test_the_random_runs_reach_the_cases_that_matter():
             seen.add("lead chosen")
         if any(e[8] == "straggler" for e in out):
             seen.add("stalls")
+            lead_times = {e[2] for e in out if e[8] != "straggler"}
+            if any(e[8] == "straggler" and e[2] in lead_times for e in out):
+                seen.add("stall ties")
         if any(e[1] == Kind.DISRUPTION and e[6] != out[0][6] for e in out if len(e) > 6):
             seen.add("borrowed disruption")
         if sum(e[1] == Kind.JOB_START for e in out) > 1:
             seen.add("restarts")
         if any(e[1] == Kind.JOB_SUBMITTED for e in out):
             seen.add("scheduler")
-    assert seen == {"lead chosen", "stalls", "borrowed disruption", "restarts", "scheduler"}
+    assert seen == {"lead chosen", "stalls", "stall ties", "borrowed disruption", "restarts",
+                    "scheduler"}
 
 
 def test_stalls_at_the_same_instant_as_lead_events_are_slotted_like_one_sort():
