@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import bisect
 import sys
-from itertools import chain, compress, repeat
+from itertools import compress, repeat
 from operator import countOf, eq, itemgetter, lt
 from typing import Dict, List, Optional, Tuple
 
@@ -47,34 +47,55 @@ def _of_kind(p, kind: int) -> List[bool]:
     return list(map(eq, p.kinds, repeat(kind)))
 
 
-def _step_spans(p) -> Dict[int, Tuple[float, float]]:
-    """``{step: (start, end)}`` of one piece: a step runs to the next step
-    start, the last one to its step end or the job end (rule 3; without
-    either it has no span yet)."""
+class _Spans:
+    """A piece's step spans (rule 3) as columns: ``at`` maps a step to its
+    row (the dict the per-step code kept: steps in order of first span,
+    a repeated step's last span), ``a``/``b`` its start and end (lists of
+    the times themselves; ``arrays()`` as numpy). No tuple per step."""
+
+    __slots__ = ("at", "a", "b", "_arrays")
+
+    def __init__(self, steps: list, a: list, b: list):
+        self.at = dict(zip(steps, range(len(steps))))
+        self.a, self.b, self._arrays = a, b, None
+
+    def __getitem__(self, k) -> Tuple[float, float]:
+        row = self.at[k]
+        return self.a[row], self.b[row]
+
+    def arrays(self) -> Tuple[np.ndarray, np.ndarray]:
+        if self._arrays is None:
+            self._arrays = (np.asarray(self.a, dtype=float), np.asarray(self.b, dtype=float))
+        return self._arrays
+
+
+def _step_spans(p) -> _Spans:
+    """One piece's steps: a step runs to the next step start, the last one to
+    its step end or the job end (rule 3; without either it has no span yet)."""
     spans = p.cache.get("spans")
     if spans is not None:
         return spans
     is_start, is_end = _of_kind(p, _STEP), _of_kind(p, _STEP_END)
-    starts = list(zip(compress(p.times, is_start), map(_STEP_OF, compress(p.events, is_start))))
-    if any(k is None for _, k in starts):
-        starts = [(t, k) for t, k in starts if k is not None]
+    times = list(compress(p.times, is_start))
+    steps = list(map(_STEP_OF, compress(p.events, is_start)))
+    if None in steps:
+        known = [k is not None for k in steps]
+        times, steps = list(compress(times, known)), list(compress(steps, known))
     ends = dict(zip(map(_STEP_OF, compress(p.events, is_end)), compress(p.times, is_end)))
     ends.pop(None, None)  # a step end without its step: no step's end
     job_end = next(compress(p.times, _of_kind(p, _JOB_END)), None)
-    spans = {}
-    if starts:
-        # a step runs to the next one's start: kept where that is later
-        # (C-level passes over the two columns); the last one as below
-        times, steps = list(map(itemgetter(0), starts)), list(map(itemgetter(1), starts))
-        nexts = times[1:]
-        later = list(map(lt, times, nexts))
-        spans = dict(zip(compress(steps, later), zip(compress(times, later),
-                                                     compress(nexts, later))))
-        t, k = starts[-1]
+    # a step runs to the next one's start: kept where that is later
+    later = list(map(lt, times, times[1:]))
+    a, b = list(compress(times, later)), list(compress(times[1:], later))
+    kept = list(compress(steps, later))
+    if steps:
+        t, k = times[-1], steps[-1]
         end = ends.get(k, job_end)
         if end is not None and end > t:
-            spans[k] = (t, end)
-    p.cache["spans"] = spans
+            kept.append(k)
+            a.append(t)
+            b.append(end)
+    spans = p.cache["spans"] = _Spans(kept, a, b)
     return spans
 
 
@@ -206,25 +227,26 @@ class _Blocks:
         return (meets, np.where(some, np.maximum(xs[i], a), a),
                 np.where(some, np.minimum(ys[i], b), a))
 
-    def seconds_within(self, spans: List[Tuple[float, float]], by_columns: bool) -> List[float]:
-        """``_inside(self.within(a, b))`` for each span: by numpy columns
+    def seconds_within(self, spans: _Spans, rows: List[int], by_columns: bool) -> List[float]:
+        """``_inside(self.within(a, b))`` for each span of ``rows``: by numpy columns
         (``by_columns``), adding the clipped lengths in the same order as
         the sum does (``0 + d1 + d2 ...``), for spans met by at most
         ``_MEETS`` intervals; one by one for the others."""
         if not by_columns:
-            return [_inside(self.within(a, b)) for a, b in spans]
-        ab = _pairs_array(spans)
-        a, b = ab[:, 0], ab[:, 1]
+            return [_inside(self.within(spans.a[r], spans.b[r])) for r in rows]
+        starts, ends = spans.arrays()
+        at = np.asarray(rows, dtype=np.intp)
+        a, b = starts[at], ends[at]
         xs, ys = self._arrays()
         first, meets = self._meeting(a, b)
-        w = np.zeros(len(spans))
+        w = np.zeros(len(rows))
         for j in range(min(int(meets.max(initial=0)), _MEETS)):
             on = meets > j
             i = first[on] + j
             w[on] += np.minimum(ys[i], b[on]) - np.maximum(xs[i], a[on])
         out = w.tolist()
         for j in np.flatnonzero(meets > _MEETS).tolist():
-            out[j] = _inside(self.within(*spans[j]))
+            out[j] = _inside(self.within(spans.a[rows[j]], spans.b[rows[j]]))
         return out
 
 
@@ -235,12 +257,6 @@ def _blocks(p) -> _Blocks:
     return blocks
 
 
-def _pairs_array(pairs: List[Tuple[float, float]]) -> np.ndarray:
-    """``(n, 2)`` float array of ``(start, end)`` pairs (one C-level pass)."""
-    return np.fromiter(chain.from_iterable(pairs), dtype=float,
-                       count=2 * len(pairs)).reshape(-1, 2)
-
-
 def _inside(clipped: List[Tuple[float, float]]) -> float:
     return sum(y - x for x, y in clipped)
 
@@ -249,29 +265,28 @@ def straggler_stalls(lead, others) -> List[EventRecord]:
     """The input stalls carved from ``lead``'s steps where a host of
     ``others`` (pieces of the same attempt of the job) blocked longer."""
     lead_spans = _step_spans(lead)
-    if not lead_spans:
+    if not lead_spans.at:
         return []
-    # per lead step: the slowest host's blocking seconds in its own step and
-    # which host (the first of equals); hosts in turn, steps by columns
-    at = {k: i for i, k in enumerate(lead_spans)}
-    worst_w = np.zeros(len(at))
-    worst_p = np.full(len(at), -1)
+    # per row of the lead's spans: the slowest host's blocking seconds in its
+    # own step and which host (the first of equals); hosts in turn, by columns
+    worst_w = np.zeros(len(lead_spans.a))
+    worst_p = np.full(len(lead_spans.a), -1)
     for n, p in enumerate(others):
         blocks = _blocks(p)
         if not blocks.spans:
             continue
         spans = _step_spans(p)
-        steps = list(filter(lead_spans.__contains__, spans))
+        steps = list(filter(lead_spans.at.__contains__, spans.at))
         if not steps:
             continue
-        w = np.asarray(blocks.seconds_within(list(map(spans.__getitem__, steps)),
+        w = np.asarray(blocks.seconds_within(spans, list(map(spans.at.__getitem__, steps)),
                                              _floats(p)), dtype=float)
-        pos = np.fromiter(map(at.__getitem__, steps), dtype=np.intp, count=len(steps))
+        pos = np.fromiter(map(lead_spans.at.__getitem__, steps), dtype=np.intp, count=len(steps))
         slower = w > worst_w[pos]
         worst_w[pos[slower]] = w[slower]
         worst_p[pos[slower]] = n
-    keys = list(at)
-    worst = {keys[i]: i for i in np.flatnonzero(worst_p >= 0).tolist()}
+    slowed = (worst_p >= 0).tolist()
+    worst = {k: row for k, row in lead_spans.at.items() if slowed[row]}
     if not worst:
         return []
     steps = sorted(worst)
@@ -282,15 +297,15 @@ def straggler_stalls(lead, others) -> List[EventRecord]:
     for j, k in enumerate(steps):
         free = carved[j] if carved is not None else None
         if free is None:
-            i = worst[k]
+            row = worst[k]
             a, b = lead_spans[k]
             own_k = own.within(a, b)
-            need = min(worst_w_of[i], b - a) - _inside(own_k)
+            need = min(worst_w_of[row], b - a) - _inside(own_k)
             if need <= EPS:
                 continue
             # the slowest host's blocking intervals moved into the lead's span:
             # where the job most likely waited
-            p = others[worst_p_of[i]]
+            p = others[worst_p_of[row]]
             pa, pb = _step_spans(p)[k]
             shift = a - pa
             where = [(x + shift, y + shift) for x, y in _blocks(p).within(pa, pb)]
@@ -312,29 +327,31 @@ def _stall_events(lead, carved: List[Tuple[float, float]]) -> List[EventRecord]:
     return list(map(tuple.__new__, repeat(EventRecord), fields))
 
 
-def _carved_by_columns(lead, others, steps: list, at: List[int], worst_w: np.ndarray,
+def _carved_by_columns(lead, others, steps: list, rows: List[int], worst_w: np.ndarray,
                        worst_p: np.ndarray) -> Optional[List[Optional[list]]]:
-    """The stalls to carve in each of the lead's ``steps`` (sorted; ``at``:
-    their positions in the lead's spans), by numpy columns, for the steps
+    """The stalls to carve in each of the lead's ``steps`` (sorted; ``rows``:
+    their rows in the lead's spans), by numpy columns, for the steps
     where the lead blocked at most once and the slowest host exactly once
     (:func:`.free_time.free_time_by_columns`); None for the others (one by
     one), or None for all when a time is not a float."""
     if not _floats(lead) or not all(_floats(p) for p in others):
         return None
-    spans = _step_spans(lead)
-    ab = _pairs_array(list(map(spans.__getitem__, steps)))
-    a, b = ab[:, 0], ab[:, 1]
+    starts, ends = _step_spans(lead).arrays()
+    pos = np.asarray(rows, dtype=np.intp)
+    a, b = starts[pos], ends[pos]
     own_meets, ox, oy = _blocks(lead).clipped_columns(a, b)
-    pos = np.asarray(at, dtype=np.intp)
     need = np.minimum(worst_w[pos], b - a) - np.where(own_meets == 1, oy - ox, 0.0)
     winner = worst_p[pos]
     wx, wy, fits = np.empty(len(steps)), np.empty(len(steps)), own_meets <= 1
     for n in np.unique(winner).tolist():
         mine = np.flatnonzero(winner == n)
         p_spans = _step_spans(others[n])
-        pab = _pairs_array([p_spans[steps[j]] for j in mine.tolist()])
-        meets, x, y = _blocks(others[n]).clipped_columns(pab[:, 0], pab[:, 1])
-        shift = a[mine] - pab[:, 0]
+        p_starts, p_ends = p_spans.arrays()
+        p_rows = np.fromiter((p_spans.at[steps[j]] for j in mine.tolist()), dtype=np.intp,
+                             count=len(mine))
+        pa, pb = p_starts[p_rows], p_ends[p_rows]
+        meets, x, y = _blocks(others[n]).clipped_columns(pa, pb)
+        shift = a[mine] - pa
         wx[mine], wy[mine] = x + shift, y + shift
         fits[mine] &= meets == 1
     fits &= wy > wx  # a shifted interval that rounding emptied: one by one
