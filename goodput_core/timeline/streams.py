@@ -31,6 +31,12 @@ A run written by one process (every reference log: no writer metadata) is
 returned as it is; events without writer metadata beside other writers'
 (imported, or written by the reference into the same log) are kept as the
 job's.
+
+A calculator reading a multi-writer run calls :func:`lead_events` on every
+event of the run at each read with new events, so it reads the events by
+columns (C-level ``map``/``compress`` passes and numpy sorts), not in a
+Python loop per event; the stragglers are :mod:`.stragglers`' and
+:mod:`.free_time`'s.
 """
 
 from __future__ import annotations
