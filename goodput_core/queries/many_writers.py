@@ -16,6 +16,7 @@ from operator import countOf, itemgetter
 from typing import Any, List, Optional, Sequence
 
 from goodput_core.events import EventRecord
+from goodput_core.stores.gc_pause import gc_paused
 
 from goodput_core.timeline.spans import Timeline
 from goodput_core.timeline.streams import lead_events, writer_key
@@ -117,5 +118,9 @@ class ManyWriters:
     def timeline(self) -> Timeline:
         """A new timeline of the lead stream of every event held."""
         tl = Timeline()
-        tl.add(lead_events(self._records), self.run)
+        # the pass builds lists, columns and stall records of every event but
+        # no cycle: repeated collections over the held events would cost a
+        # third of it (1 M events, 2 writers: ~1.5 s -> ~1.1 s)
+        with gc_paused():
+            tl.add(lead_events(self._records), self.run)
         return tl
