@@ -82,6 +82,11 @@ def _random_run(rnd: random.Random) -> list:
         events.append(EventRecord("r", int(Kind.STEP_START), 3.0, 1, None, 2))
     if rnd.random() < 0.3:
         events.append(EventRecord("r", int(Kind.METADATA), 0.5, None, {"k": 1}, 1, "h1", 1))
+    if rnd.random() < 0.15:  # times as ints (quarter seconds): the paths for non-float times
+        def whole(t):
+            return int(t * 4) if math.isfinite(t) else t
+
+        events = [e._replace(time=whole(e.time), write_time=whole(e.write_time)) for e in events]
     for _ in range(rnd.randint(0, len(events) // 4)):  # late deliveries
         i, j = rnd.randrange(len(events)), rnd.randrange(len(events))
         events[i], events[j] = events[j], events[i]
@@ -130,15 +135,13 @@ def test_stalls_at_the_same_instant_as_lead_events_are_slotted_like_one_sort():
     """Ties in time: a stall's end before the lead's events at that instant,
     its start after them (what one sort by (time, side, position) gives)."""
     def host(i, load):
-        evs = [EventRecord("r", int(Kind.JOB_START), 0.0, None, None, i, f"h{i}", 1, "a", 1, 0.0)]
-        for k in range(3):
-            t = 1.0 + k
-            evs += [EventRecord("r", int(Kind.STEP_START), t, k, None, i, f"h{i}", 1, "a", 2 + k, t)]
-        evs.append(EventRecord("r", int(Kind.BLOCKING_LOAD_START), 2.0, None, None, i, f"h{i}",
-                               1, "a", 9, 2.0))
-        evs.append(EventRecord("r", int(Kind.BLOCKING_LOAD_END), 2.0 + load, None, None, i,
-                               f"h{i}", 1, "a", 10, 2.0 + load))
-        evs.append(EventRecord("r", int(Kind.JOB_END), 4.0, None, None, i, f"h{i}", 1, "a", 11, 4.0))
+        def ev(kind, t, step=None, seq=0):
+            return EventRecord("r", int(kind), t, step, None, i, f"h{i}", 1, "a", seq, t)
+
+        evs = [ev(Kind.JOB_START, 0.0, seq=1)]
+        evs += [ev(Kind.STEP_START, 1.0 + k, k, seq=2 + k) for k in range(3)]
+        evs += [ev(Kind.BLOCKING_LOAD_START, 2.0, seq=9),
+                ev(Kind.BLOCKING_LOAD_END, 2.0 + load, seq=10), ev(Kind.JOB_END, 4.0, seq=11)]
         return evs
 
     # host 1 blocks the whole of step 1 ([2, 3)): the lead gets a stall [2, 3),
