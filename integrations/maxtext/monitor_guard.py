@@ -7,9 +7,14 @@ read-only, so that raises ``ValueError: Configuration is read-only`` before
 training starts, and the job dies (with Google's package as with ours).
 Monitoring is a side job: :func:`arm` wraps the function as soon as MaxText
 imports its module (a post-import hook: nothing is imported here) so that a
-failure while *starting* the monitor is one clear warning and the job runs
-with monitoring off. An exception from the training inside the block
-propagates as before, after MaxText's own cleanup.
+failure while *starting* the monitor is one clear warning, and the job runs
+with the monitor MaxText meant to build, built by our fork helper from the
+same flags (it only reads the config:
+:func:`goodput_integrations.maxtext.helpers.maybe_monitor_goodput`, with the
+launcher's store, Prometheus port, rolling windows and ideal step time). If
+that fails too, the job runs with monitoring off (goodput is still
+recorded). An exception from the training inside the block propagates as
+before, after the monitor's cleanup.
 """
 
 from __future__ import annotations
@@ -50,10 +55,22 @@ def _guarded(original: Callable[[Any], Any]) -> Callable[[Any], Any]:
                    "to its read-only config)"
                    if getattr(config, "report_performance_metric_for_gcp_monitoring", False)
                    else "")
-            logger.warning("goodput: MaxText's goodput monitor did not start: %s%s; the job "
-                           "goes on with monitoring off (goodput is still recorded)", failed,
-                           why)
-            yield
+            fallback = _enter_fallback(config)
+            logger.warning("goodput: MaxText's goodput monitor did not start: %s%s; %s",
+                           failed, why,
+                           "goodput's own monitor runs instead, built from the same flags"
+                           if fallback is not None else
+                           "the job goes on with monitoring off (goodput is still recorded)")
+            if fallback is None:
+                yield
+                return
+            try:
+                yield
+            except BaseException:
+                if not fallback.__exit__(*sys.exc_info()):
+                    raise
+            else:
+                fallback.__exit__(None, None, None)
             return
         try:
             yield
@@ -65,6 +82,38 @@ def _guarded(original: Callable[[Any], Any]) -> Callable[[Any], Any]:
 
     maybe_monitor_goodput.__goodput_guarded__ = True
     return maybe_monitor_goodput
+
+
+class _WithLauncherSettings:
+    """MaxText's config, plus the launcher's settings as our ``goodput_*`` keys."""
+
+    def __init__(self, config: Any, settings: Any):
+        self._config = config
+        if settings is not None:
+            self.goodput_store = settings.store
+            self.goodput_prometheus_port = settings.prometheus_port
+            self.goodput_rolling_windows = ",".join(map(str, settings.rolling_windows))
+            self.goodput_ideal_step_time = settings.ideal_step_time
+            self._goodput_clock = settings.clock
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._config, name)
+
+
+def _enter_fallback(config: Any) -> Optional[Any]:
+    """Our helper's monitor context for ``config``, entered; None if it fails
+    (a bad flag value: logged, never the job's end)."""
+    try:
+        from goodput_integrations.maxtext import alias, helpers
+
+        manager = helpers.maybe_monitor_goodput(
+            _WithLauncherSettings(config, alias.active_session()))
+        manager.__enter__()
+        return manager
+    except Exception:
+        logger.warning("goodput: goodput's own monitor could not start either",
+                       exc_info=True)
+        return None
 
 
 def _patch(module: Any) -> None:

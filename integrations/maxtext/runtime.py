@@ -238,7 +238,8 @@ def record_crash(exc: BaseException, recorder: Any = None) -> bool:
 
 
 def release() -> None:
-    """Removes the hooks, listeners and Orbax patch; forgets the recorder."""
+    """Removes the hooks, listeners, Orbax patch and the patch of MaxText's
+    workload monitor; forgets the recorder."""
     global _recorder, _orbax_hook, _orbax_patch, _hooks
     with _lock:
         _stop_compiles()
@@ -249,3 +250,6 @@ def release() -> None:
         if _hooks is not None:
             _hooks.uninstall()
         _recorder = _orbax_hook = _orbax_patch = _hooks = None
+    from goodput_integrations.maxtext import workload_monitor  # imports this module
+
+    workload_monitor.disarm()

@@ -157,6 +157,7 @@ def machinelearning_run(
     on_demand_xprof_processes: Optional[Any] = None,
     strict: bool = False,
     system_metrics_wait: Optional[Callable[[float], bool]] = None,
+    run_name: Optional[str] = None,
 ) -> MLRun:
     """Creates the run that ``metrics`` and ``xprof`` record into (call it first).
 
@@ -200,6 +201,9 @@ def machinelearning_run(
       strict: raise on misuse during training instead of logging it (tests).
       system_metrics_wait: the system-metric sampler's ``wait(seconds) ->
         stop?`` (tests advance a fake clock instead of sleeping).
+      run_name: the run's name in the store, as given (default: made from
+        ``name`` by the SDK's rule); e.g. the MaxText shim joins the run of
+        MaxText's goodput recorder.
 
     Returns:
       The :class:`MLRun` (``recorder`` is our :class:`~goodput_core.Recorder`).
@@ -242,7 +246,10 @@ def machinelearning_run(
         raise MLRunConfigurationError(f"metrics_record_interval_sec must be a number of "
                                       f"seconds, got {metrics_record_interval_sec!r}") from None
     gcs_path = _normalize_gcs_path(gcs_path)
-    run_name, orchestrator, details = _system.run_identity(name, clock(), run_workload_id)
+    if run_name is not None and not (isinstance(run_name, str) and run_name.strip()):
+        raise MLRunConfigurationError(f"run_name must be a non-empty string, got {run_name!r}")
+    stored_name, orchestrator, details = _system.run_identity(name, clock(), run_workload_id)
+    run_name = run_name or stored_name
     index = _system.process_index() if process_index is None else int(process_index)
     run = MLRun(
         name=run_name, run_group=run_group, gcs_path=gcs_path, location=region or "",

@@ -67,15 +67,19 @@ def make_config(tmp_path, clock, store_url):
     return make
 
 
+_ROOTS = (alias.ROOT, "google_cloud_mldiagnostics")
+
+
 def _reference_modules():
     return {n: m for n, m in sys.modules.items()
-            if n == alias.ROOT or n.startswith(alias.ROOT + ".")}
+            if any(n == r or n.startswith(r + ".") for r in _ROOTS)}
 
 
 @pytest.fixture
 def clean_reference(monkeypatch):
-    """No ml_goodput_measurement module is imported during the test; whatever
-    was imported before comes back afterwards, and the alias is off."""
+    """No ml_goodput_measurement (nor google_cloud_mldiagnostics) module is
+    imported during the test; whatever was imported before comes back
+    afterwards, and the alias is off."""
     before = _reference_modules()
     for name in before:
         monkeypatch.delitem(sys.modules, name)
