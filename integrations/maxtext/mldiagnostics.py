@@ -85,7 +85,9 @@ def sdk_module(store: Optional[str] = None,
         module.__dict__[key] = getattr(compat, key)
 
     def machinelearning_run(*args: Any, **kwargs: Any) -> Any:
-        return joined_run(*args, store=store, clock=clock, **kwargs)
+        kwargs.setdefault("store", store)   # the caller's own keywords win
+        kwargs.setdefault("clock", clock)
+        return joined_run(*args, **kwargs)
 
     machinelearning_run.__doc__ = compat.machinelearning_run.__doc__
     module.machinelearning_run = machinelearning_run  # type: ignore[attr-defined]

@@ -29,8 +29,9 @@ Our monitor publishes both as it publishes every model metric: TensorBoard
 ``metrics/<name>``, Prometheus ``goodput_metric{name=...}``, OpenTelemetry
 (``GOODPUT_OTEL``), ``goodput report``. Only the process with an enabled
 goodput recorder (process 0, the one MaxText's goodput recorder writes on)
-records; the others drain the queue and record nothing. Both threads are
-daemons and never raise. :func:`disarm` puts MaxText's methods back.
+records (the recorder current when the thread starts: a step time drained
+after the job's end still lands in its run); the others drain the queue and
+record nothing. Both threads are daemons and never raise. :func:`disarm` puts MaxText's methods back.
 """
 
 from __future__ import annotations
@@ -60,8 +61,7 @@ _patched: Optional[tuple] = None  # (class, {method name: original or None})
 _clock: Callable[[], float] = time.time
 
 
-def _record(name: str, value: float, when: float) -> None:
-    recorder = runtime.current_recorder()
+def _record(recorder: Any, name: str, value: float, when: float) -> None:
     if recorder is None:
         return
     try:
@@ -83,10 +83,10 @@ def _del(self: Any) -> None:
         event.set()
 
 
-def _heartbeat_loop(event: threading.Event, interval: float) -> None:
+def _heartbeat_loop(event: threading.Event, interval: float, recorder: Any) -> None:
     while True:
         now = _clock()
-        _record(HEARTBEAT_METRIC, now, now)
+        _record(recorder, HEARTBEAT_METRIC, now, now)
         if event.wait(interval):
             return
 
@@ -95,13 +95,14 @@ def _start_heartbeat(self: Any, interval: int) -> None:
     if self.heartbeat_reporting_started:
         raise RuntimeError("Heartbeat reporting thread already started")  # as MaxText
     self.heartbeat_reporting_started = True
-    threading.Thread(target=_heartbeat_loop, args=(self.termination_event, float(interval)),
+    threading.Thread(target=_heartbeat_loop, args=(self.termination_event, float(interval),
+                                                   runtime.current_recorder()),
                      name="goodput-workload-heartbeat", daemon=True).start()
     logger.info("goodput: MaxText's workload heartbeat goes to the goodput run (metric %s)",
                 HEARTBEAT_METRIC)
 
 
-def _performance_loop(event: threading.Event, metrics: Any) -> None:
+def _performance_loop(event: threading.Event, metrics: Any, recorder: Any) -> None:
     while not event.is_set():
         try:
             step_time = metrics.get(timeout=1.0)
@@ -111,14 +112,15 @@ def _performance_loop(event: threading.Event, metrics: Any) -> None:
             value = float(step_time)
         except (TypeError, ValueError):
             continue
-        _record(PERFORMANCE_METRIC, value, _clock())
+        _record(recorder, PERFORMANCE_METRIC, value, _clock())
 
 
 def _start_performance(self: Any, metrics_queue: Any) -> None:
     if self.performance_reporting_started:
         raise RuntimeError("Performance reporting thread already started")  # as MaxText
     self.performance_reporting_started = True
-    threading.Thread(target=_performance_loop, args=(self.termination_event, metrics_queue),
+    threading.Thread(target=_performance_loop, args=(self.termination_event, metrics_queue,
+                                                     runtime.current_recorder()),
                      name="goodput-workload-performance", daemon=True).start()
     logger.info("goodput: MaxText's workload performance goes to the goodput run (metric %s)",
                 PERFORMANCE_METRIC)
