@@ -116,6 +116,9 @@ class AliasSettings:
         (:mod:`~goodput_integrations.maxtext.whole_process`); None: off.
       mldiagnostics: also serve ``google_cloud_mldiagnostics`` from our
         compat (module docstring).
+      system_metrics: the recorder built last also gets system metrics
+        (host, GPU, TPU utilisation every 10 s, off its thread:
+        :mod:`goodput_core.compat.mldiagnostics.system_metrics`).
     """
 
     store: Optional[str] = None
@@ -129,6 +132,7 @@ class AliasSettings:
     run_group: str = ""
     process_start: Optional[float] = None
     mldiagnostics: bool = False
+    system_metrics: bool = False
 
 
 class _Session:
@@ -151,6 +155,8 @@ class _Session:
                 runtime.install_disruption_hooks()
             if self.settings.run_group and getattr(recorder, "enabled", True):
                 recorder.record_metadata(run_group=self.settings.run_group)
+            if self.settings.system_metrics and getattr(recorder, "enabled", True):
+                runtime.sample_system_metrics(recorder, self.settings.clock)
             whole_process.track(recorder, self.settings.process_start)
 
     # --- defaults
@@ -354,7 +360,8 @@ def enable_reference_alias(*, store: Optional[str] = None,
                            disruptions: bool = False,
                            run_group: str = "",
                            process_start: Optional[float] = None,
-                           mldiagnostics: bool = False) -> AliasSettings:
+                           mldiagnostics: bool = False,
+                           system_metrics: bool = False) -> AliasSettings:
     """Makes ``ml_goodput_measurement`` imports resolve to our compat modules,
     in this process only, until :func:`disable_reference_alias`.
 
@@ -363,7 +370,7 @@ def enable_reference_alias(*, store: Optional[str] = None,
     Args:
       store, clock, prometheus_port, rolling_windows, checkpoint_stats,
         ideal_step_time, compile_spans, disruptions, run_group, process_start,
-        mldiagnostics: see :class:`AliasSettings`.
+        mldiagnostics, system_metrics: see :class:`AliasSettings`.
 
     Returns:
       The settings in force.
@@ -380,7 +387,8 @@ def enable_reference_alias(*, store: Optional[str] = None,
                              ideal_step_time=ideal_step_time,
                              compile_spans=bool(compile_spans),
                              disruptions=bool(disruptions), run_group=run_group or "",
-                             process_start=process_start, mldiagnostics=bool(mldiagnostics))
+                             process_start=process_start, mldiagnostics=bool(mldiagnostics),
+                             system_metrics=bool(system_metrics))
     global _session
     with _LOCK:
         if _session is not None:

@@ -53,6 +53,9 @@ or launcher flag wins over the environment::
     GOODPUT_IDEAL_STEP_TIME   configured ideal step time in seconds
     GOODPUT_CHECKPOINT_STATS  record Orbax save/restore statistics (true)
     GOODPUT_RUN_GROUP         the run's group (``goodput runs --group G``)
+    GOODPUT_SYSTEM_METRICS    sample host/GPU/TPU utilisation every 10 s into
+                              the run (false; the ML-diagnostics SDK's metric
+                              names: goodput_core.compat.mldiagnostics.system_metrics)
 
 Test hooks (attributes, not flags): ``_goodput_clock`` (a ``() -> float``
 time source) and ``_goodput_process_index`` (an int, or a callable).
@@ -113,7 +116,8 @@ def _positive_int(value: Any, name: str) -> int:
 
 #: Our settings (config-key form); see the module docstring for the others.
 OUR_SETTINGS = ("goodput_store", "goodput_rolling_windows", "goodput_prometheus_port",
-                "goodput_ideal_step_time", "goodput_checkpoint_stats", "goodput_run_group")
+                "goodput_ideal_step_time", "goodput_checkpoint_stats", "goodput_run_group",
+                "goodput_system_metrics")
 _OURS = OUR_SETTINGS
 
 
@@ -145,7 +149,7 @@ def read_ours(lookup: Callable[[str], Any], source: Callable[[str], str] = _flag
 
     Returns:
       ``{"store", "rolling_windows", "prometheus_port", "ideal_step_time",
-      "checkpoint_stats", "run_group"}``, parsed.
+      "checkpoint_stats", "run_group", "system_metrics"}``, parsed.
 
     Raises:
       ValueError: a bad value, naming the flag or variable it came from.
@@ -164,6 +168,7 @@ def read_ours(lookup: Callable[[str], Any], source: Callable[[str], str] = _flag
                                                   zero_is_unset=True),
         "checkpoint_stats": settings.parse_bool(*raw["goodput_checkpoint_stats"], blank=True),
         "run_group": check_run_group(*raw["goodput_run_group"]),
+        "system_metrics": settings.parse_bool(*raw["goodput_system_metrics"], blank=False),
     }
 _warned_keys: set = set()
 
@@ -236,6 +241,7 @@ class MaxTextGoodputSettings:
     checkpoint_stats: bool = True
     job_name: str = ""
     run_group: str = ""
+    system_metrics: bool = False
     clock: Optional[Callable[[], float]] = None
     process_index: Any = None
 

@@ -189,6 +189,8 @@ def create_goodput_recorder(config: Any) -> Any:
     recorder = cls(settings.job_name, settings.logger_name, writes, **_clock_kwargs(settings))
     if writes:
         runtime.track(recorder, checkpoint_stats=settings.checkpoint_stats)
+        if settings.system_metrics:
+            runtime.sample_system_metrics(recorder, settings.clock)
         if settings.clock is None:  # real time: the process's start is on the same clock
             whole_process.track(recorder, whole_process.process_start_time())
     if settings.run_group:

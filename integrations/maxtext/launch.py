@@ -24,6 +24,8 @@ Usage::
       --goodput-no-checkpoint-stats    the same as --goodput-checkpoint-stats=false
       --goodput-run-group G            the run's group (``goodput runs --group G``;
                                        $GOODPUT_RUN_GROUP)
+      --goodput-system-metrics B       sample host/GPU/TPU utilisation every 10 s
+                                       into the run (false; $GOODPUT_SYSTEM_METRICS)
 
 Goodput is still switched on by MaxText's flags: ``enable_goodput_recording=true``
 and ``monitor_goodput=true`` (and the others MaxText reads). The launcher

@@ -15,7 +15,8 @@ from goodput_integrations.maxtext import alias, runtime
 
 
 _OUR_VARIABLES = ("GOODPUT_STORE", "GOODPUT_ROLLING_WINDOWS", "GOODPUT_PROMETHEUS_PORT",
-                  "GOODPUT_IDEAL_STEP_TIME", "GOODPUT_CHECKPOINT_STATS", "GOODPUT_RUN_GROUP")
+                  "GOODPUT_IDEAL_STEP_TIME", "GOODPUT_CHECKPOINT_STATS", "GOODPUT_RUN_GROUP",
+                  "GOODPUT_SYSTEM_METRICS")
 
 
 @pytest.fixture(autouse=True)

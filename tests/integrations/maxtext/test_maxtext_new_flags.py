@@ -14,6 +14,7 @@ line comes from), on a fake clock, with no Google credentials on hand.
 from __future__ import annotations
 
 import io
+import threading
 import json
 import sys
 import time
@@ -305,3 +306,17 @@ def test_fork_helpers_route_the_workload_monitor_to_the_run(make_config, clock, 
     finally:
         for name in [n for n in sys.modules if n == "maxtext" or n.startswith("maxtext.")]:
             del sys.modules[name]
+
+
+def test_goodput_system_metrics_samples_into_the_run_off_the_training_thread(make_config,
+                                                                            clock):
+    config = make_config(goodput_system_metrics="true")
+    recorder = mt.create_goodput_recorder(config)
+    sampler = runtime._system_metrics
+    assert sampler is not None and sampler.recorder is recorder
+    assert sampler.thread is not threading.current_thread()
+    assert sampler.interval_s == 10.0
+    runtime.release()                  # stops it (the launcher's end, the tests' fixture)
+    assert runtime._system_metrics is None and not sampler.running
+    mt.create_goodput_recorder(make_config())
+    assert runtime._system_metrics is None   # opt-in only
