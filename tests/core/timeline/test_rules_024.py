@@ -133,3 +133,21 @@ def test_the_report_shows_the_split_under_the_save_bucket(tmp_path, capsys):
     assert main(["report", JOB, "--store", url]) == 0
     text = capsys.readouterr().out
     assert "    local saves" in text and "    persistent saves" in text
+
+
+@pytest.mark.parametrize("resume_at, wasted", [(6, 0.0),   # jump forward: steps 4, 5 skipped
+                                                (4, 0.0),   # sequential: the next step
+                                                (2, 10.0)])  # rollback: step 2 redone
+def test_resume_modes_jump_forward_sequential_and_rollback(resume_at, wasted):
+    # steps 0-3 every 10 s, a crash in step 3 (no job end), a new attempt at 50 s that
+    # resumes at `resume_at` at 52 s, two 10 s steps, job end at 72 s
+    p = [{"job_start_time": T0}] + [_step(k, 10 * k) for k in range(4)]
+    p += [{"job_start_time": T0 + 50}, _step(resume_at, 52), _step(resume_at + 1, 62),
+          {"job_end_time": T0 + 72}]
+    r = _calc(p).cumulative()
+    assert r.disruptions == 1                       # a restart in all three modes
+    assert r.badput_seconds[B.WASTED_PROGRESS_FROM_DISRUPTION] == pytest.approx(wasted)
+    # the crashed step 3, from its start to the new job start, is recovery
+    assert r.badput_seconds[B.INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION] == pytest.approx(20.0)
+    assert r.productive_seconds == pytest.approx(30.0 - wasted + 20.0)
+    assert r.max_productive_step == resume_at + 1
