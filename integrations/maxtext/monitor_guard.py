@@ -23,10 +23,9 @@ import contextlib
 import functools
 import logging
 import sys
-import threading
 from typing import Any, Callable, Iterator, Optional
 
-from goodput_integrations.maxtext.post_import import PostImportHook, when_imported
+from goodput_integrations.maxtext.post_import import ModulePatch
 
 __all__ = ["MODULE", "arm", "disarm"]
 
@@ -34,9 +33,6 @@ logger = logging.getLogger("goodput")
 
 MODULE = "maxtext.common.goodput"
 _NAME = "maybe_monitor_goodput"
-_lock = threading.Lock()
-_hook: Optional[PostImportHook] = None
-_patched: Optional[tuple] = None  # (module, original function)
 
 
 def _guarded(original: Callable[[Any], Any]) -> Callable[[Any], Any]:
@@ -55,23 +51,15 @@ def _guarded(original: Callable[[Any], Any]) -> Callable[[Any], Any]:
                    "to its read-only config)"
                    if getattr(config, "report_performance_metric_for_gcp_monitoring", False)
                    else "")
-            fallback = _enter_fallback(config)
+            manager = _enter_fallback(config)
             logger.warning("goodput: MaxText's goodput monitor did not start: %s%s; %s",
                            failed, why,
                            "goodput's own monitor runs instead, built from the same flags"
-                           if fallback is not None else
+                           if manager is not None else
                            "the job goes on with monitoring off (goodput is still recorded)")
-            if fallback is None:
+            if manager is None:
                 yield
                 return
-            try:
-                yield
-            except BaseException:
-                if not fallback.__exit__(*sys.exc_info()):
-                    raise
-            else:
-                fallback.__exit__(None, None, None)
-            return
         try:
             yield
         except BaseException:
@@ -116,31 +104,23 @@ def _enter_fallback(config: Any) -> Optional[Any]:
         return None
 
 
-def _patch(module: Any) -> None:
-    global _patched
+def _patch(module: Any) -> Optional[Callable[[], None]]:
     original = getattr(module, _NAME, None)
     if original is None or getattr(original, "__goodput_guarded__", False):
-        return
+        return None
     setattr(module, _NAME, _guarded(original))
-    _patched = (module, original)
+    return lambda: setattr(module, _NAME, original)
+
+
+_PATCH = ModulePatch(MODULE, _patch)
 
 
 def arm() -> None:
     """Wraps MaxText's ``maybe_monitor_goodput`` when its module is imported
     (at once if it is already); idempotent."""
-    global _hook
-    with _lock:
-        if _hook is None:
-            _hook = when_imported(MODULE, _patch)
+    _PATCH.arm()
 
 
 def disarm() -> None:
     """Cancels the hook and puts MaxText's function back."""
-    global _hook, _patched
-    with _lock:
-        if _hook is not None:
-            _hook.cancel()
-        if _patched is not None:
-            module, original = _patched
-            setattr(module, _NAME, original)
-        _hook = _patched = None
+    _PATCH.disarm()

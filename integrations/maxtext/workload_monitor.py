@@ -43,7 +43,7 @@ import time
 from typing import Any, Callable, Dict, Optional
 
 from goodput_integrations.maxtext import runtime
-from goodput_integrations.maxtext.post_import import PostImportHook, when_imported
+from goodput_integrations.maxtext.post_import import ModulePatch
 
 __all__ = ["MODULE", "HEARTBEAT_METRIC", "PERFORMANCE_METRIC", "arm", "disarm"]
 
@@ -55,9 +55,6 @@ HEARTBEAT_METRIC = "workload_heartbeat"
 PERFORMANCE_METRIC = "workload_performance"
 _METHODS = ("__init__", "__del__", "start_heartbeat_reporting_thread",
             "start_performance_reporting_thread")
-_lock = threading.Lock()
-_hook: Optional[PostImportHook] = None
-_patched: Optional[tuple] = None  # (class, {method name: original or None})
 _clock: Callable[[], float] = time.time
 
 
@@ -131,47 +128,37 @@ _OURS: Dict[str, Any] = {"__init__": _init, "__del__": _del,
                          "start_performance_reporting_thread": _start_performance}
 
 
-def _patch(module: Any) -> None:
-    global _patched
+def _patch(module: Any) -> Optional[Callable[[], None]]:
     cls = getattr(module, CLASS, None)
     if not isinstance(cls, type) or getattr(cls, "__goodput_patched__", False):
-        return
+        return None
     originals = {name: cls.__dict__.get(name) for name in _METHODS}
     for name, fn in _OURS.items():
         setattr(cls, name, fn)
     cls.__goodput_patched__ = True
-    _patched = (cls, originals)
+
+    def undo() -> None:
+        for name, fn in originals.items():
+            if fn is None:
+                delattr(cls, name)
+            else:
+                setattr(cls, name, fn)
+        del cls.__goodput_patched__
+    return undo
+
+
+_PATCH = ModulePatch(MODULE, _patch)
 
 
 def arm(clock: Optional[Callable[[], float]] = None) -> None:
     """Patches MaxText's ``GCPWorkloadMonitor`` when its module is imported
     (at once if it is already); idempotent. ``clock``: the metrics' time
     source (tests)."""
-    global _hook, _clock
-    with _lock:
-        _clock = clock or time.time
-        if _hook is None:
-            _hook = when_imported(MODULE, _patch)
+    global _clock
+    _clock = clock or time.time
+    _PATCH.arm()
 
 
 def disarm() -> None:
     """Cancels the hook and puts MaxText's methods back."""
-    global _hook, _patched
-    with _lock:
-        if _hook is not None:
-            _hook.cancel()
-        if _patched is not None:
-            cls, originals = _patched
-            for name, fn in originals.items():
-                if fn is None:
-                    try:
-                        delattr(cls, name)
-                    except AttributeError:
-                        pass
-                else:
-                    setattr(cls, name, fn)
-            try:
-                del cls.__goodput_patched__
-            except AttributeError:
-                pass
-        _hook = _patched = None
+    _PATCH.disarm()
