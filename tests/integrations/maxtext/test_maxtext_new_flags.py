@@ -320,3 +320,35 @@ def test_goodput_system_metrics_samples_into_the_run_off_the_training_thread(mak
     assert runtime._system_metrics is None and not sampler.running
     mt.create_goodput_recorder(make_config())
     assert runtime._system_metrics is None   # opt-in only
+
+
+def test_the_mldiagnostics_alias_serves_our_compat_and_goes_away(store_url, clock,
+                                                                 monkeypatch):
+    import importlib
+
+    from goodput_core.compat.mldiagnostics.custom_types import metric_types as ours
+    from goodput_integrations.maxtext import alias
+
+    alias.enable_reference_alias(store=store_url, clock=clock, mldiagnostics=True)
+    import google_cloud_mldiagnostics as mldiag
+    from google_cloud_mldiagnostics.custom_types import metric_types
+
+    assert metric_types is ours and mldiag.metric_types is mld.metric_types
+    assert mldiag.xprof is mld.xprof and mldiag.metrics is mld.metrics
+    with pytest.raises(ModuleNotFoundError, match="not provided by goodput's alias"):
+        importlib.import_module("google_cloud_mldiagnostics.utils.gpu_utils")
+    run = mldiag.machinelearning_run(name="no-goodput-recorder")   # the SDK's own naming
+    assert run.name.startswith("no-goodput-recorder-") and run.store == store_url
+    mld.end_run()
+    alias.disable_reference_alias()
+    assert not [n for n in sys.modules if n.startswith("google_cloud_mldiagnostics")]
+    assert mld.metric_types.__name__ == "goodput_core.compat.mldiagnostics.metric_types"
+    # the real SDK imported first: the alias refuses rather than split the run
+    monkeypatch.setitem(sys.modules, "google_cloud_mldiagnostics",
+                        importlib.util.module_from_spec(
+                            importlib.machinery.ModuleSpec("google_cloud_mldiagnostics", None)))
+    from goodput_integrations.maxtext.alias import AliasConflict
+
+    with pytest.raises(AliasConflict, match="google_cloud_mldiagnostics"):
+        alias.enable_reference_alias(store=store_url, mldiagnostics=True)
+    alias.enable_reference_alias(store=store_url)   # without it: no conflict
