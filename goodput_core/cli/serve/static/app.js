@@ -195,6 +195,24 @@ function runPage() {
     }
   }
 
+  // the ML-diagnostics SDK's system metrics (log_system_metrics, GOODPUT_SYSTEM_METRICS)
+  const SYSTEM = ["host_cpu_utilization", "host_memory_utilization", "tpu_duty_cycle",
+    "tpu_tensorcore_utilization", "hbm_utilization", "gpu_duty_cycle",
+    "gpu_tensorcore_utilization", "vram_utilization"];
+  function system(rep) {
+    const body = $("system-body");
+    body.replaceChildren();
+    const metrics = rep.metrics || {};
+    const shown = SYSTEM.filter((n) => metrics[n]);
+    $("system-section").hidden = !shown.length;
+    for (const n of shown) {
+      const tr = h("tr");
+      tr.dataset.metric = n;
+      tr.append(h("td", n), h("td", pct(metrics[n].value), "pct"), h("td", C.fmtTime(metrics[n].time)));
+      body.appendChild(tr);
+    }
+  }
+
   async function drawTimeline() {
     const box = $("timeline");
     const width = Math.max(200, Math.floor(box.clientWidth || 800));
@@ -215,6 +233,7 @@ function runPage() {
     headline(rep, ser);
     breakdown(rep);
     insights(rep);
+    system(rep);
     const width = Math.max(300, $("series").clientWidth || 800);
     C.stackedSeries($("series"), ser, width, 180);
     C.stepChart($("steps"), ser.steps, width, 140);
