@@ -1,10 +1,10 @@
 """A complete PyTorch training loop instrumented for goodput (CPU; torchrun too).
 
     pip install torch 'goodput-core'
-    python examples/torch_training_loop.py --store /tmp/goodput.sqlite --run my-run \\
+    python examples/torch_training_loop.py --store /tmp/goodput.sqlite --run-name my-run \\
         --ckpt-dir /tmp/my-run-ckpt
     torchrun --nproc-per-node 2 --max-restarts 1 examples/torch_training_loop.py \\
-        --store /tmp/goodput.sqlite --run my-run --ckpt-dir /tmp/my-run-ckpt
+        --store /tmp/goodput.sqlite --run-name my-run --ckpt-dir /tmp/my-run-ckpt
     goodput report my-run --store /tmp/goodput.sqlite
 
 A small MLP on synthetic data, a real ``DataLoader`` with worker processes,
@@ -36,7 +36,8 @@ from goodput_core import Recorder
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--store", required=True, help="store URL or sqlite path")
-    p.add_argument("--run", required=True, help="run name (the same for every attempt)")
+    p.add_argument("--run-name", required=True,
+                   help="run name (the same for every attempt; not --run, which torchrun takes)")
     p.add_argument("--ckpt-dir", required=True, help="DCP checkpoint directory")
     p.add_argument("--steps", type=int, default=60, help="train steps 0..N-1 in all")
     p.add_argument("--save-every", type=int, default=20)
@@ -81,18 +82,15 @@ class Batches:
 
 
 class Truth:
-    """The loop's own timing of each phase (what the tests compare with)."""
+    """The loop's own timing of each phase (what the tests compare with): one
+    JSON line per span, written as it ends (a killed process keeps its lines)."""
 
     def __init__(self, path):
-        self.path, self.spans = path, {}
+        self.file = None if path is None else open(path, "a", buffering=1)
 
     def add(self, kind, t0, t1, **extra):
-        self.spans.setdefault(kind, []).append({"t0": t0, "t1": t1, **extra})
-
-    def write(self, **extra):
-        if self.path is not None:
-            with open(self.path, "w") as f:
-                json.dump({"spans": self.spans, **extra}, f)
+        if self.file is not None:
+            self.file.write(json.dumps({"kind": kind, "t0": t0, "t1": t1, **extra}) + "\n")
 
 
 def latest_checkpoint(ckpt_dir):
@@ -103,13 +101,31 @@ def latest_checkpoint(ckpt_dir):
     return max(steps, default=None)
 
 
+def init_distributed(dist, rank, world, restart):
+    """``init_process_group`` over gloo, its keys under this attempt's prefix.
+
+    torchrun keeps its store across restarts (torch 2.13): with the default
+    ``init_process_group("gloo")`` a restarted rank can read the address a
+    rank of the previous attempt published, and the restart fails with
+    ``Gloo connectFullMesh failed ... Connection refused`` (pytorch#167288).
+    """
+    from datetime import timedelta
+
+    agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world,
+                          is_master=rank == 0 and not agent_store,
+                          timeout=timedelta(minutes=5))
+    dist.init_process_group("gloo", store=dist.PrefixStore(f"attempt-{restart}", store),
+                            rank=rank, world_size=world)
+
+
 def main(argv=None):
     args = parse_args(argv)
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
     restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))
     truth = Truth(None if args.truth is None else
-                  os.path.join(args.truth, f"truth-r{rank}-a{restart}.json"))
-    rec = Recorder(args.run, args.store)
+                  os.path.join(args.truth, f"truth-r{rank}-a{restart}.jsonl"))
+    rec = Recorder(args.run_name, args.store)
     import torch
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
@@ -124,7 +140,7 @@ def main(argv=None):
     with rec.job(), gtorch.instrumented(rec, per_host=args.per_host):
         if world > 1:
             t0 = time.time()
-            dist.init_process_group("gloo")  # accelerator init
+            init_distributed(dist, rank, world, restart)  # accelerator init
             truth.add("init", t0, time.time())
         t_prep = time.time()
         with rec.training_preparation():  # model, optimizer, restore
@@ -185,13 +201,12 @@ def main(argv=None):
                 truth.add("save", t0, time.time(), step=step)
             if (args.kill_at is not None and restart == 0 and rank == args.kill_rank
                     and step - 1 == args.kill_at):
-                truth.write(job=[job_t0, None], killed=True)
                 os.kill(os.getpid(), signal.SIGKILL)  # a real crash: nothing more runs
         del it  # the workers stop
         if world > 1:
             dist.barrier()
             dist.destroy_process_group()
-    truth.write(job=[job_t0, time.time()], start_step=start_step)
+    truth.add("job", job_t0, time.time(), start_step=start_step)
     print(f"steps {start_step}..{args.steps - 1} done", flush=True)
 
 

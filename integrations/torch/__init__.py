@@ -118,8 +118,12 @@ def instrumented(recorder: Any, **options: Any) -> Iterator[TorchAdapter]:
     adapter = instrument(recorder, **options)
     try:
         yield adapter
-    finally:
-        adapter.uninstrument()
+    except BaseException:
+        # a crash: the hooks stay until it was reported (signals.py), so that
+        # the disruption rec.job() records reaches the store under torchrun
+        adapter.uninstrument(linger=True)
+        raise
+    adapter.uninstrument()
 
 
 def active_adapter() -> Optional[TorchAdapter]:

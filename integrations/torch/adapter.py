@@ -19,7 +19,6 @@ import time
 from typing import Any, Callable, Optional
 
 from goodput_integrations.jax.gate import ProcessGate
-from goodput_integrations.jax.signals import DisruptionHooks
 from goodput_integrations.jax.stalls import record_stall
 from goodput_integrations.torch import _active, _probe
 from goodput_integrations.torch.accel import AcceleratorInitTimer
@@ -27,6 +26,7 @@ from goodput_integrations.torch.checkpoints import DcpListener
 from goodput_integrations.torch.compile import CompileSpans
 from goodput_integrations.torch.data import instrument_loader
 from goodput_integrations.torch.metadata import run_metadata
+from goodput_integrations.torch.signals import LingeringHooks
 from goodput_integrations.torch.steps import SyncEvery, check_sync_every, gated_step, track_steps
 
 __all__ = ["TorchAdapter", "DEFAULT_CUDA_SYNC_EVERY"]
@@ -127,7 +127,7 @@ class TorchAdapter:
         self._accel = AcceleratorInitTimer(self)
         self._compile = CompileSpans(self, any_thread=any_thread)
         self._dcp = DcpListener(self, any_thread=any_thread)
-        self._hooks = DisruptionHooks(self, sigterm=sigterm, excepthook=excepthook,
+        self._hooks = LingeringHooks(self, sigterm=sigterm, excepthook=excepthook,
                                       flush_timeout_s=flush_timeout_s)
         self._metadata_done = False
         self.stalls: Any = None  # a StallWatch on CUDA (created at the first CUDA step)
@@ -160,19 +160,28 @@ class TorchAdapter:
         self.gate.decide()  # RANK is known before any process group: metadata goes out
         return self
 
-    def uninstrument(self) -> None:
-        """Turns every hook off and removes callbacks, handlers and patches (idempotent)."""
+    def uninstrument(self, linger: bool = False) -> None:
+        """Turns every hook off and removes callbacks, handlers and patches (idempotent).
+
+        Args:
+          linger: an exception is on its way out (``instrumented()`` passes
+            it): the SIGTERM and exception hooks stay until it was reported,
+            and flush the recorder first (see signals.py).
+        """
         with self._lock:
             if not self.active:
                 return
-            self._teardown()
+            self._teardown(linger)
 
-    def _teardown(self) -> None:
+    def _teardown(self, linger: bool = False) -> None:
         self.active = False
         self._compile.uninstall()
         self._dcp.uninstall()
         self._accel.uninstall()
-        self._hooks.uninstall()
+        if linger:
+            self._hooks.linger()
+        else:
+            self._hooks.uninstall()
         if self.stalls is not None:
             self.stalls.stop()
         if _active.current is self:

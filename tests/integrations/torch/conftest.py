@@ -34,8 +34,17 @@ def child_env(**extra: str) -> Dict[str, str]:
 
 
 def read_truth(folder: pathlib.Path) -> Dict[str, dict]:
-    """The example's own timing files, by name (``truth-r<rank>-a<attempt>``)."""
-    return {p.stem: json.loads(p.read_text()) for p in sorted(folder.glob("truth-*.json"))}
+    """The example's own timing, by file name (``truth-r<rank>-a<attempt>``):
+    ``{"spans": {kind: [span, ...]}, "job": [t0, t1 or None]}``."""
+    out = {}
+    for path in sorted(folder.glob("truth-*.jsonl")):
+        spans: Dict[str, list] = {}
+        for line in path.read_text().splitlines():
+            span = json.loads(line)
+            spans.setdefault(span.pop("kind"), []).append(span)
+        job = spans.pop("job", [{"t0": None, "t1": None}])[0]
+        out[path.stem] = {"spans": spans, "job": [job["t0"], job["t1"]]}
+    return out
 
 
 def kinds(store: str, run: str) -> List[str]:

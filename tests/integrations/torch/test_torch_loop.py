@@ -40,7 +40,7 @@ def _assert_within_5_percent(ours: dict, truth: dict) -> None:
 @pytest.mark.timeout(900)
 def test_real_loop_buckets_match_the_loops_own_timing_and_resume(tmp_path):
     store, ckpt = str(tmp_path / "g.sqlite"), str(tmp_path / "ckpt")
-    common = ["--store", store, "--run", "loop", "--ckpt-dir", ckpt, "--steps", str(STEPS),
+    common = ["--store", store, "--run-name", "loop", "--ckpt-dir", ckpt, "--steps", str(STEPS),
               "--save-every", str(SAVE_EVERY), "--truth", str(tmp_path), "--workers", "2",
               "--hidden", "1024", "--batch-size", "256", "--load-ms", "60",
               "--recompile-at", str(RECOMPILE_AT)]
@@ -69,7 +69,7 @@ def test_real_loop_buckets_match_the_loops_own_timing_and_resume(tmp_path):
 
     # a second run of the same command restores the last checkpoint (step 40:
     # nothing left to train) -- run it with more steps: it resumes at 40
-    (tmp_path / "truth-r0-a0.json").unlink()
+    (tmp_path / "truth-r0-a0.jsonl").unlink()
     out = run_example(tmp_path, *[a if a != str(STEPS) else str(STEPS + 10) for a in common],
                       "--compile", "none")
     assert f"steps {STEPS}..{STEPS + 9} done" in out
