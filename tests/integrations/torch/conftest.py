@@ -22,7 +22,7 @@ from goodput_core import Recorder, open_store
 from goodput_core.events import Kind
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
-EXAMPLE = ROOT / "examples" / "torch_training_loop.py"
+EXAMPLE = ROOT / "examples" / "torch_training_loop.py"  # runs goodput_integrations.demo.torch_train
 
 
 def child_env(**extra: str) -> Dict[str, str]:
