@@ -18,6 +18,7 @@ import threading
 import time
 from typing import Any, Callable, Optional
 
+from goodput_core.events import Kind
 from goodput_integrations.jax.gate import ProcessGate
 from goodput_integrations.jax.stalls import record_stall
 from goodput_integrations.torch import _active, _probe
@@ -34,6 +35,8 @@ __all__ = ["TorchAdapter", "DEFAULT_CUDA_SYNC_EVERY"]
 #: ``sync_every="auto"`` on CUDA: one pipeline drain per this many steps.
 DEFAULT_CUDA_SYNC_EVERY = 100
 _DEVICES = ("auto", "cpu", "cuda")
+#: :meth:`TorchAdapter.load_started`'s token for a load whose start is recorded
+_STAMPED = object()
 
 
 def _record_load(recorder: Any, t0: float, t1: float) -> None:
@@ -115,6 +118,9 @@ class TorchAdapter:
         self.sync_every = sync_every
         self.device = device
         self.clock = clock or _recorder_clock(recorder)
+        # with the recorder's own clock, an event stamped "now" can leave the
+        # time to the recorder (one clock read and one conversion fewer)
+        self._recorder_stamps = clock is None
         self.input_stalls = bool(input_stalls)
         self._opts = dict(accelerator_init=accelerator_init, compile_spans=compile_spans,
                           checkpoints=checkpoints, metadata=metadata)
@@ -216,16 +222,21 @@ class TorchAdapter:
 
     def _lazy_hooks(self) -> None:
         """Hooks waiting for a torch module the program had not imported at
-        ``instrument()`` (TorchDynamo, DCP): attached once it is imported."""
+        ``instrument()`` (TorchDynamo, DCP): attached once it is imported; the
+        compile callbacks again after a ``torch._dynamo.reset()``."""
         self._compile.ensure()
-        self._dcp.ensure()
+        if self._dcp.pending:
+            self._dcp.ensure()
 
     def load_started(self, t0: float) -> Any:
         """A load begins at ``t0``: a token for :meth:`loaded` (never raises)."""
         try:
             self._lazy_hooks()
+            if self._stamp_loads():  # CPU, this process writes: the start pair now
+                self.recorder._record_now_pair(Kind.DATA_LOADING_START, Kind.INPUT_STALL_START)
+                return _STAMPED
         except Exception:
-            _probe.log_once("torch-lazy-hooks", "goodput: attaching torch hooks failed")
+            _probe.log_once("torch-lazy-hooks", "goodput: recording a load start failed")
         stalls = self.stalls
         if stalls is None:
             return None
@@ -238,6 +249,9 @@ class TorchAdapter:
     def loaded(self, t0: float, token: Any = None) -> None:
         """Records a load from ``t0`` to now with its input stall (never raises)."""
         try:
+            if token is _STAMPED:  # its start pair is recorded: the end pair now
+                self.recorder._record_now_pair(Kind.INPUT_STALL_END, Kind.DATA_LOADING_END)
+                return
             t1 = self.clock()
             if not self.input_stalls:
                 self.gate.submit(_record_load, self.recorder, t0, t1)
@@ -250,6 +264,14 @@ class TorchAdapter:
         except Exception:
             _probe.log_once("torch-data-record", "goodput: recording a data-loading span failed")
 
+    def _stamp_loads(self) -> bool:
+        """Whether a load is recorded as it happens with the recorder's own
+        stamps: on the CPU (a load is a stall), once this process knows it
+        writes, with the recorder's clock, which has the fast now-pair call."""
+        return (self.input_stalls and self._on_cuda is False and self._recorder_stamps
+                and self.gate.decision is True
+                and hasattr(self.recorder, "_record_now_pair"))
+
     def record_stall(self, start: float, end: float) -> None:
         """Records an input stall ``[start, end)`` (raises what the recorder raises)."""
         self.gate.submit(record_stall, self.recorder, start, end)
@@ -261,7 +283,10 @@ class TorchAdapter:
             if self._on_cuda is None:
                 self._decide_device()
             self._lazy_hooks()
-            self.gate.submit(self.recorder.record_step_start_time, step, self.clock())
+            if self.gate.decision and self._recorder_stamps:
+                self.recorder.record_step_start_time(step)
+            else:
+                self.gate.submit(self.recorder.record_step_start_time, step, self.clock())
         except Exception:
             _probe.log_once("torch-step-start", "goodput: recording a step start failed")
 
@@ -271,7 +296,10 @@ class TorchAdapter:
         sync point a wait for the GPU and the end (never raises)."""
         try:
             if not self._on_cuda:
-                self.gate.submit(self.recorder.record_step_end_time, step, self.clock())
+                if self.gate.decision and self._recorder_stamps:
+                    self.recorder.record_step_end_time(step)
+                else:
+                    self.gate.submit(self.recorder.record_step_end_time, step, self.clock())
                 return
             if self.stalls is not None:
                 self.stalls.dispatched(result)

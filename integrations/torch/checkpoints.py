@@ -89,6 +89,11 @@ class DcpListener(logging.Handler):
         self._wanted = True
         self.ensure()
 
+    @property
+    def pending(self) -> bool:
+        """Wanted and not attached yet (DCP not imported so far)."""
+        return self._wanted and self._logger is None
+
     def ensure(self) -> None:
         """Attaches to DCP's logger if wanted, not attached yet and DCP is imported."""
         if self._logger is not None or not self._wanted:

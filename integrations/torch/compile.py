@@ -73,6 +73,10 @@ class CompileSpans:
         self._installed = False
         self._compile_orig: Any = None
         self._compile_wrapper: Any = None
+        # bound once: ensure() runs at every step and compares these by identity
+        self._start_cb = self._on_start
+        self._end_cb = self._on_end
+        self._registered_in: Optional[list] = None  # the handler's list we are in
         self.compiles: Dict[str, int] = {}
 
     # --------------------------------------------------------------- install
@@ -87,10 +91,11 @@ class CompileSpans:
         handler = _handler()
         if handler is None:
             return False
-        if self._on_start not in handler.start_callbacks:
-            handler.register_start_callback(self._on_start)
-        if self._on_end not in handler.end_callbacks:
-            handler.register_end_callback(self._on_end)
+        if self._start_cb not in handler.start_callbacks:
+            handler.register_start_callback(self._start_cb)
+        if self._end_cb not in handler.end_callbacks:
+            handler.register_end_callback(self._end_cb)
+        self._registered_in = handler.start_callbacks
         self._unwrap_compile()
         return True
 
@@ -126,10 +131,13 @@ class CompileSpans:
     def ensure(self) -> None:
         """Registers the callbacks if ``torch._dynamo.reset()`` cleared them or
         TorchDynamo was imported since (cheap when nothing changed)."""
+        registered = self._registered_in
+        if registered is not None and registered and registered[-1] is self._start_cb:
+            return  # the usual case: still registered, last (a few attribute loads)
         if not self._installed:
             return
         handler = _handler()
-        if handler is not None and self._on_start not in handler.start_callbacks:
+        if handler is not None and self._start_cb not in handler.start_callbacks:
             try:
                 self._register()
             except Exception:
@@ -139,12 +147,13 @@ class CompileSpans:
     def uninstall(self) -> None:
         """Removes the callbacks and the wrapper (those a reset removed are skipped)."""
         self._installed = False
+        self._registered_in = None
         self._unwrap_compile()
         handler = _handler()
         if handler is None:
             return
-        for remove, callback in ((handler.remove_start_callback, self._on_start),
-                                 (handler.remove_end_callback, self._on_end)):
+        for remove, callback in ((handler.remove_start_callback, self._start_cb),
+                                 (handler.remove_end_callback, self._end_cb)):
             try:
                 remove(callback)
             except ValueError:
