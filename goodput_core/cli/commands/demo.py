@@ -110,13 +110,7 @@ def run(args) -> int:
 
         if torch_missing():
             raise CliError("goodput demo --torch needs torch: pip install torch")
-        if str(store).startswith("memory:"):
-            raise CliError("the demo trains in child processes: a memory:// store would "
-                           "not outlive them; use a sqlite path")
-        _play_torch(args, run_name, store, outdir)
-        _finish(run_name, store, outdir, False)
-        return 0
-    if not synthetic:
+    elif not synthetic:
         from goodput_integrations.demo.driver import frameworks_missing
 
         missing = frameworks_missing()
@@ -130,7 +124,7 @@ def run(args) -> int:
         if str(store).startswith("memory:"):
             raise CliError("the demo trains in child processes: a memory:// store would "
                            "not outlive them; use a sqlite path")
-        _play_real(args, run_name, store, outdir)
+        (_play_torch if args.torch else _play_real)(args, run_name, store, outdir)
     _finish(run_name, store, outdir, synthetic)
     return 0
 
@@ -190,20 +184,53 @@ def _remove_workdir(outdir: str, workdir: str, parent_existed: bool = True) -> N
 
 
 def _play_real(args, run_name: str, store: str, outdir: str) -> None:
-    from goodput_integrations.demo.driver import DemoConfig, DemoError, run_crash_and_restart
+    from goodput_integrations.demo.driver import DemoConfig, run_crash_and_restart
+
+    def play(workdir: str, on_message) -> Dict[str, Any]:
+        cfg = DemoConfig(store=store, run=run_name, workdir=workdir, steps=args.steps,
+                         save_every=args.save_every, crash_at=args.crash_at,
+                         log_dir=os.path.join(outdir, "logs", run_name))
+        return run_crash_and_restart(cfg, on_message=on_message)
+
+    print(f"Training a small Flax MLP on CPU ({args.steps} steps, an Orbax checkpoint every "
+          f"{args.save_every}); the first attempt will crash (SIGKILL) after step "
+          f"{args.crash_at}, the second restarts from the last checkpoint.", flush=True)
+    _train(args, run_name, outdir, play)
+
+
+def _play_torch(args, run_name: str, store: str, outdir: str) -> None:
+    from goodput_integrations.demo.torch_driver import (
+        TorchDemoConfig,
+        run_torchrun_crash_and_restart,
+    )
+
+    def play(workdir: str, on_message) -> Dict[str, Any]:
+        cfg = TorchDemoConfig(store=store, run=run_name, workdir=workdir, steps=args.steps,
+                              save_every=args.save_every, crash_at=args.crash_at,
+                              compile=args.compile,
+                              log_path=os.path.join(outdir, "logs", run_name, "torchrun.log"))
+        summary = run_torchrun_crash_and_restart(cfg, on_message=on_message)
+        summary["attempts"] = [1, 2]
+        return summary
+
+    print(f"Training a small PyTorch MLP under torchrun on CPU (2 ranks over gloo, "
+          f"torch.compile backend {args.compile}, {args.steps} steps, a DCP checkpoint every "
+          f"{args.save_every}); rank 1 will kill itself (SIGKILL) after step {args.crash_at}, "
+          f"torchrun restarts both ranks from the last checkpoint.", flush=True)
+    _train(args, run_name, outdir, play)
+
+
+def _train(args, run_name: str, outdir: str, play) -> None:
+    """Runs ``play(workdir, on_message)`` in a fresh checkpoint directory with a
+    progress bar; removes the directory after unless ``--keep-checkpoints``."""
+    from goodput_integrations.demo.driver import DemoError
 
     parent_existed = os.path.isdir(os.path.join(outdir, "checkpoints"))
     workdir = _fresh_workdir(outdir, run_name)
-    cfg = DemoConfig(store=store, run=run_name, workdir=workdir, steps=args.steps,
-                     save_every=args.save_every, crash_at=args.crash_at,
-                     log_dir=os.path.join(outdir, "logs", run_name))
-    print(f"Training a small Flax MLP on CPU ({cfg.steps} steps, an Orbax checkpoint every "
-          f"{cfg.save_every}); the first attempt will crash (SIGKILL) after step "
-          f"{cfg.crash_at}, the second restarts from the last checkpoint.", flush=True)
-    bar = _Progress(cfg.steps, sys.stdout)
+    bar = _Progress(args.steps, sys.stdout)
     started = time.monotonic()
     try:
-        summary = run_crash_and_restart(cfg, on_message=bar)
+        summary = play(workdir, bar)
     except DemoError as exc:
         bar.close()
         raise CliError(str(exc)) from None
@@ -215,39 +242,6 @@ def _play_real(args, run_name: str, store: str, outdir: str) -> None:
     print(f"Trained in {time.monotonic() - started:.1f} s over {len(summary['attempts'])} "
           f"attempts" + (f"; final loss {loss:.4f}" if isinstance(loss, float) else "") + ".\n",
           flush=True)
-
-
-def _play_torch(args, run_name: str, store: str, outdir: str) -> None:
-    from goodput_integrations.demo.driver import DemoError
-    from goodput_integrations.demo.torch_driver import (
-        TorchDemoConfig,
-        run_torchrun_crash_and_restart,
-    )
-
-    parent_existed = os.path.isdir(os.path.join(outdir, "checkpoints"))
-    workdir = _fresh_workdir(outdir, run_name)
-    cfg = TorchDemoConfig(store=store, run=run_name, workdir=workdir, steps=args.steps,
-                          save_every=args.save_every, crash_at=args.crash_at,
-                          compile=args.compile,
-                          log_path=os.path.join(outdir, "logs", run_name, "torchrun.log"))
-    print(f"Training a small PyTorch MLP under torchrun on CPU (2 ranks over gloo, "
-          f"torch.compile backend {cfg.compile}, {cfg.steps} steps, a DCP checkpoint every "
-          f"{cfg.save_every}); rank 1 will kill itself (SIGKILL) after step {cfg.crash_at}, "
-          f"torchrun restarts both ranks from the last checkpoint.", flush=True)
-    bar = _Progress(cfg.steps, sys.stdout)
-    started = time.monotonic()
-    try:
-        summary = run_torchrun_crash_and_restart(cfg, on_message=bar)
-    except DemoError as exc:
-        bar.close()
-        raise CliError(str(exc)) from None
-    finally:
-        if not args.keep_checkpoints:
-            _remove_workdir(outdir, workdir, parent_existed)
-    bar.close()
-    loss = summary.get("final_loss")
-    print(f"Trained in {time.monotonic() - started:.1f} s over 2 attempts"
-          + (f"; final loss {loss:.4f}" if isinstance(loss, float) else "") + ".\n", flush=True)
 
 
 class _Progress:
