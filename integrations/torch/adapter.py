@@ -35,7 +35,7 @@ __all__ = ["TorchAdapter", "DEFAULT_CUDA_SYNC_EVERY"]
 #: ``sync_every="auto"`` on CUDA: one pipeline drain per this many steps.
 DEFAULT_CUDA_SYNC_EVERY = 100
 _DEVICES = ("auto", "cpu", "cuda")
-#: :meth:`TorchAdapter.load_started`'s token for a load whose start is recorded
+#: :meth:`TorchAdapter.load_started`'s token for a CPU load the recorder stamps the end of
 _STAMPED = object()
 
 
@@ -232,11 +232,10 @@ class TorchAdapter:
         """A load begins at ``t0``: a token for :meth:`loaded` (never raises)."""
         try:
             self._lazy_hooks()
-            if self._stamp_loads():  # CPU, this process writes: the start pair now
-                self.recorder._record_now_pair(Kind.DATA_LOADING_START, Kind.INPUT_STALL_START)
+            if self._stamp_loads():  # CPU, this process writes: see loaded()
                 return _STAMPED
         except Exception:
-            _probe.log_once("torch-lazy-hooks", "goodput: recording a load start failed")
+            _probe.log_once("torch-lazy-hooks", "goodput: attaching torch hooks failed")
         stalls = self.stalls
         if stalls is None:
             return None
@@ -249,8 +248,11 @@ class TorchAdapter:
     def loaded(self, t0: float, token: Any = None) -> None:
         """Records a load from ``t0`` to now with its input stall (never raises)."""
         try:
-            if token is _STAMPED:  # its start pair is recorded: the end pair now
-                self.recorder._record_now_pair(Kind.INPUT_STALL_END, Kind.DATA_LOADING_END)
+            if token is _STAMPED:  # nothing is recorded before the load returned a batch
+                rec = self.recorder
+                rec.record_data_loading_start_time(t0)
+                rec.record_input_stall_start_time(t0)
+                rec._record_now_pair(Kind.INPUT_STALL_END, Kind.DATA_LOADING_END)
                 return
             t1 = self.clock()
             if not self.input_stalls:
