@@ -171,14 +171,20 @@ class ActiveRun:
             self.recorder.record_step_start_time(step, when)
 
     def collect_hardware(self) -> None:
-        """Records jax's device facts once its backends exist (lead only)."""
+        """Records the framework's device facts once known (lead only): jax's
+        once its backends exist; torch's (``framework=PYTORCH``) at once."""
         from goodput_core.compat.mldiagnostics import _system
         from goodput_core.queries.diagnostics import jsonable
 
-        if "jax" not in sys.modules:  # not a JAX program (jax comes before the run)
+        if self.run.framework.value == "PYTORCH":
+            meta = _system.torch_metadata()
+            if not meta:  # not imported yet: asked again at the next metric
+                return
+        elif "jax" not in sys.modules:  # not a JAX program (jax comes before the run)
             self.hardware_pending = False
             return
-        meta = _system.jax_metadata()
+        else:
+            meta = _system.jax_metadata()
         if not meta:  # backends not up yet: asked again at the next metric
             return
         self.hardware_pending = False

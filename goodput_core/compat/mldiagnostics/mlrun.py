@@ -23,9 +23,10 @@ embedded sqlite file), under that run name:
   an unhandled exception (the SDK reports the run FAILED then);
 * run metadata: ``run_group``, ``configs`` (the user's, JSON-safe and nested;
   ``run.configs.userConfigs`` has them as strings, as the SDK's), ``software_configs`` and
-  ``hardware_configs`` (collected as the SDK does), and jax's device facts
-  (``device_kind``, ``num_devices``...: program goodput needs them) once
-  jax's backends exist;
+  ``hardware_configs`` (collected as the SDK does), and the framework's
+  device facts (``device_kind``, ``num_devices``...: program goodput needs
+  them) once jax's backends exist, or, with ``framework=PYTORCH``, from
+  torch (devices, world size, torchrun facts);
 * with ``steps_from_metrics`` (default), the first metric recorded with
   ``step=N`` (N above every step seen) marks step N's start: the SDK has no
   step timing, so the metric calls give it (turn it off when the program
@@ -193,8 +194,9 @@ def machinelearning_run(
         accepted for compatibility (validated as the SDK; no cloud is used).
       store: our store URL or path (default ``$GOODPUT_STORE`` or the embedded file).
       clock: the time source (tests inject a fake).
-      process_index: this process's index (default: jax's, else ``RANK``-like
-        variables, else 0).
+      process_index: this process's index (default: with ``framework=PYTORCH``
+        the ``torch.distributed`` rank once a process group exists, else
+        jax's; else ``RANK``-like variables, else 0).
       profile_dir: where traces go (default: see ``MLRun.profile_dir``).
       steps_from_metrics: mark step starts from metrics' ``step`` (module docstring).
       record_job: record job start/end and crashes on process 0.
@@ -250,7 +252,8 @@ def machinelearning_run(
         raise MLRunConfigurationError(f"run_name must be a non-empty string, got {run_name!r}")
     stored_name, orchestrator, details = _system.run_identity(name, clock(), run_workload_id)
     run_name = run_name or stored_name
-    index = _system.process_index() if process_index is None else int(process_index)
+    index = (_system.process_index(enums["framework"].value) if process_index is None
+             else int(process_index))
     run = MLRun(
         name=run_name, run_group=run_group, gcs_path=gcs_path, location=region or "",
         project=project, run_phase=RunPhase.PHASE_ACTIVE,
