@@ -42,14 +42,15 @@ def run_path(run: str) -> str:
 
 
 def get(url: str, headers: Optional[Dict[str, str]] = None, method: str = "GET",
-        timeout: float = 30.0) -> Tuple[int, Dict[str, str], bytes]:
-    """``(status, headers, body)`` of one request (errors included)."""
+        timeout: float = 30.0) -> Tuple[int, Any, bytes]:
+    """``(status, headers, body)`` of one request (errors included); the headers
+    as ``http.client`` gives them (names in any case; a missing one is None)."""
     req = urllib.request.Request(url, headers=headers or {}, method=method)
     try:
         with _OPENER.open(req, timeout=timeout) as resp:
-            return resp.status, dict(resp.headers), resp.read()
+            return resp.status, resp.headers, resp.read()
     except urllib.error.HTTPError as exc:
-        return exc.code, dict(exc.headers), exc.read()
+        return exc.code, exc.headers, exc.read()
 
 
 def get_json(url: str, **kwargs: Any) -> Any:
