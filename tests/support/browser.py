@@ -13,8 +13,9 @@ CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 DRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
 
 
-def chromium_or_skip() -> Any:
-    """A new headless Chromium session (quit it when done), or the test skips."""
+def chromium_or_skip(*extra_args: str) -> Any:
+    """A new headless Chromium session (quit it when done), or the test skips.
+    ``extra_args``: more Chromium switches (``--host-resolver-rules=...``)."""
     webdriver = pytest.importorskip("selenium.webdriver")
     from selenium.webdriver.chrome.service import Service
 
@@ -23,7 +24,8 @@ def chromium_or_skip() -> Any:
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
     for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                "--window-size=1280,1300", "--no-proxy-server", "--disable-extensions"):
+                "--window-size=1280,1300", "--no-proxy-server", "--disable-extensions",
+                *extra_args):
         options.add_argument(arg)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     return webdriver.Chrome(service=Service(DRIVER), options=options)

@@ -18,13 +18,15 @@ __all__ = ["make_server"]
 
 def make_server(store: Any, host: str = "127.0.0.1", port: int = 8765,
                 token: Optional[str] = None, *, max_streams: int = 32,
-                client_timeout: float = 60.0, **cache_options: Any):
+                client_timeout: float = 60.0, max_connections: int = 512,
+                **cache_options: Any):
     """A :class:`~goodput_core.cli.serve.http.DashboardServer` over ``store``
     (an open store), its socket bound; call ``serve_forever()`` on it,
     ``shutdown()`` to stop and ``server_close()`` to let the port go.
 
     ``client_timeout``: seconds a client may take to send a request, or stall
-    reading an answer, before it is disconnected. ``cache_options`` go to
+    reading an answer, before it is disconnected; ``max_connections``: more
+    connections at once are closed as they come. ``cache_options`` go to
     :class:`~goodput_core.cli.serve.runs.RunCache`.
     Cloud Logging is read less often (every 2 s per run, its run list every
     10 s): each read is an API call under a quota, and its logs arrive with a
@@ -43,4 +45,5 @@ def make_server(store: Any, host: str = "127.0.0.1", port: int = 8765,
         cache_options.setdefault("min_interval", 2.0)
         cache_options.setdefault("names_max_age", 10.0)
     return DashboardServer(Api(RunCache(store, **cache_options)), host, port, token,
-                           max_streams=max_streams, client_timeout=client_timeout)
+                           max_streams=max_streams, client_timeout=client_timeout,
+                           max_connections=max_connections)

@@ -198,9 +198,8 @@ class DashboardServer:
                 f"refusing to serve on {host}: anyone who can reach it would read every run. "
                 f"Give a token (--token-file FILE or ${TOKEN_ENV}) to bind an address other "
                 "than 127.0.0.1")
-        import uvicorn
-
         protocol = _protocol_class(float(client_timeout), int(max_connections))
+        import uvicorn  # present: _protocol_class said what to install where not
         self.api = api
         self.token = token or None
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -228,6 +227,11 @@ class DashboardServer:
             timeout_graceful_shutdown=_GRACE_S,
             h11_max_incomplete_event_size=_MAX_HEAD)
         self._server = uvicorn.Server(config)
+
+    @property
+    def open_connections(self) -> int:
+        """Client connections open now (the serving thread's count)."""
+        return len(self._server.server_state.connections)
 
     def _is_stopping(self) -> bool:
         # shutdown(), or a signal uvicorn caught (then live streams end too)
