@@ -154,14 +154,19 @@ class DashboardApp:
         if path.startswith("/static/") and path[8:] in _STATIC:
             name = path[8:]
             return await _send(send, 200, self._static(name), _content_type(name), head)
-        if path == "/api/stream":
-            return await self._stream(params.get("run"), receive, send, head)
         try:
+            if path == "/api/stream":
+                run = params.get("run")
+                if run is not None:
+                    _check_run(run)
+                return await self._stream(run, receive, send, head)
             call = self._api_call(path, params)
             body = await self._blocking(lambda: json.dumps(call(), allow_nan=False).encode())
         except NotFound as exc:
             return await _send_json(send, 404, {"error": str(exc)}, head)
-        except BadRequest as exc:
+        except BadRequest as exc:  # a parameter it cannot use: one line, as any refusal
+            logger.info("refused %s %s from %s: 400 %s", scope["method"], for_log(path),
+                        _client(scope), for_log(str(exc)))
             return await _send_json(send, 400, {"error": str(exc)}, head)
         await _send(send, 200, body, _JSON, head, extra)
 
@@ -189,6 +194,7 @@ class DashboardApp:
                     run = run_from_segment(name)
                 except UnicodeDecodeError:
                     raise _Refusal(400, "the run name is not percent-encoded UTF-8") from None
+                _check_run(run)
                 return lambda: getattr(api, what)(run) if what == "report" else \
                     getattr(api, what)(run, params)
         raise NotFound(f"no such path: {for_log(path, 80)}")
@@ -225,6 +231,13 @@ class DashboardApp:
         finally:
             self.streams -= 1
             gone.cancel()
+
+
+def _check_run(run: str) -> None:
+    """A name no run can have (the recorder refuses NUL) is not looked up: some
+    stores cannot even be asked (PostgreSQL text holds no NUL)."""
+    if "\x00" in run:
+        raise NotFound(f"no run named {run[:80]!r}")
 
 
 class _Tracked:
