@@ -81,6 +81,7 @@ def _protocol_class(client_timeout: float, max_connections: int) -> type:
     base = _uvicorn()
     head = b"\r\n".join(b"%s: %s" % (k.lower().encode(), v.encode())
                         for k, v in SECURITY_HEADERS)
+    refused = [0, -float("inf")]  # connections over the bound since the last line, its time
 
     class _Protocol(base):  # type: ignore[misc, valid-type]
         def __init__(self, *args: Any, **kwargs: Any):
@@ -94,9 +95,14 @@ def _protocol_class(client_timeout: float, max_connections: int) -> type:
         def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
             if len(self.connections) > max_connections:
-                logger.warning("%s: refused: %d connections open", self._who(),
-                               max_connections)
                 transport.abort()
+                refused[0] += 1
+                now = self.loop.time()
+                if now - refused[1] >= 10.0:  # a flood of them is a line every 10 s
+                    logger.warning("%s: connection refused: %d open already (%d more "
+                                   "refused since the last such line)", self._who(),
+                                   max_connections, refused[0] - 1)
+                    refused[:] = [0, now]
                 return
             self._arm_deadline()
 
@@ -152,7 +158,8 @@ def _protocol_class(client_timeout: float, max_connections: int) -> type:
             try:
                 if not answering:  # else a broken body: no room for another answer
                     self.transport.write(
-                    b"HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain; charset=utf-8\r\n"
+                        b"HTTP/1.1 400 Bad Request\r\n"
+                        b"content-type: text/plain; charset=utf-8\r\n"
                         b"content-length: %d\r\nconnection: close\r\n%s\r\n\r\n%s"
                         % (len(body), head, body))
             finally:
