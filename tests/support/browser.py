@@ -31,6 +31,25 @@ def chromium_or_skip(*extra_args: str) -> Any:
     return webdriver.Chrome(service=Service(DRIVER), options=options)
 
 
+def browser_fixtures(*extra_args: str):
+    """``(_driver, browser)``, the fixtures of a test module: one Chromium for the
+    module (``extra_args``: see :func:`chromium_or_skip`), each test starting and
+    ending on a blank page. Assign both at the module's top level."""
+    @pytest.fixture(scope="module")
+    def _driver():
+        driver = chromium_or_skip(*extra_args)
+        yield driver
+        driver.quit()
+
+    @pytest.fixture
+    def browser(_driver):
+        blank(_driver)
+        yield _driver
+        blank(_driver)  # before the test's server goes away
+
+    return _driver, browser
+
+
 def blank(driver: Any) -> None:
     """Leaves the last test's page (its live stream would retry a server that is
     gone) and forgets the console so far: each test reads only its own errors."""

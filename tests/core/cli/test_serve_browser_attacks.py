@@ -6,11 +6,10 @@ percent-encoded UTF-8."""
 
 from __future__ import annotations
 
-import pytest
 
 from goodput_core.stores import open_store
 from tests.core.cli.test_serve_api import _simple
-from tests.support.browser import blank, chromium_or_skip, console_errors, wait_for
+from tests.support.browser import browser_fixtures, console_errors, wait_for
 from tests.support.dashboard import dashboard
 
 EVIL = "evil.test"  # the attacker's name; Chromium resolves it to 127.0.0.1
@@ -40,18 +39,7 @@ const [port, done] = [arguments[0], arguments[arguments.length - 1]];
 """
 
 
-@pytest.fixture(scope="module")
-def _driver():
-    driver = chromium_or_skip(f"--host-resolver-rules=MAP {EVIL} 127.0.0.1")
-    yield driver
-    driver.quit()
-
-
-@pytest.fixture
-def browser(_driver):
-    blank(_driver)
-    yield _driver
-    blank(_driver)
+_driver, browser = browser_fixtures(f"--host-resolver-rules=MAP {EVIL} 127.0.0.1")
 
 
 def _store(tmp_path, *names):
