@@ -165,7 +165,6 @@ class Api:
 
     def compare(self, params: Dict[str, str]) -> Dict[str, Any]:
         from goodput_core.cli.commands.compare import compare_reports
-
         from goodput_core.queries.run_groups import check_run_group
 
         try:  # a group no run can have (too long, control characters) is the asker's error
