@@ -100,23 +100,32 @@ def page_after_first_read(path: str, code: Optional[str] = None) -> dict:
         srv.stop()
 
 
-def timeline_costs(path: str, widths, repeats: int, code: Optional[str] = None) -> dict:
-    srv = Server(path, code)
+def timeline_costs(path: str, widths, repeats: int, sides: dict) -> dict:
+    """Median seconds of a zoomed timeline request by width, for each side; the
+    sides' servers run at once and take turns request by request."""
+    servers = {name: Server(path, code) for name, code in sides.items()}
     try:
-        _get(f"{srv.base}/timeline?width=10")  # the first read and the span index
-        life = json.loads(_OPENER.open(f"{srv.base}/timeline?width=1").read())
-        a, b = life["start"], life["end"]
-        out = {}
+        spans = {}
+        for name, srv in servers.items():
+            _get(f"{srv.base}/timeline?width=10")  # the first read and the span index
+            life = json.loads(_OPENER.open(f"{srv.base}/timeline?width=1").read())
+            spans[name] = (life["start"], life["end"])
+        out: dict = {name: {} for name in servers}
         for w in widths:
-            times = []
+            times: dict = {name: [] for name in servers}
             for i in range(repeats):  # a different zoom each time
-                lo = a + (b - a) * (i % 10) / 20
-                hi = lo + (b - a) / 2
-                times.append(_get(f"{srv.base}/timeline?width={w}&start={lo}&end={hi}"))
-            out[w] = median(times)
+                for name, srv in servers.items():
+                    a, b = spans[name]
+                    lo = a + (b - a) * (i % 10) / 20
+                    hi = lo + (b - a) / 2
+                    times[name].append(
+                        _get(f"{srv.base}/timeline?width={w}&start={lo}&end={hi}"))
+            for name in servers:
+                out[name][w] = median(times[name])
         return out
     finally:
-        srv.stop()
+        for srv in servers.values():
+            srv.stop()
 
 
 def memory_after_requests(path: str, counts, code: Optional[str] = None) -> list:
@@ -241,7 +250,7 @@ def main() -> None:
           + "; after the read: " + _cmp(med(lambda r: r["rss_read"]), lambda v: f"{v:.0f} MiB"))
     widths = (100, 400, 1000, 4000)
     for n in sizes:
-        costs = _both(sides, timeline_costs, paths[n], widths, args.repeats * 4)
+        costs = timeline_costs(paths[n], widths, args.repeats * 4, sides)
         for name, c in costs.items():
             print(f"timeline request, {n:,} events, {name}: " + ", ".join(
                 f"width {w}: {t * 1000:.1f} ms" for w, t in c.items()))
