@@ -17,9 +17,10 @@ Security (each is tested):
   carrying ``GET ... Host: 127.0.0.1``) and skip the check.
 - Every answer has a strict Content-Security-Policy (scripts, styles and
   data from this server only; no inline script), ``nosniff``, no referrer
-  and no caching: the app's answers, uvicorn's own (503, 500) and the 400 of
-  a malformed request (a request line or header over 16 KiB, not HTTP/1.x,
-  TLS on the plain port), which :class:`_Protocol` answers with them.
+  and no caching: the app's answers, uvicorn's own (a 500) and the 400 for
+  what h11 cannot parse (a bad request line or header, a head still
+  incomplete at 16 KiB, TLS on the plain port), which the protocol class
+  below answers with them.
 - A malformed request is one log line, never a traceback; a client that
   sends no whole request head within ``client_timeout`` (60 s) of
   connecting or of its last answer, or stops reading an answer for as long,
