@@ -356,9 +356,9 @@ def _finish(run_name: str, store: str, outdir: str, synthetic: bool) -> None:
 
 def _dashboard_url(run_name: str) -> str:
     """The run page of ``goodput serve`` on its default address."""
-    import urllib.parse
+    from goodput_core.cli.serve.security import run_segment
 
-    return f"http://127.0.0.1:8765/run/{urllib.parse.quote(run_name, safe='')}"
+    return f"http://127.0.0.1:8765/run/{run_segment(run_name)}"
 
 
 def _goodput_command() -> str:

@@ -168,8 +168,12 @@ class Api:
 
     def compare(self, params: Dict[str, str]) -> Dict[str, Any]:
         from goodput_core.cli.commands.compare import compare_reports
+        from goodput_core.queries.run_groups import check_run_group
 
-        group = params.get("group")
+        try:  # a group no run can have (too long, control characters) is the asker's error
+            group = check_run_group(params.get("group"), "group")
+        except ValueError as exc:
+            raise BadRequest(str(exc)) from None
         if not group:
             raise BadRequest("give ?group=G")
         with self.cache.io:  # compare reads every run of the store itself

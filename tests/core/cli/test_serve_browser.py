@@ -19,23 +19,12 @@ import pytest
 
 from goodput_core.stores import open_store
 from tests.core.cli.test_serve_api import _simple
-from tests.support.browser import blank, chromium_or_skip, console_errors, wait_for
+from tests.support.browser import browser_fixtures, console_errors, wait_for
 from tests.support.cli_process import goodput, synthetic_job_events
 from tests.support.dashboard import HOSTILE_RUN, dashboard
 
 
-@pytest.fixture(scope="module")
-def _driver():
-    driver = chromium_or_skip()
-    yield driver
-    driver.quit()
-
-
-@pytest.fixture
-def browser(_driver):
-    blank(_driver)
-    yield _driver
-    blank(_driver)  # before the test's server goes away
+_driver, browser = browser_fixtures()
 
 
 def _text(driver, css):
