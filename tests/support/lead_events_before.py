@@ -1,9 +1,26 @@
 """The lead-stream pass as it was before it read events by columns (main at
-cedba5f, goodput_core/timeline/streams.py): the oracle of
+cedba5f, goodput_core/timeline/streams.py), amended only where issue 40
+changed rule 13 (items 4 and 5): the oracle of
 tests/core/timeline/test_lead_events_columns.py, which checks that the
-column-wise rewrite returns the same events in the same order. Kept only as
-a test oracle (no independent reference of rule 13 with stragglers is
-cheap to write); not imported by the package."""
+column-wise pass returns the same events in the same order. Kept only as a
+test oracle (no independent reference of rule 13 with stragglers is cheap to
+write; each clause is also pinned by hand-derived figures in
+tests/core/timeline/test_rule13_clauses.py); not imported by the package.
+
+The amendments (docs/semantics.md, rule 13), each marked "issue 40" below:
+
+- liveness-only rows (heartbeats, metrics, metadata) never place a piece:
+  its start and end are those of its other events, and a piece of nothing
+  else leads nothing;
+- a piece that recorded a disruption or a job end after its last step start
+  ends there (what it records later is its process shutting down);
+- two pieces of the lead index that overlap, both with steps, the later's
+  first step after the earlier's last: the later one takes over the lead at
+  its start (a restart overlapping the old process's shutdown);
+- a lead piece's events from the next lead piece's start on are not the
+  job's (its metrics and metadata excepted);
+- blocking time before an attempt's first step gates the job like a step's
+  (:func:`_first_step_stalls`)."""
 from __future__ import annotations
 
 import bisect
@@ -24,6 +41,12 @@ _SCHEDULING = {int(Kind.JOB_SUBMITTED), int(Kind.RESOURCES_GRANTED)}
 # Model metrics and run metadata are no part of the partition: every host's
 # reach the run (``record_on_all_hosts=True`` points, a config only one host records).
 _SIDE = {int(Kind.METRIC), int(Kind.METADATA)}
+# issue 40: rows that say a process is there, nothing of the attempt's time
+_LIVENESS = _SIDE | {int(Kind.HEARTBEAT)}
+_CLOSING = {_DISRUPTION, _JOB_END}
+# before the first step every load blocks (rule 7), the reference's too
+_PRE_START = {**_BLOCK_START, int(Kind.DATA_LOADING_START): "load"}
+_PRE_END = {**_BLOCK_END, int(Kind.DATA_LOADING_END): "load"}
 _EPS = 1e-9  # seconds: below this a straggler's excess is float noise
 
 
@@ -54,14 +77,26 @@ def _t(e: EventRecord) -> float:
 
 
 class _Piece:
-    """One attempt of one writer process: its events in time order."""
+    """One attempt of one writer process: its events in time order; its
+    start and end (None: liveness-only rows, issue 40)."""
 
     __slots__ = ("key", "index", "events", "start", "end")
 
     def __init__(self, key, index: int, events: List[EventRecord]):
         self.key, self.index, self.events = key, index, events
-        self.start = _t(events[0])
-        self.end = max(_t(e) for e in events)
+        timed = [e for e in events if e[1] not in _LIVENESS]
+        self.start = _t(timed[0]) if timed else None
+        self.end = _end(timed) if timed else None
+
+
+def _end(timed: List[EventRecord]) -> float:
+    """issue 40: the first disruption or job end at or after the last step
+    start, else the last event."""
+    steps = [i for i, e in enumerate(timed) if e[1] == _STEP]
+    for e in timed[steps[-1] if steps else 0:]:
+        if e[1] in _CLOSING:
+            return _t(e)
+    return max(_t(e) for e in timed)
 
 
 def _streams(events: Sequence[EventRecord]) -> Dict[Any, List[EventRecord]]:
@@ -99,6 +134,11 @@ def _pieces(key, evs: List[EventRecord]) -> List[_Piece]:
     return out
 
 
+def _piece_order(p: _Piece):
+    """Pieces in order of start, index and writer (liveness-only ones last)."""
+    return (p.start is None, 0 if p.start is None else p.start, p.index, repr(p.key))
+
+
 def _job_attempts(pieces: List[_Piece]) -> List[List[_Piece]]:
     """Pieces grouped by overlapping lifetimes, in time order."""
     groups: List[List[_Piece]] = []
@@ -126,11 +166,31 @@ def _lead_chain(group: List[_Piece]) -> List[_Piece]:
             # training leads (only process 0 writes, but every process
             # recorded its job start and end around the adapter)
             chain[-1] = p
+        elif _has_steps(p) and _step_times(p)[0] > _step_times(chain[-1])[-1]:
+            # issue 40: the new process trains after the old one stopped
+            if p.start > chain[-1].start:
+                chain.append(p)
+            else:
+                chain[-1] = p
     return chain
 
 
 def _has_steps(p: _Piece) -> bool:
     return any(e[1] == _STEP for e in p.events)
+
+
+def _step_times(p: _Piece) -> List[float]:
+    return [_t(e) for e in p.events if e[1] == _STEP]
+
+
+def _cut(p: _Piece, until: float) -> Tuple[Optional[_Piece], List[EventRecord]]:
+    """issue 40: ``p``'s events before ``until`` (None: none), and the
+    metrics and metadata from ``until`` on."""
+    kept = [e for e in p.events if _t(e) < until]
+    late = [e for e in p.events if _t(e) >= until and e[1] in _SIDE]
+    if len(kept) == len(p.events):
+        return p, []
+    return (_Piece(p.key, p.index, kept) if kept else None), late
 
 
 def lead_events(events: Sequence[EventRecord]) -> List[EventRecord]:
@@ -159,24 +219,38 @@ def lead_events(events: Sequence[EventRecord]) -> List[EventRecord]:
                 del streams[key]
     if len(streams) <= 1:
         return list(events)
-    pieces = [p for key, evs in streams.items() for p in _pieces(key, evs)]
+    # in order of start, index and writer, not of arrival (issue 40: a heartbeat
+    # that brought a writer's first row earlier must not change a tie)
+    pieces = sorted((p for key, evs in streams.items() for p in _pieces(key, evs)),
+                    key=_piece_order)
     leads: List[_Piece] = []
-    for group in _job_attempts(pieces):
+    others_of: List[List[_Piece]] = []
+    for group in _job_attempts([p for p in pieces if p.start is not None]):
         chain = _lead_chain(group)
         others = [p for p in group if not any(p is c for c in chain)]
-        for lead in chain:
-            stalls = _straggler_stalls(lead, others) if others else []
-            out.extend(_in_time_order(lead.events, stalls))
         leads += chain
+        others_of += [others] * len(chain)
+    # issue 40: each lead piece up to the next one's start
+    cut = []
+    for i, (lead, others) in enumerate(zip(leads, others_of)):
+        until = leads[i + 1].start if i + 1 < len(leads) else math.inf
+        kept, late = _cut(lead, until)
+        cut.append(kept)
+        if kept is not None:
+            stalls = (_first_step_stalls(kept, others) + _straggler_stalls(kept, others)
+                      if others else [])
+            out.extend(_in_time_order(kept.events, stalls))
+        out.extend(late)
     # a host's disruption may come after the lead's last event (the lead's
     # host was still waiting in a collective): each lead piece borrows from
     # every other writer up to the next lead piece's start
     lead_ids = {id(p) for p in leads}
     foreign = sorted((e for p in pieces if id(p) not in lead_ids for e in p.events
                       if e[1] == _DISRUPTION), key=_t)
-    for i, lead in enumerate(leads):
+    for i, lead in enumerate(cut):
         until = leads[i + 1].start if i + 1 < len(leads) else math.inf
-        out.extend(_borrowed_disruption(lead, foreign, until))
+        if lead is not None:
+            out.extend(_borrowed_disruption(lead, foreign, until))
     out.extend(e for p in pieces if id(p) not in lead_ids for e in p.events if e[1] in _SIDE)
     return out
 
@@ -221,16 +295,17 @@ def _step_spans(evs: List[EventRecord]) -> Dict[int, Tuple[float, float]]:
     return spans
 
 
-def _blocking(evs: List[EventRecord]) -> List[Tuple[float, float]]:
+def _blocking(evs: List[EventRecord], starts=_BLOCK_START, ends=_BLOCK_END
+              ) -> List[Tuple[float, float]]:
     """The union of a piece's input stalls and blocking loads, sorted."""
     pending: Dict[str, Optional[float]] = {}
     spans = []
     for e in evs:
-        fam = _BLOCK_START.get(e[1])
+        fam = starts.get(e[1])
         if fam is not None:
             pending[fam] = _t(e)
             continue
-        fam = _BLOCK_END.get(e[1])
+        fam = ends.get(e[1])
         if fam is not None and pending.get(fam) is not None:
             a, b = pending.pop(fam), _t(e)
             if b > a:
@@ -303,6 +378,58 @@ def _straggler_stalls(lead: _Piece, others: List[_Piece]) -> List[EventRecord]:
             for kind, t in ((Kind.INPUT_STALL_START, x), (Kind.INPUT_STALL_END, y)):
                 out.append(EventRecord(lead.events[0][0], int(kind), t, None, None,
                                        lead.index, host, pid, "straggler", 0, t))
+    return out
+
+
+def _first_step(evs: List[EventRecord]) -> Optional[Tuple[float, Any]]:
+    """``(time, step)`` of a piece's first step start with a step number."""
+    return next(((_t(e), e[3]) for e in evs if e[1] == _STEP and e[3] is not None), None)
+
+
+def _before_first_step(p: _Piece) -> Optional[Tuple[float, float, Any, List[Tuple[float, float]]]]:
+    """issue 40: ``(a, b, step, blocking)`` of the time from a piece's job
+    start (its first event without one) to its first step start ``b``: its
+    loads of every kind, input stalls and blocking loads that ended by
+    ``b``, merged and clipped to ``[a, b)``; None without a first step."""
+    first = _first_step(p.events)
+    if first is None:
+        return None
+    b, step = first
+    a = next((_t(e) for e in p.events if e[1] == _JOB_START), p.start)
+    if not b > a:
+        return None
+    blocking = _blocking([e for e in p.events if _t(e) <= b], _PRE_START, _PRE_END)
+    return a, b, step, _Blocks(blocking).within(a, b)
+
+
+def _first_step_stalls(lead: _Piece, others: List[_Piece]) -> List[EventRecord]:
+    """issue 40: the input stalls carved from the lead's time before its first
+    step where a host of ``others`` with the same first step blocked longer
+    before it (the hosts' time aligned at their first step starts)."""
+    mine = _before_first_step(lead)
+    if mine is None:
+        return []
+    a, b, step, own = mine
+    worst, where = 0.0, None
+    for p in others:
+        theirs = _before_first_step(p)
+        if theirs is None or theirs[2] != step:
+            continue
+        w = _inside(theirs[3])
+        if w > worst:
+            shift = b - theirs[1]
+            worst, where = w, [(x + shift, y + shift) for x, y in theirs[3]]
+    if where is None:
+        return []
+    need = min(worst, b - a) - _inside(own)
+    if need <= _EPS:
+        return []
+    host, pid = lead.key
+    out: List[EventRecord] = []
+    for x, y in _free_time(own, where, a, b, need):
+        for kind, t in ((Kind.INPUT_STALL_START, x), (Kind.INPUT_STALL_END, y)):
+            out.append(EventRecord(lead.events[0][0], int(kind), t, None, None,
+                                   lead.index, host, pid, "straggler", 0, t))
     return out
 
 
