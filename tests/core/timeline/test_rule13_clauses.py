@@ -13,6 +13,7 @@ from __future__ import annotations
 import pytest
 
 from goodput_core.events import Kind
+from goodput_core.queries.incidents import incidents
 from goodput_core.timeline.buckets import BadputType as B
 from tests.support.writers import Writer, job
 
@@ -52,7 +53,7 @@ def _two_attempts(disrupt):
     for i in range(3):
         w = Writer(i, f"h{i}", pid=1).ev(Kind.JOB_START, 0.0).steps(0, [1.0 + k for k in range(6)])
         if i in disrupt:
-            w.disruption(disrupt[i])
+            w.disruption(disrupt[i], f"cause-{i}")
         w2 = Writer(i, f"h{i}", pid=2).ev(Kind.JOB_START, 20.0)
         w2.steps(4, [21.0 + k for k in range(4)]).ev(Kind.JOB_END, 25.0)
         hosts += [w, w2]
@@ -63,11 +64,15 @@ def test_several_hosts_recording_disruptions_in_one_gap_count_once_from_the_earl
     """Hosts 1 and 2 record a disruption at 6.5 and 7.0, the lead none: one
     restart, recovery from the earliest. (Broken: the latest is borrowed, or
     every one.)"""
-    r, bad = _figures(_two_attempts({2: 7.0, 1: 6.5}))
+    calc = _two_attempts({2: 7.0, 1: 6.5})
+    r, bad = _figures(calc)
     # restart at step 4: wasted S4 [5, 6) and S5 [6, 6.5) (closed by the
     # disruption) = 1.5; recovery [6.5, 20) = 13.5; productive S0..S3 [1, 5) = 4
     # and S4..S7 [21, 25) = 4; OTHER [0, 1) + [20, 21) = 2; total 25
     assert r.disruptions == 1
+    # one incident, seen by the host that saw it first
+    assert [(i.cause, i.seen_by) for i in incidents(calc, NOW).incidents] == [
+        ("cause-1", (1, "h1"))]
     assert r.total_seconds == pytest.approx(25.0)
     assert bad == pytest.approx({WASTED: 1.5, REC: 13.5, B.OTHER: 2.0})
     assert r.productive_seconds == pytest.approx(8.0)
@@ -76,9 +81,12 @@ def test_several_hosts_recording_disruptions_in_one_gap_count_once_from_the_earl
 def test_the_leads_own_disruption_beside_another_hosts_is_the_one_counted():
     """The lead records its disruption at 6.8, host 2 an earlier one at 6.5:
     the lead's own is used, once. (Broken: the earliest of any host's.)"""
-    r, bad = _figures(_two_attempts({0: 6.8, 2: 6.5}))
+    calc = _two_attempts({0: 6.8, 2: 6.5})
+    r, bad = _figures(calc)
     # wasted S4 [5, 6) + S5 [6, 6.8) = 1.8; recovery [6.8, 20) = 13.2
     assert r.disruptions == 1
+    assert [(i.cause, i.seen_by) for i in incidents(calc, NOW).incidents] == [
+        ("cause-0", (0, "h0"))]
     assert bad == pytest.approx({WASTED: 1.8, REC: 13.2, B.OTHER: 2.0})
     assert r.productive_seconds == pytest.approx(8.0)
 
@@ -243,24 +251,37 @@ def test_a_new_process_training_after_the_old_one_stopped_takes_the_lead():
 
 
 @pytest.mark.parametrize("heartbeats", [True, False])
-def test_heartbeats_stamped_now_beside_explicit_past_times_place_no_writer(heartbeats):
-    """The issue's second case, where only this clause decides: A (index 0)
-    is preempted during accelerator init, its times explicit (a replay),
-    its heartbeats stamped now (100, 101); B (index 0) records attempt 2.
-    (Broken: heartbeats place a piece: A runs to 101, B, with steps,
-    replaces it and A's attempt is lost.)"""
-    a = Writer(0, "a").ev(Kind.JOB_START, 0.0).ev(Kind.TPU_INIT_START, 0.0).disruption(5.0)
+@pytest.mark.parametrize("disrupted", [True, False])
+def test_heartbeats_stamped_now_beside_explicit_past_times_place_no_writer(heartbeats,
+                                                                            disrupted):
+    """The issue's second case, where only the liveness clauses decide: A
+    (index 0) dies during accelerator init (preempted, or killed silently),
+    its times explicit (a replay), its heartbeats stamped now (100, 101); B
+    (index 0) records attempt 2. (Broken: heartbeats place a piece: A runs
+    to 101, B, with steps, replaces it and A's attempt is lost; with the
+    disruption, the closing clause alone also keeps A's attempt.)"""
+    a = Writer(0, "a").ev(Kind.JOB_START, 0.0).ev(Kind.TPU_INIT_START, 0.0)
+    if disrupted:
+        a.disruption(5.0)
     a.heartbeat(100.0).heartbeat(101.0)
     b = Writer(0, "b").ev(Kind.JOB_START, 20.0).steps(0, [21.0 + k for k in range(5)])
     b.ev(Kind.JOB_END, 26.0)
     calc = job(a, b, heartbeats=heartbeats)
     r, bad = _figures(calc)
-    # A: TPU init [0, 5) (open up to its disruption) = 5; recovery [5, 20) = 15;
-    # B: OTHER [20, 21) = 1, productive [21, 26) = 5; total 26
-    assert r.disruptions == 1
+    # total 26: A's attempt [0, 20), B's [20, 26); B: OTHER [20, 21) = 1,
+    # productive [21, 26) = 5. A preempted: TPU init [0, 5) (open up to its
+    # disruption, rule 14) = 5, recovery [5, 20) = 15 (a recorded disruption
+    # counts before any step, rule 2). A killed silently: no restart (rule 2),
+    # its init open up to its last sign of life (its start: the heartbeats
+    # stamped now are not its attempt's), OTHER [0, 20) = 20
     assert r.total_seconds == pytest.approx(26.0)
-    assert bad == pytest.approx({B.TPU_INITIALIZATION: 5.0, REC: 15.0, B.OTHER: 1.0})
     assert r.productive_seconds == pytest.approx(5.0)
+    if disrupted:
+        assert r.disruptions == 1
+        assert bad == pytest.approx({B.TPU_INITIALIZATION: 5.0, REC: 15.0, B.OTHER: 1.0})
+    else:
+        assert r.disruptions == 0
+        assert bad == pytest.approx({B.OTHER: 21.0})
     assert calc.state(now=NOW).state == "ended"
 
 
