@@ -15,7 +15,7 @@ from typing import List, Tuple
 
 import numpy as np
 
-__all__ = ["EPS", "free_time", "free_time_by_columns"]
+__all__ = ["EPS", "free_time", "free_time_by_columns", "fill"]
 
 EPS = 1e-9  # seconds: below this a straggler's excess is float noise
 
@@ -47,6 +47,21 @@ def free_time(own: List[Tuple[float, float]], where: List[Tuple[float, float]], 
     ordered = first + [g for g in rest if g[0] >= anchor] + [g for g in rest if g[0] < anchor]
     out = []
     for x, y in ordered:
+        take = min(y - x, need)
+        if take > 0:
+            out.append((x, x + take))
+            need -= take
+        if need <= EPS:
+            break
+    return out
+
+
+def fill(taken: List[Tuple[float, float]], a: float, b: float, need: float
+         ) -> List[Tuple[float, float]]:
+    """Intervals of ``[a, b)`` outside ``taken``, from ``a`` on, totalling
+    ``need`` (or all there is)."""
+    out = []
+    for x, y in _gaps(taken, a, b):
         take = min(y - x, need)
         if take > 0:
             out.append((x, x + take))

@@ -78,7 +78,7 @@ _SIDE = {int(Kind.METRIC), int(Kind.METADATA)}
 _LIVENESS = frozenset(_SIDE | {int(Kind.HEARTBEAT)})
 # C-level column readers: the rebuild reads every event of the run, so each
 # pass below is a map/compress over a column, not Python per event
-_KIND, _WRITE_TIME = itemgetter(1), itemgetter(10)
+_KIND, _TIME, _WRITE_TIME = itemgetter(1), itemgetter(2), itemgetter(10)
 _WRITE_SEQ = itemgetter(10, 9)
 
 
@@ -347,8 +347,12 @@ def lead_events(events: Sequence[EventRecord]) -> List[EventRecord]:
         kept, late = lead.cut(until)
         cut.append(kept)
         if kept is not None:
-            stalls = first_step_stalls(kept, others) + straggler_stalls(kept, others) \
-                if others else []
+            stalls = []
+            if others:
+                stalls = straggler_stalls(kept, others)
+                times = list(map(_TIME, stalls))
+                stalls = first_step_stalls(kept, others, list(zip(times[0::2], times[1::2]))) \
+                    + stalls
             out.extend(_in_time_order(kept, stalls))
         out.extend(late)
     # a host's disruption may come after the lead's last event (the lead's

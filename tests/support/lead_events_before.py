@@ -28,6 +28,7 @@ import math
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from goodput_core.events import EventRecord, Kind
+from goodput_core.timeline.kind_routes import PAIR_FAMILIES
 
 __all__ = ["writer_key", "writers_of", "lead_events", "stream_indices"]
 
@@ -44,9 +45,10 @@ _SIDE = {int(Kind.METRIC), int(Kind.METADATA)}
 # issue 40: rows that say a process is there, nothing of the attempt's time
 _LIVENESS = _SIDE | {int(Kind.HEARTBEAT)}
 _CLOSING = {_DISRUPTION, _JOB_END}
-# before the first step every load blocks (rule 7), the reference's too
-_PRE_START = {**_BLOCK_START, int(Kind.DATA_LOADING_START): "load"}
-_PRE_END = {**_BLOCK_END, int(Kind.DATA_LOADING_END): "load"}
+# issue 40: start/end pairs before the first step (before it every load blocks,
+# rule 7, and the phases that outrank sync loading are left out of it, rule 8)
+_PAIRS = {int(k): v for k, v in PAIR_FAMILIES.items() if v[0] != "hang"}
+_TYPED = {"custom": "custom_badput_event_type", "wait": "elastic_wait_event_type"}
 _EPS = 1e-9  # seconds: below this a straggler's excess is float noise
 
 
@@ -237,8 +239,11 @@ def lead_events(events: Sequence[EventRecord]) -> List[EventRecord]:
         kept, late = _cut(lead, until)
         cut.append(kept)
         if kept is not None:
-            stalls = (_first_step_stalls(kept, others) + _straggler_stalls(kept, others)
-                      if others else [])
+            stalls = []
+            if others:
+                stalls = _straggler_stalls(kept, others)
+                pairs = list(zip([e[2] for e in stalls[0::2]], [e[2] for e in stalls[1::2]]))
+                stalls = _first_step_stalls(kept, others, pairs) + stalls
             out.extend(_in_time_order(kept.events, stalls))
         out.extend(late)
     # a host's disruption may come after the lead's last event (the lead's
@@ -295,17 +300,16 @@ def _step_spans(evs: List[EventRecord]) -> Dict[int, Tuple[float, float]]:
     return spans
 
 
-def _blocking(evs: List[EventRecord], starts=_BLOCK_START, ends=_BLOCK_END
-              ) -> List[Tuple[float, float]]:
+def _blocking(evs: List[EventRecord]) -> List[Tuple[float, float]]:
     """The union of a piece's input stalls and blocking loads, sorted."""
     pending: Dict[str, Optional[float]] = {}
     spans = []
     for e in evs:
-        fam = starts.get(e[1])
+        fam = _BLOCK_START.get(e[1])
         if fam is not None:
             pending[fam] = _t(e)
             continue
-        fam = ends.get(e[1])
+        fam = _BLOCK_END.get(e[1])
         if fam is not None and pending.get(fam) is not None:
             a, b = pending.pop(fam), _t(e)
             if b > a:
@@ -386,11 +390,70 @@ def _first_step(evs: List[EventRecord]) -> Optional[Tuple[float, Any]]:
     return next(((_t(e), e[3]) for e in evs if e[1] == _STEP and e[3] is not None), None)
 
 
-def _before_first_step(p: _Piece) -> Optional[Tuple[float, float, Any, List[Tuple[float, float]]]]:
-    """issue 40: ``(a, b, step, blocking)`` of the time from a piece's job
-    start (its first event without one) to its first step start ``b``: its
-    loads of every kind, input stalls and blocking loads that ended by
-    ``b``, merged and clipped to ``[a, b)``; None without a first step."""
+def _pairs(evs: List[EventRecord]):
+    """issue 40: ``(loads, blocks, phases)``: the start/end intervals of the
+    loads of every kind, of the input stalls and blocking loads, and of the
+    phases that outrank sync loading (rule 8; custom events paired by
+    upper-cased type, elastic waits by type, hangs apart), each sorted."""
+    pending: Dict[Any, float] = {}
+    loads, blocks, phases = [], [], []
+    for e in evs:
+        fam = _PAIRS.get(e[1])
+        if fam is None:
+            continue
+        name, is_end = fam
+        key: Any = name
+        if name in _TYPED:
+            v = e[4].get(_TYPED[name]) if isinstance(e[4], dict) else None
+            if name == "custom":
+                key = (name, v.upper() if isinstance(v, str) else None)
+            else:
+                key = (name, v if isinstance(v, str) else "unknown")
+        if not is_end:
+            pending[key] = _t(e)
+        elif key in pending:
+            x = pending.pop(key)
+            if _t(e) > x:
+                if name in ("dl", "stall", "bload"):
+                    loads.append((x, _t(e)))
+                    if name != "dl":
+                        blocks.append((x, _t(e)))
+                else:
+                    phases.append((x, _t(e)))
+    return sorted(loads), sorted(blocks), sorted(phases)
+
+
+def _merged(spans: List[Tuple[float, float]]) -> List[Tuple[float, float]]:
+    merged: List[List[float]] = []
+    for a, b in sorted(spans):
+        if merged and a <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], b)
+        else:
+            merged.append([a, b])
+    return [(a, b) for a, b in merged]
+
+
+def _less(a: List[Tuple[float, float]], b: List[Tuple[float, float]]):
+    """Disjoint sorted ``a`` less disjoint sorted ``b``."""
+    out = []
+    for x, y in a:
+        cur = x
+        for u, v in b:
+            if v <= cur or u >= y:
+                continue
+            if u > cur:
+                out.append((cur, u))
+            cur = max(cur, v)
+        if cur < y:
+            out.append((cur, y))
+    return out
+
+
+def _before_first_step(p: _Piece):
+    """issue 40: ``(a, b, step, blocking, taken)`` of the time from a piece's
+    job start (its first event without one) to its first step start ``b``:
+    its loads of every kind less its phases that outrank sync loading, and
+    all of both, merged and clipped to ``[a, b)``; None without a first step."""
     first = _first_step(p.events)
     if first is None:
         return None
@@ -398,18 +461,40 @@ def _before_first_step(p: _Piece) -> Optional[Tuple[float, float, Any, List[Tupl
     a = next((_t(e) for e in p.events if e[1] == _JOB_START), p.start)
     if not b > a:
         return None
-    blocking = _blocking([e for e in p.events if _t(e) <= b], _PRE_START, _PRE_END)
-    return a, b, step, _Blocks(blocking).within(a, b)
+    loads, _, phases = _pairs([e for e in p.events if _t(e) <= b])
+    loads, phases = _merged(loads), _merged(phases)
+    blocking = _Blocks(_less(loads, phases)).within(a, b)
+    taken = _Blocks(_merged(loads + phases)).within(a, b)
+    return a, b, step, blocking, taken
 
 
-def _first_step_stalls(lead: _Piece, others: List[_Piece]) -> List[EventRecord]:
+def _first_step_end(p: _Piece) -> Optional[float]:
+    """Where a piece's first step ends: the next step start after it (None
+    when not later), else its step end, else the job end (rule 3)."""
+    b, step = _first_step(p.events)
+    steps = [e for e in p.events if e[1] == _STEP and e[3] is not None]
+    if len(steps) > 1:
+        c = _t(steps[1])
+        return c if c > b else None
+    i = p.events.index(steps[0])
+    end = None
+    for e in p.events[i + 1:]:
+        if e[1] == _STEP_END and e[3] == step:
+            end = _t(e)
+        elif e[1] == _JOB_END and end is None:
+            end = _t(e)
+    return end if end is not None and end > b else None
+
+
+def _first_step_stalls(lead: _Piece, others: List[_Piece], step_stalls) -> List[EventRecord]:
     """issue 40: the input stalls carved from the lead's time before its first
-    step where a host of ``others`` with the same first step blocked longer
+    step (then, what does not fit, from its first step's free time from its
+    start) where a host of ``others`` with the same first step blocked longer
     before it (the hosts' time aligned at their first step starts)."""
     mine = _before_first_step(lead)
     if mine is None:
         return []
-    a, b, step, own = mine
+    a, b, step, own, taken = mine
     worst, where = 0.0, None
     for p in others:
         theirs = _before_first_step(p)
@@ -421,12 +506,25 @@ def _first_step_stalls(lead: _Piece, others: List[_Piece]) -> List[EventRecord]:
             worst, where = w, [(x + shift, y + shift) for x, y in theirs[3]]
     if where is None:
         return []
-    need = min(worst, b - a) - _inside(own)
+    need = worst - _inside(own)
     if need <= _EPS:
         return []
+    carved = _free_time(taken, where, a, b, need)
+    need -= _inside(carved)
+    c = _first_step_end(lead) if need > _EPS else None
+    if c is not None:
+        _, blocks, phases = _pairs([e for e in lead.events if _t(e) <= c])
+        stalls = [(x, y) for x, y in step_stalls if y > b and x < c]
+        for x, y in _gaps(_merged(blocks + phases + stalls), b, c):
+            take = min(y - x, need)
+            if take > 0:
+                carved.append((x, x + take))
+                need -= take
+            if need <= _EPS:
+                break
     host, pid = lead.key
     out: List[EventRecord] = []
-    for x, y in _free_time(own, where, a, b, need):
+    for x, y in carved:
         for kind, t in ((Kind.INPUT_STALL_START, x), (Kind.INPUT_STALL_END, y)):
             out.append(EventRecord(lead.events[0][0], int(kind), t, None, None,
                                    lead.index, host, pid, "straggler", 0, t))
