@@ -31,6 +31,10 @@ _BLOCKS = [(Kind.BLOCKING_LOAD_START, Kind.BLOCKING_LOAD_END),
 
 
 _PRE_LOADS = _BLOCKS + [(Kind.DATA_LOADING_START, Kind.DATA_LOADING_END)]
+_PRE_PHASES = [(Kind.PROGRAM_STARTUP_START, Kind.PROGRAM_STARTUP_END, None),
+               (Kind.TPU_INIT_START, Kind.TPU_INIT_END, None),
+               (Kind.CUSTOM_BADPUT_START, Kind.CUSTOM_BADPUT_END,
+                {"custom_badput_event_type": "eval"})]
 NOW = 1000.0  # "now" for heartbeats stamped by the writer beside explicit past times
 
 
@@ -62,7 +66,10 @@ def _host_events(rnd: random.Random, index: int, host: str, t0: float) -> list:
             beat(NOW + rnd.random())  # explicit past times, a heartbeat stamped now
         for start, end in rnd.sample(_PRE_LOADS, rnd.randint(0, 2)):  # before the first step
             a = t + rnd.choice((0.0, 0.125, 0.25))
-            out += [ev(start, a), ev(end, a + rnd.choice((0.0, 0.125, 0.25, 0.5, 1.0)))]
+            out += [ev(start, a), ev(end, a + rnd.choice((0.0, 0.125, 0.25, 0.5, 1.0, 3.0)))]
+        for start, end, extra in rnd.sample(_PRE_PHASES, rnd.randint(0, 2)):  # init, compile
+            a = t + rnd.choice((0.0, 0.125, 0.25))
+            out += [ev(start, a, extra=extra), ev(end, a + rnd.choice((0.125, 0.5)), extra=extra)]
         if rnd.random() < 0.3:
             t += rnd.choice((0.25, 0.5, 1.0))  # init, a first load: the first step later
         step = rnd.randrange(0, 3)
@@ -187,6 +194,8 @@ def test_the_random_runs_reach_the_cases_that_matter():
         if any(e[8] == "straggler" and e[1] == Kind.INPUT_STALL_START and starts
                and e[2] < starts[0] for e in out):
             seen.add("stalls before the first step")
+        if _spilled(events):
+            seen.add("first-step wait spilled into the first step")
         if out is not events and len(out) != len(events):
             seen.add("lead chosen")
         if any(e[8] == "straggler" for e in out):
@@ -203,7 +212,8 @@ def test_the_random_runs_reach_the_cases_that_matter():
     assert seen == {"lead chosen", "stalls", "stall ties", "borrowed disruption", "restarts",
                     "scheduler", "heartbeats would have placed a piece",
                     "lead cut at its successor's start", "takeover",
-                    "stalls before the first step"}
+                    "stalls before the first step",
+                    "first-step wait spilled into the first step"}
 
 
 def _placed_by_liveness(events):
@@ -216,6 +226,25 @@ def _placed_by_liveness(events):
         for p in before._pieces(key, evs):
             out.append(max(before._t(e) for e in p.events))
     return out
+
+
+def _spilled(events) -> bool:
+    """A lead piece whose hosts' wait before the first step did not fit
+    before it: stalls carved in its first step (issue 40)."""
+    streams = before._streams(events)
+    streams.pop(None, None)
+    if len(streams) <= 1:
+        return False
+    pieces = [p for key, evs in streams.items() for p in before._pieces(key, evs)]
+    for group in before._job_attempts([p for p in pieces if p.start is not None]):
+        chain = before._lead_chain(group)
+        others = [p for p in group if not any(p is c for c in chain)]
+        for lead in chain:
+            first = before._first_step(lead.events)
+            pre = before._first_step_stalls(lead, others, []) if others else []
+            if first and any(e[2] >= first[0] for e in pre[0::2]):
+                return True
+    return False
 
 
 def _took_over(events) -> bool:
