@@ -327,7 +327,7 @@ def lead_events(events: Sequence[EventRecord]) -> List[EventRecord]:
     _without_scheduling(streams, out)
     if len(streams) <= 1:
         return list(events)
-    # in order of start, index and writer, not of arrival (issue 40: a heartbeat
+    # in order of start, index and writer, not of arrival (a heartbeat
     # that brought a writer's first row earlier must not change a tie)
     pieces = sorted((p for key, evs in streams.items() for p in _pieces(key, evs)),
                     key=_piece_order)
