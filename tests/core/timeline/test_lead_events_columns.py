@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 from goodput_core.events import EventRecord, Kind
 from goodput_core.timeline.streams import lead_events, stream_indices
 from tests.support import lead_events_before as before
+from tests.support import stragglers_before
 
 _BLOCKS = [(Kind.BLOCKING_LOAD_START, Kind.BLOCKING_LOAD_END),
            (Kind.INPUT_STALL_START, Kind.INPUT_STALL_END)]
@@ -240,8 +241,8 @@ def _spilled(events) -> bool:
         chain = before._lead_chain(group)
         others = [p for p in group if not any(p is c for c in chain)]
         for lead in chain:
-            first = before._first_step(lead.events)
-            pre = before._first_step_stalls(lead, others, []) if others else []
+            first = stragglers_before._first_step(lead.events)
+            pre = stragglers_before._first_step_stalls(lead, others, []) if others else []
             if first and any(e[2] >= first[0] for e in pre[0::2]):
                 return True
     return False
