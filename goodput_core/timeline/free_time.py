@@ -45,6 +45,11 @@ def free_time(own: List[Tuple[float, float]], where: List[Tuple[float, float]], 
     rest = sorted((max(x, u), min(y, v)) for x, y in _gaps(first, a, b) for u, v in free
                   if min(y, v) > max(x, u))
     ordered = first + [g for g in rest if g[0] >= anchor] + [g for g in rest if g[0] < anchor]
+    return _taken(ordered, need)
+
+
+def _taken(ordered: List[Tuple[float, float]], need: float) -> List[Tuple[float, float]]:
+    """The first ``need`` seconds of the intervals ``ordered``, in that order."""
     out = []
     for x, y in ordered:
         take = min(y - x, need)
@@ -60,15 +65,7 @@ def fill(taken: List[Tuple[float, float]], a: float, b: float, need: float
          ) -> List[Tuple[float, float]]:
     """Intervals of ``[a, b)`` outside ``taken``, from ``a`` on, totalling
     ``need`` (or all there is)."""
-    out = []
-    for x, y in _gaps(taken, a, b):
-        take = min(y - x, need)
-        if take > 0:
-            out.append((x, x + take))
-            need -= take
-        if need <= EPS:
-            break
-    return out
+    return _taken(_gaps(taken, a, b), need)
 
 
 def free_time_by_columns(a, b, ox, oy, wx, wy, need):

@@ -262,13 +262,7 @@ def _first_step_stalls(lead, others, step_stalls) -> List[EventRecord]:
     if c is not None:
         _, blocks, phases = _pairs([e for e in lead.events if _t(e) <= c])
         stalls = [(x, y) for x, y in step_stalls if y > b and x < c]
-        for x, y in _gaps(_merged(blocks + phases + stalls), b, c):
-            take = min(y - x, need)
-            if take > 0:
-                carved.append((x, x + take))
-                need -= take
-            if need <= _EPS:
-                break
+        carved += _take(_gaps(_merged(blocks + phases + stalls), b, c), need)
     host, pid = lead.key
     out: List[EventRecord] = []
     for x, y in carved:
@@ -302,7 +296,12 @@ def _free_time(own: List[Tuple[float, float]], where: List[Tuple[float, float]],
     anchor = min(max(y for _, y in inside), b) if inside else a
     rest = sorted((max(x, u), min(y, v)) for x, y in _gaps(first, a, b) for u, v in free
                   if min(y, v) > max(x, u))
-    ordered = first + [g for g in rest if g[0] >= anchor] + [g for g in rest if g[0] < anchor]
+    return _take(first + [g for g in rest if g[0] >= anchor] + [g for g in rest if g[0] < anchor],
+                 need)
+
+
+def _take(ordered: List[Tuple[float, float]], need: float) -> List[Tuple[float, float]]:
+    """The first ``need`` seconds of the intervals ``ordered``, in that order."""
     out = []
     for x, y in ordered:
         take = min(y - x, need)

@@ -229,17 +229,23 @@ def _placed_by_liveness(events):
     return out
 
 
-def _spilled(events) -> bool:
-    """A lead piece whose hosts' wait before the first step did not fit
-    before it: stalls carved in its first step (issue 40)."""
+def _chains(events):
+    """Each attempt's lead chain and other pieces, as the oracle makes them
+    (none for a run of one writer)."""
     streams = before._streams(events)
     streams.pop(None, None)
     if len(streams) <= 1:
-        return False
+        return
     pieces = [p for key, evs in streams.items() for p in before._pieces(key, evs)]
     for group in before._job_attempts([p for p in pieces if p.start is not None]):
         chain = before._lead_chain(group)
-        others = [p for p in group if not any(p is c for c in chain)]
+        yield chain, [p for p in group if not any(p is c for c in chain)]
+
+
+def _spilled(events) -> bool:
+    """A lead piece whose hosts' wait before the first step did not fit
+    before it: stalls carved in its first step (issue 40)."""
+    for chain, others in _chains(events):
         for lead in chain:
             first = stragglers_before._first_step(lead.events)
             pre = stragglers_before._first_step_stalls(lead, others, []) if others else []
@@ -251,16 +257,7 @@ def _spilled(events) -> bool:
 def _took_over(events) -> bool:
     """A lead chain where a later piece of the lead index overlapped the
     previous lead and took over (issue 40)."""
-    streams = before._streams(events)
-    streams.pop(None, None)
-    if len(streams) <= 1:
-        return False
-    pieces = [p for key, evs in streams.items() for p in before._pieces(key, evs)]
-    for group in before._job_attempts([p for p in pieces if p.start is not None]):
-        chain = before._lead_chain(group)
-        if any(b.start < a.end for a, b in zip(chain, chain[1:])):
-            return True
-    return False
+    return any(b.start < a.end for chain, _ in _chains(events) for a, b in zip(chain, chain[1:]))
 
 
 def test_stalls_at_the_same_instant_as_lead_events_are_slotted_like_one_sort():
