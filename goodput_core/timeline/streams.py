@@ -11,7 +11,9 @@ others'), so the job-level figures come from one **lead stream**:
 - A stream is cut into **pieces** at its job starts (one piece per attempt of
   that process). A piece runs from its first to its last event, liveness-only
   rows (heartbeats, metrics, metadata) apart: they never place a piece, and
-  a piece of nothing else leads nothing. A piece that recorded a disruption
+  a piece of nothing else, or with neither a job start nor a step (a process
+  that only observed: its disruptions are borrowed as any other host's),
+  leads nothing. A piece that recorded a disruption
   or a job end after its last step start ends there (what it records later
   is its process shutting down). Pieces whose lifetimes overlap belong to
   one **attempt of the job** (the hosts run together); a gap between them is
@@ -148,8 +150,11 @@ class _Piece:
 def _extent(times: List[float], kinds: List[int]) -> Tuple[Optional[float], Optional[float]]:
     """A piece's start and end (times in order): its first and last events,
     liveness-only rows apart; it ends at the first disruption or job end at
-    or after its last step start (None, None: only liveness rows)."""
+    or after its last step start (None, None: only liveness rows, or neither
+    a job start nor a step)."""
     n = len(kinds)
+    if _JOB_START not in kinds and _STEP not in kinds:
+        return None, None  # an observer's rows (a disruption): no attempt of its own
     if _LIVENESS.isdisjoint(kinds):
         first, last = 0, n - 1
     else:

@@ -11,7 +11,8 @@ The amendments (docs/semantics.md, rule 13), each marked "issue 40" below:
 
 - liveness-only rows (heartbeats, metrics, metadata) never place a piece:
   its start and end are those of its other events, and a piece of nothing
-  else leads nothing;
+  else, or with neither a job start nor a step (an observer's disruption),
+  leads nothing;
 - a piece that recorded a disruption or a job end after its last step start
   ends there (what it records later is its process shutting down);
 - two pieces of the lead index that overlap, both with steps, the later's
@@ -69,6 +70,8 @@ class _Piece:
     def __init__(self, key, index: int, events: List[EventRecord]):
         self.key, self.index, self.events = key, index, events
         timed = [e for e in events if e[1] not in _LIVENESS]
+        if not any(e[1] in (_JOB_START, _STEP) for e in events):
+            timed = []  # issue 40: an observer's rows (a disruption): no attempt of its own
         self.start = _t(timed[0]) if timed else None
         self.end = _end(timed) if timed else None
 

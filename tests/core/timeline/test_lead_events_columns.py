@@ -131,6 +131,10 @@ def _random_run(rnd: random.Random) -> list:
         events.append(EventRecord("r", int(Kind.STEP_START), 3.0, 1, None, 2))
     if rnd.random() < 0.3:
         events.append(EventRecord("r", int(Kind.METADATA), 0.5, None, {"k": 1}, 1, "h1", 1))
+    for n in range(rnd.choice((0, 0, 0, 1, 2))):  # an observer: disruptions only
+        t = rnd.choice((1.0, 4.0, 8.0, 15.0))
+        events.append(EventRecord("r", int(Kind.DISRUPTION), t, None, {"disruption_cause": "w"},
+                                  0, "watch", 7, "a", n, t))
     if rnd.random() < 0.15:  # times as ints (quarter seconds): the paths for non-float times
         def whole(t):
             return int(t * 4) if math.isfinite(t) else t

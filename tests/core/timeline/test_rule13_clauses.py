@@ -379,3 +379,27 @@ def test_liveness_only_writers_lead_nothing():
     assert r.total_seconds == pytest.approx(11.0)
     assert bad == pytest.approx({SYNC: 2.0, B.OTHER: 1.0})
     assert r.productive_seconds == pytest.approx(8.0)
+
+
+def test_an_observers_disruptions_place_no_attempt_and_are_borrowed():
+    """A process that recorded only disruptions (a watchdog beside the job,
+    no job start, no step) at 6.5 and 16.5: each is borrowed by the attempt
+    it fell in, with its writer. (Broken: its rows are a piece: from its
+    first disruption it leads a phantom attempt, cut at the next attempt's
+    start, and the second disruption is lost.)"""
+    lead = Writer(0, "h0")
+    for t0, first in ((0.0, 0), (10.0, 4), (20.0, 8)):
+        lead.ev(Kind.JOB_START, t0).steps(first, [t0 + 1.0 + k for k in range(6)])
+    lead.ev(Kind.JOB_END, 27.0)
+    watch = Writer(0, "watchdog", pid=9).disruption(6.5, "preemption").disruption(16.5, "hang")
+    calc = job(lead, watch)
+    r, bad = _figures(calc)
+    # attempts [0, 10), [10, 20), [20, 27); each crashed one restarts 2 steps
+    # back: wasted S4 [5, 6) + S5 [6, 6.5) = 1.5 and S8 [15, 16) + S9 [16, 16.5)
+    # = 1.5; recovery [6.5, 10) + [16.5, 20) = 7; productive [1, 5) + [11, 15)
+    # + [21, 27) = 14; OTHER [0, 1) + [10, 11) + [20, 21) = 3; total 27
+    assert r.disruptions == 2
+    assert r.total_seconds == pytest.approx(27.0)
+    assert bad == pytest.approx({WASTED: 3.0, REC: 7.0, B.OTHER: 3.0})
+    assert [(i.cause, i.seen_by) for i in incidents(calc, NOW).incidents] == [
+        ("preemption", (0, "watchdog")), ("hang", (0, "watchdog"))]
