@@ -403,3 +403,23 @@ def test_an_observers_disruptions_place_no_attempt_and_are_borrowed():
     assert bad == pytest.approx({WASTED: 3.0, REC: 7.0, B.OTHER: 3.0})
     assert [(i.cause, i.seen_by) for i in incidents(calc, NOW).incidents] == [
         ("preemption", (0, "watchdog")), ("hang", (0, "watchdog"))]
+
+
+@pytest.mark.parametrize("heartbeats", [True, False])
+def test_a_heartbeat_witnesses_only_how_long_a_phase_that_never_ended_ran(heartbeats):
+    """A (index 0) is killed silently in accelerator init (its start at 0, no
+    end) while it beats at 1 .. 5; B restarts at 20. With heartbeats on, the
+    init ran to A's last sign of life (rule 14); off, nothing says it ran
+    at all. Nothing else differs: the same attempts, lead and steps."""
+    a = Writer(0, "a").ev(Kind.JOB_START, 0.0).ev(Kind.TPU_INIT_START, 0.0)
+    for t in (1.0, 2.0, 3.0, 4.0, 5.0):
+        a.heartbeat(t)
+    b = Writer(0, "b").ev(Kind.JOB_START, 20.0).steps(0, [21.0 + k for k in range(5)])
+    b.ev(Kind.JOB_END, 26.0)
+    r, bad = _figures(job(a, b, heartbeats=heartbeats))
+    # total 26; no restart (no step, no disruption before B: rule 2); B: OTHER
+    # [20, 21), productive [21, 26) = 5. On: init [0, 5) = 5, OTHER [5, 21) = 16;
+    # off: OTHER [0, 21) = 21
+    assert (r.total_seconds, r.productive_seconds, r.disruptions) == pytest.approx((26, 5, 0))
+    assert bad == pytest.approx({B.TPU_INITIALIZATION: 5.0, B.OTHER: 16.0} if heartbeats
+                                else {B.OTHER: 21.0})
