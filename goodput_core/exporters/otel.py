@@ -25,6 +25,7 @@ metric                             unit   attributes (besides ``goodput.run``)
 ``goodput.hang.duration``          ``s``
 ``goodput.run.stopped``            ``1``  1 while the run is stopped (where the
                                           engine tells a run's state)
+``goodput.run.running``            ``1``  1 while the run runs (neither ended nor stopped)
 ``goodput.checkpoint.interval``    ``s``  ``goodput.interval.kind`` (current, recommended)
 ``goodput.host.local.duration``    ``s``  ``goodput.process_index`` (top 10 and "median")
 ``goodput.host.outlier``           ``1``  ``goodput.process_index``, ``goodput.bucket``
@@ -83,6 +84,8 @@ METRICS: Dict[str, Tuple[str, str, Tuple[str, ...], str]] = {
     "hung": ("goodput.hang.active", "1", (), "1 while the run is hung, else 0."),
     "hang": ("goodput.hang.duration", "s", (), "Seconds of every hang so far."),
     "stopped": ("goodput.run.stopped", "1", (), "1 while the run is stopped, else 0."),
+    "running": ("goodput.run.running", "1", (), "1 while the run runs (neither ended nor "
+                "stopped), else 0."),
     "ckpt": ("goodput.checkpoint.interval", "s", ("goodput.interval.kind",),
              "Checkpoint interval: current and recommended."),
     "host": ("goodput.host.local.duration", "s", ("goodput.process_index",),

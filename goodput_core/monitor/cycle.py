@@ -126,7 +126,8 @@ class Extras:
             return
         if goodput:
             out["slice_efficiency"] = _reported(calc.slice_efficiency(now=now), counts)
-        effs = {size: _reported(calc.slice_efficiency(now - float(size), now, now), counts)
+        end = calc.rolling_end(now)  # a finished run's windows end where it did (rule 10)
+        effs = {size: _reported(calc.slice_efficiency(end - float(size), end, now), counts)
                 for size in windows}
         out["rolling_slice_efficiency"] = {k: v for k, v in effs.items() if v is not None}
 

@@ -15,7 +15,8 @@ API summary::
     r = calc.cumulative()               # GoodputResult over the whole lifetime
     r = calc.cumulative(exclude=[(a, b), ...])   # minus the union of intervals
     r = calc.window(a, b)               # any window [a, b] (also with exclude=)
-    rs = calc.rolling([60, 3600])       # windows ending now, from one timeline
+    rs = calc.rolling([60, 3600])       # windows ending now (an ended or stopped run:
+                                        #   at its lifetime's end), from one timeline
     s = calc.step_stats()               # StepStats: step times, ideal, deviations
     calc.spans(a, b)                    # [(start, end, label), ...] for pictures
     calc.skipped                        # {reason: count} of unusable inputs
@@ -71,7 +72,8 @@ from goodput_core.queries.run_feed import RunFeed
 from goodput_core.queries.results import GoodputResult
 from goodput_core.queries.scheduling import SchedulingWaits, scheduling_waits
 from goodput_core.queries.step_stats import StepStats, StepTimes, compute_step_stats
-from goodput_core.queries.windows import labelled_spans, lifetime_of, span_label, window_result
+from goodput_core.queries.windows import (
+    labelled_spans, lifetime_of, rolling_end, span_label, window_result)
 from goodput_core.timeline.liveness import RunState, timeline_state
 from goodput_core.timeline.spans import Timeline
 
@@ -222,15 +224,27 @@ class Calculator:
             self._tl.update()
             return scheduling_waits(self._tl.tables, self._tl.attempts.start, self._now(now))
 
+    def rolling_end(self, now: Any = None) -> float:
+        """Where rolling windows end at ``now``: ``now`` while the run runs, the
+        lifetime's end once it ended or stopped (semantics.md rules 10 and 15:
+        a finished run's rolling figures do not decay as it is read later)."""
+        with self._lock:
+            t = self._now(now)
+            self._tl.update()
+            return rolling_end(self._tl, t)
+
     def rolling(self, seconds: Iterable[float], now: Any = None,
                 exclude: Optional[Sequence[Interval]] = None) -> List[GoodputResult]:
-        """Windows of the given lengths ending at ``now``, in the given order."""
+        """Windows of the given lengths ending at :meth:`rolling_end` (``now``
+        while the run runs; its lifetime's end once it ended or stopped), in
+        the given order."""
         sizes = [float(s) for s in seconds]
         if any(not (s >= 0) for s in sizes):
             raise ValueError(f"rolling window sizes must be >= 0, got {sizes}")
         with self._lock:
             t = self._now(now)
-            return [self.window(t - s, t, now=t, exclude=exclude) for s in sizes]
+            end = self.rolling_end(t)
+            return [self.window(end - s, end, now=t, exclude=exclude) for s in sizes]
 
     def spans(self, start: Any = -math.inf, end: Any = math.inf, now: Any = None
               ) -> List[Tuple[float, float, str]]:

@@ -404,9 +404,17 @@ def test_goodput_monitor_once(tmp_path, capsys):
     line = capsys.readouterr().out
     assert line.startswith("goodput run=cli-run goodput=") and "rolling=60s:" in line
     tags = read_scalars(str(tmp_path / "tb" / "goodput"))
-    # the job ended ~116 s ago: the 60 s window measured nothing and is not written
-    assert {"goodput/goodput", "goodput/rolling_3600s", "step_deviation"} <= set(tags)
-    assert "goodput/rolling_60s" not in tags
+    # the job ended ~116 s ago: its rolling windows end where it ended (rule 10),
+    # as `goodput report --window 60s` does, not in the idle time after it
+    assert {"goodput/goodput", "goodput/rolling_3600s", "goodput/rolling_60s",
+            "step_deviation"} <= set(tags)
+    calc = Calculator("cli-run", url)
+    calc.refresh()
+    end = calc.lifetime()[1]
+    last_minute = calc.window(end - 60, end).goodput
+    assert 0 < last_minute < 100
+    assert f"rolling=60s:{last_minute:.2f}%" in line
+    assert tags["goodput/rolling_60s"][-1][1] == pytest.approx(last_minute, rel=1e-6)
 
 
 def test_goodput_monitor_errors_are_one_line(tmp_path, capsys):
