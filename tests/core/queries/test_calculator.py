@@ -110,6 +110,28 @@ def test_rolling_windows_end_now():
     assert rs[2].goodput == c.cumulative().goodput
 
 
+def test_rolling_windows_of_a_finished_run_end_where_it_ended():
+    # JOB ended at 60: read at 600, its 10 s window is [50, 60] (init [50, 52),
+    # steps 52-60): total 10, init 2, productive 8 -- what it said at 60
+    c = calc_of(JOB, now=600)
+    assert c.rolling_end() == 60
+    r10, r40 = c.rolling([10, 40])
+    assert r10.window == (50, 60) and r10.total_seconds == 10
+    assert r10.badput_seconds[B.TPU_INITIALIZATION] == 2 and r10.productive_seconds == 8
+    assert r10.goodput == calc_of(JOB, now=60).rolling([10])[0].goodput == 80
+    assert r40.window == (20, 60) and r40.total_seconds == 20  # idle [30, 50) is not job time
+    # stopped (a recorded disruption last, rule 15): at the disruption, 35
+    stopped = [ev(K.JOB_START, 0), *[ev(K.STEP_START, t, s) for s, t in enumerate([0, 10, 20])],
+               ev(K.DISRUPTION, 35, disruption_cause="sigterm")]
+    c = calc_of(stopped, now=900)
+    assert c.state().state == "stopped" and c.rolling_end() == 35
+    r = c.rolling([20])[0]
+    assert r.window == (15, 35) and r.productive_seconds == 5  # [15, 20); [20, 35) OTHER
+    # running: now (a query of the past sees the run as it was then)
+    assert calc_of(JOB[:9], now=40).rolling_end() == 40
+    assert calc_of(JOB, now=55).rolling([5])[0].window == (50, 55)
+
+
 def test_open_attempt_grows_with_now():
     events = JOB[:9]  # attempt 1 up to step 4's start, no end yet
     c = Calculator(clock=lambda: 40.0)
