@@ -22,7 +22,9 @@ flush interval after it was recorded, so a hang is declared between
 last progress.
 
 On detection the watchdog records a ``hang`` event (detection time, last
-progress time, step, expected step time, a summary of every thread's stack),
+progress time, step, expected step time, and the threads' stacks: the thread
+that recorded the last step first, goodput's own threads only by name,
+:mod:`goodput_core.record.stacks`),
 logs one warning and calls the optional ``on_hang`` callback (for example to
 end the process so that the scheduler restarts it). When a step starts or
 ends, or a phase starts or ends, it records ``hang_end`` at that event's time.
@@ -38,14 +40,13 @@ from __future__ import annotations
 import collections
 import logging
 import os
-import sys
 import threading
 import time
-import traceback
 import weakref
 from typing import Any, Callable, Dict, NamedTuple, Optional
 
 from goodput_core.events import HANG_EXPECTED_STEP, HANG_LAST_PROGRESS, HANG_STACK, Kind
+from goodput_core.record.stacks import hung_thread, stack_summary
 from goodput_core.settings import parse_bool, parse_seconds
 
 __all__ = ["HangSettings", "HangWatchdog", "watchdog_for", "ENV_ENABLED", "ENV_FACTOR",
@@ -79,7 +80,6 @@ _STEPS = {int(Kind.STEP_START), int(Kind.STEP_END)}
 _PROGRESS = _STEPS | set(_PHASES)
 _RECENT_STEPS = 200
 _MIN_FOR_IDEAL = 10
-_MAX_STACK_CHARS = 4000
 
 
 class HangSettings(NamedTuple):
@@ -137,20 +137,6 @@ def watchdog_for(recorder: Any, setting: Any) -> Optional["HangWatchdog"]:
     if not (settings.factor > 0 and settings.min_seconds >= 0):
         raise ValueError(f"hang factor must be > 0 and min_seconds >= 0, got {settings}")
     return HangWatchdog(recorder, settings)
-
-
-def stack_summary(limit: int = _MAX_STACK_CHARS) -> str:
-    """Every Python thread's innermost frames, one thread per paragraph."""
-    names = {t.ident: t.name for t in threading.enumerate()}
-    parts = []
-    me = threading.get_ident()
-    for ident, frame in sys._current_frames().items():
-        if ident == me:
-            continue
-        frames = traceback.extract_stack(frame)[-4:]
-        lines = [f"  {os.path.basename(f.filename)}:{f.lineno} {f.name}" for f in reversed(frames)]
-        parts.append(f"thread {names.get(ident, ident)}:\n" + "\n".join(lines))
-    return "\n".join(parts)[:limit]
 
 
 class HangWatchdog:
@@ -270,14 +256,16 @@ class HangWatchdog:
         try:
             now = rec.clock()
             hang["detected_time"] = now
-            hang["stack"] = stack_summary()
+            hang["stack"] = stack_summary(progress_thread=getattr(rec, "progress_thread", None))
             rec.record(Kind.HANG, now, hang["step"], **{
                 HANG_LAST_PROGRESS: hang["last_progress_time"],
                 HANG_EXPECTED_STEP: hang["expected_step_seconds"],
                 HANG_STACK: hang["stack"]})
+            where = hung_thread(hang["stack"])
             logger.warning("goodput: run %r looks hung: no step or phase started or ended for %.0f s "
-                           "(step %s; threshold %.0f s). Stacks:\n%s", rec.run,
+                           "(step %s; threshold %.0f s)%s. Stacks:\n%s", rec.run,
                            now - hang["last_progress_time"], hang["step"], threshold,
+                           f"; thread {where[0]} is in {where[1][0]}" if where[1] else "",
                            hang["stack"])
         except Exception:
             logger.exception("goodput: recording a hang failed")
