@@ -9,7 +9,8 @@ end, and ``with rec.step(k):`` around a synchronous step records its end.
 
 A **sync point** is a recorded step end that closes the step started last:
 the end of step ``e`` at ``E`` where the last step start at or before ``E``
-in the same segment is step ``e`` (a second end of that step is not another
+in the same segment is step ``e`` (the next step may start at the very
+instant its predecessor ended) (a second end of that step is not another
 sync point; one recorded after the segment was closed by a job end or a
 crash is none). A segment whose first sync point closes a step before its
 last step start (a sync point in the middle, not only at its end) is
@@ -54,7 +55,7 @@ from goodput_core.timeline.buckets import IDLE, PRODUCTIVE, BadputType
 from goodput_core.timeline.segments import CLOSE_NONE
 
 __all__ = ["completion_rows", "group_entries", "step_time_basis", "SYNC_POINTS", "STEP_STARTS",
-           "MIXED"]
+           "MIXED", "STEP_TIME_NOTES"]
 
 #: :func:`step_time_basis`: every measured segment by completion (sync points).
 SYNC_POINTS = "sync points"
@@ -63,6 +64,19 @@ STEP_STARTS = "step starts"
 #: ... some of each.
 MIXED = "mixed"
 
+#: What each basis means, in a sentence (the report's ``step_time.note``).
+STEP_TIME_NOTES = {
+    SYNC_POINTS: "sync points: the completed work between recorded step ends "
+                 "(evaluations, saves and other phases in between left out)",
+    STEP_STARTS: "step starts: the time from one step start to the next; under "
+                 "asynchronous dispatch (JAX) these are dispatch intervals, not step "
+                 "times: record step ends at sync points (gjax.instrumented(rec, "
+                 "sync_every=N), or with rec.step(k) around a step that waits for "
+                 "its result)",
+    MIXED: "sync points where step ends were recorded, step starts (dispatch "
+           "intervals under asynchronous dispatch) elsewhere",
+}
+
 # buckets that stay in a step's time: productive time and blocking loads (and
 # idle time, which is never inside a segment)
 _KEPT = (PRODUCTIVE, int(BadputType.DATA_LOADING_SYNC), IDLE)
@@ -70,9 +84,15 @@ _EMPTY_I = np.empty(0, np.int64)
 _EMPTY_F = np.empty(0)
 
 
-def _last_start(t: np.ndarray, times: np.ndarray) -> np.ndarray:
-    """Index of the last step start at or before each time (-1: none)."""
-    return np.searchsorted(t, times, side="right") - 1
+def _closing_start(t: np.ndarray, s: np.ndarray, times: np.ndarray, steps: np.ndarray
+                   ) -> np.ndarray:
+    """Index of the step start each step end closes: the last start at or
+    before it, or the one before when the next step started at the same
+    instant (-1: none)."""
+    k = np.searchsorted(t, times, side="right") - 1
+    kk = np.maximum(k, 0)
+    tie = (k > 0) & (t[kk] == times) & (s[kk] != steps)
+    return k - tie
 
 
 def _valid(tl, j: np.ndarray) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -81,14 +101,15 @@ def _valid(tl, j: np.ndarray) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
     st, se, seg = tl.tables["step_start"], tl.tables["step_end"], tl.segments
     t, s = st["t"], st["step"]
     et, es = se["t"], se["step"]
-    k = _last_start(t, et[j])
+    k = _closing_start(t, s, et[j], es[j])
     i0, i1 = seg["i0"], seg["i1"]
     row = np.searchsorted(i0, k, side="right") - 1
     rr = np.maximum(row, 0)
     kk = np.maximum(k, 0)
     ok = (k >= 0) & (row >= 0) & (k <= i1[rr]) & (es[j] == s[kk])
     # a second end of the same step: the step start before it is the same
-    prev = np.where(j > 0, _last_start(t, et[np.maximum(j - 1, 0)]), -1)
+    jp = np.maximum(j - 1, 0)
+    prev = np.where(j > 0, _closing_start(t, s, et[jp], es[jp]), -1)
     ok &= (j == 0) | (prev != k)
     # the segment's last step: not after a job end or crash closed it
     close, kind = seg["close"][rr], seg["close_kind"][rr]
