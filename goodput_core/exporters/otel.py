@@ -33,7 +33,8 @@ metric                             unit   attributes (besides ``goodput.run``)
 ``goodput.scheduling.ratio``       ``1``  scheduling goodput (runs with scheduling events)
 ``goodput.ettr``, ``goodput.mpg``  ``1``  ETTR and ML productivity goodput
 ``goodput.scheduling.duration``    ``s``  time waiting for resources
-``goodput.incidents``                     incidents (disruptions with a restart)
+``goodput.incidents``                     incidents (disruptions with a restart, and a
+                                          stop not restarted)
 ``goodput.mtbf``, ``goodput.mttr`` ``s``
 =================================  =====  =========================================
 
@@ -98,7 +99,8 @@ METRICS: Dict[str, Tuple[str, str, Tuple[str, ...], str]] = {
              "clock since submission)."),
     "mpg": ("goodput.mpg", "1", (), "ML productivity goodput: scheduling x runtime x program."),
     "sched": ("goodput.scheduling.duration", "s", (), "Time waiting for resources."),
-    "inc": ("goodput.incidents", "{incident}", (), "Disruptions followed by a restart."),
+    "inc": ("goodput.incidents", "{incident}", (), "Incidents: disruptions followed by a "
+            "restart, and a stop not restarted (open)."),
     "mtbf": ("goodput.mtbf", "s", (), "Mean time between failures."),
     "mttr": ("goodput.mttr", "s", (), "Mean time from a failure to the next first step."),
     "drop": ("goodput.recorder.dropped_events", "{event}", (),

@@ -123,7 +123,8 @@ class _SnapshotCollector:
             "mpg": gauge("goodput_mpg_ratio", "ML productivity goodput: scheduling x runtime "
                          "x program goodput (0-1)."),
             "sched": gauge("goodput_scheduling_seconds", "Time waiting for resources."),
-            "inc": gauge("goodput_incidents", "Disruptions followed by a restart."),
+            "inc": gauge("goodput_incidents", "Incidents: disruptions followed by a "
+                         "restart, and a stop not restarted (open)."),
             "mtbf": gauge("goodput_mtbf_seconds", "Mean time between failures."),
             "mttr": gauge("goodput_mttr_seconds", "Mean time from a failure to the next "
                           "attempt's first step."),

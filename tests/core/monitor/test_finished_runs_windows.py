@@ -152,3 +152,20 @@ def test_every_view_gives_the_reports_window_of_a_run_read_ten_minutes_later(
         series = get_json(f"{server.url}/api/runs/{run_path(run)}/series?window={WINDOW_S}")
     assert series["goodput_percent"][-1] == pytest.approx(want, rel=1e-9)
     assert re.fullmatch(r"ended|stopped", series["state"])
+
+
+@pytest.mark.parametrize("run, cause", [
+    ("crash", "exception:RuntimeError"),
+    ("kill", "no sign of life (killed, or the host was lost)")])
+def test_a_stop_without_a_restart_is_an_open_incident_where_runs_says_stopped(runs, run, cause):
+    state = goodput("runs", "--store", runs, "--state")
+    assert state.returncode == 0, state.stderr
+    assert any(line.split()[:3] == [run, "stopped", "at"] for line in state.stdout.splitlines())
+    done = goodput("incidents", run, "--store", runs, "--json")
+    assert done.returncode == 0, done.stderr
+    (incident,) = json.loads(done.stdout)["incidents"]
+    assert incident["open"] and incident["cause"] == cause and incident["restarted"] is None
+    text = goodput("incidents", run, "--store", runs).stdout
+    assert "no incidents" not in text and "open: not restarted" in text
+    ended = goodput("incidents", "ended", "--store", runs).stdout
+    assert "no incidents" in ended

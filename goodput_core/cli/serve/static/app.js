@@ -182,6 +182,10 @@ function runPage() {
     }
     const inc = rep.incidents || {};
     for (const x of inc.incidents || []) {
+      if (x.open) {  // the run stopped and was not restarted
+        list.appendChild(h("li", `Incident (open): ${x.cause} at ${C.fmtTime(x.detected)}; not restarted`, "alert"));
+        continue;
+      }
       list.appendChild(h("li", `Incident: ${x.cause} at ${C.fmtTime(x.detected)}; ` +
         `${secs(x.lost_seconds)} of progress lost, restarted after ${secs(x.time_to_restart)}`));
     }
