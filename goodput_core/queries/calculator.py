@@ -5,7 +5,8 @@ API summary::
 
     from goodput_core.queries.calculator import Calculator
 
-    calc = Calculator("run-1", "sqlite:///goodput.sqlite")  # reads the store
+    calc = Calculator("run-1", "sqlite:///goodput.sqlite")  # reads the store (its
+                                        # first query reads what is stored)
     calc.refresh()                      # reads only the events new since last time
     n, cursor = calc.pull(store, cursor)  # or read any store yourself, in pages
     calc = Calculator()                 # or feed events yourself:
@@ -87,10 +88,11 @@ class Calculator:
     Args:
       run: the run name. Required with ``store``; with :meth:`add`, events
         of other runs are skipped (None: accept every event).
-      store: a store URL, path or open Store to read with :meth:`refresh`;
-        None with a run: the default store, the one ``Recorder(run)`` writes
-        to (``$GOODPUT_STORE`` or the embedded file), opened at the first
-        :meth:`refresh`.
+      store: a store URL, path or open Store to read with :meth:`refresh`
+        (the first query reads it when :meth:`refresh` was not called: never
+        a 0 % of nothing read); None with a run: the default store, the one
+        ``Recorder(run)`` writes to (``$GOODPUT_STORE`` or the embedded
+        file), opened at the first :meth:`refresh`.
       clock: returns the current POSIX time (``now`` of queries).
       ideal_step_time: a configured ideal step time in seconds (optional).
       liveness: False keeps rule 1 for every run: an open attempt runs to
@@ -160,7 +162,9 @@ class Calculator:
 
     @property
     def _tl(self) -> Timeline:
-        """The job timeline as fed so far (replaced when a second writer appears)."""
+        """The job timeline as fed so far (replaced when a second writer appears);
+        a calculator given a store has read it by then (its first query reads)."""
+        self._feed.read_before_first_query()
         return self._feed.tl
 
     @property

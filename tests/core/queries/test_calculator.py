@@ -185,6 +185,31 @@ def test_refresh_reads_only_new_events_from_the_store():
     rec.close()
 
 
+def test_a_calculator_given_a_store_reads_it_on_its_first_query():
+    """As the reference's calculator: no 0 % of 0 s because refresh() was not
+    called. The first query reads what is stored; later ones read nothing new
+    until refresh() (which then reads only what is new)."""
+    store = f"memory://calc-{uuid.uuid4().hex}"
+    rec = Recorder("job", store, clock=lambda: 0.0, strict=True)
+    rec.record_job_start_time(0.0)
+    rec.record_step_start_time(0, 1.0)
+    rec.record_step_start_time(1, 3.0)
+    rec.record_job_end_time(4.0)
+    rec.flush()
+    r = Calculator("job", store, clock=lambda: 10.0).cumulative()
+    assert (r.total_seconds, r.productive_seconds) == (4.0, 3.0)
+    c = Calculator("job", store, clock=lambda: 10.0)
+    assert c.step_stats().times_dict() == {0: 2.0}  # any query: here step statistics
+    rec.record_job_start_time(5.0)  # a second attempt, open at the query time 10
+    rec.flush()
+    assert c.cumulative().total_seconds == 4.0  # not read again by itself
+    # then [0, 4) and [5, 10) (idle [4, 5) is not job time)
+    assert c.refresh() == 1 and c.cumulative().total_seconds == 9.0
+    rec.close()
+    # fed by hand (no store): nothing is read from anywhere
+    assert Calculator(R, clock=lambda: 1.0).cumulative().total_seconds == 0
+
+
 def test_events_of_other_runs_are_skipped():
     c = Calculator(R, clock=lambda: 10.0)
     c.add([ev(K.JOB_START, 0), EventRecord("other", int(K.JOB_END), 5.0)])
