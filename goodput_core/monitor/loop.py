@@ -246,8 +246,9 @@ class Monitor:
                   rolling_windows: Optional[Iterable[float]] = None) -> None:
         """Switches parts on or off at run time (None: unchanged).
 
-        A part switched on is first computed one interval later. Rolling
-        windows are on when the list is not empty.
+        Every enabled part is first computed when the loop starts; a part
+        switched on while it runs is first computed one interval later.
+        Rolling windows are on when the list is not empty.
 
         Raises:
           ValueError: a window size that is not a positive number.
@@ -398,6 +399,12 @@ class Monitor:
         # also where a monitor process could not be spawned: monitor from here
         with self._state_lock:
             if self._thread is None and not self._stopped:
+                # the first cycle runs at start: a Prometheus endpoint or a dashboard
+                # is never empty for the first interval (the 30 s default)
+                now = self._clock()
+                with self._parts_lock:
+                    for p in self._enabled:
+                        self._next[p] = min(self._next[p], now)
                 self._thread = threading.Thread(
                     target=self._loop, name=f"goodput-monitor-{self.run}", daemon=True)
                 self._thread.start()
