@@ -189,7 +189,7 @@ def incidents(calc: Any, now: float) -> IncidentSummary:
             lost_seconds=_sum_in(arrays, "WASTED_PROGRESS_FROM_DISRUPTION", prev, start),
             lost_steps=lost_steps,
             recovery_seconds=max(recovery, 0.0), scheduling_seconds=sched))
-    if state is not None and getattr(state, "state", None) == "stopped":
+    if getattr(state, "state", None) == "stopped" and getattr(state, "stopped_at", None) is not None:
         out.append(_open_incident(tl, len(starts), state, writers, st_t, se_t, signs))
     return _summary(calc, now, out)
 
