@@ -89,3 +89,21 @@ def test_report_says_what_was_counted_blocking_by_default(tmp_path):
     table = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     assert "3.000 s counted blocking by default" in table
     assert "rec.data_loading(overlapped=True)" in table
+
+
+def test_the_seconds_counted_blocking_by_default_are_clipped_to_the_reports_window(tmp_path):
+    """The report over a window says the blocking seconds inside that window: the
+    last 1.475 s of the README loop (it ended at 9 s: [7.525, 9]) hold the second
+    half of step 50's load ([7.5, 7.55)) and the loads of steps 51-59: 0.025 + 9 x
+    0.05 = 0.475 s, not the run's 3 s."""
+    store = f"sqlite:///{tmp_path / 'loop.sqlite'}"
+    _readme_loop(store, "sync")
+    cmd = [sys.executable, "-m", "goodput_core.cli", "report", "sync", "--store", store,
+           "--window", "1.475s"]
+    rep = json.loads(subprocess.run(cmd + ["--json"], capture_output=True, text=True,
+                                    check=True).stdout)
+    assert rep["window"]["start"] == pytest.approx(T0 + 7.525)
+    assert rep["data_loading_blocking_default"]["seconds"] == pytest.approx(0.475, abs=1e-5)
+    assert rep["badput_seconds"]["DATA_LOADING_SYNC"] == pytest.approx(0.475, abs=1e-5)
+    table = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    assert "0.475 s counted blocking by default" in table
