@@ -301,10 +301,11 @@ class StepTimes:
         completion = completion_rows(timeline)
         by_sync = timeline.segments["i0"][completion]
         afresh = key != self._key
-        if not afresh and len(by_sync) != len(self._by_sync):
-            # a segment now measured by completion (its first sync point in the
-            # middle arrived) whose spans were folded already: afresh, once
-            switched = np.setdiff1d(by_sync, self._by_sync, assume_unique=True)
+        if not afresh and not np.array_equal(by_sync, self._by_sync):
+            # a segment now measured the other way (its first sync point in the
+            # middle arrived; a restart cut it short) whose steps were folded
+            # already: afresh, once
+            switched = np.setxor1d(by_sync, self._by_sync, assume_unique=True)
             afresh = bool(len(switched)) and int(switched.min()) < self._lo
         if afresh:
             self._lo, self._row, self._base = 0, 0, StepColumns()
