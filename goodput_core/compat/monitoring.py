@@ -307,11 +307,15 @@ class GoodputMonitor:
     def _stop_part(self, part: str, skip_final_flush: Optional[bool], flushable: bool) -> None:
         should_skip = self._skip_final_flush if skip_final_flush is None else skip_final_flush
         timeout = self._final_flush_timeout_seconds
+        # one deadline for the final upload and the stop: the whole call keeps
+        # within final_flush_timeout_seconds, whatever a collector does
+        deadline = None if timeout is None else time.monotonic() + timeout
+        left = lambda: None if deadline is None else max(0.0, deadline - time.monotonic())  # noqa: E731
         with self._lock:
             monitor = self._ensure_monitor()
             if not should_skip and flushable:
                 # a final upload whether or not the uploader ran (as the reference)
-                if not monitor.flush(timeout, parts={part}):
+                if not monitor.flush(left(), parts={part}):
                     logger.warning("Final %s upload for job %s did not complete within %s "
                                    "seconds; abandoned.", part, self.job_name, timeout)
             if part == "rolling":
@@ -319,7 +323,7 @@ class GoodputMonitor:
             else:
                 monitor.configure(**{part: False})
             if not monitor.parts:
-                monitor.stop(timeout, skip_final_flush=True)
+                monitor.stop(left(), skip_final_flush=True)
                 self._monitor = None
 
     # -------------------------------------------------------------- public

@@ -83,6 +83,10 @@ class MonitorSnapshot:
         run has no scheduling events).
       incidents: the run's incidents, MTBF and MTTR (None: insights off or no
         incident yet).
+      deadline: when the monitor stops waiting for this export
+        (``time.monotonic()``; None: no deadline): an exporter with network
+        timeouts of its own keeps within it (at ``stop()``, what is left of
+        the final cycle's bound).
     """
 
     run: str
@@ -107,6 +111,7 @@ class MonitorSnapshot:
     lifecycle: Optional[Lifecycle] = None
     incidents: Optional[IncidentSummary] = None
     state: Optional[RunState] = None
+    deadline: Optional[float] = None
 
     @property
     def stopped(self) -> bool:

@@ -120,7 +120,9 @@ def figures(s: RunFigures) -> Iterator[Figure]:
     ``q`` (quantile), ``ideal``, ``win`` (window), ``drop``, ``eff`` (kind,
     window), ``prog``, ``mlp``, ``metric`` (name), ``hung``, ``hang``,
     ``ckpt`` (kind), ``host`` (process index), ``outlier`` (process index,
-    bucket), ``stopped`` (where the engine tells a run's state), and, for runs
+    bucket), ``stopped`` (where the engine tells a run's state), ``running`` (1
+    while the run is neither ended nor stopped: alert rules fire for running
+    runs only), and, for runs
     with scheduling events or incidents, ``sg``, ``ettr``, ``mpg``, ``sched``,
     ``inc``, ``mtbf``, ``mttr``; for a run that stopped without a job end
     (semantics rule 15), ``stopped_cause`` (cause: 1) and ``stopped_at``
@@ -158,6 +160,8 @@ def figures(s: RunFigures) -> Iterator[Figure]:
         yield from _insight_figures(s.insights)
     if s.state is not None:  # semantics rule 15
         st = s.state  # a RunState, or what another engine's state() tells
+        # what alert rules key on: a finished run's figures are final, not an alarm
+        yield "running", (), 1.0 if getattr(st, "state", None) == "running" else 0.0
         if getattr(st, "state", None) == "stopped" and getattr(st, "stopped_at", None) is not None:
             # "stopped" itself comes with the insights (run_state)
             yield "stopped_cause", (str(getattr(st, "cause", None)),), 1.0

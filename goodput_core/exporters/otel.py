@@ -25,6 +25,7 @@ metric                             unit   attributes (besides ``goodput.run``)
 ``goodput.hang.duration``          ``s``
 ``goodput.run.stopped``            ``1``  1 while the run is stopped (where the
                                           engine tells a run's state)
+``goodput.run.running``            ``1``  1 while the run runs (neither ended nor stopped)
 ``goodput.checkpoint.interval``    ``s``  ``goodput.interval.kind`` (current, recommended)
 ``goodput.host.local.duration``    ``s``  ``goodput.process_index`` (top 10 and "median")
 ``goodput.host.outlier``           ``1``  ``goodput.process_index``, ``goodput.bucket``
@@ -32,7 +33,8 @@ metric                             unit   attributes (besides ``goodput.run``)
 ``goodput.scheduling.ratio``       ``1``  scheduling goodput (runs with scheduling events)
 ``goodput.ettr``, ``goodput.mpg``  ``1``  ETTR and ML productivity goodput
 ``goodput.scheduling.duration``    ``s``  time waiting for resources
-``goodput.incidents``                     incidents (disruptions with a restart)
+``goodput.incidents``                     incidents (disruptions with a restart, and a
+                                          stop not restarted)
 ``goodput.mtbf``, ``goodput.mttr`` ``s``
 =================================  =====  =========================================
 
@@ -43,10 +45,14 @@ snapshot of each run, except the dropped-events counter. The resource carries
 
 Reliability: the export runs on the monitor's exporter thread, never the
 training thread. One export per snapshot, bounded by the OTLP timeout
-(:data:`~goodput_core.exporters.otlp.DEFAULT_TIMEOUT_S` unless set); a
-collector that is down, slow or refusing makes the export fail after at most
-that long, counted in :attr:`OtelExporter.failed_exports` (and the data points it
-carried in :attr:`OtelExporter.dropped_points`), logged once; nothing raises.
+(:data:`~goodput_core.exporters.otlp.DEFAULT_TIMEOUT_S` unless set) and by the
+snapshot's deadline (at ``stop()``: what is left of the exit budget); a
+collector that refuses connections fails the export at once (no retries), one
+that is slow or never answers after at most that long
+(:mod:`goodput_core.exporters.otlp_guard`), counted in
+:attr:`OtelExporter.failed_exports` (and the data points it carried in
+:attr:`OtelExporter.dropped_points`), logged once in one line (the SDK's own
+lines about it are held back); nothing raises.
 """
 
 from __future__ import annotations
@@ -60,6 +66,7 @@ from goodput_core.exporters.latest import LatestFigures, figures
 __all__ = ["OtelExporter", "METRICS"]
 
 logger = logging.getLogger(__name__)
+_CLOSE_MS = 500.0  # shutdown waits at most this for an export still under way
 
 #: figure key -> (metric name, unit, attribute names after goodput.run, description)
 METRICS: Dict[str, Tuple[str, str, Tuple[str, ...], str]] = {
@@ -83,6 +90,8 @@ METRICS: Dict[str, Tuple[str, str, Tuple[str, ...], str]] = {
     "hung": ("goodput.hang.active", "1", (), "1 while the run is hung, else 0."),
     "hang": ("goodput.hang.duration", "s", (), "Seconds of every hang so far."),
     "stopped": ("goodput.run.stopped", "1", (), "1 while the run is stopped, else 0."),
+    "running": ("goodput.run.running", "1", (), "1 while the run runs (neither ended nor "
+                "stopped), else 0."),
     "ckpt": ("goodput.checkpoint.interval", "s", ("goodput.interval.kind",),
              "Checkpoint interval: current and recommended."),
     "host": ("goodput.host.local.duration", "s", ("goodput.process_index",),
@@ -95,7 +104,8 @@ METRICS: Dict[str, Tuple[str, str, Tuple[str, ...], str]] = {
              "clock since submission)."),
     "mpg": ("goodput.mpg", "1", (), "ML productivity goodput: scheduling x runtime x program."),
     "sched": ("goodput.scheduling.duration", "s", (), "Time waiting for resources."),
-    "inc": ("goodput.incidents", "{incident}", (), "Disruptions followed by a restart."),
+    "inc": ("goodput.incidents", "{incident}", (), "Incidents: disruptions followed by a "
+            "restart, and a stop not restarted (open)."),
     "mtbf": ("goodput.mtbf", "s", (), "Mean time between failures."),
     "mttr": ("goodput.mttr", "s", (), "Mean time from a failure to the next first step."),
     "drop": ("goodput.recorder.dropped_events", "{event}", (),
@@ -140,6 +150,7 @@ class OtelExporter(Exporter):
         from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
         from goodput_core.exporters.otlp import export_timeout, otlp_exporter, resource
+        from goodput_core.exporters.otlp_guard import OtlpGuard
 
         self._settings = None if exporter is not None else portable_settings(
             endpoint=endpoint, protocol=protocol, headers=headers, timeout_s=timeout_s,
@@ -148,6 +159,7 @@ class OtelExporter(Exporter):
             "metrics", endpoint=endpoint, protocol=protocol, headers=headers,
             timeout_s=timeout_s)
         self._timeout_ms = 1000.0 * export_timeout("metrics", timeout_s)
+        self._guard = OtlpGuard(self._exporter)  # refused: at once; bounded; one line
         self._latest = LatestFigures(quantiles)
         # A pull reader: we collect once per snapshot and export ourselves, so the
         # result of every export is known (counted drops) and no thread is started.
@@ -186,31 +198,37 @@ class OtelExporter(Exporter):
         if self._closed:
             return
         self._latest.update(snapshot)
-        self._send()
+        self._send(snapshot.deadline)
 
-    def _send(self) -> None:
+    def _send(self, deadline: Optional[float] = None) -> None:
         from opentelemetry.sdk.metrics.export import MetricExportResult
+
+        from goodput_core.exporters.otlp_guard import quiet_sdk, reason_of
 
         data = self._reader.get_metrics_data()
         if data is None:
             return
         points = sum(len(m.data.data_points) for rm in data.resource_metrics
                      for sm in rm.scope_metrics for m in sm.metrics)
-        try:
-            result = self._exporter.export(data, timeout_millis=self._timeout_ms)
-        except Exception as exc:  # an exporter must never raise into the monitor
-            result, error = None, exc
-        else:
-            error = None
+        budget = self._guard.budget(self._timeout_ms / 1000.0, deadline)
+        reason = self._guard.unreachable(budget)  # refused: not tried, no retries
+        if reason is None:
+            with quiet_sdk() as heard:  # the SDK's own lines: one of ours instead
+                try:
+                    result = self._exporter.export(data, timeout_millis=1000.0 * budget)
+                    error = None
+                except Exception as exc:  # an exporter must never raise into the monitor
+                    result, error = None, exc
+            if result != MetricExportResult.SUCCESS:
+                reason = reason_of(heard, error)
         self.exports += 1
-        if result != MetricExportResult.SUCCESS:
+        if reason is not None:
             self.failed_exports += 1
             self.dropped_points += points
             if not self._warned:
                 self._warned = True
                 logger.warning("goodput: the OpenTelemetry collector did not take the "
-                               "metrics (%s); later failures are only counted",
-                               error or "export failed")
+                               "metrics (%s); later failures are only counted", reason)
 
     def process_spec(self) -> Optional[dict]:
         """Rebuilt in a monitor process from the same settings (not with a
@@ -225,12 +243,15 @@ class OtelExporter(Exporter):
         if self._closed:
             return
         self._closed = True
-        try:
-            self._exporter.shutdown(timeout_millis=self._timeout_ms)
-        except TypeError:
-            self._exporter.shutdown()
-        except Exception:  # pragma: no cover - a broken exporter at shutdown
-            logger.debug("goodput: OpenTelemetry exporter shutdown failed", exc_info=True)
+        from goodput_core.exporters.otlp_guard import quiet_sdk
+
+        with quiet_sdk():  # (nothing is sent at shutdown: it need not wait long)
+            try:
+                self._exporter.shutdown(timeout_millis=min(self._timeout_ms, _CLOSE_MS))
+            except TypeError:
+                self._exporter.shutdown()
+            except Exception:  # pragma: no cover - a broken exporter at shutdown
+                logger.debug("goodput: OpenTelemetry exporter shutdown failed", exc_info=True)
         try:
             self._provider.shutdown()
         except Exception:  # pragma: no cover

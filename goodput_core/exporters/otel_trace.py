@@ -60,18 +60,24 @@ def to_readable_spans(run: str, spans: Iterable[TraceSpan], resource: Any) -> Li
     return out
 
 
-def _send(exporter: Any, spans: List[Any]) -> int:
-    """Sends ``spans`` in batches; returns how many the collector refused."""
+def _send(exporter: Any, spans: List[Any], guard: Any = None) -> int:
+    """Sends ``spans`` in batches; returns how many the collector refused (all
+    of them, untried, when ``guard`` finds it refusing connections)."""
     from opentelemetry.sdk.trace.export import SpanExportResult
 
+    from goodput_core.exporters.otlp_guard import PROBE_TIMEOUT_S, quiet_sdk
+
+    if guard is not None and guard.unreachable(PROBE_TIMEOUT_S) is not None:
+        return len(spans)  # refused: no send, no retries until the timeout
     failed = 0
     for i in range(0, len(spans), BATCH):
         batch = spans[i:i + BATCH]
-        try:
-            ok = exporter.export(batch) == SpanExportResult.SUCCESS
-        except Exception:  # noqa: BLE001 - counted; never raised into the caller's loop
-            logger.debug("goodput: span export raised", exc_info=True)
-            ok = False
+        with quiet_sdk():  # the SDK's own lines about it: one of ours instead
+            try:
+                ok = exporter.export(batch) == SpanExportResult.SUCCESS
+            except Exception:  # noqa: BLE001 - counted; never raised into the caller's loop
+                logger.debug("goodput: span export raised", exc_info=True)
+                ok = False
         if not ok:
             failed += len(batch)
     return failed
@@ -99,6 +105,7 @@ def export_run(calc: Any, now: float, *, endpoint: Optional[str] = None,
       ImportError: OpenTelemetry is not installed.
     """
     from goodput_core.exporters.otlp import resource
+    from goodput_core.exporters.otlp_guard import OtlpGuard
 
     own = exporter is None
     if own:
@@ -107,7 +114,7 @@ def export_run(calc: Any, now: float, *, endpoint: Optional[str] = None,
         attempts = attempt_spans(calc, now)
         phases = phase_spans(calc, now)
         spans = to_readable_spans(calc.run, attempts + phases, resource(resource_attributes))
-        failed = _send(exporter, spans)
+        failed = _send(exporter, spans, OtlpGuard(exporter) if own else None)
     finally:
         if own:
             exporter.shutdown()
@@ -132,12 +139,14 @@ class OtelTraceExporter(Exporter):
                  timeout_s: Optional[float] = None,
                  resource_attributes: Optional[Mapping[str, Any]] = None, exporter: Any = None):
         from goodput_core.exporters.otlp import resource
+        from goodput_core.exporters.otlp_guard import OtlpGuard
 
         self._settings = None if exporter is not None else portable_settings(
             endpoint=endpoint, protocol=protocol, headers=headers, timeout_s=timeout_s,
             resource_attributes=resource_attributes)
         self._exporter = exporter if exporter is not None else _span_exporter(
             endpoint, protocol, headers, timeout_s)
+        self._guard = OtlpGuard(self._exporter)
         self._resource = resource(resource_attributes)
         self._sent_attempts: Set[int] = set()
         self.sent = 0
@@ -155,7 +164,7 @@ class OtelTraceExporter(Exporter):
         spans = to_readable_spans(snapshot.run, list(delta.phases) + attempts, self._resource)
         if not spans:
             return
-        failed = _send(self._exporter, spans)
+        failed = _send(self._exporter, spans, self._guard)
         self._sent_attempts.update(a.span_id for a in attempts)
         self.sent += len(spans) - failed
         self.failed += failed
@@ -177,8 +186,11 @@ class OtelTraceExporter(Exporter):
         if self._closed:
             return
         self._closed = True
-        try:
-            self._exporter.shutdown()
-        except Exception:  # noqa: BLE001
-            logger.debug("goodput: span exporter shutdown failed", exc_info=True)
+        from goodput_core.exporters.otlp_guard import quiet_sdk
+
+        with quiet_sdk():
+            try:
+                self._exporter.shutdown()
+            except Exception:  # noqa: BLE001
+                logger.debug("goodput: span exporter shutdown failed", exc_info=True)
 

@@ -36,6 +36,9 @@ Metrics (all labelled by ``run``), from the latest snapshot of each run:
 ``goodput_run_stopped``                    1 while the run is stopped (no sign of life,
                                            or a recorded disruption last), else 0
                                            (where the engine tells a run's state)
+``goodput_run_running``                    1 while the run runs (neither ended nor
+                                           stopped), else 0: the shipped alert rules
+                                           fire for running runs only
 ``goodput_run_stopped_cause{cause}``       1 for a stopped run, with why (a
                                            disruption's cause, or ``no sign of life``)
 ``goodput_run_stopped_time_seconds``       where a stopped run stopped (POSIX time)
@@ -107,6 +110,8 @@ class _SnapshotCollector:
                              "makes it an outlier.", ("process_index", "bucket")),
             "stopped": gauge("goodput_run_stopped", "1 while the run is stopped (no sign of "
                              "life, or ended by a disruption), else 0."),
+            "running": gauge("goodput_run_running", "1 while the run runs (neither ended "
+                             "nor stopped), else 0: alerts fire for running runs only."),
             "stopped_cause": gauge("goodput_run_stopped_cause", "1 for why a stopped run "
                                    "stopped (label cause).", ("cause",)),
             "stopped_at": gauge("goodput_run_stopped_time_seconds",
@@ -118,7 +123,8 @@ class _SnapshotCollector:
             "mpg": gauge("goodput_mpg_ratio", "ML productivity goodput: scheduling x runtime "
                          "x program goodput (0-1)."),
             "sched": gauge("goodput_scheduling_seconds", "Time waiting for resources."),
-            "inc": gauge("goodput_incidents", "Disruptions followed by a restart."),
+            "inc": gauge("goodput_incidents", "Incidents: disruptions followed by a "
+                         "restart, and a stop not restarted (open)."),
             "mtbf": gauge("goodput_mtbf_seconds", "Mean time between failures."),
             "mttr": gauge("goodput_mttr_seconds", "Mean time from a failure to the next "
                           "attempt's first step."),

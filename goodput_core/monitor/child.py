@@ -14,7 +14,9 @@ then commands: ``{"dropped": n}`` (the recorder's dropped-event count),
 ``{"configure": {...}}`` (``Monitor.configure``), ``{"flush": seconds or null,
 "parts": [...] or null, "id": n}`` (``Monitor.flush``), ``{"stop": seconds or null,
 "skip_final": bool}``. End of input (the training process is gone) stops the
-monitor as ``stop`` does.
+monitor as ``stop`` does, within the exit budget (``GOODPUT_EXIT_TIMEOUT_S``),
+after letting go of the job's stdout and stderr (pointed at /dev/null): a
+launcher that reads the job's pipes sees them end with the job.
 
 The reply pipe, to the training process: ``{"ready": true}`` once the
 exporters are built, ``{"stats": {...}}`` after each
@@ -35,6 +37,7 @@ import sys
 import threading
 from typing import Any, Dict, Optional
 
+from goodput_core.exit_bound import exit_timeout_s
 from goodput_core.monitor.priority import lower as lower_priority
 
 __all__ = ["main"]
@@ -132,9 +135,31 @@ def main() -> int:
     if "stop" in stop:
         ok = monitor.stop(stop["stop"], skip_final_flush=bool(stop.get("skip_final")))
     else:
-        ok = monitor.stop()
+        # the training process is gone: its stdout and stderr are not ours to
+        # hold (a launcher reading the job's pipes would wait for our final
+        # cycle), and the final cycle keeps within the exit budget
+        _release_job_streams()
+        ok = monitor.stop(exit_timeout_s())
     _reply(reply_fd, {"stopped": ok, "stats": monitor.stats()})
     return 0
+
+
+def _release_job_streams() -> None:
+    """Points this process's stdout and stderr at /dev/null (they are the job's)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001 - a pipe the job's reader closed
+            pass
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(null, 1)
+            os.dup2(null, 2)
+        finally:
+            os.close(null)
+    except OSError:
+        pass
 
 
 def _configure_args(message: Dict[str, Any]) -> Dict[str, Any]:

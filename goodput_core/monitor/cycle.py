@@ -126,7 +126,8 @@ class Extras:
             return
         if goodput:
             out["slice_efficiency"] = _reported(calc.slice_efficiency(now=now), counts)
-        effs = {size: _reported(calc.slice_efficiency(now - float(size), now, now), counts)
+        end = calc.rolling_end(now)  # a finished run's windows end where it did (rule 10)
+        effs = {size: _reported(calc.slice_efficiency(end - float(size), end, now), counts)
                 for size in windows}
         out["rolling_slice_efficiency"] = {k: v for k, v in effs.items() if v is not None}
 
@@ -138,11 +139,13 @@ class Extras:
         out["checkpoint_advice"] = calc.checkpoint_advice(now)
         lc = lifecycle(calc, now, cumulative)  # the cycle's result: not computed again
         out["lifecycle"] = lc if lc.available else None
-        # incidents read the whole run: only when there is one, and again only
-        # when an attempt or a disruption was added since
+        # incidents read the whole run: only when there is one (a restart, or a
+        # stop not restarted: an open incident), and again only when an attempt
+        # or a disruption was added or the run stopped since
         tl = calc.timeline
-        key = (len(tl.attempts), len(tl.tables["disruption"]))
-        if key[0] > 1 and key != self._incidents_key:
+        stopped = out.get("state") is not None and getattr(out["state"], "stopped", False)
+        key = (len(tl.attempts), len(tl.tables["disruption"]), stopped)
+        if (key[0] > 1 or stopped) and key != self._incidents_key:
             self._incidents_key, self._incidents = key, incidents(calc, now)
         out["incidents"] = self._incidents
         if getattr(calc, "_store", None) is not None:

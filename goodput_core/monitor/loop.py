@@ -42,6 +42,7 @@ exports and ``stop()``. Tests inject all three: no test sleeps or waits out a ti
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import threading
@@ -49,6 +50,7 @@ import time
 from typing import Any, Callable, Collection, Dict, Iterable, List, Optional, Tuple
 
 
+from goodput_core.exit_bound import exit_timeout_s
 from goodput_core.monitor.runner import Deadlines, Runner
 from goodput_core.exporters.base import Exporter, MonitorSnapshot
 from goodput_core.monitor.cycle import Extras
@@ -93,7 +95,10 @@ class Monitor:
         stops the loop. Default: an event wait that ``stop()`` interrupts.
       deadlines: the clock and wait of the export and stop deadlines (real time).
       export_timeout_s: how long a cycle waits for its exporters.
-      final_flush_timeout_s: ``stop()``'s default deadline (None: unbounded).
+      final_flush_timeout_s: ``stop()``'s default deadline for the final cycle
+        and closing the exporters (None: unbounded; default: the exit budget,
+        ``GOODPUT_EXIT_TIMEOUT_S``, 5 s: ``with Monitor(...)`` around training
+        adds at most that to the job's end, whatever a collector does).
       skip_final_flush: ``stop()`` skips the final cycle by default.
       recorder: a local Recorder whose dropped-event count is reported.
       calculator: an existing Calculator to read through (shared, warm).
@@ -126,7 +131,7 @@ class Monitor:
                  wait: Optional[Callable[[float], Any]] = None,
                  deadlines: Optional[Deadlines] = None,
                  export_timeout_s: float = 10.0,
-                 final_flush_timeout_s: Optional[float] = 10.0,
+                 final_flush_timeout_s: Any = _DEFAULT,
                  skip_final_flush: bool = False,
                  recorder: Any = None, calculator: Any = None,
                  include_slice_efficiency: bool = True, include_program_goodput: bool = True,
@@ -138,6 +143,8 @@ class Monitor:
             interval_s if step_deviation_interval_s is None else step_deviation_interval_s,
             "step_deviation_interval_s")
         self._export_timeout = _positive(export_timeout_s, "export_timeout_s")
+        if final_flush_timeout_s is _DEFAULT:
+            final_flush_timeout_s = exit_timeout_s()
         if final_flush_timeout_s is not None:
             final_flush_timeout_s = max(0.0, float(final_flush_timeout_s))
         self._final_timeout = final_flush_timeout_s
@@ -246,8 +253,9 @@ class Monitor:
                   rolling_windows: Optional[Iterable[float]] = None) -> None:
         """Switches parts on or off at run time (None: unchanged).
 
-        A part switched on is first computed one interval later. Rolling
-        windows are on when the list is not empty.
+        Every enabled part is first computed when the loop starts; a part
+        switched on while it runs is first computed one interval later.
+        Rolling windows are on when the list is not empty.
 
         Raises:
           ValueError: a window size that is not a positive number.
@@ -360,8 +368,11 @@ class Monitor:
                                            self.rolling_windows, final)
         if snapshot is None:
             return None, False
-        complete = dispatch(self._runners, snapshot,
-                            min(deadline, self._time.after(self._export_timeout)), self._report,
+        export_deadline = min(deadline, self._time.after(self._export_timeout))
+        left = self._time.remaining(export_deadline)
+        if left is not None:  # for exporters with timeouts of their own (real time)
+            snapshot = dataclasses.replace(snapshot, deadline=time.monotonic() + left)
+        complete = dispatch(self._runners, snapshot, export_deadline, self._report,
                             self._time.wait_until)
         with self._stats_lock:
             self._cycles += 1
@@ -398,6 +409,12 @@ class Monitor:
         # also where a monitor process could not be spawned: monitor from here
         with self._state_lock:
             if self._thread is None and not self._stopped:
+                # the first cycle runs at start: a Prometheus endpoint or a dashboard
+                # is never empty for the first interval (the 30 s default)
+                now = self._clock()
+                with self._parts_lock:
+                    for p in self._enabled:
+                        self._next[p] = min(self._next[p], now)
                 self._thread = threading.Thread(
                     target=self._loop, name=f"goodput-monitor-{self.run}", daemon=True)
                 self._thread.start()

@@ -5,7 +5,8 @@ API summary::
 
     from goodput_core.queries.calculator import Calculator
 
-    calc = Calculator("run-1", "sqlite:///goodput.sqlite")  # reads the store
+    calc = Calculator("run-1", "sqlite:///goodput.sqlite")  # reads the store (its
+                                        # first query reads what is stored)
     calc.refresh()                      # reads only the events new since last time
     n, cursor = calc.pull(store, cursor)  # or read any store yourself, in pages
     calc = Calculator()                 # or feed events yourself:
@@ -15,7 +16,8 @@ API summary::
     r = calc.cumulative()               # GoodputResult over the whole lifetime
     r = calc.cumulative(exclude=[(a, b), ...])   # minus the union of intervals
     r = calc.window(a, b)               # any window [a, b] (also with exclude=)
-    rs = calc.rolling([60, 3600])       # windows ending now, from one timeline
+    rs = calc.rolling([60, 3600])       # windows ending now (an ended or stopped run:
+                                        #   at its lifetime's end), from one timeline
     s = calc.step_stats()               # StepStats: step times, ideal, deviations
     calc.spans(a, b)                    # [(start, end, label), ...] for pictures
     calc.skipped                        # {reason: count} of unusable inputs
@@ -72,7 +74,8 @@ from goodput_core.queries.save_storage import save_seconds_by_storage
 from goodput_core.queries.results import GoodputResult
 from goodput_core.queries.scheduling import SchedulingWaits, scheduling_waits
 from goodput_core.queries.step_stats import StepStats, StepTimes, compute_step_stats
-from goodput_core.queries.windows import labelled_spans, lifetime_of, span_label, window_result
+from goodput_core.queries.windows import (
+    labelled_spans, lifetime_of, rolling_end, span_label, window_result)
 from goodput_core.timeline.liveness import RunState, timeline_state
 from goodput_core.timeline.spans import Timeline
 
@@ -86,10 +89,11 @@ class Calculator:
     Args:
       run: the run name. Required with ``store``; with :meth:`add`, events
         of other runs are skipped (None: accept every event).
-      store: a store URL, path or open Store to read with :meth:`refresh`;
-        None with a run: the default store, the one ``Recorder(run)`` writes
-        to (``$GOODPUT_STORE`` or the embedded file), opened at the first
-        :meth:`refresh`.
+      store: a store URL, path or open Store to read with :meth:`refresh`
+        (the first query reads it when :meth:`refresh` was not called: never
+        a 0 % of nothing read); None with a run: the default store, the one
+        ``Recorder(run)`` writes to (``$GOODPUT_STORE`` or the embedded
+        file), opened at the first :meth:`refresh`.
       clock: returns the current POSIX time (``now`` of queries).
       ideal_step_time: a configured ideal step time in seconds (optional).
       liveness: False keeps rule 1 for every run: an open attempt runs to
@@ -159,7 +163,9 @@ class Calculator:
 
     @property
     def _tl(self) -> Timeline:
-        """The job timeline as fed so far (replaced when a second writer appears)."""
+        """The job timeline as fed so far (replaced when a second writer appears);
+        a calculator given a store has read it by then (its first query reads)."""
+        self._feed.read_before_first_query()
         return self._feed.tl
 
     @property
@@ -223,15 +229,27 @@ class Calculator:
             self._tl.update()
             return scheduling_waits(self._tl.tables, self._tl.attempts.start, self._now(now))
 
+    def rolling_end(self, now: Any = None) -> float:
+        """Where rolling windows end at ``now``: ``now`` while the run runs, the
+        lifetime's end once it ended or stopped (semantics.md rules 10 and 15:
+        a finished run's rolling figures do not decay as it is read later)."""
+        with self._lock:
+            t = self._now(now)
+            self._tl.update()
+            return rolling_end(self._tl, t)
+
     def rolling(self, seconds: Iterable[float], now: Any = None,
                 exclude: Optional[Sequence[Interval]] = None) -> List[GoodputResult]:
-        """Windows of the given lengths ending at ``now``, in the given order."""
+        """Windows of the given lengths ending at :meth:`rolling_end` (``now``
+        while the run runs; its lifetime's end once it ended or stopped), in
+        the given order."""
         sizes = [float(s) for s in seconds]
         if any(not (s >= 0) for s in sizes):
             raise ValueError(f"rolling window sizes must be >= 0, got {sizes}")
         with self._lock:
             t = self._now(now)
-            return [self.window(t - s, t, now=t, exclude=exclude) for s in sizes]
+            end = self.rolling_end(t)
+            return [self.window(end - s, end, now=t, exclude=exclude) for s in sizes]
 
     def spans(self, start: Any = -math.inf, end: Any = math.inf, now: Any = None
               ) -> List[Tuple[float, float, str]]:

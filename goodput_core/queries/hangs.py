@@ -17,6 +17,7 @@ from typing import List, Optional
 
 import numpy as np
 
+from goodput_core.record.stacks import hung_thread
 from goodput_core.timeline.buckets import BadputType
 from goodput_core.timeline.liveness import lifetime_end
 
@@ -43,7 +44,8 @@ class Hang:
         is the ``HANG`` bucket: all of it, except where recovery or wasted
         progress outranks it (a hang ended by a crash and a restart), so the
         seconds of ``hangs()`` add up to the bucket at every instant.
-      stack: the summary of every Python thread's stack at detection.
+      stack: the threads' stacks at detection (:mod:`goodput_core.record.stacks`:
+        the thread that recorded the last step first).
     """
 
     step: Optional[int]
@@ -55,9 +57,17 @@ class Hang:
     seconds: float
     stack: str
 
+    @property
+    def thread(self) -> Optional[str]:
+        """The thread that recorded the last step before the hang (the one
+        that hung; in a summary of an earlier version, the first thread that is
+        not goodput's own), or None without a stack."""
+        return hung_thread(self.stack)[0]
+
     def top_frames(self, n: int = 3) -> List[str]:
-        """The first ``n`` non-empty lines of the stack summary."""
-        return [line for line in self.stack.splitlines() if line.strip()][:n]
+        """The innermost ``n`` frames of :attr:`thread` (``file.py:line function``),
+        innermost first: where the training loop is stuck."""
+        return hung_thread(self.stack)[1][:n]
 
 
 def counted_as_hang(timeline, hang: Hang, now: float) -> Hang:

@@ -1,7 +1,11 @@
 """Incidents: what each disruption cost, how fast it was seen and recovered.
 
 One incident per restart (a job start after an attempt that crashed, or after
-a recorded disruption). For each:
+a recorded disruption), and an **open** incident for a run that stopped and
+was not restarted (semantics rule 15: a recorded disruption last, or no sign
+of life for three heartbeat intervals): ``open`` is True, ``restarted``,
+``first_step`` and the times to them are None, and nothing is lost or
+recovered yet (the restart decides that). For each:
 
 * ``cause``: the recorded cause (``preemption``, ``sigterm``,
   ``exception:<Type>``...), ``hang`` when a hang was open when the attempt
@@ -39,7 +43,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 
 from goodput_core.queries.markers import run_markers
-from goodput_core.timeline.liveness import attempt_lives
+from goodput_core.timeline.liveness import NO_SIGN_OF_LIFE, STALE_INTERVALS, attempt_lives
 
 __all__ = ["Incident", "IncidentSummary", "incidents"]
 
@@ -53,15 +57,16 @@ class Incident:
     seen_by: Optional[Tuple[int, str]]
     last_progress: Optional[float]
     detected: float
-    restarted: float             # the next attempt's job start
+    restarted: Optional[float]   # the next attempt's job start (None: open)
     first_step: Optional[float]  # the new attempt's first step start
     time_to_detect: Optional[float]
-    time_to_restart: float
+    time_to_restart: Optional[float]
     time_to_first_step: Optional[float]
     lost_seconds: float
     lost_steps: int
     recovery_seconds: float
     scheduling_seconds: float = 0.0  # the requeue's wait for resources (not recovery)
+    open: bool = False           # the run stopped and was not restarted (yet)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -184,7 +189,30 @@ def incidents(calc: Any, now: float) -> IncidentSummary:
             lost_seconds=_sum_in(arrays, "WASTED_PROGRESS_FROM_DISRUPTION", prev, start),
             lost_steps=lost_steps,
             recovery_seconds=max(recovery, 0.0), scheduling_seconds=sched))
+    if getattr(state, "state", None) == "stopped" and getattr(state, "stopped_at", None) is not None:
+        out.append(_open_incident(tl, len(starts), state, writers, st_t, se_t, signs))
     return _summary(calc, now, out)
+
+
+def _open_incident(tl: Any, n: int, state: Any, writers: Dict[float, Any], st_t: np.ndarray,
+                   se_t: np.ndarray, signs: Any) -> Incident:
+    """The last attempt stopped and no restart followed (yet)."""
+    stopped = float(state.stopped_at)
+    start = float(tl.attempts.start[-1])
+    last = _last_at_or_before(stopped, st_t, se_t)
+    last = last if last is not None and last >= start else None
+    if state.cause == NO_SIGN_OF_LIFE:
+        # known once three heartbeat intervals passed in silence (the liveness rule)
+        beat = float(signs.interval[n - 1])
+        cause, detected, seen = "no sign of life (killed, or the host was lost)", \
+            stopped + STALE_INTERVALS * beat, None
+    else:
+        cause, detected, seen = str(state.cause), stopped, writers.get(round(stopped, 6))
+    return Incident(attempt=n, cause=cause, seen_by=seen, last_progress=last,
+                    detected=detected, restarted=None, first_step=None,
+                    time_to_detect=None if last is None else max(detected - last, 0.0),
+                    time_to_restart=None, time_to_first_step=None, lost_seconds=0.0,
+                    lost_steps=0, recovery_seconds=0.0, open=True)
 
 
 def _restart_markers(calc: Any) -> List[Any]:
@@ -194,7 +222,7 @@ def _restart_markers(calc: Any) -> List[Any]:
 def _summary(calc: Any, now: float, out: List[Incident]) -> IncidentSummary:
     total = calc.cumulative(now).total_seconds
     mtbf = total / len(out) if out and total > 0 else None
-    repairs = [i.first_step - i.last_progress for i in out
+    repairs = [i.first_step - i.last_progress for i in out  # (an open one: no repair yet)
                if i.first_step is not None and i.last_progress is not None]
     mttr = float(np.mean(repairs)) if repairs else None
     by_cause: Dict[str, float] = {}

@@ -47,8 +47,12 @@ class Projection:
       restart_seconds, save_seconds: ``u0`` and ``C``.
       current_hosts, current_interval_seconds: as measured.
       hosts_projected, interval_seconds: the scenario.
-      ettr_now, ettr_projected: the model at the measured and the asked scenario.
+      ettr_now, ettr_projected: the **model's** ETTR at the measured and the
+        asked scenario: failures, restarts and saves only (scheduling, init,
+        compiles, data loading and every other bucket aside), so ``ettr_now``
+        is not the run's measured goodput.
       first_order_now, first_order_projected: Meta's first-order form.
+      measured_goodput: the run's measured (runtime) goodput, 0-1: every bucket.
     """
 
     available: bool
@@ -67,6 +71,7 @@ class Projection:
     ettr_projected: Optional[float] = None
     first_order_now: Optional[float] = None
     first_order_projected: Optional[float] = None
+    measured_goodput: Optional[float] = None
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -144,12 +149,14 @@ def project(calc: Any, now: float, *, hosts: Optional[int] = None,
         raise ValueError(f"the interval must be > 0 seconds, got {interval_s}")
     summary = incidents(calc, now)
     advice = calc.checkpoint_advice(now)
-    runtime = calc.cumulative(now).total_seconds
+    cumulative = calc.cumulative(now)
+    runtime = cumulative.total_seconds
+    measured = cumulative.goodput / 100.0 if runtime > 0 else None
     n_now = _hosts(calc)
     failures = len(summary.incidents)
     if failures == 0 or runtime <= 0:
         return Projection(False, "no failures yet: the failure rate is unknown",
-                          current_hosts=n_now)
+                          current_hosts=n_now, measured_goodput=measured)
     repairs = [i.first_step - i.detected for i in summary.incidents if i.first_step is not None]
     detect = [i.time_to_detect for i in summary.incidents if i.time_to_detect is not None]
     u0 = (float(np.mean(repairs)) if repairs else 0.0) + (float(np.mean(detect)) if detect else 0.0)
@@ -157,7 +164,8 @@ def project(calc: Any, now: float, *, hosts: Optional[int] = None,
     current = advice.current_interval_seconds
     if save is None or current is None:
         return Projection(False, "no checkpoint interval measured (fewer than two saves in "
-                          "one attempt)", failures=failures, current_hosts=n_now)
+                          "one attempt)", failures=failures, current_hosts=n_now,
+                          measured_goodput=measured)
     hours = runtime / 3600.0
     r = failures / (n_now * hours)
     n = hosts if hosts is not None else n_now
@@ -167,7 +175,8 @@ def project(calc: Any, now: float, *, hosts: Optional[int] = None,
         True, "rough: fewer than 3 failures seen" if rough else "", rough, failures, hours,
         r, u0, save, n_now, current, n, dt,
         expected_ettr(n_now, r, u0, save, current), expected_ettr(n, r, u0, save, dt),
-        first_order_ettr(n_now, r, u0, save, current), first_order_ettr(n, r, u0, save, dt))
+        first_order_ettr(n_now, r, u0, save, current), first_order_ettr(n, r, u0, save, dt),
+        measured)
 
 
 def _hosts(calc: Any) -> int:

@@ -53,6 +53,8 @@ class RunFeed:
         self.run = run
         self.store = store
         self.cursor = None
+        # a calculator given a store reads it on its first query, refresh() or not
+        self._read_on_query = store is not None
         self._warned: set = set()  # refresh()'s one-time warnings
         self._liveness = liveness
         self._lock = lock
@@ -101,8 +103,18 @@ class RunFeed:
                     records.append(parsed)
             return self.tl.add(records, self.run)
 
+    def read_before_first_query(self) -> None:
+        """Reads the store once if nothing was read yet: a calculator given a
+        store answers its first query from what is stored (the reference's
+        calculator reads on query), never with 0 % of nothing."""
+        if self._read_on_query:
+            self._read_on_query = False
+            if self.cursor is None:
+                self.refresh()
+
     def refresh(self) -> int:
         """:meth:`Calculator.refresh <goodput_core.queries.calculator.Calculator.refresh>`."""
+        self._read_on_query = False
         if self.store is None and not self._open_default_store():
             return 0
         flush_before_read(self.run, self.store)

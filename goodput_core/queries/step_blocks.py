@@ -19,6 +19,7 @@ from typing import Callable, Tuple, Union
 
 import numpy as np
 
+from goodput_core.queries.step_groups import completion_rows, group_entries
 from goodput_core.timeline.segments import CLOSE_STEP_END
 
 __all__ = ["step_times_once"]
@@ -51,10 +52,16 @@ def step_times_once(timeline, latest: Callable, entries: Callable, as_range: boo
     if width > _SPREAD * n + BLOCK:
         return latest(*entries(timeline, 0, 0)[:3])
     i0, i1 = seg["i0"], seg["i1"]
+    # segments measured by completion (step_groups): their steps come from
+    # their groups, listed with the block of their group's last step start
+    completion = completion_rows(timeline)
+    g_steps, g_times, g_when, g_at = group_entries(timeline, 0, completion)
     # a segment's last step, closed by its step end: (start index, time), in
     # the order the general computation lists them (after every span)
-    last = seg["close_kind"] == CLOSE_STEP_END
+    last = (seg["close_kind"] == CLOSE_STEP_END) & ~completion
     end_i = i1[last]
+    if completion.any():
+        i0, i1 = i0[~completion], i1[~completion]
     end_times = seg["close"][last] - t[end_i]
     # where each falls among the spans in (start time, list position) order:
     # after every span that starts at or before it (spans are in time order)
@@ -78,6 +85,13 @@ def step_times_once(timeline, latest: Callable, entries: Callable, as_range: boo
             steps = np.concatenate((steps, s[ei]))
             span_times = np.concatenate((span_times, end_times[mine]))
             when = np.concatenate((when, t[ei]))
+        if len(g_at):
+            a = int(np.searchsorted(g_at, lo, side="left")) if lo else 0
+            b = len(g_at) if hi >= pairs else int(np.searchsorted(g_at, hi, side="left"))
+            if b > a:
+                steps = np.concatenate((steps, g_steps[a:b]))
+                span_times = np.concatenate((span_times, g_times[a:b]))
+                when = np.concatenate((when, g_when[a:b]))
         if not len(steps):
             continue
         steps, span_times = latest(steps, span_times, when)

@@ -4,7 +4,11 @@ A step's time is its span length divided by the number of steps the span
 covers (steps logged sparsely share their span evenly). Spans are those
 between two recorded step starts of a segment, and a segment's last step
 when its ``step_end_time`` was recorded (a span closed by the job end would
-include the teardown). When a step was run more than once (restarts), its
+include the teardown). In a segment with step ends recorded at sync points
+(the JAX adapter's ``sync_every=N``, ``with rec.step(k)``), step times come
+from completion instead: the steps between two sync points share the time
+between them, phases (evaluations, saves, compiles...) left out
+(:mod:`goodput_core.queries.step_groups`). When a step was run more than once (restarts), its
 latest run counts. The ideal step time is the mean of the step times at or
 below median + 3·MAD (raw MAD, as the reference; unlike the reference, steps
 shorter than one second are kept), unless a value is configured. The
@@ -21,6 +25,7 @@ import numpy as np
 
 from goodput_core.queries.sorted_times import SortedTimes
 from goodput_core.queries.step_blocks import step_times_once
+from goodput_core.queries.step_groups import completion_rows, group_entries, step_time_basis
 from goodput_core.queries.step_series import Consecutive, StepColumns, StepSeries
 from goodput_core.timeline.segments import CLOSE_STEP_END
 
@@ -55,6 +60,11 @@ class StepStats:
       deviation_aggregate: the monitoring figure (cumulative mode).
       series: the same steps and times as a :class:`StepSeries` (held in
         chunks: what a monitor cycle reads, a few steps at a time).
+      basis: where the step times come from
+        (:func:`~goodput_core.queries.step_groups.step_time_basis`):
+        ``"sync points"`` (completed work between recorded step ends),
+        ``"step starts"`` (the spans between step starts: dispatch intervals
+        under asynchronous dispatch), ``"mixed"``, or None.
 
     A monitor's statistics hold their steps in chunks (a run going on
     appends): ``steps``, ``step_times`` and ``deviations`` are joined or
@@ -65,7 +75,9 @@ class StepStats:
     def __init__(self, steps: Any, step_times: Any, ideal_step_time: Optional[float],
                  deviations: Any = None, deviation_aggregate: Optional[float] = None, *,
                  series: Optional[StepSeries] = None,
-                 percentiles: Optional[Dict[float, float]] = None):
+                 percentiles: Optional[Dict[float, float]] = None,
+                 basis: Optional[str] = None):
+        self.basis = basis
         if series is None:
             series = StepSeries.of(steps, step_times)
         self.series = series
@@ -79,9 +91,11 @@ class StepStats:
 
     @classmethod
     def of_series(cls, series: StepSeries, ideal_step_time: Optional[float],
-                  percentiles: Optional[Dict[float, float]] = None) -> "StepStats":
+                  percentiles: Optional[Dict[float, float]] = None,
+                  basis: Optional[str] = None) -> "StepStats":
         """The statistics of a chunked series (deviations computed on demand)."""
-        return cls(None, None, ideal_step_time, series=series, percentiles=percentiles)
+        return cls(None, None, ideal_step_time, series=series, percentiles=percentiles,
+                   basis=basis)
 
     def time_percentile(self, pct: float) -> float:
         """:func:`percentile` of the step times (found with them where it was)."""
@@ -150,21 +164,48 @@ def step_times(timeline, cache: Optional["StepTimes"] = None) -> tuple:
     return step_times_once(timeline, _latest, _entries)
 
 
-def _entries(timeline, lo: int, first_row: int) -> tuple:
+def _entries(timeline, lo: int, first_row: int, completion: Optional[np.ndarray] = None
+             ) -> tuple:
     """(steps, times, when, start) of the spans of step starts ``i >= lo`` and
-    of the last steps of segment rows ``>= first_row`` closed by a step end
-    (``start``: the index of the step start each was measured from)."""
+    of the last steps of segment rows ``>= first_row`` closed by a step end,
+    in segments measured by step starts; and of the steps measured by
+    completion (:mod:`goodput_core.queries.step_groups`) whose group ends at or
+    after start ``lo`` (``start``: the index of the step start each is final
+    with: the one it was measured from, or the last of its group).
+
+    Args:
+      completion: :func:`~goodput_core.queries.step_groups.completion_rows`
+        of the timeline (None: computed).
+    """
     st = timeline.tables["step_start"]
     t, s = st["t"], st["step"]
     seg = timeline.segments
     n = len(t)
     if not len(seg) or n < 1:
         return np.empty(0, np.int64), np.empty(0), np.empty(0), np.empty(0, np.int64)
+    if completion is None:
+        completion = completion_rows(timeline)
+    if completion.any():
+        spans = _span_entries(timeline, lo, first_row, ~completion)
+        groups = group_entries(timeline, lo, completion)
+        return tuple(np.concatenate((a, b)) for a, b in zip(spans, groups))
+    return _span_entries(timeline, lo, first_row, None)
+
+
+def _span_entries(timeline, lo: int, first_row: int, rows: Optional[np.ndarray]) -> tuple:
+    """:func:`_entries` of the segment rows selected by ``rows`` (None: all)
+    measured by the spans between step starts."""
+    st = timeline.tables["step_start"]
+    t, s = st["t"], st["step"]
+    seg = timeline.segments
+    n = len(t)
     # inside[i]: step i and step i+1 are consecutive starts of one segment
     # (int32 counts: segments never overlap by 2**31)
     mark = np.zeros(n + 1 - lo, np.int32)
     i0, i1 = seg["i0"], seg["i1"]
     keep = i1 > lo  # segments with a pair at or after lo
+    if rows is not None:
+        keep &= rows
     np.add.at(mark, np.maximum(i0[keep], lo) - lo, 1)
     np.add.at(mark, i1[keep] - lo, -1)
     inside = np.cumsum(mark, dtype=np.int32)[: max(n - 1 - lo, 0)] > 0
@@ -183,6 +224,8 @@ def _entries(timeline, lo: int, first_row: int) -> tuple:
     del span
     when = t[i]
     last = seg["close_kind"][first_row:] == CLOSE_STEP_END
+    if rows is not None:
+        last &= rows[first_row:]
     if not last.any():
         return steps, times, when, i
     li = i1[first_row:][last]
@@ -248,17 +291,28 @@ class StepTimes:
         self._row = 0  # and last steps of segment rows >= row
         self._base = StepColumns()
         self._tail = (np.empty(0, np.int64), np.empty(0))  # provisional at the last update
+        self._by_sync = np.empty(0, np.int64)  # first starts of the rows measured by completion
         #: The step times of the last update, kept sorted (the ideal step time).
         self.sorted = SortedTimes()
 
     def update(self, timeline) -> StepSeries:
         """The step times of ``timeline`` now (steps in step order)."""
         key = (id(timeline), timeline.full_rebuilds)
-        if key != self._key:  # afresh
+        completion = completion_rows(timeline)
+        by_sync = timeline.segments["i0"][completion]
+        afresh = key != self._key
+        if not afresh and not np.array_equal(by_sync, self._by_sync):
+            # a segment now measured the other way (its first sync point in the
+            # middle arrived; a restart cut it short) whose steps were folded
+            # already: afresh, once
+            switched = np.setxor1d(by_sync, self._by_sync, assume_unique=True)
+            afresh = bool(len(switched)) and int(switched.min()) < self._lo
+        if afresh:
             self._lo, self._row, self._base = 0, 0, StepColumns()
             self._tail, self.sorted = (np.empty(0, np.int64), np.empty(0)), SortedTimes()
             self._key = key
-        steps, times, when, start = _entries(timeline, self._lo, self._row)
+        self._by_sync = by_sync
+        steps, times, when, start = _entries(timeline, self._lo, self._row, completion)
         seg = timeline.segments
         # the rows the timeline keeps from now on (as SegmentTable.rebuild_tail
         # finds them): every row before the one its freeze point reopens
@@ -401,7 +455,8 @@ def compute_step_stats(timeline, configured_ideal: Optional[float] = None,
     # the monitor's way: nothing in the run's length
     series = cache.update(timeline)
     ideal = configured_ideal if configured_ideal is not None else cache.sorted.ideal()
-    return StepStats.of_series(series, None if ideal is None else float(ideal))
+    return StepStats.of_series(series, None if ideal is None else float(ideal),
+                               basis=step_time_basis(timeline))
 
 
 #: The percentiles a report shows (found with the ideal step time when computed once).
@@ -427,4 +482,5 @@ def _stats_once(timeline, configured_ideal: Optional[float]) -> StepStats:
     if isinstance(steps, range):  # (held as two numbers: StepStats.steps builds them if read)
         steps = Consecutive(steps.start, len(steps))
     return StepStats.of_series(StepSeries([(steps, times)]),
-                               None if ideal is None else float(ideal), found)
+                               None if ideal is None else float(ideal), found,
+                               basis=step_time_basis(timeline))

@@ -20,7 +20,8 @@ from goodput_core.timeline.liveness import lifetime_end
 from goodput_core.timeline.segments import CLOSE_JOB_END, CLOSE_STEP_END, NO_RESTART
 from goodput_core.timeline.spans import Timeline
 
-__all__ = ["labelled_spans", "lifetime_of", "span_label", "step_summary", "window_result"]
+__all__ = ["labelled_spans", "lifetime_of", "rolling_end", "span_label", "step_summary",
+           "window_result"]
 
 
 def lifetime_of(tl: Timeline, now: float) -> Tuple[float, float]:
@@ -31,6 +32,16 @@ def lifetime_of(tl: Timeline, now: float) -> Tuple[float, float]:
     if held is not None:
         lo = min(lo, held)
     return lo, max(lifetime_end(tl, now), lo)  # where a stopped run stopped (rule 15)
+
+
+def rolling_end(tl: Timeline, now: float) -> float:
+    """Where rolling windows end (semantics.md rule 10): ``now`` while the run
+    runs; the lifetime's end for an ended or stopped run (rule 15), so that a
+    finished run's last hour reads the same however late it is read (never
+    after ``now``: a query of the past sees the run as it was then)."""
+    if not len(tl.attempts):
+        return now
+    return min(lifetime_of(tl, now)[1], now)
 
 
 def span_label(code: int, custom_names: List[str]) -> str:

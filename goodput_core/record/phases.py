@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+from threading import get_ident as _thread_ident
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from goodput_core.events import (
@@ -102,8 +103,13 @@ class PhaseMixin:
         self.job_ended = True
         self._record(Kind.JOB_END, end_time)
 
+    #: The thread that recorded the last step start or end: the hang watchdog
+    #: lists its stack first (the training loop's, not goodput's own threads).
+    progress_thread: Optional[int] = None
+
     def record_step_start_time(self, step, start_time=None):
         """Records the start (dispatch) of training step ``step``."""
+        self.progress_thread = _thread_ident()
         self._record(Kind.STEP_START, start_time, step)
 
     def record_tpu_init_start_time(self, start_time=None):
@@ -179,6 +185,7 @@ class PhaseMixin:
     # --- our additions
     def record_step_end_time(self, step, end_time=None):
         """Records the end of step ``step`` (makes the last step measurable)."""
+        self.progress_thread = _thread_ident()
         self._record(Kind.STEP_END, end_time, step)
 
     def record_program_startup_start_time(self, start_time=None, fun_name=None):

@@ -10,7 +10,10 @@ wait or re-initialisation) and without progress for longer than
 phase starting or ending: the silence after a long save is timed from the
 save's end. Expected step time: the ideal step time (step_stats' rule) once
 10 steps were timed, else the longest step so far; no hang is declared
-before two steps started.
+before two steps started. Steps are timed from completion where step ends
+are recorded at sync points (the steps since the last sync point share the
+time since it: under asynchronous dispatch a step start is a dispatch), else
+from step starts.
 
 Staleness is measured on a monotonic clock from when the progress was
 *observed*, so a test's fake clock never fakes a hang. If the writer itself
@@ -22,7 +25,9 @@ flush interval after it was recorded, so a hang is declared between
 last progress.
 
 On detection the watchdog records a ``hang`` event (detection time, last
-progress time, step, expected step time, a summary of every thread's stack),
+progress time, step, expected step time, and the threads' stacks: the thread
+that recorded the last step first, goodput's own threads only by name,
+:mod:`goodput_core.record.stacks`),
 logs one warning and calls the optional ``on_hang`` callback (for example to
 end the process so that the scheduler restarts it). When a step starts or
 ends, or a phase starts or ends, it records ``hang_end`` at that event's time.
@@ -38,14 +43,13 @@ from __future__ import annotations
 import collections
 import logging
 import os
-import sys
 import threading
 import time
-import traceback
 import weakref
 from typing import Any, Callable, Dict, NamedTuple, Optional
 
 from goodput_core.events import HANG_EXPECTED_STEP, HANG_LAST_PROGRESS, HANG_STACK, Kind
+from goodput_core.record.stacks import hung_thread, stack_summary
 from goodput_core.settings import parse_bool, parse_seconds
 
 __all__ = ["HangSettings", "HangWatchdog", "watchdog_for", "ENV_ENABLED", "ENV_FACTOR",
@@ -79,7 +83,6 @@ _STEPS = {int(Kind.STEP_START), int(Kind.STEP_END)}
 _PROGRESS = _STEPS | set(_PHASES)
 _RECENT_STEPS = 200
 _MIN_FOR_IDEAL = 10
-_MAX_STACK_CHARS = 4000
 
 
 class HangSettings(NamedTuple):
@@ -139,20 +142,6 @@ def watchdog_for(recorder: Any, setting: Any) -> Optional["HangWatchdog"]:
     return HangWatchdog(recorder, settings)
 
 
-def stack_summary(limit: int = _MAX_STACK_CHARS) -> str:
-    """Every Python thread's innermost frames, one thread per paragraph."""
-    names = {t.ident: t.name for t in threading.enumerate()}
-    parts = []
-    me = threading.get_ident()
-    for ident, frame in sys._current_frames().items():
-        if ident == me:
-            continue
-        frames = traceback.extract_stack(frame)[-4:]
-        lines = [f"  {os.path.basename(f.filename)}:{f.lineno} {f.name}" for f in reversed(frames)]
-        parts.append(f"thread {names.get(ident, ident)}:\n" + "\n".join(lines))
-    return "\n".join(parts)[:limit]
-
-
 class HangWatchdog:
     """Watches one recorder's events for a loop that stopped making progress.
 
@@ -186,6 +175,11 @@ class HangWatchdog:
         self._step: Optional[int] = None
         self._starts: collections.deque = collections.deque(maxlen=_RECENT_STEPS)
         self._longest = 0.0
+        # step times from completion (semantics rule 12): the last sync point
+        # (a step end of the step started last) and the recent steps' shares
+        self._sync: Optional[tuple] = None  # (time, step) of the last sync point
+        self._series_start: Optional[tuple] = None  # (time, step) of the series' first start
+        self._completed: collections.deque = collections.deque(maxlen=_RECENT_STEPS)
         self._open_hang: Optional[Dict[str, Any]] = None
 
     # ------------------------------------------------------------ writer side
@@ -218,17 +212,45 @@ class HangWatchdog:
                 self._longest = max(self._longest, t - self._starts[-1])
             elif self._starts and t < self._starts[-1]:
                 self._starts.clear()  # a restart inside the attempt: a new series
+                self._sync = self._series_start = None
+            if type(step) is int and (self._series_start is None or (
+                    self._step is not None and step <= self._step)):
+                self._series_start, self._sync = (t, step), None  # a new segment
             self._starts.append(t)
             self._step = step if type(step) is int else self._step
+        elif kind == Kind.STEP_END:
+            self._sync_point(t, step)
         if self._progress_t is None or t >= self._progress_t:
             self._progress_t = t
         self._progress_mono = self._mono()
         if self._open_hang is not None:
             self._end_hang(t)
 
+    def _sync_point(self, t: float, step: Any) -> None:
+        """A step end of the step started last: the steps since the previous
+        one share the time since it (step times from completion, as the
+        calculator's: under asynchronous dispatch, step starts are dispatches)."""
+        if type(step) is not int or step != self._step or self._series_start is None:
+            return
+        t0, s0 = self._sync if self._sync is not None else (
+            self._series_start[0], self._series_start[1] - 1)
+        if step <= s0 or t < t0:
+            return
+        per_step = (t - t0) / (step - s0)
+        self._completed.extend([per_step] * min(step - s0, _RECENT_STEPS))
+        self._sync = (t, step)
+
     # ------------------------------------------------------------ checks
     def expected_step_seconds(self) -> Optional[float]:
-        """The step time a hang is measured against (None: not known yet)."""
+        """The step time a hang is measured against (None: not known yet):
+        from completion once step ends were seen at sync points, else from
+        the step starts."""
+        if len(self._completed) >= _MIN_FOR_IDEAL:
+            from goodput_core.queries.step_stats import ideal_step_time
+
+            ideal = ideal_step_time(list(self._completed))
+            if ideal:
+                return float(ideal)
         if len(self._starts) < 2:
             return None
         if len(self._starts) > _MIN_FOR_IDEAL:
@@ -270,14 +292,16 @@ class HangWatchdog:
         try:
             now = rec.clock()
             hang["detected_time"] = now
-            hang["stack"] = stack_summary()
+            hang["stack"] = stack_summary(progress_thread=getattr(rec, "progress_thread", None))
             rec.record(Kind.HANG, now, hang["step"], **{
                 HANG_LAST_PROGRESS: hang["last_progress_time"],
                 HANG_EXPECTED_STEP: hang["expected_step_seconds"],
                 HANG_STACK: hang["stack"]})
+            where = hung_thread(hang["stack"])
             logger.warning("goodput: run %r looks hung: no step or phase started or ended for %.0f s "
-                           "(step %s; threshold %.0f s). Stacks:\n%s", rec.run,
+                           "(step %s; threshold %.0f s)%s. Stacks:\n%s", rec.run,
                            now - hang["last_progress_time"], hang["step"], threshold,
+                           f"; thread {where[0]} is in {where[1][0]}" if where[1] else "",
                            hang["stack"])
         except Exception:
             logger.exception("goodput: recording a hang failed")

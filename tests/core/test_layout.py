@@ -39,8 +39,10 @@ FORBIDDEN = {
     "": {"record", "stores", "timeline", "queries", "monitor", "exporters", "cli", "compat"},
 }
 # goodput_core/__init__.py is the public surface: it imports what it exports (the
-# calculator on first use).
-TOP_LEVEL_EXCEPTIONS = {"__init__.py": {"record", "stores", "queries"}}
+# calculator, the monitor and the exporters on first use: every user-facing name
+# of the README and docs/ is importable from goodput_core).
+TOP_LEVEL_EXCEPTIONS = {"__init__.py": {"record", "stores", "timeline", "queries", "monitor",
+                                        "exporters"}}
 # One declared exception: the hang watchdog measures a hang against the ideal step
 # time, whose one definition (semantics.md rule 12) is in queries/step_stats; it
 # imports it on first use, never at import.
@@ -365,3 +367,35 @@ def test_python_m_cli_and_a_light_monitor_package():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120)
     assert out.stdout.strip() == "False", out.stderr
+
+
+def test_every_documented_user_facing_name_is_importable_from_goodput_core():
+    """The names the README and docs/ show users come from ``goodput_core`` itself
+    (a user should not have to know that HangSettings lives in record.watchdog),
+    and ``import goodput_core`` still loads no numpy and no client library."""
+    import subprocess
+    import sys
+
+    documented = ["Recorder", "HangSettings", "Calculator", "GoodputResult", "BadputType",
+                  "RunContext", "record_config", "Monitor", "ConsoleExporter",
+                  "TensorBoardExporter", "PrometheusExporter", "CloudMonitoringExporter",
+                  "OtelExporter", "OtelTraceExporter", "GCPOptions", "NULL_RECORDER"]
+    code = ("import sys, goodput_core; "
+            "print(sorted(m for m in ('numpy', 'prometheus_client', 'opentelemetry', "
+            "'tensorboardX', 'google.cloud.monitoring_v3') if m in sys.modules)); "
+            f"import goodput_core as g; print([getattr(g, n).__name__ for n in {documented!r} "
+            "if n != 'NULL_RECORDER'])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    light, names = out.stdout.splitlines()
+    assert light == "[]"
+    assert names == str([n for n in documented if n != "NULL_RECORDER"])
+    import goodput_core
+
+    assert set(documented) <= set(goodput_core.__all__)
+    from goodput_core.record.watchdog import HangSettings
+    from goodput_core.queries.diagnostics import RunContext, record_config
+
+    assert (goodput_core.HangSettings, goodput_core.RunContext, goodput_core.record_config) == \
+        (HangSettings, RunContext, record_config)

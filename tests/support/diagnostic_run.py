@@ -17,8 +17,10 @@ Slice efficiency (time-weighted, ``active / total`` and ``available / total``):
 
 * whole run [0, 26]: stepping (10·1 + 6·0.5 + 10·1) / 26 = 23/26,
   available (10 + 6·0.75 + 10) / 26 = 24.5/26;
-* at query time 30, a 20 s window [10, 30] is clipped to [10, 26]:
-  stepping (6·0.5 + 10) / 16 = 13/16, available (6·0.75 + 10) / 16 = 14.5/16.
+* at query time 30, a rolling 20 s window ends where the run ended (26, rule 10),
+  [6, 26]: stepping (4 + 6·0.5 + 10) / 20 = 17/20, available (4 + 6·0.75 + 10) / 20
+  = 18.5/20; an explicit interval [10, 30] is clipped to [10, 26]: stepping
+  (6·0.5 + 10) / 16 = 13/16, available (6·0.75 + 10) / 16 = 14.5/16.
 
 Program goodput with ``flops_per_step=2e12``, ``peak_flops_per_device=1e12``,
 ``num_devices=2``: 10 steps / 20 s = 0.5 steps/s, MFU = 2e12·0.5 / (1e12·2)
@@ -40,8 +42,9 @@ TRUTH: Dict[str, Any] = {
     "productive": 20.0, "total": 26.0, "slice_down": 4.0, "reinit": 2.0,
     "max_step": 9, "productive_steps": 10,
     "stepping": 23 / 26, "available": 24.5 / 26,
-    "window": 20, "window_stepping": 13 / 16, "window_available": 14.5 / 16,
-    "window_seconds": 16.0,
+    "window": 20, "window_stepping": 17 / 20, "window_available": 18.5 / 20,
+    "window_seconds": 20.0, "end": T0 + 26.0,
+    "interval_stepping": 13 / 16, "interval_available": 14.5 / 16,
     "mfu": 0.5, "ml_productivity": 10 / 26, "steps_per_second": 0.5,
     "loss": [(k, T0 + STEP_STARTS[k] + 1, 10.0 - k) for k in range(10)],
     "lr": [(-1, T0 + 0.5, 0.1), (-1, T0 + 20.5, 0.05)],

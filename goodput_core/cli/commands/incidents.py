@@ -32,7 +32,7 @@ def run(args) -> int:
     if args.json:
         print(json.dumps(summary, indent=2, sort_keys=True))
     elif not summary["incidents"]:
-        print(printable(f"{args.run}: no incidents (no restart after a disruption)"))
+        print(printable(f"{args.run}: no incidents (no disruption, and the run did not stop)"))
     else:
         print("\n".join(printable(line) for line in incidents_table(summary)))
     return 0

@@ -63,10 +63,13 @@ def run(args) -> int:
         f"  restart overhead u0 {format_duration(p.restart_seconds)}, save cost C "
         f"{format_duration(p.save_seconds)}, interval now "
         f"{format_duration(p.current_interval_seconds)}",
-        f"  ETTR now            {100 * p.ettr_now:6.2f} %   (first order "
-        f"{100 * p.first_order_now:.2f} %)",
-        f"  ETTR at {p.hosts_projected} hosts, every {format_duration(p.interval_seconds)}: "
-        f"{100 * p.ettr_projected:.2f} %   (first order {100 * p.first_order_projected:.2f} %)",
+        f"  model ETTR now      {100 * p.ettr_now:6.2f} %   (first order "
+        f"{100 * p.first_order_now:.2f} %; the model's: failures, restarts and saves only)",
+        f"  measured goodput    {100 * p.measured_goodput:6.2f} %   (the run's, every bucket: "
+        f"goodput report)",
+        f"  model ETTR at {p.hosts_projected} hosts, every "
+        f"{format_duration(p.interval_seconds)}: {100 * p.ettr_projected:.2f} %   "
+        f"(first order {100 * p.first_order_projected:.2f} %)",
     ]
     if "simulated_projected" in out:
         lines.append(f"  simulated           {100 * out['simulated_projected']:6.2f} %")

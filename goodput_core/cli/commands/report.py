@@ -63,8 +63,13 @@ key                            value
 ``last_step``                  the last step recorded in the window
 ``step_time``                  ``{steps_measured, ideal_seconds,
                                median_seconds, p90_seconds,
-                               deviation_aggregate_seconds}`` over the whole
-                               run (not windowed)
+                               deviation_aggregate_seconds, measured_from,
+                               note}`` over the whole run (not windowed);
+                               ``measured_from``: ``"sync points"`` (completed
+                               work between recorded step ends), ``"step
+                               starts"`` (dispatch intervals: no step end in
+                               the middle of a segment), ``"mixed"`` or null;
+                               ``note``: what that means, in a sentence
 ``skipped``                    ``{reason: count}`` of unusable inputs
 ``program_goodput``            null unless the run metadata gives flops per
                                step, a peak FLOP/s (``peak_flops_per_device``
@@ -127,6 +132,7 @@ from goodput_core.queries.blocking_loads import HOW_TO_CHANGE
 from goodput_core.cli.commands.report_lifecycle import lifecycle_report, lifecycle_table
 from goodput_core.queries.elastic import reportable
 from goodput_core.queries.program_goodput import unusable_metadata
+from goodput_core.queries.step_groups import STEP_TIME_NOTES
 from goodput_core.text import printable
 from goodput_core.cli.timespec import (
     TimeSpecError,
@@ -269,6 +275,8 @@ def build_report(calc, result, stats, *, store_url: str, window_spec: Optional[s
             "median_seconds": stats.time_percentile(50) if measured else None,
             "p90_seconds": stats.time_percentile(90) if measured else None,
             "deviation_aggregate_seconds": float(stats.deviation_aggregate) if measured else None,
+            "measured_from": getattr(stats, "basis", None) if measured else None,
+            "note": STEP_TIME_NOTES.get(getattr(stats, "basis", None)) if measured else None,
         },
         "skipped": dict(sorted(result.skipped.items())),
     }
@@ -409,6 +417,8 @@ def format_table(rep: Dict[str, Any]) -> str:
     out.append(f"  median step time         {_secs(st['median_seconds'])}")
     out.append(f"  p90 step time            {_secs(st['p90_seconds'])}")
     out.append(f"  deviation (aggregate)    {_secs(st['deviation_aggregate_seconds'])}")
+    if st.get("note"):
+        out.append(f"  measured from            {st['note']}")
     out.extend(_diagnostics_table(rep))
     out.extend(insights_table(rep.get("insights") or {}))
     out.extend(lifecycle_table(rep))

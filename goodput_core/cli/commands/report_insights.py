@@ -7,7 +7,9 @@ JSON keys (under ``insights``; never NaN or infinity):
 key                  value
 ===================  ===========================================================
 ``hangs``            ``[{step, start, detected, end, ended_by, seconds,
-                     top_frames}]`` (``end`` null while the hang is open)
+                     thread, top_frames}]`` (``end`` null while the hang is
+                     open; ``thread``: the thread that recorded the last step,
+                     ``top_frames``: its innermost frames, innermost first)
 ``checkpoint``       ``{available, reason, disruptions, saves, mtbf_seconds,
                      save_seconds, restart_seconds, step_seconds,
                      current_interval_seconds, current_interval_steps,
@@ -39,7 +41,8 @@ def insights_report(calc: Any, now: float, *, hosts: bool = True) -> Dict[str, A
     """The ``insights`` key of the report."""
     out: Dict[str, Any] = {
         "hangs": [{"step": h.step, "start": h.start, "detected": h.detected, "end": h.end,
-                   "ended_by": h.ended_by, "seconds": h.seconds, "top_frames": h.top_frames()}
+                   "ended_by": h.ended_by, "seconds": h.seconds, "thread": h.thread,
+                   "top_frames": h.top_frames()}
                   for h in calc.hangs(now)],
         "checkpoint": dataclasses.asdict(calc.checkpoint_advice(now)),
         "hosts": None,
@@ -71,6 +74,8 @@ def insights_table(ins: Dict[str, Any]) -> List[str]:
         end = "still hung" if h["end"] is None else f"ended by {h['ended_by']}"
         out.append(f"  step {h['step']}: {_s(h['seconds'])} from {format_time(h['start'])}, "
                    f"{end}")
+        if h.get("thread"):
+            out.append(f"    thread {h['thread']}, innermost frame first:")
         out.extend(f"      {line.strip()}" for line in h["top_frames"])
     ck = ins.get("checkpoint") or {}
     out.append("Checkpoint interval (seconds of work between saves, the save not in them)")

@@ -13,8 +13,10 @@ key             value
 ``incidents``   ``{incidents: [{attempt, cause, seen_by, last_progress,
                 detected, restarted, first_step, time_to_detect,
                 time_to_restart, time_to_first_step, lost_seconds, lost_steps,
-                recovery_seconds, scheduling_seconds}], mtbf_seconds,
+                recovery_seconds, scheduling_seconds, open}], mtbf_seconds,
                 mttr_seconds, badput_by_cause, badput_by_host, suspect_hosts}``
+                (``open``: the run stopped and was not restarted; its
+                ``restarted`` and the times to it are null)
 ==============  ===============================================================
 """
 
@@ -74,6 +76,10 @@ def incidents_table(inc: Dict[str, Any]) -> List[str]:
         who = "" if i["seen_by"] is None else f", seen by process {i['seen_by'][0]}" + (
             f" on {i['seen_by'][1]}" if i["seen_by"][1] else "")
         out.append(f"  attempt {i['attempt']}: {i['cause']}{who}")
+        if i.get("open"):
+            out.append(f"    open: not restarted; known at {format_time(i['detected'])} "
+                       f"(detect {_dur(i['time_to_detect'])})")
+            continue
         out.append(f"    detect {_dur(i['time_to_detect'])}, restart "
                    f"{_dur(i['time_to_restart'])} (waiting for resources "
                    f"{_dur(i['scheduling_seconds'])}), first step "

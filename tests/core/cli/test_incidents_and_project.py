@@ -56,7 +56,13 @@ def test_goodput_project(url):
     assert abs(out["simulated_projected"] - out["ettr_projected"]) <= 0.02
     assert "exp(" in out["model"]
     text = _cli("project", "fails", "--store", url)
-    assert "ETTR now" in text.stdout and "model:" in text.stdout
+    assert "model ETTR now" in text.stdout and "model:" in text.stdout
+    # the model's figure is labelled so, and the run's measured goodput is beside it
+    calc = Calculator("fails", url)
+    measured = calc.cumulative().goodput
+    assert f"measured goodput    {measured:6.2f} %" in text.stdout
+    assert out["measured_goodput"] == pytest.approx(measured / 100)
+    assert abs(out["ettr_now"] - out["measured_goodput"]) > 0.01  # not the same figure
     none = _cli("project", "req", "--store", url)  # 1 failure, no save interval
     assert none.returncode == 0 and "no projection" in none.stdout
     assert _cli("project", "fails", "--store", url, "--hosts", "0").returncode == 2

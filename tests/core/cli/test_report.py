@@ -140,7 +140,9 @@ def test_json_numbers_match_the_synthetic_job(capsys, store):
     # most steps take exactly `step`: the median and the ideal (rule 12) are that
     st = rep["step_time"]
     assert set(st) == {"steps_measured", "ideal_seconds", "median_seconds", "p90_seconds",
-                       "deviation_aggregate_seconds"}
+                       "deviation_aggregate_seconds", "measured_from", "note"}
+    # the synthetic job records step starts only: so the report says
+    assert st["measured_from"] == "step starts" and "dispatch intervals" in st["note"]
     assert st["ideal_seconds"] == pytest.approx(JOB.step, abs=TOL)
     assert st["median_seconds"] == pytest.approx(JOB.step, abs=TOL)
     assert st["p90_seconds"] >= st["median_seconds"]

@@ -58,6 +58,38 @@ def test_report_endpoint_is_exactly_the_report_command(store_url):
     assert served == printed
 
 
+def test_the_report_of_a_running_run_grows_with_the_clock_between_events(tmp_path, monkeypatch,
+                                                                       capsys):
+    """A run still running (no job end; no heartbeat: rule 1, it runs to the query
+    time): between two new events the dashboard's report follows the clock, and at
+    each instant it is exactly ``goodput report --json`` asked at that instant."""
+    import types
+
+    from goodput_core.cli import main
+    from goodput_core.cli.commands import report as report_command
+
+    url = f"sqlite:///{tmp_path}/running.sqlite"
+    store = open_store(url)
+    store.append(_simple("open")[:8])  # job start, init, steps 0-4 (step 4 at 50 s)
+    store.close()
+    clock = [T0 + 60.0]
+    with dashboard(url, clock=lambda: clock[0]) as srv:
+        reports = []
+        for at in (T0 + 60.0, T0 + 75.0, T0 + 90.0):  # no new event meanwhile
+            clock[0] = at
+            served = get_json(srv.url + "api/runs/open/report")
+            monkeypatch.setattr(report_command, "time", types.SimpleNamespace(time=lambda: at))
+            assert main(["report", "open", "--store", url, "--json"]) == 0
+            printed = json.loads(capsys.readouterr().out)
+            assert served == printed  # the same instant: the same report, to the last bit
+            reports.append(served)
+    # by hand: total = the query time - the job start; steps 0-3 productive (40 s), the
+    # open step 4 from 50 s on is OTHER
+    assert [r["total_seconds"] for r in reports] == [60.0, 75.0, 90.0]
+    assert [r["badput_seconds"]["OTHER"] for r in reports] == [10.0, 25.0, 40.0]
+    assert all(r["state"]["state"] == "running" for r in reports)
+
+
 def test_timeline_is_merged_to_the_width_asked(store_url):
     with dashboard(store_url) as srv:
         base = srv.url + "api/runs/simple/timeline"

@@ -183,6 +183,12 @@ def test_a_hostile_run_name_is_shown_as_text(browser, tmp_path):
         assert console_errors(browser) == []
 
 
+# as the watchdog writes it (goodput_core.record.stacks): the thread that hung first
+HANG_STACK = ("thread trainer (recorded the last step):\n  train.py:41 all_reduce\n"
+              "  train.py:60 train_step\n  train.py:88 main\nthread side:\n  queue.py:171 get\n"
+              "goodput's own threads (stacks left out): goodput-hang-watchdog")
+
+
 def _two_hosts_with_an_open_hang():
     """Four processes on one run (process 3 alone loads data 5 s before each step:
     by hand the host outlier), and an open hang after step 3."""
@@ -203,7 +209,8 @@ def _two_hosts_with_an_open_hang():
                 evs += [e(Kind.DATA_LOADING_START, 10 * i), e(Kind.DATA_LOADING_END, 10 * i + 5)]
             evs.append(e(Kind.STEP_START, 10 * i + (5 if p == 3 else 0), i))
     evs.append(EventRecord(run, int(Kind.HANG), t0 + 60, 3,
-                           {"last_progress_time": t0 + 35, "expected_step_seconds": 10.0}))
+                           {"last_progress_time": t0 + 35, "expected_step_seconds": 10.0,
+                            "hang_stack": HANG_STACK}))
     return evs
 
 
@@ -221,6 +228,12 @@ def test_insights_hosts_and_a_stopped_run_are_shown(browser, tmp_path):
         _loaded(browser)
         items = [li.text for li in browser.find_elements("css selector", "#insights li")]
         assert any(x.startswith("Hang open now at step 3") for x in items), items
+        # what to act on: the thread that hung and where it is stuck
+        (hang,) = browser.find_elements("css selector", "#insights li.hang")
+        assert "thread trainer, innermost frame first:" in hang.text
+        frames = hang.find_element("css selector", "pre.frames").text.splitlines()
+        assert frames == ["train.py:41 all_reduce", "train.py:60 train_step",
+                          "train.py:88 main"]
         outliers = rep["insights"]["hosts"]["outliers"]
         assert [o["process_index"] for o in outliers] == [3]
         for o in outliers:

@@ -432,3 +432,47 @@ def test_a_stale_cache_file_is_not_used(tmp_path):
                                                  cache_dir=str(tmp_path))
         assert ref_calc.get_job_goodput()[0] == 0.0
     assert ref_fake.reads == []
+
+
+# ------------------------------------------------------ rule 12: completion
+def test_step_times_come_from_sync_points_under_asynchronous_dispatch():
+    """A JAX loop with ``sync_every=4``: four steps dispatched 0.25 s apart, then
+    the loop waits for the fourth one's result, done 8 s after the group's first
+    dispatch (our ``step_end_time``, which the reference does not read). The steps
+    took 2 s each (8 s / 4)."""
+    from tests.support.reference_harness import reference_step_deviation
+
+    payloads, t = [p(job_start_time=T0)], T0
+    for group in range(5):
+        payloads += steps(4 * group, [t + 0.25 * i for i in range(4)])
+        t += 8.0
+        payloads.append(p(step_count=4 * group + 3, step_end_time=t))
+    payloads.append(p(job_end_time=t))
+    calc = ours(payloads, t + 1)
+    assert calc.get_step_deviation() == {k: pytest.approx(0.0) for k in range(20)}
+    calc.get_job_goodput()
+    assert calc.get_job_goodput_details()["ideal_step_time"] == pytest.approx(2.0)
+    ref = reference_step_deviation(payloads, t + 1)
+    # The reference times steps between starts: 0.25 s dispatches (which it drops, being
+    # under 1 s) and the 7.25 s that holds each wait: its ideal step time is 7.25 s.
+    assert ref["ideal_step_time"] == pytest.approx(7.25)
+
+
+# ------------------------------------------------------ rule 10: rolling windows
+def test_a_finished_runs_rolling_window_ends_where_it_ended():
+    """A run that ended (10 steps of 1 s, a job end at 10 s) read ten minutes
+    later: its last minute is the window ending at its end (100 %), as
+    ``goodput report --window 60s`` says; the reference's rolling uploader asks
+    for the minute before now, which holds no entry."""
+    from goodput_core.queries.calculator import Calculator
+
+    payloads = [p(job_start_time=T0)] + steps(0, [T0 + i for i in range(10)])
+    payloads.append(p(job_end_time=T0 + 10))
+    now = T0 + 600
+    calc = Calculator(clock=lambda: now)
+    calc.add_payloads(payloads)
+    (last_minute,) = calc.rolling([60])
+    assert last_minute.window == (T0, T0 + 10)  # [end - 60, end], clipped to the lifetime
+    assert (last_minute.total_seconds, last_minute.goodput) == (10.0, 100.0)
+    with pytest.raises(ValueError):  # "no entry in the window"
+        reference_interval_goodput(payloads, now - 60, now)

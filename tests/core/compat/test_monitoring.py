@@ -196,10 +196,12 @@ def test_uploaders_run_on_the_injected_clock_and_flush_at_stop(tmp_path):
     m.stop_goodput_uploader()
     assert m.monitor is None
     tags = read_scalars(str(tmp_path / "goodput"))
-    # cycles at +10, +20 (steps), +30 (goodput and steps); then each stop's final upload
-    assert [round(w - end - 100) for _, _, w in tags["goodput/goodput"]] == [30, 30]
+    # cycles at +0 (goodput: the first cycle at start, held until both uploaders were
+    # on; the step uploader, switched on while it ran, one interval later), +10, +20
+    # (steps), +30 (goodput and steps); then each stop's final upload
+    assert [round(w - end - 100) for _, _, w in tags["goodput/goodput"]] == [0, 30, 30]
     assert sorted(s for s, _, _ in tags["step_deviation"]) == list(range(19))  # once each
-    assert engine.stats()["cycles"] == 5
+    assert engine.stats()["cycles"] == 6
 
 
 def test_stop_without_start_uploads_once_and_rolling_windows(tmp_path):

@@ -52,6 +52,7 @@ def _promql_string(value: str) -> str:
 def _expected(calc: Calculator, now: float):
     """{(panel title, refId): {frozenset(labels): value}} from the calculator."""
     r = calc.cumulative(now)
+    end = r.lifetime[1] if calc.state(now).state != "running" else now
     stats = calc.step_stats()
     hangs = calc.hangs(now)
     advice = calc.checkpoint_advice(now)
@@ -83,7 +84,8 @@ def _expected(calc: Calculator, now: float):
     return {
         ("Goodput", "A"): one(r.goodput),
         ("Goodput over time", "A"): one(r.goodput),
-        ("Goodput over time", "B"): one(calc.window(now - 3600, now, now=now).goodput,
+        # a rolling window ends now, or where the run ended (rule 10)
+        ("Goodput over time", "B"): one(calc.window(end - 3600, end, now=now).goodput,
                                         ("window", "3600s")),
         ("Badput by bucket (% of total time)", "A"): bad,
         ("Step time", "A"): {frozenset((run, ("quantile", repr(float(k))))): v
@@ -202,7 +204,9 @@ def test_alert_rules_with_promtool(tmp_path):
                            timeout=60)
     assert check.returncode == 0, check.stdout + check.stderr
     # Series sampled every minute (by hand): run "a" hangs from minute 2 on;
-    # "b" stops at minute 3; "c" holds 70 % over the last hour, "d" 90 %.
+    # "b" stops at minute 3; "c" holds 70 % over the last hour, "d" 90 %; "e"
+    # ended long ago with 70 % in its last hour and "f" stopped while hung (both
+    # not running: their figures are final, no alert but the stop itself).
     tests = textwrap.dedent(f"""\
         rule_files: [{json.dumps(rules)}]
         evaluation_interval: 1m
@@ -210,13 +214,33 @@ def test_alert_rules_with_promtool(tmp_path):
           - interval: 1m
             input_series:
               - series: 'goodput_hung{{run="a"}}'
-                values: '0 0 1 1 1 1'
+                values: '0 0 1x28'
+              - series: 'goodput_run_running{{run="a"}}'
+                values: '1x30'
               - series: 'goodput_run_stopped{{run="b"}}'
                 values: '0 0 0 1 1 1'
+              - series: 'goodput_run_running{{run="b"}}'
+                values: '1 1 1 0 0 0'
               - series: 'goodput_window_ratio{{run="c", window="3600s"}}'
                 values: '0.7x30'
+              - series: 'goodput_run_running{{run="c"}}'
+                values: '1x30'
               - series: 'goodput_window_ratio{{run="d", window="3600s"}}'
                 values: '0.9x30'
+              - series: 'goodput_run_running{{run="d"}}'
+                values: '1x30'
+              - series: 'goodput_window_ratio{{run="e", window="3600s"}}'
+                values: '0.7x30'
+              - series: 'goodput_run_running{{run="e"}}'
+                values: '0x30'
+              - series: 'goodput_run_stopped{{run="e"}}'
+                values: '0x30'
+              - series: 'goodput_hung{{run="f"}}'
+                values: '1x30'
+              - series: 'goodput_run_running{{run="f"}}'
+                values: '0x30'
+              - series: 'goodput_run_stopped{{run="f"}}'
+                values: '1x30'
             alert_rule_test:
               # open at minute 2: not yet a minute at 2m30, firing at 3m
               - eval_time: 2m30s
@@ -230,14 +254,27 @@ def test_alert_rules_with_promtool(tmp_path):
                       summary: "Run a is hung (no training progress for over a minute)"
               - eval_time: 2m
                 alertname: GoodputRunStopped
-                exp_alerts: []
+                exp_alerts:
+                  - exp_labels: {{severity: page, run: f}}
+                    exp_annotations:
+                      summary: "Run f stopped"
               - eval_time: 3m
                 alertname: GoodputRunStopped
                 exp_alerts:
                   - exp_labels: {{severity: page, run: b}}
                     exp_annotations:
                       summary: "Run b stopped"
-              # under 80 % for 10 minutes: "c" only (after the 10 min hold)
+                  - exp_labels: {{severity: page, run: f}}
+                    exp_annotations:
+                      summary: "Run f stopped"
+              # under 80 % for 10 minutes: "c" only (after the 10 min hold), not
+              # the ended "e"; "f" is hung but stopped: said by GoodputRunStopped
+              - eval_time: 20m
+                alertname: GoodputHangOpen
+                exp_alerts:
+                  - exp_labels: {{severity: page, run: a}}
+                    exp_annotations:
+                      summary: "Run a is hung (no training progress for over a minute)"
               - eval_time: 5m
                 alertname: GoodputLow
                 exp_alerts: []

@@ -133,7 +133,8 @@ def test_the_final_cycle_sees_what_the_job_recorded_just_before_stop(tmp_path):
     assert m.stop(60)  # flushes the recorder first: the child's final cycle reads step 7
     rec.close(30)
     tb = read_scalars(str(tmp_path / "tb" / "goodput"))
-    assert [s for s, _, _ in tb["goodput/goodput"]] == [7]
+    # (the cycle at start may have come before step 7 or after it): the last is the final
+    assert [s for s, _, _ in tb["goodput/goodput"]][-1] == 7
 
 
 def test_a_killed_monitor_process_never_stops_the_job(tmp_path):

@@ -277,12 +277,13 @@ def test_the_loop_follows_the_injected_clock_and_wait(synthetic):
                 rolling_windows=(60,), clock=clock, wait=wait)
     m.start()
     assert parked.wait(GUARD_S)
-    assert waits[:6] == pytest.approx([10] * 6)
+    # the first cycle at start (every part), then each part every interval
+    assert waits[:6] == pytest.approx([0] + [10] * 5)
     when = [s.query_time - start for s in out.snapshots]
-    assert when == pytest.approx([10, 20, 30, 40, 50, 60])
+    assert when == pytest.approx([0, 10, 20, 30, 40, 50])
     with_goodput = [s.query_time - start for s in out.snapshots if s.cumulative is not None]
     with_rolling = [s.query_time - start for s in out.snapshots if s.rolling]
-    assert with_goodput == with_rolling == pytest.approx([30, 60])
+    assert with_goodput == with_rolling == pytest.approx([0, 30])
     assert all(s.step_stats is not None for s in out.snapshots)
     assert m.stop(5.0)
     assert out.snapshots[-1].final and len(out.snapshots) == 7
@@ -297,7 +298,21 @@ def test_the_default_wait_is_interrupted_by_stop(synthetic):
     assert sum(t.name == "goodput-monitor-syn" for t in threading.enumerate()) == 1
     assert m.stop(GUARD_S) is True  # does not wait out the hour
     assert m.stop(GUARD_S) is True  # idempotent
-    assert out.closed == 1 and len(out.snapshots) == 1 and out.snapshots[0].final
+    # (the cycle at start, if the thread got to it before stop(), and the final one)
+    assert out.closed == 1 and len(out.snapshots) <= 2 and out.snapshots[-1].final
+
+
+def test_the_first_cycle_runs_at_start_not_one_interval_later(synthetic):
+    store, _ = synthetic
+    out = Collect()
+    got = threading.Event()
+    out.export = lambda snap: (out.snapshots.append(snap), got.set())
+    m = Monitor("syn", store, [out], interval_s=3600, rolling_windows=(60,), process=False)
+    m.start()
+    assert got.wait(GUARD_S)  # not an hour: at start
+    first = out.snapshots[0]
+    assert not first.final and first.cumulative is not None and first.rolling
+    assert m.stop(GUARD_S)
     m.start()  # a stopped monitor stays stopped
     assert not any(t.name == "goodput-monitor-syn" and t.is_alive()
                    for t in threading.enumerate())
@@ -404,9 +419,17 @@ def test_goodput_monitor_once(tmp_path, capsys):
     line = capsys.readouterr().out
     assert line.startswith("goodput run=cli-run goodput=") and "rolling=60s:" in line
     tags = read_scalars(str(tmp_path / "tb" / "goodput"))
-    # the job ended ~116 s ago: the 60 s window measured nothing and is not written
-    assert {"goodput/goodput", "goodput/rolling_3600s", "step_deviation"} <= set(tags)
-    assert "goodput/rolling_60s" not in tags
+    # the job ended ~116 s ago: its rolling windows end where it ended (rule 10),
+    # as `goodput report --window 60s` does, not in the idle time after it
+    assert {"goodput/goodput", "goodput/rolling_3600s", "goodput/rolling_60s",
+            "step_deviation"} <= set(tags)
+    calc = Calculator("cli-run", url)
+    calc.refresh()
+    end = calc.lifetime()[1]
+    last_minute = calc.window(end - 60, end).goodput
+    assert 0 < last_minute < 100
+    assert f"rolling=60s:{last_minute:.2f}%" in line
+    assert tags["goodput/rolling_60s"][-1][1] == pytest.approx(last_minute, rel=1e-6)
 
 
 def test_goodput_monitor_errors_are_one_line(tmp_path, capsys):

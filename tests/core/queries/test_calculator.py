@@ -110,6 +110,28 @@ def test_rolling_windows_end_now():
     assert rs[2].goodput == c.cumulative().goodput
 
 
+def test_rolling_windows_of_a_finished_run_end_where_it_ended():
+    # JOB ended at 60: read at 600, its 10 s window is [50, 60] (init [50, 52),
+    # steps 52-60): total 10, init 2, productive 8 -- what it said at 60
+    c = calc_of(JOB, now=600)
+    assert c.rolling_end() == 60
+    r10, r40 = c.rolling([10, 40])
+    assert r10.window == (50, 60) and r10.total_seconds == 10
+    assert r10.badput_seconds[B.TPU_INITIALIZATION] == 2 and r10.productive_seconds == 8
+    assert r10.goodput == calc_of(JOB, now=60).rolling([10])[0].goodput == 80
+    assert r40.window == (20, 60) and r40.total_seconds == 20  # idle [30, 50) is not job time
+    # stopped (a recorded disruption last, rule 15): at the disruption, 35
+    stopped = [ev(K.JOB_START, 0), *[ev(K.STEP_START, t, s) for s, t in enumerate([0, 10, 20])],
+               ev(K.DISRUPTION, 35, disruption_cause="sigterm")]
+    c = calc_of(stopped, now=900)
+    assert c.state().state == "stopped" and c.rolling_end() == 35
+    r = c.rolling([20])[0]
+    assert r.window == (15, 35) and r.productive_seconds == 5  # [15, 20); [20, 35) OTHER
+    # running: now (a query of the past sees the run as it was then)
+    assert calc_of(JOB[:9], now=40).rolling_end() == 40
+    assert calc_of(JOB, now=55).rolling([5])[0].window == (50, 55)
+
+
 def test_open_attempt_grows_with_now():
     events = JOB[:9]  # attempt 1 up to step 4's start, no end yet
     c = Calculator(clock=lambda: 40.0)
@@ -161,6 +183,31 @@ def test_refresh_reads_only_new_events_from_the_store():
     r = c.cumulative()
     assert r.total_seconds == 12 and r.productive_seconds == 12
     rec.close()
+
+
+def test_a_calculator_given_a_store_reads_it_on_its_first_query():
+    """As the reference's calculator: no 0 % of 0 s because refresh() was not
+    called. The first query reads what is stored; later ones read nothing new
+    until refresh() (which then reads only what is new)."""
+    store = f"memory://calc-{uuid.uuid4().hex}"
+    rec = Recorder("job", store, clock=lambda: 0.0, strict=True)
+    rec.record_job_start_time(0.0)
+    rec.record_step_start_time(0, 1.0)
+    rec.record_step_start_time(1, 3.0)
+    rec.record_job_end_time(4.0)
+    rec.flush()
+    r = Calculator("job", store, clock=lambda: 10.0).cumulative()
+    assert (r.total_seconds, r.productive_seconds) == (4.0, 3.0)
+    c = Calculator("job", store, clock=lambda: 10.0)
+    assert c.step_stats().times_dict() == {0: 2.0}  # any query: here step statistics
+    rec.record_job_start_time(5.0)  # a second attempt, open at the query time 10
+    rec.flush()
+    assert c.cumulative().total_seconds == 4.0  # not read again by itself
+    # then [0, 4) and [5, 10) (idle [4, 5) is not job time)
+    assert c.refresh() == 1 and c.cumulative().total_seconds == 9.0
+    rec.close()
+    # fed by hand (no store): nothing is read from anywhere
+    assert Calculator(R, clock=lambda: 1.0).cumulative().total_seconds == 0
 
 
 def test_events_of_other_runs_are_skipped():

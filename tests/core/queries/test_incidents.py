@@ -151,3 +151,43 @@ def test_a_kill_seen_by_the_heartbeats_stopping():
     assert i.detected == pytest.approx(40)
     assert i.time_to_detect == pytest.approx(35)
     assert i.time_to_restart == pytest.approx(20)
+
+
+def test_a_stop_without_a_restart_is_an_open_incident():
+    """Ctrl-C (a recorded disruption last) and no restart: ``goodput runs --state``
+    says stopped, so the incidents say so too, open. By hand: steps 0..2 at 1..3,
+    the disruption at 5: detected 5, last progress 3 (step 2's start), nothing
+    lost or recovered yet; MTBF = the 5 s runtime over one incident."""
+    def record(rec):
+        rec.record_job_start_time(0)
+        _steps(rec, 0, 3, 1)
+        rec.record_disruption("exception:KeyboardInterrupt", 5)
+
+    calc = _calc(record)
+    assert calc.state(100).state == "stopped"
+    (i,) = incidents(calc, 100).incidents
+    assert i.open and i.attempt == 1 and i.cause == "exception:KeyboardInterrupt"
+    assert (i.detected, i.last_progress, i.time_to_detect) == (5, 3, 2)
+    assert (i.restarted, i.first_step, i.time_to_restart, i.time_to_first_step) == \
+        (None, None, None, None)
+    assert (i.lost_seconds, i.lost_steps, i.recovery_seconds) == (0, 0, 0)
+    s = incidents(calc, 100)
+    assert s.mtbf_seconds == pytest.approx(5.0) and s.mttr_seconds is None
+
+
+def test_a_kill_without_a_restart_is_open_once_the_heartbeats_stopped():
+    """SIGKILL, no restart: running while the last heartbeat is recent, then an open
+    incident known 3 intervals after the last sign of life (10 + 30 = 40)."""
+    store = MemoryStore(uuid.uuid4().hex)
+
+    def record(rec):
+        rec.record_job_start_time(0)
+        _steps(rec, 0, 5, 1)
+
+    store.append([EventRecord("r", int(Kind.HEARTBEAT), t, None, {"heartbeat_seconds": 10.0})
+                  for t in (0.0, 10.0)])
+    calc = _calc(record, store)
+    assert incidents(calc, 35).incidents == []  # 25 s of silence: still running
+    (i,) = incidents(calc, 100).incidents
+    assert i.open and i.cause == "no sign of life (killed, or the host was lost)"
+    assert i.detected == pytest.approx(40) and i.time_to_detect == pytest.approx(35)

@@ -33,14 +33,14 @@ def test_the_first_order_form_agrees_when_failures_are_rare():
     assert expected_ettr(4, 0.0, 100, 10, 990) == pytest.approx(0.99)
 
 
-def _run(rec, failures):
-    """One host; attempts of 10 steps (1 s each) with a save (0.5 s) after steps
-    4 and 9 (saves every 5 steps: 5.5 s apart), each of the first `failures`
-    attempts crashes at its 10th step start + 0.2 (a recorded preemption), the
-    next job start 3.8 s later, its first step 1 s after that."""
+def _run(rec, failures, hosts=1):
+    """One host (``num_processes``: ``hosts``); attempts of 10 steps (1 s each) with a
+    save (0.5 s) after steps 4 and 9 (saves every 5 steps: 5.5 s apart), each of the
+    first `failures` attempts crashes at its 10th step start + 0.2 (a recorded
+    preemption), the next job start 3.8 s later, its first step 1 s after that."""
     t = 0.0
     step = 0
-    rec.record_metadata(num_processes=1)
+    rec.record_metadata(num_processes=hosts)
     for a in range(failures + 1):
         rec.record_job_start_time(t)
         t += 1.0
@@ -86,6 +86,23 @@ def test_inputs_are_measured_from_the_run():
     assert p.ettr_now == pytest.approx(expected_ettr(1, p.rate_per_host_hour, 5, 0.5, 5.0))
     assert p.ettr_projected == pytest.approx(
         expected_ettr(16, p.rate_per_host_hour, 5, 0.5, 60))
+
+
+def test_the_failure_rate_per_host_hour_divides_by_the_runs_host_count():
+    """The same run on 4 hosts (``num_processes=4``): each host failed a quarter as
+    often: r = 3 failures / (4 hosts x runtime hours); the model now is at 4 hosts."""
+    store = MemoryStore(uuid.uuid4().hex)
+    rec = Recorder("r", store, strict=True, clock=lambda: 0.0)
+    end = _run(rec, 3, hosts=4)
+    assert rec.flush(30)
+    calc = Calculator("r", store)
+    p = project(calc, end + 10)
+    hours = calc.cumulative(end + 10).total_seconds / 3600
+    assert p.current_hosts == 4 and p.rate_per_host_hour == pytest.approx(3 / (4 * hours))
+    assert p.ettr_now == pytest.approx(expected_ettr(4, p.rate_per_host_hour, 5, 0.5, 5.0))
+    # hence at 4 hosts the model gives what the 1-host run's rate gives at 4 x 1 host
+    assert p.hosts_projected == 4 and p.ettr_projected == pytest.approx(p.ettr_now)
+    assert p.measured_goodput == pytest.approx(calc.cumulative(end + 10).goodput / 100)
 
 
 def test_fewer_than_3_failures_is_rough_and_none_is_no_projection():

@@ -52,7 +52,12 @@ def _job(rng: random.Random, wide: bool = False):
 def _reference(events):
     """{step: seconds} of rule 12, by hand: segments of valid step starts with
     increasing steps; span time = its length over the steps it covers; a
-    segment's last step measured to its step end; the latest run wins."""
+    segment's last step measured to its step end; the latest run wins. A
+    segment whose first sync point (a step end of the step started last, not
+    a second one, not after the segment's close) is not on its last step is
+    measured by completion instead: the steps after one sync point up to the
+    next share the time between them (from the segment's first start for the
+    first); steps after its last sync point are not measured."""
     by = lambda kind: [e for e in events if e.kind == int(kind)]  # noqa: E731
     js = [e.time for e in by(Kind.JOB_START)]
     je = [e.time for e in by(Kind.JOB_END)]
@@ -78,10 +83,14 @@ def _reference(events):
             segs[-1][1].append((e.time, e.step))
         else:
             segs.append([k, [(e.time, e.step)]])
-    spans, lasts = [], []  # (when, step, seconds)
+    # every step start (also those outside attempts) and the sync points
+    starts = [(e.time, e.step) for e in by(Kind.STEP_START)]
+    where = {}  # a start -> (its segment, its position there)
+    for j, (_, pts) in enumerate(segs):
+        for p, pt in enumerate(pts):
+            where[pt] = (j, p)
+    closes = []
     for j, (k, pts) in enumerate(segs):
-        for (t0, s0), (t1, s1) in zip(pts, pts[1:]):
-            spans.append((t0, s0, (t1 - t0) / (s1 - s0)))
         tm, sm = pts[-1]
         if j + 1 < len(segs) and segs[j + 1][0] == k:
             limit = segs[j + 1][1][0][0]
@@ -92,13 +101,46 @@ def _reference(events):
         else:
             limit = float("inf")
         found = [e.time for e in by(Kind.STEP_END) if e.step == sm and tm <= e.time < limit]
-        if found:
-            lasts.append((tm, sm, min(found) - tm))
+        last_in_attempt = j + 1 == len(segs) or segs[j + 1][0] != k
+        closes.append(min(found) if found else ends[k] if last_in_attempt and k in ends
+                      else None)
+    sync = {}  # segment -> [(E, e, position of its step start)]
+    prev_k = None
+    for e in by(Kind.STEP_END):
+        ks = bisect.bisect_right(starts, (e.time, float("inf"))) - 1
+        dup, prev_k = ks == prev_k, ks
+        if ks < 0 or dup or starts[ks] not in where or starts[ks][1] != e.step:
+            continue
+        j, p = where[starts[ks]]
+        if p == len(segs[j][1]) - 1 and closes[j] is not None and e.time > closes[j]:
+            continue
+        sync.setdefault(j, []).append((e.time, e.step, p))
+    spans, lasts = [], []  # (when, step, seconds)
+    for j, (k, pts) in enumerate(segs):
+        points = sync.get(j, [])
+        if points and points[0][2] < len(pts) - 1:  # measured by completion
+            a, e_prev, p_prev = pts[0][0], pts[0][1] - 1, -1
+            for E, e, p in points:
+                for when, step in pts[p_prev + 1:p + 1]:
+                    spans.append((when, step, (E - a) / (e - e_prev)))
+                a, e_prev, p_prev = E, e, p
+            continue
+        for (t0, s0), (t1, s1) in zip(pts, pts[1:]):
+            spans.append((t0, s0, (t1 - t0) / (s1 - s0)))
+        tm, sm = pts[-1]
+        if closes[j] is not None and by_kind_end(events, sm, tm, closes[j]):
+            lasts.append((tm, sm, closes[j] - tm))
     best = {}
     for pos, (when, s, secs) in enumerate(spans + lasts):
         if s not in best or (when, pos) >= best[s][0]:
             best[s] = ((when, pos), secs)
     return {s: best[s][1] for s in sorted(best)}
+
+
+def by_kind_end(events, step, tm, close):
+    """Whether the close at ``close`` is a step end of ``step`` (not a job end)."""
+    return any(e.kind == int(Kind.STEP_END) and e.step == step and e.time == close and
+               e.time >= tm for e in events)
 
 
 @pytest.mark.parametrize("seed", range(40))

@@ -184,36 +184,50 @@ def test_steps_run_again_and_final_within_one_update_replace_their_earlier_times
     assert got.ideal_step_time == pytest.approx(ideal_step_time(full_times), rel=1e-12)
 
 
-def test_an_update_recomputes_the_new_steps_not_the_attempt(monkeypatch):
+@pytest.mark.parametrize("sync_every", [None, 1, 10])
+def test_an_update_recomputes_the_new_steps_not_the_attempt(monkeypatch, sync_every):
     """One long attempt (a run without restarts is one segment row): after 10
-    new steps, an update recomputes about those and the freeze lag's steps,
-    whether 2,000 or 20,000 steps came before (counted, not timed)."""
+    new steps, an update recomputes about those and the freeze lag's steps
+    (and, measured by completion, the group they end), whether 2,000 or 20,000
+    steps came before (counted, not timed)."""
     import goodput_core.queries.step_stats as step_stats_module
     from goodput_core.timeline.spans import FREEZE_LAG_STEPS
 
     recomputed = []
     entries = step_stats_module._entries
 
-    def counting(timeline, lo, first_row):
-        out = entries(timeline, lo, first_row)
+    def counting(*args):
+        out = entries(*args)
         recomputed.append(len(out[0]))
+        return out
+
+    def steps(lo, hi):
+        out = []
+        for k in range(lo, hi):
+            out.append(EventRecord(RUN, int(Kind.STEP_START), 1.0 + k, k))
+            if sync_every and (k + 1) % sync_every == 0:  # a sync point: 0.5 s of work each
+                out.append(EventRecord(RUN, int(Kind.STEP_END), 1.5 + k, k))
         return out
 
     monkeypatch.setattr(step_stats_module, "_entries", counting)
     for history in (2_000, 20_000):
         calc = Calculator(RUN)
-        calc.add([EventRecord(RUN, int(Kind.JOB_START), 0.0)]
-                 + [EventRecord(RUN, int(Kind.STEP_START), 1.0 + k, k) for k in range(history)])
+        calc.add([EventRecord(RUN, int(Kind.JOB_START), 0.0)] + steps(0, history))
         calc.step_stats()
         for more in range(3):
             first = history + 10 * more
-            calc.add([EventRecord(RUN, int(Kind.STEP_START), 1.0 + k, k)
-                      for k in range(first, first + 10)])
+            calc.add(steps(first, first + 10))
             recomputed.clear()
-            calc.step_stats()
-            assert recomputed and max(recomputed) <= 10 + FREEZE_LAG_STEPS + 2
+            stats = calc.step_stats()
+            assert recomputed and max(recomputed) <= 10 + FREEZE_LAG_STEPS + 2 + (sync_every or 0)
         full_steps, full_times = step_times(calc._tl)
-        np.testing.assert_array_equal(calc.step_stats().step_times, full_times)
+        np.testing.assert_array_equal(stats.step_times, full_times)
+        # by hand: 1 s between starts; by completion, 1 s between sync points per step
+        # too, but the first group's, from the first start to its sync point: (N - 0.5) / N
+        assert stats.basis == ("step starts" if sync_every is None else "sync points")
+        first = sync_every or 0
+        assert np.allclose(full_times[:first], (first - 0.5) / first if first else 0)
+        assert np.allclose(full_times[first:], 1.0) and len(full_times) >= history - 1
 
 
 def test_a_cycle_allocates_and_sorts_the_same_whatever_the_history(monkeypatch):

@@ -89,3 +89,76 @@ def test_report_says_what_was_counted_blocking_by_default(tmp_path):
     table = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     assert "3.000 s counted blocking by default" in table
     assert "rec.data_loading(overlapped=True)" in table
+
+
+def test_the_seconds_counted_blocking_by_default_are_clipped_to_the_reports_window(tmp_path):
+    """The report over a window says the blocking seconds inside that window: the
+    last 1.475 s of the README loop (it ended at 9 s: [7.525, 9]) hold the second
+    half of step 50's load ([7.5, 7.55)) and the loads of steps 51-59: 0.025 + 9 x
+    0.05 = 0.475 s, not the run's 3 s."""
+    store = f"sqlite:///{tmp_path / 'loop.sqlite'}"
+    _readme_loop(store, "sync")
+    cmd = [sys.executable, "-m", "goodput_core.cli", "report", "sync", "--store", store,
+           "--window", "1.475s"]
+    rep = json.loads(subprocess.run(cmd + ["--json"], capture_output=True, text=True,
+                                    check=True).stdout)
+    assert rep["window"]["start"] == pytest.approx(T0 + 7.525)
+    assert rep["data_loading_blocking_default"]["seconds"] == pytest.approx(0.475, abs=1e-5)
+    assert rep["badput_seconds"]["DATA_LOADING_SYNC"] == pytest.approx(0.475, abs=1e-5)
+    table = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    assert "0.475 s counted blocking by default" in table
+
+
+def _readme_block(heading: str) -> str:
+    """The first ```python block under ``heading`` in the README."""
+    import os
+    import re
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__)))))
+    with open(os.path.join(root, "README.md"), encoding="utf-8") as f:
+        text = f.read()
+    section = text[text.index(heading):]
+    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+
+
+def test_the_readme_loop_as_written_leaves_nothing_unexplained(tmp_path):
+    """The README's own loop ("Recording a run"), run as written with a fake clock
+    and stand-ins for the model (accelerator init 2 s, building the state 3 s, the
+    data pipeline 1.5 s, 2,001 steps of a 0.01 s load and 0.1 s of compute, an
+    evaluation of 0.5 s every 1,000 steps): every second is attributed, OTHER is 0
+    (the pipeline is built inside the preparation block)."""
+    import types
+
+    code = _readme_block("## Recording a run")
+    made = 'rec = Recorder("my-run")'
+    assert made in code
+    clock = FakeClock(T0)
+    store = f"sqlite:///{tmp_path / 'readme.sqlite'}"
+
+    def batches():
+        while True:
+            clock.advance(0.01)
+            yield 1
+
+    def step(state, batch):
+        clock.advance(0.1)
+        return state
+
+    names = {
+        "jax": types.SimpleNamespace(devices=lambda: clock.advance(2.0) or ["cpu"]),
+        "make_state": lambda: (clock.advance(3.0), 0),
+        "make_batches": lambda: (clock.advance(1.5), batches())[1],
+        "train_step": step, "evaluate": lambda state: clock.advance(0.5),
+        "num_steps": 2001,
+    }
+    exec(code.replace(made, 'rec = Recorder("my-run", STORE, clock=CLOCK)'),
+         {**names, "STORE": store, "CLOCK": clock})
+    calc = Calculator("my-run", store, clock=clock)
+    r = calc.cumulative()
+    assert r.badput_seconds[B.OTHER] == 0.0
+    assert r.badput_seconds[B.TPU_INITIALIZATION] == pytest.approx(2.0)
+    assert r.badput_seconds[B.TRAINING_PREP] == pytest.approx(4.5)
+    assert r.badput_seconds[B.DATA_LOADING_SYNC] == pytest.approx(2001 * 0.01, rel=1e-6)
+    assert r.custom_badput_seconds == {"EVAL": pytest.approx(1.5)}
+    assert r.total_seconds == pytest.approx(2.0 + 4.5 + 2001 * 0.11 + 1.5, abs=1e-3)

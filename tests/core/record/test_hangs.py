@@ -51,7 +51,7 @@ def test_a_resolved_hang_is_its_own_bucket_and_not_productive():
     (hang,) = calc.hangs(now=200)
     assert (hang.step, hang.start, hang.detected, hang.end) == (5, 7.0, 50.0, 100.0)
     assert hang.ended_by == "progress" and hang.seconds == pytest.approx(93.0)
-    assert hang.top_frames(2) == ["thread MainThread:", "  train.py:9 step"]
+    assert hang.thread == "MainThread" and hang.top_frames(2) == ["train.py:9 step"]
     # The reference's keys stay: the compat breakdown reports the hang as OTHER.
     shaped = breakdown(r, seconds=True)
     assert B.HANG not in shaped and shaped[B.OTHER] == pytest.approx(94.0)
@@ -108,6 +108,30 @@ def _step(rec, clock, mono, k, seconds=1.0):
     rec.flush()
     clock.advance(seconds)
     mono.t += seconds
+
+
+def test_under_asynchronous_dispatch_the_expected_step_is_timed_from_sync_points():
+    """Steps dispatched 1 ms apart, each group of 10 synced (a step end of the last
+    step) 2 s after its first dispatch: the expected step is 0.2 s (the groups'
+    shares), not the 1 ms between dispatches; so with factor 5 and min 0.5 s the
+    threshold is 1 s and the 2 s wait at each sync point is no hang."""
+    rec, store, clock, mono, dog = _watched(HangSettings(factor=5, min_seconds=0.5))
+    rec.record_job_start_time()
+    for group in range(3):
+        for k in range(10 * group, 10 * group + 10):
+            _step(rec, clock, mono, k, seconds=0.001)
+        clock.advance(2.0 - 0.01)  # the last dispatch returns; the block ends 2 s in
+        mono.t += 2.0 - 0.01
+        rec.record_step_end_time(10 * group + 9)
+        rec.flush()
+    assert dog.expected_step_seconds() == pytest.approx(0.2, rel=1e-6)
+    assert dog.threshold() == pytest.approx(1.0, rel=1e-6)
+    # without step ends (no sync point) the dispatches are all it has
+    rec2, _, clock2, mono2, dog2 = _watched(HangSettings(factor=5, min_seconds=0.5))
+    rec2.record_job_start_time()
+    for k in range(30):
+        _step(rec2, clock2, mono2, k, seconds=0.001)
+    assert dog2.expected_step_seconds() == pytest.approx(0.001, rel=1e-6)
 
 
 def test_watchdog_detects_a_silence_longer_than_the_threshold_and_its_end():

@@ -14,6 +14,8 @@ function h(tag, text, cls) {
   return node;
 }
 
+const MAX_HANGS_SHOWN = 5;  // the insights list stays short on a run that hung often
+
 function pct(v) { return v === null || v === undefined ? "-" : `${v.toFixed(2)} %`; }
 function secs(v) { return v === null || v === undefined ? "-" : `${v.toFixed(3)} s`; }
 function ago(t) {
@@ -178,12 +180,29 @@ function runPage() {
     const list = $("insights");
     list.replaceChildren();
     const ins = rep.insights || {};
-    const open = (ins.hangs || []).filter((x) => x.end === null);
-    for (const x of open) list.appendChild(h("li", `Hang open now at step ${x.step} since ${C.fmtTime(x.start)}`, "alert"));
-    const closed = (ins.hangs || []).length - open.length;
-    if (closed) list.appendChild(h("li", `${closed} hang(s) so far`));
+    // each hang (the latest few): step, start, duration, the thread that hung and
+    // where it is stuck (its innermost frames), so that it can be acted on
+    const hangs = ins.hangs || [];
+    const shown = hangs.slice(-MAX_HANGS_SHOWN);
+    if (hangs.length > shown.length) {
+      list.appendChild(h("li", `${hangs.length} hangs; the last ${shown.length}:`, "muted"));
+    }
+    for (const x of shown) {
+      const open = x.end === null;
+      const li = h("li", open
+        ? `Hang open now at step ${x.step} since ${C.fmtTime(x.start)} (${secs(x.seconds)})`
+        : `Hang at step ${x.step} from ${C.fmtTime(x.start)}: ${secs(x.seconds)}, ended by ${x.ended_by}`,
+      open ? "alert hang" : "hang");
+      if (x.thread) li.appendChild(h("div", `thread ${x.thread}, innermost frame first:`, "muted small"));
+      if ((x.top_frames || []).length) li.appendChild(h("pre", x.top_frames.join("\n"), "frames"));
+      list.appendChild(li);
+    }
     const inc = rep.incidents || {};
     for (const x of inc.incidents || []) {
+      if (x.open) {  // the run stopped and was not restarted
+        list.appendChild(h("li", `Incident (open): ${x.cause} at ${C.fmtTime(x.detected)}; not restarted`, "alert"));
+        continue;
+      }
       list.appendChild(h("li", `Incident: ${x.cause} at ${C.fmtTime(x.detected)}; ` +
         `${secs(x.lost_seconds)} of progress lost, restarted after ${secs(x.time_to_restart)}`));
     }
