@@ -1,0 +1,383 @@
+"""Where a recorded event waits for the writer thread: the journal's ring, or memory.
+
+Every event takes a *ticket* from one counter when it is recorded: its
+sequence number, unique per writer, which the stores use to keep each
+(writer, sequence) pair once. With a journal (:mod:`goodput_core.record.journal`)
+the event goes into the ring slot of its ticket and is durable at once; when
+the ring is full (the writer is far behind: a burst, a store that has not
+confirmed yet), it waits in memory (``overflowed``: not durable until
+stored), and when memory is full too it is dropped, counted and said
+(``dropped``; the writer prints one line on stderr at the time, and exit
+says it again). Without a journal (an in-process ``memory://`` store, a
+spill directory that is refused, ``durable=False``) every event waits in
+memory, as a bounded queue.
+
+The producer side is :meth:`Ring.emitter`: a closure, so that the hot path
+(``record_*`` on the training thread) is a ticket, one ``struct.pack_into``
+into the mapped file and a comparison, with no lock. The consumer side
+(:meth:`Ring.take`, called by the writer thread under the recorder's spill
+lock) reads events in ticket order and hands back the highest ticket it
+passed; :meth:`Ring.release` tells the journal (and the producers) that
+everything up to a ticket is stored or kept elsewhere.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import logging
+import threading
+import time
+from typing import Any, Callable, Deque, Dict, List, Optional, Set, Tuple
+
+from goodput_core.events import EventRecord
+from goodput_core.record import journal as jr
+from goodput_core.stores.strict_json import dumps
+
+__all__ = ["Ring", "Fence"]
+
+logger = logging.getLogger("goodput")
+
+#: A ticket taken but never written (a thread stopped between the two, which
+#: nothing in CPython does for long) is passed over after this long.
+_GAP_GRACE_S = 10.0
+_EXTRA_CACHE = 256
+
+
+class Fence:
+    """A flush's marker: set once everything recorded before it is stored."""
+
+    __slots__ = ("done", "ok", "drops")
+
+    def __init__(self, drops: int = 0):
+        self.done = threading.Event()
+        self.ok = False
+        self.drops = drops
+
+
+class Ring:
+    """The events waiting for the writer (see the module docstring).
+
+    Args:
+      capacity: events waiting at most (the recorder's ``queue_size``).
+      journal: this writer's journal, or None (memory only).
+      identity: (run, host, pid, attempt) of the events (writer metadata).
+      wake: called when the waiting events pass half the capacity.
+    """
+
+    def __init__(self, capacity: int, journal: Optional[jr.Journal],
+                 identity: Tuple[str, str, int, str], wake: Callable[[], Any]):
+        self.journal = journal
+        self.slots = journal.capacity if journal is not None else 0
+        self.memory_cap = max(0, capacity - self.slots) if journal is not None else capacity
+        self.half = max(1, (self.slots or capacity) // 2)
+        self.identity = identity
+        self.wake = wake
+        self.tickets = itertools.count(1)
+        self.freed = 0    # every ticket up to this is stored or kept elsewhere
+        self.drained = 0  # every ticket up to this was taken by the writer
+        self.memory: Deque[Any] = collections.deque()  # overflow (journal) or the queue
+        self.holes: Set[int] = set()  # tickets not in the ring: in memory, dropped, fences
+        self.fences: Dict[int, Fence] = {}
+        self.dropped = 0
+        self.overflowed = 0
+        self.passed_over = 0  # tickets given up on after _GAP_GRACE_S
+        self._drops_acked = 0
+        self._drop_lock = threading.Lock()
+        self._gap: Optional[Tuple[int, float]] = None
+        self._extra_cache: Dict[Tuple[str, str], bytes] = {}
+
+    # ------------------------------------------------------------ producers
+    def emitter(self, rec: Any) -> Callable[..., None]:
+        """The recorder's ``_emit(kind, t, step, extra, write_time)``."""
+        tickets, memory, slow = self.tickets, self.memory, self._slow
+        if self.journal is None:
+            high, cap, wake = self.half, self.memory_cap, self.wake
+
+            def emit_to_memory(kind, t, step, extra, write_time):
+                n = len(memory)
+                if n < high:
+                    memory.append((next(tickets), kind, t, step, extra, write_time,
+                                   rec.process_index))
+                elif n < cap:
+                    memory.append((next(tickets), kind, t, step, extra, write_time,
+                                   rec.process_index))
+                    wake()
+                else:
+                    self._drop()
+            return emit_to_memory
+
+        mm, slots, half, wake = self.journal.mm, self.slots, self.half, self.wake
+        pack = jr.PLAIN.pack_into
+
+        def emit(kind, t, step, extra, write_time):
+            n = next(tickets)
+            try:
+                room = n - self.freed
+                if room <= slots and extra is None:
+                    if step is None:
+                        pack(mm, (n % slots) << 7, n, kind, t, 0, write_time,
+                             rec.process_index, n)
+                    else:
+                        pack(mm, (n % slots) << 7, n, kind | 256, t, step, write_time,
+                             rec.process_index, n)
+                    if room >= half:
+                        wake()
+                else:
+                    slow(n, kind, t, step, extra, write_time, rec.process_index)
+            except BaseException:  # an async exception (Ctrl-C) between ticket and slot
+                self._abandon(n)
+                raise
+        return emit
+
+    def _slow(self, n: int, kind: int, t: float, step: Optional[int], extra: Optional[dict],
+              write_time: float, pidx: int) -> None:
+        """An event with an extra payload, or one the ring has no room for."""
+        if extra is not None and n - self.freed <= self.slots:
+            data = self._extra_bytes(extra)
+            if data is not None and self._put_extra(n, kind, t, step, data, write_time, pidx):
+                return
+        if len(self.memory) < self.memory_cap:
+            self.memory.append((n, kind, t, step, extra, write_time, pidx))
+            self.holes.add(n)  # after the append: the writer finds it when it looks
+            self.overflowed += 1
+            self.wake()
+        else:
+            self.holes.add(n)
+            self._drop()
+
+    def _extra_bytes(self, extra: dict) -> Optional[bytes]:
+        """The payload as the stores keep it (strict JSON); one-key text payloads
+        (custom badput and elastic wait types) are cached."""
+        key = None
+        if len(extra) == 1:
+            for key in extra.items():
+                pass
+            if type(key[1]) is str:
+                cached = self._extra_cache.get(key)
+                if cached is not None:
+                    return cached
+            else:
+                key = None
+        try:
+            data = dumps(extra).encode("utf-8")
+        except Exception:  # validated at record time: a payload changed since
+            return None
+        if key is not None and len(self._extra_cache) < _EXTRA_CACHE:
+            self._extra_cache[key] = data
+        return data
+
+    def _put_extra(self, n: int, kind: int, t: float, step: Optional[int], data: bytes,
+                   write_time: float, pidx: int) -> bool:
+        mm, slots = self.journal.mm, self.slots
+        code = kind | (256 if step is not None else 0)
+        step = 0 if step is None else step
+        if len(data) <= jr.INLINE_BYTES:
+            jr.INLINE.pack_into(mm, (n % slots) << 7, n, code | jr.EXTRA_INLINE << 8,
+                                len(data), t, step, write_time, pidx, data, n)
+            return True
+        chunks = [data[i:i + jr.PART_BYTES] for i in range(0, len(data), jr.PART_BYTES)]
+        if len(chunks) > min(0xFFFF, self.slots // 4):
+            return False  # a payload this large waits in memory
+        taken = []
+        for k, chunk in enumerate(chunks):  # the parts first: a whole head has whole parts
+            p = next(self.tickets)
+            taken.append(p)
+            if p - self.freed > slots:
+                for q in taken:
+                    self._abandon(q)
+                return False
+            jr.PART.pack_into(mm, (p % slots) << 7, p, jr.CONT << 8, k, len(chunk), n, chunk, p)
+        jr.PARTS.pack_into(mm, (n % slots) << 7, n, code | jr.EXTRA_PARTS << 8, len(chunks),
+                           len(data), t, step, write_time, pidx, n)
+        return True
+
+    def _abandon(self, n: int) -> None:
+        """A ticket that will hold no event: the writer passes it at once."""
+        self.holes.add(n)
+
+    def _drop(self) -> None:
+        with self._drop_lock:
+            self.dropped += 1
+
+    def nothing(self, fence: Optional[Fence] = None) -> int:
+        """Takes a ticket that holds no event (a flush fence, a heartbeat); returns it."""
+        if self.journal is None:
+            if fence is not None:
+                fence.drops = self.dropped
+                self.memory.append(fence)
+            return next(self.tickets)
+        n = next(self.tickets)
+        if fence is not None:
+            fence.drops = self.dropped
+            self.fences[n] = fence  # before the slot: the writer finds it when it passes
+        try:
+            if n - self.freed <= self.slots:
+                jr.NOTHING.pack_into(self.journal.mm, (n % self.slots) << 7, n, jr.SKIP << 8, n)
+            else:
+                self.holes.add(n)
+        except BaseException:
+            self.holes.add(n)
+            raise
+        return n
+
+    # ------------------------------------------------------------ the writer
+    def take(self, limit: int) -> Tuple[List[tuple], List[Fence]]:
+        """Up to ``limit`` events in recording order, as ``(ticket, kind, t, step,
+        extra, write time, process index)``, and the fences passed. Only the
+        writer calls it (under the recorder's spill lock)."""
+        if self.journal is None:
+            return self._take_memory(limit)
+        out: List[tuple] = []
+        fences: List[Fence] = []
+        mm, slots, holes, fence_at = self.journal.mm, self.slots, self.holes, self.fences
+        read = jr._READ.unpack_from
+        n = self.drained + 1
+        while len(out) < limit:
+            fields = read(mm, (n % slots) << 7)
+            if fields[0] == n:
+                flags = fields[1] >> 8
+                if not flags & (jr.SKIP | jr.CONT):
+                    out.append(self._slot_event(fields))
+            elif n in holes:
+                holes.discard(n)
+                item = self._from_memory(n)
+                if item is not None:
+                    out.append(item)
+            elif not self._pass_gap(n):
+                break
+            if fence_at:
+                fence = fence_at.pop(n, None)
+                if fence is not None:
+                    fences.append(fence)
+            n += 1
+        self.drained = n - 1
+        return out, fences
+
+    def _take_memory(self, limit: int) -> Tuple[List[tuple], List[Fence]]:
+        out: List[tuple] = []
+        fences: List[Fence] = []
+        popleft = self.memory.popleft
+        while len(out) < limit:
+            try:
+                item = popleft()
+            except IndexError:
+                break
+            if type(item) is Fence:
+                fences.append(item)
+            else:
+                out.append(item)
+                self.drained = item[0]
+        return out, fences
+
+    def _slot_event(self, fields: tuple) -> tuple:
+        n, code, nparts, xlen, t, step, wt, pidx, inline, _ = fields
+        flags = code >> 8
+        extra = None
+        if flags & jr.EXTRA_INLINE:
+            extra = jr.decode_extra(inline[:xlen])
+        elif flags & jr.EXTRA_PARTS:
+            extra = jr.decode_extra(self._parts(n, nparts)[:xlen])
+        return (n, code & 0xFF, t, step if flags & jr.HAS_STEP else None, extra, wt, pidx)
+
+    def _parts(self, head: int, nparts: int) -> bytes:
+        """The continuation slots of ``head`` (written before it, after it in tickets)."""
+        mm, slots = self.journal.mm, self.slots
+        found: Dict[int, bytes] = {}
+        p = head + 1
+        while len(found) < nparts and p - head <= slots:
+            ticket, code, part, length, owner, chunk, _ = jr.PART.unpack_from(mm, (p % slots) << 7)
+            if ticket == p and code >> 8 & jr.CONT and owner == head:
+                found[part] = chunk[:length]
+            p += 1
+        return b"".join(found.get(k, b"") for k in range(nparts))
+
+    def events_between(self, a: int, b: int) -> List[EventRecord]:
+        """The events of tickets ``a < n <= b`` still in the ring's slots (taken
+        already: for the held file; events that waited in memory are not there)."""
+        mm, slots, read = self.journal.mm, self.slots, jr._READ.unpack_from
+        out = []
+        for n in range(max(a, b - slots) + 1, b + 1):
+            fields = read(mm, (n % slots) << 7)
+            if fields[0] == n and not (fields[1] >> 8) & (jr.SKIP | jr.CONT):
+                out.append(self._slot_event(fields))
+        return self.records(out)
+
+    def _from_memory(self, n: int) -> Optional[tuple]:
+        """The event of ticket ``n`` waiting in memory (None: none, it was dropped)."""
+        memory = self.memory
+        if memory and memory[0][0] == n:
+            return memory.popleft()
+        for item in list(memory):  # another thread appended first: rare
+            if item[0] == n:
+                memory.remove(item)
+                return item
+        return None
+
+    def _pass_gap(self, n: int) -> bool:
+        """A ticket not written yet: True when it is given up on (see _GAP_GRACE_S)."""
+        now = time.monotonic()
+        if self._gap is None or self._gap[0] != n:
+            self._gap = (n, now)
+            return False
+        if now - self._gap[1] < _GAP_GRACE_S or not self._later_than(n):
+            return False
+        self.passed_over += 1
+        logger.warning("goodput: event ticket %d was taken but never written; passed over", n)
+        self._gap = None
+        return True
+
+    def _later_than(self, n: int) -> bool:
+        return self.issued() > n
+
+    def issued(self) -> int:
+        """The last ticket taken so far."""
+        text = repr(self.tickets)  # 'count(N)': the next one, read without taking it
+        return int(text[text.index("(") + 1:-1]) - 1
+
+    def release(self, upto: int) -> None:
+        """Everything up to ticket ``upto`` is stored or kept elsewhere."""
+        if upto <= self.freed:
+            return
+        if self.journal is not None:
+            try:
+                self.journal.set_stored_upto(upto)  # first: a slot is reused only after
+            except (ValueError, OSError):
+                pass
+        self.freed = upto
+
+    def waiting(self) -> int:
+        """Events recorded and not taken by the writer yet (fences excluded)."""
+        if self.journal is None:
+            items = list(self.memory)  # one C call: atomic under the GIL
+            return len(items) - sum(1 for i in items if type(i) is Fence)
+        return max(0, self.issued() - self.drained - len(self.fences))
+
+    def newest(self) -> Optional[Tuple[int, float]]:
+        """(kind, time) of the newest event not taken by the writer yet, or None."""
+        if self.journal is None:
+            for item in reversed(list(self.memory)):
+                if type(item) is not Fence:
+                    return item[1], item[2]
+            return None
+        n = self.issued()
+        if n <= self.drained:
+            return None
+        fields = jr._READ.unpack_from(self.journal.mm, (n % self.slots) << 7)
+        if fields[0] == n and not (fields[1] >> 8) & (jr.SKIP | jr.CONT):
+            return fields[1] & 0xFF, fields[4]
+        for item in reversed(list(self.memory)):
+            return item[1], item[2]
+        return None
+
+    def fence_ok(self, fence: Fence) -> bool:
+        """False when events were dropped (memory full) since the previous fence."""
+        ok = fence.drops <= self._drops_acked
+        self._drops_acked = max(self._drops_acked, fence.drops)
+        return ok
+
+    def records(self, items: List[tuple]) -> List[EventRecord]:
+        """The taken events as EventRecords (the ticket is the sequence number)."""
+        run, host, pid, attempt = self.identity
+        return [EventRecord(run, kind, t, step, extra, pidx, host, pid, attempt, n, wt)
+                for n, kind, t, step, extra, wt, pidx in items]
