@@ -194,6 +194,8 @@ class Recorder(PhaseMixin, WriterMixin):
         self._pending_upto = 0  # the last ticket of the pending batch's part of the ring
         self._unconfirmed: collections.deque = collections.deque()  # (ticket, delivery mark)
         self._held_mark = None  # delivery mark the outbox's held events wait for
+        self._handed = None  # delivery mark of spilled events a background store holds
+        self._adopt_said = False
         self._draining = False
         self._spill_lock = threading.Lock()  # the failed batch and the queue vs the spill file
         self._outbox = None  # this writer's spill file (record/spill.py), made on first need

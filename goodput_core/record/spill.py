@@ -331,7 +331,8 @@ class Outbox:
                 bad.append(entry)
             else:
                 out.append(event)
-        if bad:
+        if bad and spill.read_pos > getattr(spill, "aside_upto", 0):  # not twice on a re-read
+            spill.aside_upto = spill.read_pos
             self._reject_lines(spill.path, [_line(e) for e in bad],
                                "their content is not an event a store can hold")
         return out

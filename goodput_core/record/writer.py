@@ -41,6 +41,7 @@ logger = logging.getLogger("goodput")
 _FIRST_BACKOFF_S = 0.05
 _MAX_BACKOFF_S = 5.0
 _SPILL_BATCH = 10_000
+_HANDOVER_WAIT_S = 5.0  # a background store's delivery of spilled events, per try
 
 
 def _may_pass(error: BaseException) -> bool:
@@ -272,7 +273,11 @@ class WriterMixin:
             self._adopt_due = False
             try:
                 self._outbox_for().adopt()
-            except Exception:  # noqa: BLE001 - a spill directory we cannot read
+            except OSError as exc:  # a spill directory refused, or unreadable
+                if not self._adopt_said:
+                    self._adopt_said = True
+                    logger.error("goodput: could not look for spilled events: %s", exc)
+            except Exception:  # noqa: BLE001 - never stop the writer
                 logger.exception("goodput: could not look for spilled events")
         outbox = self._outbox
         while outbox is not None:
@@ -281,14 +286,41 @@ class WriterMixin:
                 if outbox.pending():  # only lines set aside: the next read goes on
                     continue
                 return True
-            refused: List[EventRecord] = []
-            left = self._write(events, refused)
-            outbox.set_aside(refused)  # never retried, never blocking the rest
-            if left:  # ``left`` is the unwritten tail: the head is delivered
-                outbox.keep_from(len(events) - len(left))
-                return False
+            if self._handed is None:
+                refused: List[EventRecord] = []
+                left = self._write(events, refused)
+                outbox.set_aside(refused)  # never retried, never blocking the rest
+                if left:  # ``left`` is the unwritten tail: the head is delivered
+                    outbox.keep_from(len(events) - len(left))
+                    return False
+                self._handed = self._delivery_mark()
+            if self._handed is not None:
+                # A store that delivers in the background has them in memory
+                # only: the file keeps them until it says they are delivered
+                # (they are not handed over twice meanwhile).
+                if not self._delivered(self._handed):
+                    outbox.rewind()
+                    return False
+                self._handed = None
             outbox.commit(len(events))
         return True
+
+    def _delivery_mark(self) -> Any:
+        """The store's mark of what was handed to it so far (None: a store that
+        commits before it returns)."""
+        mark = getattr(self._store, "delivery_mark", None)
+        return mark() if callable(mark) else None
+
+    def _delivered(self, mark: Any) -> bool:
+        """Waits (a little) until a background store delivered up to ``mark``."""
+        done = getattr(self._store, "delivered_mark", None)
+        if callable(done) and (done() or 0) >= mark:
+            return True
+        flush = getattr(self._store, "flush", None)
+        try:
+            return bool(flush(_HANDOVER_WAIT_S)) if callable(flush) else True
+        except Exception:  # noqa: BLE001 - not delivered yet: tried again later
+            return False
 
     def _outbox_for(self):
         if self._outbox is None:
