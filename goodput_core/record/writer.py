@@ -280,8 +280,11 @@ class WriterMixin:
             except Exception:  # noqa: BLE001 - never stop the writer
                 logger.exception("goodput: could not look for spilled events")
         outbox = self._outbox
+        # A store that delivers in the background batches on its own side:
+        # larger hand-overs, one wait each for its confirmation.
+        size = _SPILL_BATCH if self._delivery_mark() is None else 5 * _SPILL_BATCH
         while outbox is not None:
-            events = outbox.peek(_SPILL_BATCH)
+            events = outbox.peek(size)
             if not events:
                 if outbox.pending():  # only lines set aside: the next read goes on
                     continue
