@@ -156,6 +156,8 @@ class WriterMixin:
         backoff = _FIRST_BACKOFF_S
         while True:
             fences: list = []
+            if self._ring.dropped and not self._drops_said:
+                self._say_drops()  # at the time: before a flush waiting on it returns
             self._confirm()
             if self._deliver_spilled():
                 with self._spill_lock:
@@ -460,8 +462,6 @@ class WriterMixin:
                 self._drain()
                 if self._heartbeat is not None:
                     self._writer_beat()
-                if self._ring.dropped and not self._drops_said:
-                    self._say_drops()
             except Exception:  # keep the writer alive whatever happens
                 logger.exception("goodput: writer error")
             if self._closed and not self._queued():
