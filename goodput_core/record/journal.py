@@ -187,7 +187,10 @@ class Journal:
             except OSError:
                 pass
         try:
-            os.close(self.fd)  # releases the lock (the map's own descriptor keeps it: closed too)
+            # the lock belongs to the open file, which the map's own descriptor
+            # shares: unlocked explicitly, so an adopter may take what is left
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
+            os.close(self.fd)
         except OSError:
             pass
         if not empty:
