@@ -458,8 +458,12 @@ class Recorder(PhaseMixin, WriterMixin):
                            self.run, self._outbox.own_pending(),
                            getattr(self._store, "url", "the store"),
                            self._outbox.stats()["spill_file"])
-        if ok:
-            self._release_journal()  # everything stored: the file goes
+        if ok:  # everything stored: the journal and the spill files go
+            self._release_journal()
+            if self._outbox is not None and self._pid == os.getpid():
+                with self._spill_lock:
+                    self._spill_released = True
+                    self._outbox.close()
         checkpoint = getattr(self._store, "checkpoint", None)
         if ok and callable(checkpoint):
             try:

@@ -218,6 +218,7 @@ class WriterMixin:
             self._ring.release(upto)
         elif upto > self._ring.freed:
             self._unconfirmed.append((upto, mark))
+            self._confirm_locked()
 
     def _confirm(self) -> None:
         """Frees the journal up to what a background store delivered; when its
