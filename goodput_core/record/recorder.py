@@ -202,6 +202,7 @@ class Recorder(PhaseMixin, WriterMixin):
         self._adopt_due = True  # look for earlier processes' spill files once the store opens
         self._spill_released = False  # exit or close released the spill files
         self._drops_said = 0
+        self._drops_said_at_exit = False
         self._ring = self._new_ring()
         if self._store is not None:
             self._emit = self._ring.emitter(self)  # type: ignore[method-assign]
@@ -237,7 +238,7 @@ class Recorder(PhaseMixin, WriterMixin):
                                  "memory until stored and are lost if the process is killed",
                                  directory, exc)
         return Ring(self._cap, journal, (self.run, self._host, self._pid, self._attempt),
-                    self._wake.set)
+                    self._wake)
 
     def _after_fork_in_child(self) -> None:
         if self._watchdog is not None:

@@ -26,15 +26,17 @@ from __future__ import annotations
 import collections
 import itertools
 import logging
+import math
 import threading
 import time
+from json.encoder import encode_basestring_ascii
 from typing import Any, Callable, Deque, Dict, List, Optional, Set, Tuple
 
 from goodput_core.events import EventRecord
 from goodput_core.record import journal as jr
 from goodput_core.stores.strict_json import dumps
 
-__all__ = ["Ring", "Fence"]
+__all__ = ["Ring", "Fence", "encode_extra"]
 
 logger = logging.getLogger("goodput")
 
@@ -42,6 +44,54 @@ logger = logging.getLogger("goodput")
 #: nothing in CPython does for long) is passed over after this long.
 _GAP_GRACE_S = 10.0
 _EXTRA_CACHE = 256
+
+
+_quote = encode_basestring_ascii
+_INFINITE = (-math.inf, math.inf)
+_one_text_key: Dict[Tuple[str, str], bytes] = {}
+
+
+def encode_extra(extra: dict) -> Optional[bytes]:
+    """An extra payload as the stores keep it (strict JSON, ASCII), or None when
+    it cannot be encoded. Flat payloads (text keys; text, int, finite float,
+    bool or null values: custom badput types, metrics, slice counts) are
+    written directly and one-key text payloads cached: the rest goes through
+    the stores' encoder."""
+    if len(extra) == 1:
+        ((key, value),) = extra.items()
+        if type(value) is str and type(key) is str:
+            cached = _one_text_key.get((key, value))
+            if cached is None:
+                cached = ("{" + _quote(key) + ":" + _quote(value) + "}").encode()
+                if len(_one_text_key) < _EXTRA_CACHE:
+                    _one_text_key[(key, value)] = cached
+            return cached
+    parts = []
+    for key, value in extra.items():
+        kind = type(value)
+        if type(key) is not str:
+            break
+        if kind is str:
+            text = _quote(value)
+        elif kind is float:
+            if value != value or value in _INFINITE:
+                break
+            text = float.__repr__(value)
+        elif kind is int:
+            text = int.__repr__(value)
+        elif value is None:
+            text = "null"
+        elif kind is bool:
+            text = "true" if value else "false"
+        else:
+            break
+        parts.append(_quote(key) + ":" + text)
+    else:
+        return ("{" + ",".join(parts) + "}").encode()
+    try:
+        return dumps(extra).encode("utf-8")
+    except Exception:  # validated at record time: a payload changed since
+        return None
 
 
 class Fence:
@@ -62,17 +112,17 @@ class Ring:
       capacity: events waiting at most (the recorder's ``queue_size``).
       journal: this writer's journal, or None (memory only).
       identity: (run, host, pid, attempt) of the events (writer metadata).
-      wake: called when the waiting events pass half the capacity.
+      wake: the writer's event, set when the waiting events pass half the capacity.
     """
 
     def __init__(self, capacity: int, journal: Optional[jr.Journal],
-                 identity: Tuple[str, str, int, str], wake: Callable[[], Any]):
+                 identity: Tuple[str, str, int, str], wake: threading.Event):
         self.journal = journal
         self.slots = journal.capacity if journal is not None else 0
         self.memory_cap = max(0, capacity - self.slots) if journal is not None else capacity
         self.half = max(1, (self.slots or capacity) // 2)
         self.identity = identity
-        self.wake = wake
+        self._wake_event = wake
         self.tickets = itertools.count(1)
         self.freed = 0    # every ticket up to this is stored or kept elsewhere
         self.drained = 0  # every ticket up to this was taken by the writer
@@ -85,9 +135,13 @@ class Ring:
         self._drops_acked = 0
         self._drop_lock = threading.Lock()
         self._gap: Optional[Tuple[int, float]] = None
-        self._extra_cache: Dict[Tuple[str, str], bytes] = {}
 
     # ------------------------------------------------------------ producers
+    def wake(self) -> None:
+        """Wakes the writer (once: setting a set event would take its lock again)."""
+        if not self._wake_event.is_set():
+            self._wake_event.set()
+
     def emitter(self, rec: Any) -> Callable[..., None]:
         """The recorder's ``_emit(kind, t, step, extra, write_time)``."""
         tickets, memory, slow = self.tickets, self.memory, self._slow
@@ -108,19 +162,30 @@ class Ring:
             return emit_to_memory
 
         mm, slots, half, wake = self.journal.mm, self.slots, self.half, self.wake
-        pack = jr.PLAIN.pack_into
+        pack, pack_inline = jr.PLAIN.pack_into, jr.INLINE.pack_into
+        inline_max, has_step, inline_flag = jr.INLINE_BYTES, 256, jr.EXTRA_INLINE << 8
 
         def emit(kind, t, step, extra, write_time):
             n = next(tickets)
             try:
                 room = n - self.freed
-                if room <= slots and extra is None:
-                    if step is None:
-                        pack(mm, (n % slots) << 7, n, kind, t, 0, write_time,
-                             rec.process_index, n)
+                if room <= slots:
+                    if extra is None:
+                        if step is None:
+                            pack(mm, (n % slots) << 7, n, kind, t, 0, write_time,
+                                 rec.process_index, n)
+                        else:
+                            pack(mm, (n % slots) << 7, n, kind | has_step, t, step, write_time,
+                                 rec.process_index, n)
                     else:
-                        pack(mm, (n % slots) << 7, n, kind | 256, t, step, write_time,
-                             rec.process_index, n)
+                        data = encode_extra(extra)
+                        if data is not None and len(data) <= inline_max:
+                            pack_inline(mm, (n % slots) << 7, n, kind | inline_flag | (
+                                0 if step is None else has_step), len(data), t,
+                                0 if step is None else step, write_time, rec.process_index,
+                                data, n)
+                        else:
+                            slow(n, kind, t, step, extra, write_time, rec.process_index, data)
                     if room >= half:
                         wake()
                 else:
@@ -131,10 +196,11 @@ class Ring:
         return emit
 
     def _slow(self, n: int, kind: int, t: float, step: Optional[int], extra: Optional[dict],
-              write_time: float, pidx: int) -> None:
-        """An event with an extra payload, or one the ring has no room for."""
+              write_time: float, pidx: int, data: Optional[bytes] = None) -> None:
+        """An event with a long extra payload, or one the ring has no room for."""
         if extra is not None and n - self.freed <= self.slots:
-            data = self._extra_bytes(extra)
+            if data is None:
+                data = encode_extra(extra)
             if data is not None and self._put_extra(n, kind, t, step, data, write_time, pidx):
                 return
         if len(self.memory) < self.memory_cap:
@@ -145,27 +211,6 @@ class Ring:
         else:
             self.holes.add(n)
             self._drop()
-
-    def _extra_bytes(self, extra: dict) -> Optional[bytes]:
-        """The payload as the stores keep it (strict JSON); one-key text payloads
-        (custom badput and elastic wait types) are cached."""
-        key = None
-        if len(extra) == 1:
-            for key in extra.items():
-                pass
-            if type(key[1]) is str:
-                cached = self._extra_cache.get(key)
-                if cached is not None:
-                    return cached
-            else:
-                key = None
-        try:
-            data = dumps(extra).encode("utf-8")
-        except Exception:  # validated at record time: a payload changed since
-            return None
-        if key is not None and len(self._extra_cache) < _EXTRA_CACHE:
-            self._extra_cache[key] = data
-        return data
 
     def _put_extra(self, n: int, kind: int, t: float, step: Optional[int], data: bytes,
                    write_time: float, pidx: int) -> bool:

@@ -436,9 +436,10 @@ class WriterMixin:
                    at_exit: bool = False) -> None:
         """One stderr line at the first drop of a full queue, and one at exit."""
         dropped = self._ring.dropped
-        if not dropped or (not at_exit and self._drops_said):
+        if not dropped or (self._drops_said if not at_exit else self._drops_said_at_exit):
             return
         self._drops_said = dropped
+        self._drops_said_at_exit = at_exit
         (say or sys.stderr.write)(
             f"goodput: run {self.run!r}: {dropped} events dropped{' so far' if not at_exit else ''}"
             f": more than queue_size={self._cap} events waited for the writer "
