@@ -43,8 +43,9 @@ from goodput_core.record import hooks
 from goodput_core.record.hooks import _LIVE, flush_all, flush_before_read  # noqa: F401
 from goodput_core.record.heartbeat import Heartbeat
 from goodput_core.record.heartbeat import heartbeat_seconds as heartbeat_seconds_of
+from goodput_core.record.handover import Handover
 from goodput_core.record.phases import PhaseMixin
-from goodput_core.record.ring import Ring
+from goodput_core.record.ring import Ring, new_ring
 from goodput_core.record.stats import empty_stats, recorder_stats
 from goodput_core.record.storable import (
     INT64_MAX, INT64_MIN, check_extra, check_int, check_text, describe_error)
@@ -59,7 +60,6 @@ __all__ = ["Recorder", "NullRecorder", "NULL_RECORDER", "flush_all", "flush_befo
 logger = logging.getLogger("goodput")
 
 _DEFAULT_QUEUE_SIZE = 200_000
-_said_no_journal: Dict[str, bool] = {}  # spill directories already said to be unusable
 
 
 _STEP_REQUIRED = frozenset((Kind.STEP_START, Kind.STEP_END))
@@ -192,9 +192,6 @@ class Recorder(PhaseMixin, WriterMixin):
         self._attempt = uuid.uuid4().hex[:16]
         self._pending = None
         self._pending_upto = 0  # the last ticket of the pending batch's part of the ring
-        self._unconfirmed: collections.deque = collections.deque()  # (ticket, delivery mark)
-        self._held_mark = None  # delivery mark the outbox's held events wait for
-        self._handed = None  # delivery mark of spilled events a background store holds
         self._adopt_said = False
         self._draining = False
         self._spill_lock = threading.Lock()  # the failed batch and the queue vs the spill file
@@ -204,6 +201,7 @@ class Recorder(PhaseMixin, WriterMixin):
         self._drops_said = 0
         self._drops_said_at_exit = False
         self._ring = self._new_ring()
+        self._handover = Handover(self._store, self._ring, self._outbox_for)
         if self._store is not None:
             self._emit = self._ring.emitter(self)  # type: ignore[method-assign]
         self._writer: Optional[threading.Thread] = None
@@ -215,30 +213,10 @@ class Recorder(PhaseMixin, WriterMixin):
             self._writer.start()
 
     def _new_ring(self) -> Ring:
-        """The ring of this process: in a journal when a later process can read
-        the store (not ``memory://``), else in memory (:mod:`goodput_core.record.ring`)."""
-        journal = None
-        url = getattr(self._store, "url", "") or ""
-        if self._store is not None and self._durable and url and \
-                not url.startswith("memory://"):
-            from goodput_core.record.journal import DEFAULT_CAPACITY, Journal
-            from goodput_core.record.spill import default_spill_dir, tag_of
-
-            directory = default_spill_dir()
-            try:
-                journal = Journal(directory, tag_of(url), min(self._cap, DEFAULT_CAPACITY),
-                                  {"run": self.run, "host": self._host, "pid": self._pid,
-                                   "attempt": self._attempt, "store": url})
-                self._journal_error = None
-            except OSError as exc:
-                self._journal_error = f"{type(exc).__name__}: {exc}"
-                if not _said_no_journal.get(directory):
-                    _said_no_journal[directory] = True
-                    logger.error("goodput: no journal in %s (%s): recorded events wait in "
-                                 "memory until stored and are lost if the process is killed",
-                                 directory, exc)
-        return Ring(self._cap, journal, (self.run, self._host, self._pid, self._attempt),
-                    self._wake)
+        ring = new_ring(self._store, self._durable, self._cap,
+                        (self.run, self._host, self._pid, self._attempt), self._wake)
+        self._journal_error = ring.journal_error
+        return ring
 
     def _after_fork_in_child(self) -> None:
         if self._watchdog is not None:

@@ -36,7 +36,7 @@ from goodput_core.events import EventRecord
 from goodput_core.record import journal as jr
 from goodput_core.stores.strict_json import dumps
 
-__all__ = ["Ring", "Fence", "encode_extra"]
+__all__ = ["Ring", "Fence", "encode_extra", "new_ring"]
 
 logger = logging.getLogger("goodput")
 
@@ -44,6 +44,38 @@ logger = logging.getLogger("goodput")
 #: nothing in CPython does for long) is passed over after this long.
 _GAP_GRACE_S = 10.0
 _EXTRA_CACHE = 256
+
+
+_said_no_journal: Dict[str, bool] = {}  # spill directories already said to be unusable
+
+
+def new_ring(store: Any, durable: bool, capacity: int, identity: Tuple[str, str, int, str],
+             wake: threading.Event) -> "Ring":
+    """The ring of one recorder in one process: in a journal when the events
+    are ``durable`` and a later process can read the store (not ``memory://``),
+    else in memory. A journal that cannot be made (a spill directory refused,
+    a full disk) is said once per directory; the ring's ``journal_error`` says why."""
+    journal, error = None, None
+    url = getattr(store, "url", "") or ""
+    if store is not None and durable and url and not url.startswith("memory://"):
+        from goodput_core.record.spill import default_spill_dir, tag_of
+
+        directory = default_spill_dir()
+        run, host, pid, attempt = identity
+        try:
+            journal = jr.Journal(directory, tag_of(url), min(capacity, jr.DEFAULT_CAPACITY),
+                                 {"run": run, "host": host, "pid": pid, "attempt": attempt,
+                                  "store": url})
+        except OSError as exc:
+            error = f"{type(exc).__name__}: {exc}"
+            if not _said_no_journal.get(directory):
+                _said_no_journal[directory] = True
+                logger.error("goodput: no journal in %s (%s): recorded events wait in memory "
+                             "until stored and are lost if the process is killed",
+                             directory, exc)
+    ring = Ring(capacity, journal, identity, wake)
+    ring.journal_error = error
+    return ring
 
 
 _quote = encode_basestring_ascii
@@ -118,6 +150,7 @@ class Ring:
     def __init__(self, capacity: int, journal: Optional[jr.Journal],
                  identity: Tuple[str, str, int, str], wake: threading.Event):
         self.journal = journal
+        self.journal_error: Optional[str] = None  # why there is no journal where one was due
         self.slots = journal.capacity if journal is not None else 0
         self.memory_cap = max(0, capacity - self.slots) if journal is not None else capacity
         self.half = max(1, (self.slots or capacity) // 2)

@@ -41,7 +41,6 @@ logger = logging.getLogger("goodput")
 _FIRST_BACKOFF_S = 0.05
 _MAX_BACKOFF_S = 5.0
 _SPILL_BATCH = 10_000
-_HANDOVER_WAIT_S = 5.0  # a background store's delivery of spilled events, per try
 
 
 def _may_pass(error: BaseException) -> bool:
@@ -206,59 +205,17 @@ class WriterMixin:
             self._backoff.wait(wait)
             backoff = min(backoff * 2, _MAX_BACKOFF_S)
 
-    # ------------------------------------------------------------ stored
     def _stored_through(self, upto: int) -> None:
-        """Every event up to ticket ``upto`` was handed to the store. A store
-        that commits before returning (SQLite) frees the journal at once; one
-        that delivers in the background (PostgreSQL, Cloud Logging) only once
-        it says it delivered them (:meth:`_confirm`)."""
-        mark = getattr(self._store, "delivery_mark", None)
-        mark = mark() if callable(mark) else None
-        if mark is None:
-            self._ring.release(upto)
-        elif upto > self._ring.freed:
-            self._unconfirmed.append((upto, mark))
-            self._confirm_locked()
+        """Every event up to ticket ``upto`` was appended (the caller holds the
+        spill lock): the journal forgets them once the store holds them
+        (:mod:`goodput_core.record.handover`)."""
+        self._handover.stored_through(upto)
 
     def _confirm(self) -> None:
-        """Frees the journal up to what a background store delivered; when its
-        deliveries fall half a ring behind (an outage), keeps the events it has
-        not confirmed in the outbox's held file instead, which a later process
-        delivers if this one dies (the store keeps each event once)."""
-        if not self._unconfirmed and self._held_mark is None:
-            return
-        with self._spill_lock:
-            self._confirm_locked()
-
-    def _confirm_locked(self) -> None:
-        unconfirmed = self._unconfirmed
-        done = getattr(self._store, "delivered_mark", None)
-        done = done() if callable(done) else None
-        if done is None:
-            return
-        while unconfirmed and unconfirmed[0][1] <= done:
-            self._ring.release(unconfirmed.popleft()[0])
-        if self._held_mark is not None and self._held_mark <= done:
-            self._held_mark = None
-            self._outbox.release_held()
-        ring = self._ring
-        if unconfirmed and unconfirmed[-1][0] - ring.freed > ring.half:
-            self._hold_unconfirmed()
-
-    def _hold_unconfirmed(self) -> bool:
-        """Moves the events a background store has not confirmed out of the ring
-        (the caller holds the spill lock)."""
-        if not self._unconfirmed:
-            return True
-        upto, mark = self._unconfirmed[-1]
-        try:
-            self._outbox_for().hold(self._ring.events_between(self._ring.freed, upto))
-        except OSError:
-            return False  # they stay in the ring; new events wait in memory meanwhile
-        self._unconfirmed.clear()
-        self._ring.release(upto)
-        self._held_mark = mark if self._held_mark is None else max(self._held_mark, mark)
-        return True
+        """Frees the journal up to what a background store delivered."""
+        if self._handover.pending():
+            with self._spill_lock:
+                self._handover.confirm()
 
     # ------------------------------------------------------------ spilling
     def _store_open(self) -> bool:
@@ -285,48 +242,32 @@ class WriterMixin:
         outbox = self._outbox
         # A store that delivers in the background batches on its own side:
         # larger hand-overs, one wait each for its confirmation.
-        size = _SPILL_BATCH if self._delivery_mark() is None else 5 * _SPILL_BATCH
+        handover = self._handover
+        size = _SPILL_BATCH if handover.mark() is None else 5 * _SPILL_BATCH
         while outbox is not None:
             events = outbox.peek(size)
             if not events:
                 if outbox.pending():  # only lines set aside: the next read goes on
                     continue
                 return True
-            if self._handed is None:
+            if handover.handed is None:
                 refused: List[EventRecord] = []
                 left = self._write(events, refused)
                 outbox.set_aside(refused)  # never retried, never blocking the rest
                 if left:  # ``left`` is the unwritten tail: the head is delivered
                     outbox.keep_from(len(events) - len(left))
                     return False
-                self._handed = self._delivery_mark()
-            if self._handed is not None:
+                handover.handed = handover.mark()
+            if handover.handed is not None:
                 # A store that delivers in the background has them in memory
                 # only: the file keeps them until it says they are delivered
                 # (they are not handed over twice meanwhile).
-                if not self._delivered(self._handed):
+                if not handover.delivered(handover.handed):
                     outbox.rewind()
                     return False
-                self._handed = None
+                handover.handed = None
             outbox.commit(len(events))
         return True
-
-    def _delivery_mark(self) -> Any:
-        """The store's mark of what was handed to it so far (None: a store that
-        commits before it returns)."""
-        mark = getattr(self._store, "delivery_mark", None)
-        return mark() if callable(mark) else None
-
-    def _delivered(self, mark: Any) -> bool:
-        """Waits (a little) until a background store delivered up to ``mark``."""
-        done = getattr(self._store, "delivered_mark", None)
-        if callable(done) and (done() or 0) >= mark:
-            return True
-        flush = getattr(self._store, "flush", None)
-        try:
-            return bool(flush(_HANDOVER_WAIT_S)) if callable(flush) else True
-        except Exception:  # noqa: BLE001 - not delivered yet: tried again later
-            return False
 
     def _outbox_for(self):
         if self._outbox is None:
@@ -395,7 +336,7 @@ class WriterMixin:
                     f.done.set()
                 lost += len(items)
         with self._spill_lock:
-            self._hold_unconfirmed()
+            self._handover.hold()
         self._say_drops(say, at_exit=True)
         outbox = self._outbox
         left, path = 0, None
