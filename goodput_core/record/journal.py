@@ -46,7 +46,6 @@ from __future__ import annotations
 import fcntl
 import json
 import logging
-import math
 import mmap
 import os
 import stat
@@ -54,7 +53,7 @@ import struct
 import uuid
 from typing import Any, Dict, List, Optional, Tuple
 
-from goodput_core.events import EventRecord, Kind
+from goodput_core.events import EventRecord
 from goodput_core.stores.spill_buffer import private_dir
 
 __all__ = ["Journal", "JournalOrphan", "journal_paths", "live_journals", "SLOT", "HEADER",
@@ -166,9 +165,10 @@ class Journal:
             _TICKET.pack_into(self.mm, self.base + _UPTO_AT, ticket)
             self.stored_upto = ticket
 
-    def release(self) -> bool:
-        """Deletes the file when nothing in it waits, else leaves it for an adopter
-        (unlocked). The mapping stays (a late ``record_*`` must not fail).
+    def release(self, empty: bool = False) -> bool:
+        """Deletes the file when nothing in it waits (``empty``: the caller knows),
+        else leaves it for an adopter (unlocked). The mapping stays (a late
+        ``record_*`` must not fail).
 
         Returns:
           True when the file was deleted.
@@ -176,11 +176,11 @@ class Journal:
         if self.released:
             return True
         self.released = True
-        empty = True
-        try:
-            empty = not self.pending_tickets()
-        except (ValueError, OSError):
-            pass
+        if not empty:
+            try:
+                empty = not self.pending_tickets()
+            except (ValueError, OSError):
+                empty = False
         if empty:
             try:
                 os.unlink(self.path)
@@ -390,9 +390,3 @@ def live_journals(directory: str, tag: str) -> List[Dict[str, Any]]:
             os.close(fd)
     return out
 
-
-def is_finite(x: float) -> bool:
-    return math.isfinite(x)
-
-
-KINDS = frozenset(int(k) for k in Kind)

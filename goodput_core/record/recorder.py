@@ -1,17 +1,20 @@
-"""The recorder: O(1) enqueue on the caller's thread, a background writer.
+"""The recorder: an O(1), durable write on the caller's thread, a background writer.
 
-Every ``record_*`` call validates its arguments, builds a small tuple and
-appends it to a bounded queue; nothing else happens on the caller's thread
-(no I/O, no lock, no exception: bad input is counted, warned about once per
-kind and dropped, unless ``strict=True``). A daemon writer thread drains the
-queue in batches into the store. :meth:`Recorder.flush` is a fence: it returns
+Every ``record_*`` call validates its arguments and writes the event into this
+process's journal, a memory-mapped ring that survives a SIGKILL of the process
+(:mod:`goodput_core.record.ring`, :mod:`goodput_core.record.journal`; in
+memory for an in-process store); nothing else happens on the caller's thread
+(no system call, no lock, no exception: bad input is counted, warned about
+once per kind and dropped, unless ``strict=True``). A daemon writer thread
+drains the ring in batches into the store; the next writer, or any reader,
+delivers what a killed one left. :meth:`Recorder.flush` is a fence: it returns
 once everything recorded before it is stored. An ``atexit`` hook flushes every
 live recorder, so a ``record_job_end_time()`` just before the interpreter
 exits is not lost. ``multiprocessing`` ends its children with ``os._exit``
 (no atexit), so the recorder also flushes from multiprocessing's own exit
 finalizers: workers (``Process``, ``Pool`` after ``close()``/``join()``;
 fork and spawn) that end normally keep their events. After ``os.fork()`` the
-child gets a fresh queue, writer and attempt id; the parent's pending events
+child gets a fresh journal, writer and attempt id; the parent's pending events
 stay the parent's.
 
 Example::
@@ -27,7 +30,6 @@ Example::
 from __future__ import annotations
 
 import collections
-import itertools
 import logging
 import math
 import os

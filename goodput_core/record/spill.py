@@ -34,8 +34,7 @@ from typing import Any, Deque, List, Optional, Tuple
 from goodput_core.events import EventRecord, Kind
 from goodput_core.record.storable import check_event
 from goodput_core.stores import canonical_store_url
-from goodput_core.stores.spill_buffer import (
-    SpillFile, adopt_files, new_spill_file, private_dir)
+from goodput_core.stores.spill_buffer import SpillFile, adopt_files, new_spill_file
 from goodput_core.stores.strict_json import dumps
 
 _KINDS = frozenset(int(k) for k in Kind)

@@ -363,10 +363,11 @@ class WriterMixin:
     def _release_journal(self) -> Optional[str]:
         """Deletes the journal when it holds nothing undelivered; else leaves it
         for the next process and returns its path."""
-        journal = self._ring.journal
+        ring = self._ring
+        journal = ring.journal
         if journal is None or journal.released:
             return None
-        return None if journal.release() else journal.path
+        return None if journal.release(empty=ring.freed >= ring.issued()) else journal.path
 
     def _queued(self) -> bool:
         """True while recorded events wait for the writer."""
