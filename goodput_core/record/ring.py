@@ -40,9 +40,14 @@ __all__ = ["Ring", "Fence", "encode_extra", "new_ring"]
 
 logger = logging.getLogger("goodput")
 
-#: A ticket taken but never written (a thread stopped between the two, which
-#: nothing in CPython does for long) is passed over after this long.
-_GAP_GRACE_S = 10.0
+#: A ticket taken and not written (a thread between the two, or an exception
+#: raised there, Ctrl-C, before the ticket was kept: nothing can say which) is
+#: passed over once it stayed missing this long and over this many turns of
+#: the writer; its slot is watched (and not reused) for _LATE_S more: a late
+#: write is still delivered, after the events that followed it.
+_GAP_GRACE_S = 0.25
+_GAP_TURNS = 3
+_LATE_S = 5.0
 _EXTRA_CACHE = 256
 
 
@@ -164,10 +169,12 @@ class Ring:
         self.fences: Dict[int, Fence] = {}
         self.dropped = 0
         self.overflowed = 0
-        self.passed_over = 0  # tickets given up on after _GAP_GRACE_S
+        self.passed_over = 0  # tickets passed over (see _GAP_GRACE_S)
+        self.never_written = 0  # of those, never written within _LATE_S
+        self._late: Dict[int, float] = {}  # passed-over ticket -> when
         self._drops_acked = 0
         self._drop_lock = threading.Lock()
-        self._gap: Optional[Tuple[int, float]] = None
+        self._gap: Optional[List[float]] = None  # [ticket, since, turns]
 
     # ------------------------------------------------------------ producers
     def wake(self) -> None:
@@ -310,6 +317,8 @@ class Ring:
         fences: List[Fence] = []
         mm, slots, holes, fence_at = self.journal.mm, self.slots, self.holes, self.fences
         read = jr._READ.unpack_from
+        if self._late:
+            self._take_late(out)
         n = self.drained + 1
         while len(out) < limit:
             fields = read(mm, (n % slots) << 7)
@@ -393,20 +402,38 @@ class Ring:
         return None
 
     def _pass_gap(self, n: int) -> bool:
-        """A ticket not written yet: True when it is given up on (see _GAP_GRACE_S)."""
+        """A ticket not written yet: True when it is passed over (see _GAP_GRACE_S)."""
         now = time.monotonic()
-        if self._gap is None or self._gap[0] != n:
-            self._gap = (n, now)
+        gap = self._gap
+        if gap is None or gap[0] != n:
+            self._gap = [n, now, 1]
             return False
-        if now - self._gap[1] < _GAP_GRACE_S or not self._later_than(n):
+        gap[2] += 1
+        if now - gap[1] < _GAP_GRACE_S or gap[2] < _GAP_TURNS or self.issued() <= n:
             return False
         self.passed_over += 1
-        logger.warning("goodput: event ticket %d was taken but never written; passed over", n)
+        self._late[n] = now
         self._gap = None
         return True
 
-    def _later_than(self, n: int) -> bool:
-        return self.issued() > n
+    def _take_late(self, out: List[tuple]) -> None:
+        """Events of passed-over tickets written since (or given up on)."""
+        mm, slots, now = self.journal.mm, self.slots, time.monotonic()
+        for n, since in list(self._late.items()):
+            fields = jr._READ.unpack_from(mm, (n % slots) << 7)
+            if fields[0] == n:
+                del self._late[n]
+                if not (fields[1] >> 8) & (jr.SKIP | jr.CONT):
+                    out.append(self._slot_event(fields))
+            elif n in self.holes:
+                del self._late[n]
+                self.holes.discard(n)
+                item = self._from_memory(n)
+                if item is not None:
+                    out.append(item)
+            elif now - since > _LATE_S:
+                del self._late[n]
+                self.never_written += 1
 
     def issued(self) -> int:
         """The last ticket taken so far."""
@@ -414,7 +441,10 @@ class Ring:
         return int(text[text.index("(") + 1:-1]) - 1
 
     def release(self, upto: int) -> None:
-        """Everything up to ticket ``upto`` is stored or kept elsewhere."""
+        """Everything up to ticket ``upto`` is stored or kept elsewhere (but the
+        slot of a ticket passed over is not reused while it may still be written)."""
+        if self._late:
+            upto = min(upto, min(self._late) - 1)
         if upto <= self.freed:
             return
         if self.journal is not None:

@@ -11,8 +11,12 @@ file instead of filling the ring.
 
 from __future__ import annotations
 
+import json
 import os
 import struct
+import subprocess
+import sys
+import textwrap
 
 from goodput_core import Recorder
 from goodput_core.record import journal as jr
@@ -20,6 +24,8 @@ from goodput_core.record.spill import Outbox
 from goodput_core.stores.memory import MemoryStore
 from goodput_core.stores.sqlite import SqliteStore
 from tests.support.children import wait_child
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
 def test_a_forked_child_neither_writes_maps_nor_locks_the_parents_journal(tmp_path):
@@ -161,3 +167,54 @@ def test_a_background_store_frees_the_ring_only_once_it_delivered(tmp_path, monk
     assert [e.step for e in store.read("bg")[0]] == list(range(90))
     assert rec.close(30)
     assert os.listdir(tmp_path / "spill") == []
+
+
+_INTERRUPTED = textwrap.dedent("""
+    import json, signal, sys, time
+    from goodput_core import Recorder
+
+    class Interrupt(BaseException):  # what a signal handler raises, as Ctrl-C's KeyboardInterrupt
+        pass
+
+    rec = Recorder("ctrl-c", sys.argv[1])
+    returned, interrupted, armed = [], [], [False]
+
+    def interrupt(signum, frame):
+        if armed[0]:
+            raise Interrupt()
+
+    signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, 0.0003, 0.0003)
+    k = 0
+    while len(interrupted) < 300:  # exceptions land anywhere in record_*
+        try:
+            armed[0] = True
+            rec.record_step_start_time(k, 1000.0 + k)
+            returned.append(k)
+            armed[0] = False
+        except Interrupt:
+            armed[0] = False
+            interrupted.append(k)
+        k += 1
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    start = time.monotonic()
+    ok = rec.flush(30)
+    print(json.dumps({"flush": ok, "took": time.monotonic() - start, "returned": returned,
+                      "interrupted": interrupted, "stats": rec.stats()}))
+""")
+
+
+def test_an_exception_between_a_ticket_and_its_slot_does_not_stall_the_writer(tmp_path):
+    path = str(tmp_path / "s.sqlite")
+    proc = subprocess.run([sys.executable, "-c", _INTERRUPTED, path], capture_output=True,
+                          text=True, timeout=120, cwd=ROOT,
+                          env=dict(os.environ, GOODPUT_SPILL_DIR=str(tmp_path / "spill")))
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    # a ticket taken and never written (the exception landed right after it was
+    # taken) is passed over within a second: the writer never stalls on it
+    assert out["flush"] and out["took"] < 10
+    stored = {e.step for e in SqliteStore(path).read("ctrl-c")[0]}
+    returned, interrupted = set(out["returned"]), set(out["interrupted"])
+    assert returned <= stored <= returned | interrupted
+    assert out["stats"]["rejected"] == {} and out["stats"]["dropped"] == 0

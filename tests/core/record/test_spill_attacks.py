@@ -54,6 +54,16 @@ def _plant(directory, url, events):
     return path
 
 
+def _left_behind(tmp_path, monkeypatch, events):
+    """A store and, in this test's spill directory, a file of ``events`` a dead
+    writer left for it; returns (spill directory, store path, URL, file)."""
+    spill = tmp_path / "spill"
+    monkeypatch.setenv("GOODPUT_SPILL_DIR", str(spill))
+    path = str(tmp_path / "s.sqlite")
+    url = "sqlite:///" + path.lstrip("/")
+    return spill, path, url, _plant(spill, url, events)
+
+
 def _kinds(path, run):
     return [e.kind for e in SqliteStore(path).read(run)[0]]
 
@@ -108,11 +118,7 @@ def test_d10_the_spill_directory_is_created_private(tmp_path, monkeypatch):
 # ------------------------------------------------------------------ D14
 @pytest.mark.parametrize("offset", ["past-the-end", "mid-line"])
 def test_d14_an_offset_that_does_not_fit_its_file_is_ignored(tmp_path, monkeypatch, offset):
-    spill = tmp_path / "spill"
-    monkeypatch.setenv("GOODPUT_SPILL_DIR", str(spill))
-    path = str(tmp_path / "s.sqlite")
-    url = "sqlite:///" + path.lstrip("/")
-    planted = _plant(spill, url, _steps("left", 2002))
+    spill, path, url, planted = _left_behind(tmp_path, monkeypatch, _steps("left", 2002))
     size = os.path.getsize(planted)
     with open(planted + ".pos", "w") as f:
         f.write("%020d\n" % (size * 1000 if offset == "past-the-end" else size // 2 + 3))
@@ -125,11 +131,7 @@ def test_d14_an_offset_that_does_not_fit_its_file_is_ignored(tmp_path, monkeypat
 
 # ------------------------------------------------------------------ D15
 def test_d15_a_spilled_line_the_store_cannot_take_is_set_aside(tmp_path, monkeypatch, caplog):
-    spill = tmp_path / "spill"
-    monkeypatch.setenv("GOODPUT_SPILL_DIR", str(spill))
-    path = str(tmp_path / "s.sqlite")
-    url = "sqlite:///" + path.lstrip("/")
-    planted = _plant(spill, url, _steps("left", 10))
+    spill, path, url, planted = _left_behind(tmp_path, monkeypatch, _steps("left", 10))
     with open(planted) as f:
         lines = f.read().splitlines()
     bad = json.loads(lines[4])
