@@ -239,6 +239,9 @@ class Recorder(PhaseMixin, WriterMixin):
         once when flushed or half full: the open's CPU work (imports, schema)
         then does not compete for the GIL with the statements that follow
         the constructor."""
+        journal = self._ring.journal
+        if journal is not None:
+            journal.prefault()  # here, not on the recording calls' first lap of the ring
         store = self._store
         if isinstance(store, DeferredStore):
             self._wake.wait(self._interval)  # not cleared: the loop drains right after

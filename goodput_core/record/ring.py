@@ -34,7 +34,6 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Set, Tuple
 
 from goodput_core.events import EventRecord
 from goodput_core.record import journal as jr
-from goodput_core.stores.strict_json import dumps
 
 __all__ = ["Ring", "Fence", "encode_extra", "new_ring"]
 
@@ -125,6 +124,8 @@ def encode_extra(extra: dict) -> Optional[bytes]:
         parts.append(_quote(key) + ":" + text)
     else:
         return ("{" + ",".join(parts) + "}").encode()
+    from goodput_core.stores.strict_json import dumps  # nested payloads: rare
+
     try:
         return dumps(extra).encode("utf-8")
     except Exception:  # validated at record time: a payload changed since
