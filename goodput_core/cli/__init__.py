@@ -49,8 +49,9 @@ COMMANDS = {
 
 #: Commands that read a store: they first deliver what dead writers left in it
 #: (:mod:`goodput_core.record.adopt`), so a report after a crash shows it all.
+#: Not ``serve``: nothing a dashboard does writes to a store.
 _READERS = frozenset({"runs", "events", "monitor", "report", "compare", "timeline", "export",
-                      "incidents", "project", "serve"})
+                      "incidents", "project"})
 
 
 class CliError(Exception):

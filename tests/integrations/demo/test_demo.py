@@ -156,6 +156,7 @@ def test_an_attempt_log_holds_what_the_child_printed(tmp_path, monkeypatch):
 
 
 @pytest.mark.demo
+@pytest.mark.timeout(600)  # two attempts that compile a model: ~40 s quiet, minutes shared
 @needs_frameworks
 def test_the_killed_attempt_is_reported_as_the_killed_process_said(tmp_path):
     """The demo's own crash: nothing is flushed before its SIGKILL, and the
