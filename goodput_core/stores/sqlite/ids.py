@@ -82,8 +82,7 @@ def keep_new(conn: sqlite3.Connection, rows: List[tuple]) -> List[tuple]:
     for writer, numbers in seqs.items():
         new = sorted(set(numbers))
         lo, hi = new[0], new[-1]
-        old = conn.execute("SELECT lo, hi FROM delivered WHERE writer_id = ? AND lo <= ?"
-                           " AND hi >= ?", (writer, min(hi + 1, _INT64_MAX), lo - 1)).fetchall()
+        old = _touching(conn, writer, lo, hi)
         seen = {s for s in new for a, b in old if a <= s <= b} if old else set()
         if seen:
             new = [s for s in new if s not in seen]
@@ -108,6 +107,17 @@ def keep_new(conn: sqlite3.Connection, rows: List[tuple]) -> List[tuple]:
             taken.add(key)
         out.append(row)
     return out
+
+
+def _touching(conn: sqlite3.Connection, writer: int, lo: int, hi: int) -> List[Tuple[int, int]]:
+    """The stored ranges of ``writer`` that overlap or touch [lo, hi]: index
+    seeks only (a writer that flushes often has many ranges: its fences take
+    sequence numbers that no event has)."""
+    below = conn.execute("SELECT lo, hi FROM delivered WHERE writer_id = ? AND lo < ?"
+                         " ORDER BY lo DESC LIMIT 1", (writer, lo - 1)).fetchall()
+    within = conn.execute("SELECT lo, hi FROM delivered WHERE writer_id = ? AND lo BETWEEN ?"
+                          " AND ?", (writer, lo - 1, min(hi + 1, _INT64_MAX))).fetchall()
+    return [r for r in below if r[1] >= lo - 1] + within
 
 
 def _runs_of(numbers: Sequence[int]) -> List[Tuple[int, int]]:

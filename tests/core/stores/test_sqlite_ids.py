@@ -19,11 +19,14 @@ import subprocess
 import sys
 import textwrap
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from goodput_core import Recorder
 from goodput_core.events import EventRecord, Kind
 from goodput_core.record.spill import Outbox
 from goodput_core.stores.sqlite import SqliteStore
-from goodput_core.stores.sqlite import admin
+from goodput_core.stores.sqlite import admin, ids
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
@@ -145,3 +148,34 @@ def test_d9_a_spilled_batch_committed_before_a_crash_is_stored_once(tmp_path, mo
     events, _ = SqliteStore(path).read("spilled")
     assert [e.step for e in events] == list(range(10_001))
     assert os.listdir(tmp_path / "spill") == []
+
+
+@settings(max_examples=60, deadline=None)
+@given(batches=st.lists(st.tuples(st.integers(1, 3), st.lists(st.integers(-2, 60), min_size=1,
+                                                               max_size=12)),
+                        min_size=1, max_size=25))
+def test_each_writer_and_sequence_pair_is_delivered_once(batches):
+    """Any batches, any order, repeats and gaps: each (writer, seq > 0) pair is
+    kept the first time only (the oracle: a set of what was delivered)."""
+    conn = sqlite3.connect(":memory:")
+    for statement in ids.SCHEMA:
+        conn.execute(statement)
+    delivered = set()
+    for writer, seqs in batches:
+        rows = [(1, writer, seq, 3, 1.0, None, None, 1.0) for seq in seqs]
+        expected, this_batch = [], set()
+        for row in rows:
+            key = (writer, row[2])
+            if row[2] > 0 and (key in delivered or key in this_batch):
+                continue
+            if row[2] > 0:
+                this_batch.add(key)
+            expected.append(row)
+        delivered |= this_batch
+        assert ids.keep_new(conn, rows) == expected
+    for writer in (1, 2, 3):  # a few disjoint ranges per writer, covering what was delivered
+        ranges = conn.execute("SELECT lo, hi FROM delivered WHERE writer_id = ? ORDER BY lo",
+                              (writer,)).fetchall()
+        assert all(b[0] > a[1] + 1 for a, b in zip(ranges, ranges[1:]))
+        assert {s for lo, hi in ranges for s in range(lo, hi + 1)} == \
+            {s for w, s in delivered if w == writer}
