@@ -24,8 +24,9 @@ Messages (the ``event`` key):
 ``step``        ``step``: dispatched, its events recorded; ``time`` (POSIX s, then);
                 ``loss`` at the steps that synced
 ``saved``       ``step``: a checkpoint save was started (async commit)
-``flushed``     ``written``: events of this attempt stored so far (after a
-                successful ``recorder.flush()``; with ``--flush-every``)
+``flushed``     ``written``: events stored so far (after a successful
+                ``recorder.flush()``; with ``--flush-every``); ``own``: of them,
+                this attempt's (not those it delivered for a killed one)
 ``crash``       ``step``: about to SIGKILL itself
 ``done``        ``step`` (steps trained in all), ``loss``, ``written``
 ==============  ==============================================================

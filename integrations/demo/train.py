@@ -185,7 +185,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             manager.save(k + 1, args=ocp.args.StandardSave(state))
             say("saved", step=k + 1)
         if args.flush_every and (k + 1 - start) % args.flush_every == 0 and rec.flush(30):
-            say("flushed", written=rec.stats()["written"])
+            stats = rec.stats()  # own: this attempt's events (not those it delivered for others)
+            say("flushed", written=stats["written"], own=stats["written"] - stats["spill_delivered"])
         if args.crash_at is not None and k == args.crash_at:
             say("crash", step=k)  # no flush first: what was recorded is in the journal
             os.kill(os.getpid(), signal.SIGKILL)
