@@ -24,7 +24,7 @@ def has_left_events(store_url: str) -> bool:
     """True when a journal or spill file for ``store_url`` lies in the spill
     directory (a directory listing; nothing is opened)."""
     from goodput_core.record.journal import SUFFIX
-    from goodput_core.record.spill import default_spill_dir, tag_of
+    from goodput_core.record.journal import default_spill_dir, tag_of
 
     try:
         names = os.listdir(default_spill_dir())

@@ -55,7 +55,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from goodput_core.events import EventRecord
 
-__all__ = ["Journal", "JournalOrphan", "journal_paths", "live_journals", "SLOT", "HEADER",
+__all__ = ["Journal", "JournalOrphan", "journal_paths", "live_journals", "default_spill_dir",
+           "tag_of", "SPILL_DIR_ENV", "SLOT", "HEADER",
            "HAS_STEP", "EXTRA_INLINE", "EXTRA_PARTS", "CONT", "SKIP", "INLINE_BYTES",
            "DEFAULT_CAPACITY"]
 
@@ -93,6 +94,33 @@ _UPTO_AT = 24
 _IDENTITY_AT = 40  # u32 length, then JSON
 _MAX_TICKET = 2 ** 62
 _MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)  # Linux's value
+try:  # the built-in SHA-1: hashlib loads OpenSSL, milliseconds in Recorder()
+    from _sha1 import sha1 as _sha1
+except ImportError:  # pragma: no cover - a Python built without it
+    from hashlib import sha1 as _sha1
+
+
+SPILL_DIR_ENV = "GOODPUT_SPILL_DIR"
+
+
+def default_spill_dir() -> str:
+    """``$GOODPUT_SPILL_DIR``, else ``$XDG_DATA_HOME/goodput/spill``: the recorder's
+    spill files and journals."""
+    env = os.environ.get(SPILL_DIR_ENV)
+    if env:
+        return os.path.abspath(os.path.expanduser(env))
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local",
+                                                           "share")
+    return os.path.join(base, "goodput", "spill")
+
+
+def tag_of(store_url: str) -> str:
+    """The tag naming a store's spill files and journals (a hash of its
+    canonical URL, password removed)."""
+    from goodput_core.stores import canonical_store_url
+
+    url = canonical_store_url(store_url) if store_url else ""
+    return _sha1(url.encode()).hexdigest()[:16]
 
 
 def journal_paths(directory: str, tag: str) -> List[str]:

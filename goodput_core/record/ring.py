@@ -62,12 +62,10 @@ def new_ring(store: Any, durable: bool, capacity: int, identity: Tuple[str, str,
     journal, error = None, None
     url = getattr(store, "url", "") or ""
     if store is not None and durable and url and not url.startswith("memory://"):
-        from goodput_core.record.spill import default_spill_dir, tag_of
-
-        directory = default_spill_dir()
+        directory = jr.default_spill_dir()
         run, host, pid, attempt = identity
         try:
-            journal = jr.Journal(directory, tag_of(url), min(capacity, jr.DEFAULT_CAPACITY),
+            journal = jr.Journal(directory, jr.tag_of(url), min(capacity, jr.DEFAULT_CAPACITY),
                                  {"run": run, "host": host, "pid": pid, "attempt": attempt,
                                   "store": url})
         except OSError as exc:

@@ -22,16 +22,16 @@ events beyond are dropped and counted (``stats()["spill_dropped"]``).
 from __future__ import annotations
 
 import collections
-import hashlib
 import json
 import logging
 import math
 import os
 import threading
-from pathlib import Path
 from typing import Any, Deque, List, Optional, Tuple
 
 from goodput_core.events import EventRecord, Kind
+# where spill files and journals live, and how a store's files are named
+from goodput_core.record.journal import SPILL_DIR_ENV, default_spill_dir, tag_of
 from goodput_core.record.storable import check_event
 from goodput_core.stores import canonical_store_url
 from goodput_core.stores.spill_buffer import SpillFile, adopt_files, new_spill_file
@@ -43,25 +43,8 @@ __all__ = ["Outbox", "default_spill_dir", "tag_of", "SPILL_DIR_ENV"]
 
 logger = logging.getLogger("goodput")
 
-SPILL_DIR_ENV = "GOODPUT_SPILL_DIR"
 _MAX_MB_ENV = "GOODPUT_SPILL_MAX_MB"
 _DEFAULT_MAX_MB = 1024
-
-
-def default_spill_dir() -> str:
-    """``$GOODPUT_SPILL_DIR``, else ``$XDG_DATA_HOME/goodput/spill``."""
-    env = os.environ.get(SPILL_DIR_ENV)
-    if env:
-        return os.path.abspath(os.path.expanduser(env))
-    base = os.environ.get("XDG_DATA_HOME") or os.path.join(Path.home(), ".local", "share")
-    return os.path.join(base, "goodput", "spill")
-
-
-def tag_of(store_url: str) -> str:
-    """The tag naming a store's spill files and journals (a hash of its
-    canonical URL, password removed)."""
-    url = canonical_store_url(store_url) if store_url else ""
-    return hashlib.sha1(url.encode()).hexdigest()[:16]
 
 
 def _max_bytes() -> int:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import collections
 import fcntl
-import hashlib
 import json
 import logging
 import os
@@ -85,6 +84,8 @@ def private_dir(directory: str) -> str:
 
 def spill_tag(project: str, log_name: str) -> str:
     """A file-name-safe tag naming one (project, log) pair."""
+    import hashlib  # not at import: OpenSSL takes milliseconds to load
+
     return hashlib.sha1(f"{project}\0{log_name}".encode()).hexdigest()[:16]
 
 

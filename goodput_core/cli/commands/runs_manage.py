@@ -30,7 +30,7 @@ def _confirm(question: str, yes: bool) -> bool:
 def _refuse_live_writer(path: str, run: str) -> None:
     """CliError when a live process of this host records ``run`` into ``path``."""
     from goodput_core.record.journal import live_journals
-    from goodput_core.record.spill import default_spill_dir, tag_of
+    from goodput_core.record.journal import default_spill_dir, tag_of
 
     for ident in live_journals(default_spill_dir(), tag_of("sqlite:///" + path.lstrip("/"))):
         if ident.get("run") == run:
