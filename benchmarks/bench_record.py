@@ -1,11 +1,14 @@
-"""P1: the cost of one ``record_*`` call on the caller's thread.
+"""P1 / P14: the cost of one ``record_*`` call on the caller's thread.
 
 Times individual calls with ``time.perf_counter_ns`` (so the figure includes
 the timer's own ~50 ns), with the background writer draining into a memory
-store as in real use (and then through the default SQLite store, the path
-users take), and compares with the reference library's
-``GoodputRecorder`` writing to an in-memory fake of its Cloud Logging client
-when ml-goodput-measurement is installed.
+store as in real use (no journal: an in-process store), then through the
+default SQLite store, the path users take: with the journal on (P14: each
+event durable at return, written into the memory-mapped ring before the call
+returns) and, in the same run, with ``durable=False`` for the ratio; and
+compares with the reference library's ``GoodputRecorder`` writing to an
+in-memory fake of its Cloud Logging client when ml-goodput-measurement is
+installed.
 
     python benchmarks/bench_record.py
 """
@@ -40,6 +43,19 @@ def time_calls(call, n=N):
     return out / 1000.0
 
 
+def time_in_blocks(call, flush, n, block=8_000):
+    """Per-call durations of ``n`` calls timed in blocks of ``block``, the
+    recorder flushed (untimed) between blocks: the writer keeps up, as with a
+    training loop (a few events per step), so no call finds the journal's ring
+    (16,384 events) full; a burst that outruns the writer times the overflow
+    path instead (counted in ``stats()['overflowed']``, printed)."""
+    out = []
+    for first in range(0, n, block):
+        out.append(time_calls(lambda i: call(first + i), min(block, n - first)))
+        assert flush(120)
+    return np.concatenate(out)
+
+
 def summarise(name, us):
     print(f"{name:<48} median {np.median(us):6.2f} us   p99 {np.percentile(us, 99):7.2f} us")
 
@@ -58,37 +74,46 @@ class _RefFakeLogger:
         self.entries.append(entry)
 
 
-def default_path(n=N // 2):
+def default_path(n=N // 2, durable=True):
     """The path users take: ``Recorder(run)`` with the default store (SQLite,
     here a temporary file through GOODPUT_STORE) and the default queue size,
-    its writer thread committing to the file while the calls are timed.
+    its writer thread committing to the file while the calls are timed;
+    ``durable``: the journal on (the default) or off.
 
-    ``n`` calls per measurement, flushed in between, so that the queue (200,000
-    by default) never fills: a burst that outruns the writer times the drop
-    path instead (dropped events are counted and printed)."""
+    ``n`` calls per measurement, in blocks flushed in between
+    (:func:`time_in_blocks`)."""
     import os
     import tempfile
 
+    label = "durable" if durable else "durable=False"
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["GOODPUT_STORE"] = os.path.join(tmp, "goodput.sqlite")
-        rec = Recorder("bench-default")
+        os.environ["GOODPUT_SPILL_DIR"] = os.path.join(tmp, "spill")
+        rec = Recorder("bench-default", durable=durable)
+        assert (rec.stats()["journal"] is not None) == durable
         rec.record_job_start_time()
         assert rec.flush(60)  # the store is open before the timings
-        summarise("ours, default store: record_step_start_time(i)",
-                  time_calls(rec.record_step_start_time, n))
-        assert rec.flush(120)
-        summarise("ours, default store: with rec.step(i)",
-                  time_calls(lambda i: rec.step(i).__enter__().__exit__(None, None, None), n))
-        assert rec.flush(120)
-        print(f"ours, default store: {rec.dropped} events dropped of {3 * n + 1}, "
-              f"store {rec.stats().get('store_error') or 'ok'}")
+        summarise(f"default store, {label}: record_step_start_time(i)",
+                  time_in_blocks(rec.record_step_start_time, rec.flush, n))
+        summarise(f"default store, {label}: record_data_loading_start_time()",
+                  time_in_blocks(lambda i: rec.record_data_loading_start_time(), rec.flush, n))
+        summarise(f"default store, {label}: record_custom_badput_event_start_time",
+                  time_in_blocks(lambda i: rec.record_custom_badput_event_start_time(None, "eval"),
+                                 rec.flush, n))
+        summarise(f"default store, {label}: with rec.step(i)",
+                  time_in_blocks(lambda i: rec.step(i).__enter__().__exit__(None, None, None),
+                                 rec.flush, n, block=4_000))
+        stats = rec.stats()
+        print(f"default store, {label}: {stats['dropped']} events dropped and "
+              f"{stats['overflowed']} waited in memory of {5 * n + 1}, "
+              f"store {stats.get('store_error') or 'ok'}")
         rec.close()
-        del os.environ["GOODPUT_STORE"]
+        del os.environ["GOODPUT_STORE"], os.environ["GOODPUT_SPILL_DIR"]
 
 
 def main():
     print("machine:", machine())
-    rec = Recorder("bench", MemoryStore(), queue_size=10 * N)
+    rec = Recorder("bench", MemoryStore(), queue_size=10 * N)  # in-process: no journal
     summarise("ours: record_step_start_time(i)", time_calls(rec.record_step_start_time))
     summarise("ours: record_data_loading_start_time()",
               time_calls(lambda i: rec.record_data_loading_start_time()))
@@ -97,7 +122,9 @@ def main():
     summarise("ours: with rec.step(i) (start + end)",
               time_calls(lambda i: rec.step(i).__enter__().__exit__(None, None, None)))
     rec.flush(60)
-    default_path()
+    default_path(durable=True)
+    default_path(durable=False)
+    default_path(durable=True)  # again: the two sides alternate on a noisy machine
     try:
         from ml_goodput_measurement.src import goodput as ref
     except ImportError:

@@ -47,6 +47,13 @@ COMMANDS = {
 }
 
 
+#: Commands that read a store: they first deliver what dead writers left in it
+#: (:mod:`goodput_core.record.adopt`), so a report after a crash shows it all.
+#: Not ``serve``: nothing a dashboard does writes to a store.
+_READERS = frozenset({"runs", "events", "monitor", "report", "compare", "timeline", "export",
+                      "incidents", "project"})
+
+
 class CliError(Exception):
     """A problem the user can fix; printed as one line, exit code 2."""
 
@@ -116,6 +123,17 @@ def _load(module: str):
     return importlib.import_module(f"goodput_core.cli.commands.{module}")
 
 
+def _deliver_left_events(store) -> None:
+    """Delivers what dead writers of the store left (never fails the command)."""
+    try:
+        from goodput_core.record.adopt import deliver_left_events
+        from goodput_core.stores import default_store_url
+
+        deliver_left_events(store or default_store_url())
+    except Exception:  # noqa: BLE001 - the read goes on with what is stored
+        pass
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     """Runs the command line; returns the exit code."""
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -128,6 +146,8 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     prefix = f"goodput {args.command}: error:"
     try:
+        if args.command in _READERS and hasattr(args, "store"):
+            _deliver_left_events(getattr(args, "store", None))
         code = int(_load(args._module).run(args) or 0)
         sys.stdout.flush()  # a closed pipe shows here for output still buffered
         return code

@@ -83,7 +83,7 @@ class Heartbeat:
             return
         event = EventRecord(rec.run, int(Kind.HEARTBEAT), now, None,
                             {HEARTBEAT_SECONDS: self.interval}, rec.process_index, rec._host,
-                            rec._pid, rec._attempt, next(rec._seq), now)
+                            rec._pid, rec._attempt, rec._ring.nothing(), now)
         try:
             rec._store.append([event])
         except Exception as exc:  # noqa: BLE001 - the next one will tell

@@ -1,17 +1,20 @@
-"""The recorder: O(1) enqueue on the caller's thread, a background writer.
+"""The recorder: an O(1), durable write on the caller's thread, a background writer.
 
-Every ``record_*`` call validates its arguments, builds a small tuple and
-appends it to a bounded queue; nothing else happens on the caller's thread
-(no I/O, no lock, no exception: bad input is counted, warned about once per
-kind and dropped, unless ``strict=True``). A daemon writer thread drains the
-queue in batches into the store. :meth:`Recorder.flush` is a fence: it returns
+Every ``record_*`` call validates its arguments and writes the event into this
+process's journal, a memory-mapped ring that survives a SIGKILL of the process
+(:mod:`goodput_core.record.ring`, :mod:`goodput_core.record.journal`; in
+memory for an in-process store); nothing else happens on the caller's thread
+(no system call, no lock, no exception: bad input is counted, warned about
+once per kind and dropped, unless ``strict=True``). A daemon writer thread
+drains the ring in batches into the store; the next writer, or any reader,
+delivers what a killed one left. :meth:`Recorder.flush` is a fence: it returns
 once everything recorded before it is stored. An ``atexit`` hook flushes every
 live recorder, so a ``record_job_end_time()`` just before the interpreter
 exits is not lost. ``multiprocessing`` ends its children with ``os._exit``
 (no atexit), so the recorder also flushes from multiprocessing's own exit
 finalizers: workers (``Process``, ``Pool`` after ``close()``/``join()``;
 fork and spawn) that end normally keep their events. After ``os.fork()`` the
-child gets a fresh queue, writer and attempt id; the parent's pending events
+child gets a fresh journal, writer and attempt id; the parent's pending events
 stay the parent's.
 
 Example::
@@ -27,7 +30,6 @@ Example::
 from __future__ import annotations
 
 import collections
-import itertools
 import logging
 import math
 import os
@@ -43,7 +45,9 @@ from goodput_core.record import hooks
 from goodput_core.record.hooks import _LIVE, flush_all, flush_before_read  # noqa: F401
 from goodput_core.record.heartbeat import Heartbeat
 from goodput_core.record.heartbeat import heartbeat_seconds as heartbeat_seconds_of
+from goodput_core.record.handover import Handover
 from goodput_core.record.phases import PhaseMixin
+from goodput_core.record.ring import Ring, new_ring
 from goodput_core.record.stats import empty_stats, recorder_stats
 from goodput_core.record.storable import (
     INT64_MAX, INT64_MIN, check_extra, check_int, check_text, describe_error)
@@ -90,7 +94,9 @@ class Recorder(PhaseMixin, WriterMixin):
         the default embedded store (see :func:`goodput_core.stores.open_store`).
       clock: returns the current POSIX time in seconds (inject a fake in tests).
       strict: raise ``ValueError`` on misuse instead of counting and dropping.
-      queue_size: events held at most before new ones are dropped (and counted).
+      queue_size: events waiting for the writer at most before new ones are
+        dropped (counted, and said on stderr); the first 16,384 wait in the
+        journal, the rest in memory.
       flush_interval_s: how often the writer drains the queue when idle.
       process_index: written as writer metadata (multi-host jobs).
       cloud_logger: a duck-typed object with ``write_cloud_logging_entry``
@@ -105,6 +111,10 @@ class Recorder(PhaseMixin, WriterMixin):
       heartbeat_seconds: the lead writer's heartbeat interval (process index
         0, while a job runs; :mod:`goodput_core.record.heartbeat`): None reads
         ``GOODPUT_HEARTBEAT_SECONDS`` (default 10), 0 turns it off.
+      durable: keep each event in this process's journal the moment its
+        ``record_*`` call returns, so that it survives a SIGKILL
+        (:mod:`goodput_core.record.journal`; for stores a later process can
+        read, not ``memory://``). False: events wait in memory until stored.
 
     Raises:
       StoreError: the store URL is malformed (the store itself is opened by
@@ -127,6 +137,7 @@ class Recorder(PhaseMixin, WriterMixin):
         enabled: bool = True,
         hang_detection: Any = True,
         heartbeat_seconds: Any = None,
+        durable: bool = True,
     ):
         if not isinstance(run, str) or not run:
             raise ValueError(f"run name must be a non-empty string, got {run!r}")
@@ -145,7 +156,6 @@ class Recorder(PhaseMixin, WriterMixin):
         self._clock = clock
         self._strict = strict
         self._cap = int(queue_size)
-        self._high = max(1, self._cap // 2)
         self._interval = float(flush_interval_s)
         self.process_index = int(process_index)
         self._cloud_logger = cloud_logger
@@ -158,12 +168,14 @@ class Recorder(PhaseMixin, WriterMixin):
         self._watchdog = (watchdog_for(self, hang_detection)
                           if enabled and cloud_logger is None else None)
         self._rejected: Dict[str, int] = collections.Counter()
-        self._drop_lock = threading.Lock()
-        self._dropped = 0
+        self._durable = bool(durable)
+        self._journal_error: Optional[str] = None
+        self._dropped_closed = 0  # record_* calls after close()
         self._written = 0
         self._write_errors = 0
         self._unstorable = 0  # events the store refused for their content (writer.py)
         self._spill_errors = 0  # failed writes of the spill file (writer.py)
+        self._spill_error: Optional[str] = None  # the last one's reason
         self._closed = False
         self._zone_warned = False
         self._init_process_state()
@@ -173,20 +185,27 @@ class Recorder(PhaseMixin, WriterMixin):
 
     # ----------------------------------------------------------------- state
     def _init_process_state(self) -> None:
-        """Per-process state: rebuilt in a forked child."""
-        self._queue: collections.deque = collections.deque()
+        """Per-process state: rebuilt in a forked child (which never writes into
+        the parent's journal: it gets one of its own)."""
         self._wake = threading.Event()
         self._backoff = threading.Event()  # set by close(): ends the writer's backoff wait
         self._pid = os.getpid()
         self._host = socket.gethostname()
         self._attempt = uuid.uuid4().hex[:16]
-        self._seq = itertools.count(1)
         self._pending = None
+        self._pending_upto = 0  # the last ticket of the pending batch's part of the ring
+        self._adopt_said = False
         self._draining = False
         self._spill_lock = threading.Lock()  # the failed batch and the queue vs the spill file
         self._outbox = None  # this writer's spill file (record/spill.py), made on first need
         self._adopt_due = True  # look for earlier processes' spill files once the store opens
         self._spill_released = False  # exit or close released the spill files
+        self._drops_said = 0
+        self._drops_said_at_exit = False
+        self._ring = self._new_ring()
+        self._handover = Handover(self._store, self._ring, self._outbox_for)
+        if self._store is not None:
+            self._emit = self._ring.emitter(self)  # type: ignore[method-assign]
         self._writer: Optional[threading.Thread] = None
         self._heartbeat = (Heartbeat(self._heartbeat_s)
                            if self._store is not None and self._heartbeat_s > 0 else None)
@@ -195,12 +214,20 @@ class Recorder(PhaseMixin, WriterMixin):
                 target=self._writer_main, name=f"goodput-writer-{self.run}", daemon=True)
             self._writer.start()
 
+    def _new_ring(self) -> Ring:
+        ring = new_ring(self._store, self._durable, self._cap,
+                        (self.run, self._host, self._pid, self._attempt), self._wake)
+        self._journal_error = ring.journal_error
+        return ring
+
     def _after_fork_in_child(self) -> None:
-        self._drop_lock = threading.Lock()
         if self._watchdog is not None:
             self._watchdog.after_fork_in_child()
         if isinstance(self._store, DeferredStore):  # before the child's writer starts
             self._store.after_fork_in_child()
+        journal = self._ring.journal
+        if journal is not None:
+            journal.drop_in_forked_child()  # the parent's file, lock and pending events
         self._init_process_state()
 
     # ------------------------------------------------- the store, off-thread
@@ -212,6 +239,9 @@ class Recorder(PhaseMixin, WriterMixin):
         once when flushed or half full: the open's CPU work (imports, schema)
         then does not compete for the GIL with the statements that follow
         the constructor."""
+        journal = self._ring.journal
+        if journal is not None:
+            journal.prefault()  # here, not on the recording calls' first lap of the ring
         store = self._store
         if isinstance(store, DeferredStore):
             self._wake.wait(self._interval)  # not cleared: the loop drains right after
@@ -255,25 +285,19 @@ class Recorder(PhaseMixin, WriterMixin):
 
     @property
     def dropped(self) -> int:
-        """Events dropped because the queue was full."""
-        return self._dropped
+        """Events dropped because the queue was full (or recorded after close())."""
+        return self._ring.dropped + self._dropped_closed
 
     # ------------------------------------------------------------- hot path
+    # ``_emit(kind, t, step, extra, write_time)`` is the ring's producer
+    # (record/ring.py), bound per process in _init_process_state: the process
+    # index in force now travels with the event (semantics rule 13).
     def _emit(self, kind: int, t: float, step: Optional[int], extra: Optional[dict],
-              write_time: float) -> None:
-        # The process index in force now, not when the writer stores the event:
-        # a host's early events (its job start, before JAX knows the index)
-        # keep the index they were recorded under (semantics rule 13).
-        q = self._queue
-        n = len(q)
-        if n < self._high:
-            q.append((kind, t, step, extra, write_time, self.process_index))
-        elif n < self._cap:
-            q.append((kind, t, step, extra, write_time, self.process_index))
-            self._wake.set()
-        else:
-            with self._drop_lock:
-                self._dropped += 1
+              write_time: float) -> None:  # replaced per instance; a recorder
+        self._dropped_closed += 1          # without a store never gets here
+
+    def _emit_after_close(self, kind, t, step, extra, write_time) -> None:
+        self._dropped_closed += 1
 
     def _emit_to_cloud_logger(self, kind, t, step, extra, write_time) -> None:
         from goodput_core.events import to_payload
@@ -408,7 +432,8 @@ class Recorder(PhaseMixin, WriterMixin):
         """
         ok = self.flush(timeout)
         self._closed = True
-        self._cap = self._high = 0  # further events are counted as dropped
+        if self._store is not None:
+            self._emit = self._emit_after_close  # type: ignore[method-assign]
         self._backoff.set()
         self._wake.set()
         if not ok and self._outbox is not None and self._outbox.own_pending():
@@ -417,6 +442,12 @@ class Recorder(PhaseMixin, WriterMixin):
                            self.run, self._outbox.own_pending(),
                            getattr(self._store, "url", "the store"),
                            self._outbox.stats()["spill_file"])
+        if ok:  # everything stored: the journal and the spill files go
+            self._release_journal()
+            if self._outbox is not None and self._pid == os.getpid():
+                with self._spill_lock:
+                    self._spill_released = True
+                    self._outbox.close()
         checkpoint = getattr(self._store, "checkpoint", None)
         if ok and callable(checkpoint):
             try:

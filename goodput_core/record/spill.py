@@ -22,35 +22,29 @@ events beyond are dropped and counted (``stats()["spill_dropped"]``).
 from __future__ import annotations
 
 import collections
-import hashlib
 import json
 import logging
+import math
 import os
 import threading
-from pathlib import Path
-from typing import Deque, List, Optional, Tuple
+from typing import Any, Deque, List, Optional, Tuple
 
-from goodput_core.events import EventRecord
+from goodput_core.events import EventRecord, Kind
+# where spill files and journals live, and how a store's files are named
+from goodput_core.record.journal import SPILL_DIR_ENV, default_spill_dir, tag_of
+from goodput_core.record.storable import check_event
 from goodput_core.stores import canonical_store_url
 from goodput_core.stores.spill_buffer import SpillFile, adopt_files, new_spill_file
 from goodput_core.stores.strict_json import dumps
 
-__all__ = ["Outbox", "default_spill_dir", "SPILL_DIR_ENV"]
+_KINDS = frozenset(int(k) for k in Kind)
+
+__all__ = ["Outbox", "default_spill_dir", "tag_of", "SPILL_DIR_ENV"]
 
 logger = logging.getLogger("goodput")
 
-SPILL_DIR_ENV = "GOODPUT_SPILL_DIR"
 _MAX_MB_ENV = "GOODPUT_SPILL_MAX_MB"
 _DEFAULT_MAX_MB = 1024
-
-
-def default_spill_dir() -> str:
-    """``$GOODPUT_SPILL_DIR``, else ``$XDG_DATA_HOME/goodput/spill``."""
-    env = os.environ.get(SPILL_DIR_ENV)
-    if env:
-        return os.path.abspath(os.path.expanduser(env))
-    base = os.environ.get("XDG_DATA_HOME") or os.path.join(Path.home(), ".local", "share")
-    return os.path.join(base, "goodput", "spill")
 
 
 def _max_bytes() -> int:
@@ -67,15 +61,52 @@ def _encode(e: EventRecord) -> list:
     return row
 
 
-def _decode(row: list) -> Optional[EventRecord]:
-    if not isinstance(row, list) or len(row) != 11 or not isinstance(row[0], str):
+_INT = (int,)
+_TIME = (float, int)
+
+
+def _decode(row: Any) -> Optional[EventRecord]:
+    """An event read back from a spill line, or None when the line does not hold
+    one a store can take: every field is checked for its type and range (a
+    line another program wrote, or a damaged one, must not stop the rest)."""
+    if not isinstance(row, list) or len(row) != 11:
         return None
+    run, kind, t, step, extra, pidx, host, pid, attempt, seq, wt = row
     if row[4] is not None:
         try:
-            row[4] = json.loads(row[4])
-        except (TypeError, ValueError):
+            extra = json.loads(row[4])
+        except (TypeError, ValueError, RecursionError):
             return None
-    return EventRecord(*row)
+        if not isinstance(extra, dict):
+            return None
+    if (type(run) is not str or not run or "\x00" in run or type(kind) is not int
+            or kind not in _KINDS or not (t is None or type(t) in _TIME)
+            or not (step is None or type(step) is int) or type(pidx) is not int
+            or type(host) is not str or type(pid) is not int or type(attempt) is not str
+            or type(seq) is not int or not (wt is None or type(wt) in _TIME)):
+        return None
+    event = EventRecord(run, kind, math.nan if t is None else float(t), step, extra, pidx, host,
+                        pid, attempt, seq, math.nan if wt is None else float(wt))
+    try:
+        check_event(event)
+    except ValueError:
+        return None
+    return event
+
+
+def _line(entry: Any) -> str:
+    """A set-aside entry as a line: a spill line as read, a journal's event
+    encoded as a spill line, a journal slot whose payload was damaged as null."""
+    if isinstance(entry, EventRecord):
+        entry = {"e": _encode(entry)}
+    return json.dumps(entry, separators=(",", ":"), default=str)
+
+
+def _checked(event: Any) -> Optional[EventRecord]:
+    """An event adopted from a journal, checked as a spill line is."""
+    if event is None:
+        return None
+    return _decode(_encode(event))
 
 
 class Outbox:
@@ -93,7 +124,7 @@ class Outbox:
     def __init__(self, store_url: str, directory: Optional[str] = None):
         self.url = canonical_store_url(store_url) if store_url else ""
         self.directory = directory or default_spill_dir()
-        self.tag = hashlib.sha1(self.url.encode()).hexdigest()[:16]
+        self.tag = tag_of(self.url)
         # An in-process store dies with its process: no later process can
         # take its events, and its URL names no one place (tests share it).
         self.in_process = self.url.startswith("memory://")
@@ -101,14 +132,16 @@ class Outbox:
         self._lock = threading.RLock()
         self._own: Optional[SpillFile] = None
         self._own_bytes = 0
-        self._orphans: Deque[SpillFile] = collections.deque()
-        self._peeked: Optional[Tuple[SpillFile, int, int]] = None
+        self._orphans: Deque[Any] = collections.deque()  # SpillFile or JournalOrphan
+        self._peeked: Optional[Tuple[Any, int, int]] = None
+        self._held: Optional[SpillFile] = None  # handed to a store, not confirmed yet
         #: counters for the recorder's stats()
         self.spilled_total = 0
         self.delivered = 0
         self.adopted = 0
         self.dropped = 0
         self.bad_lines = 0
+        self.rejected = 0  # events set aside in .rejected files
 
     # ------------------------------------------------------------ spilling
     def put(self, events: List[EventRecord]) -> int:
@@ -153,15 +186,98 @@ class Outbox:
             return 0
         with self._lock:
             held = {f.path for f in self._orphans}
-            if self._own is not None:
-                held.add(self._own.path)
+            for mine in (self._own, self._held):
+                if mine is not None:
+                    held.add(mine.path)
             count = adopt_files(self._orphans, self.directory, self.tag, held, ("e",),
                                 keep_empty=False)
+            count += self._adopt_journals(held)
             self.adopted += count
         if count:
             logger.warning("goodput: delivering %d events that an earlier process left "
                            "spilled for %s", count, self.url)
         return count
+
+    def _adopt_journals(self, held: set) -> int:
+        """Queues the journals of dead writers of this store (after their spill
+        files, which hold their older events)."""
+        from goodput_core.record.journal import BadJournal, JournalOrphan, journal_paths
+
+        count = 0
+        for path in journal_paths(self.directory, self.tag):
+            if path in held:
+                continue
+            try:
+                orphan = JournalOrphan(path)
+            except BadJournal as exc:  # not a journal of ours: out of the way, said
+                self._set_aside_file(path, str(exc))
+                continue
+            except OSError:
+                continue  # its writer lives (or another process adopted it first)
+            if not orphan.unread:
+                orphan.close(delete=True)
+                continue
+            self._orphans.append(orphan)
+            count += orphan.unread
+        return count
+
+    # ------------------------------------------------------------ held
+    def hold(self, events: List[EventRecord]) -> None:
+        """Keeps events a background store took but has not confirmed delivering
+        (this process never delivers them again: a later one does if this one dies).
+
+        Raises:
+          OSError: the file cannot be written.
+        """
+        if not events or self.in_process:
+            return
+        with self._lock:
+            if self._held is None:
+                self._held = new_spill_file(self.directory, self.tag, ("e",))
+            self._held.write([{"e": _encode(e)} for e in events])
+
+    def release_held(self) -> None:
+        """The store confirmed delivering every held event: forget them."""
+        with self._lock:
+            if self._held is not None:
+                self._held.reset()
+
+    # ------------------------------------------------------------ rejected
+    def set_aside(self, events: List[EventRecord]) -> None:
+        """Events from a spill file or journal that the store refused for their
+        content: kept in ``<file>.rejected`` (not delivered, never retried)."""
+        if not events:
+            return
+        with self._lock:
+            source = self._peeked[0].path if self._peeked is not None else os.path.join(
+                self.directory, self.tag)
+            self._reject_lines(source, [json.dumps({"e": _encode(e)}, separators=(",", ":"))
+                                        for e in events], "the store refused them")
+
+    def _reject_lines(self, source: str, lines: List[str], why: str) -> None:
+        self.rejected += len(lines)
+        path = source + ".rejected"
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
+                         | os.O_CLOEXEC, 0o600)
+            try:
+                os.write(fd, "".join(line + "\n" for line in lines).encode())
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            path = f"nowhere ({exc})"
+        if self.rejected == len(lines):  # said once; counted in stats()['spill_rejected']
+            logger.error("goodput: set aside %d spilled events for %s (%s): kept in %s, not "
+                         "delivered; further ones are counted in stats()['spill_rejected']",
+                         len(lines), self.url, why, path)
+
+    def _set_aside_file(self, path: str, why: str) -> None:
+        try:
+            os.rename(path, path + ".rejected")
+        except OSError:
+            return
+        self.rejected += 1
+        logger.error("goodput: %s; moved to %s.rejected", why, path)
 
     # ------------------------------------------------------------ delivering
     def pending(self) -> int:
@@ -187,16 +303,31 @@ class Outbox:
                 return self._read(self._own, n)
             return []
 
-    def _read(self, spill: SpillFile, n: int) -> List[EventRecord]:
+    def _read(self, spill: Any, n: int) -> List[EventRecord]:
         self._peeked = (spill, spill.read_pos, spill.unread)
-        out = []
+        out, bad = [], []
+        journal = not isinstance(spill, SpillFile)
         for entry in spill.read(n):
-            event = _decode(entry["e"])
+            event = _checked(entry) if journal else _decode(entry["e"])
             if event is None:
-                spill.bad_lines += 1
+                bad.append(entry)
             else:
                 out.append(event)
+        if bad and spill.read_pos > getattr(spill, "aside_upto", 0):  # not twice on a re-read
+            spill.aside_upto = spill.read_pos
+            self._reject_lines(spill.path, [_line(e) for e in bad],
+                               "their content is not an event a store can hold")
         return out
+
+    def _skip(self, spill: Any, n: int) -> None:
+        """Reads past the next ``n`` good events again (quietly: lines set
+        aside on the first read are not set aside twice)."""
+        self._peeked = (spill, spill.read_pos, spill.unread)
+        journal = not isinstance(spill, SpillFile)
+        while n > 0 and spill.unread:
+            for entry in spill.read(1):
+                if (_checked(entry) if journal else _decode(entry["e"])) is not None:
+                    n -= 1
 
     def rewind(self) -> None:
         """Puts the last peeked events back (their delivery failed)."""
@@ -214,7 +345,7 @@ class Outbox:
             spill = self._peeked[0]
             self.rewind()
             if n > 0:
-                self._read(spill, n)
+                self._skip(spill, n)
                 self.commit(n)
 
     def commit(self, n: int) -> None:
@@ -246,6 +377,9 @@ class Outbox:
             for orphan in self._orphans:
                 self._release(orphan)
             self._orphans.clear()
+            held, self._held = self._held, None
+            if held is not None:
+                self._release(held)  # unconfirmed events: delivered again later, stored once
             own, self._own = self._own, None
             if own is None:
                 return 0, None
@@ -274,5 +408,6 @@ class Outbox:
             return {"spilled": self.own_pending(), "spilled_total": self.spilled_total,
                     "spill_delivered": self.delivered, "spill_adopted": self.adopted,
                     "spill_waiting": self.pending(), "spill_dropped": self.dropped,
+                    "spill_rejected": self.rejected,
                     "spill_file": self._own.path if self._own is not None else None}
 

@@ -316,10 +316,12 @@ class HangWatchdog:
         """True when the newest event still queued is progress (the writer is
         behind, not the loop)."""
         try:
-            item = rec._queue[-1]
-            kind, t = item[0], item[1]
-        except (IndexError, TypeError, AttributeError):
+            newest = rec._ring.newest()
+        except (IndexError, TypeError, AttributeError, ValueError):
             return False
+        if newest is None:
+            return False
+        kind, t = newest
         return kind in _PROGRESS and self._progress_t is not None and t > self._progress_t
 
     def _end_hang(self, t: float) -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import math
 import os
 import sys
 import weakref
@@ -78,9 +79,9 @@ class QueuedStoreMixin:
         if adopt:
             try:
                 self._sender.adopted(buffer.adopt_orphans())
-            except OSError:
-                logger.exception("goodput: could not read old spill files in %s",
-                                 s["spill_dir"])
+            except OSError as exc:
+                logger.error("goodput: could not read old spill files in %s: %s",
+                             s["spill_dir"], exc)
 
     def _queue(self, entries: List[Dict[str, Any]]) -> None:
         """Hands entries to the sender (after a fork: this process's own sender).
@@ -100,6 +101,21 @@ class QueuedStoreMixin:
                            len(entries), late.close())
             return
         self._sender.put(entries)
+
+    def delivery_mark(self) -> Optional[int]:
+        """A mark of everything appended so far: delivered once
+        :meth:`delivered_mark` reaches it (the recorder frees its journal then).
+        None when the events need no confirmation (closed: they are in a spill
+        file; another process's store)."""
+        if self._closed or os.getpid() != self._pid:
+            return None
+        return self._sender.marks()[0]
+
+    def delivered_mark(self) -> Optional[float]:
+        """How far the entries appended were delivered (or dropped for good)."""
+        if self._closed or os.getpid() != self._pid:
+            return math.inf
+        return self._sender.marks()[1]
 
     def flush(self, timeout: Optional[float] = 10.0) -> bool:
         """Waits until every event appended before this call is delivered.

@@ -196,6 +196,12 @@ class BatchSender:
             path = self.buffer.close()
         return ok and path is None, path
 
+    def marks(self) -> Tuple[int, int]:
+        """(entries queued so far, entries delivered or dropped so far), in order:
+        an entry queued when the first was N is delivered once the second reaches N."""
+        with self._cond:
+            return self._put, self._taken
+
     def stats(self) -> Dict[str, Any]:
         """Buffer sizes plus delivered / dropped / retries / batches counters."""
         out: Dict[str, Any] = dict(self.buffer.stats())

@@ -138,6 +138,16 @@ class DeferredStore(Store):
         flush = getattr(self._inner, "flush", None)
         return flush(timeout) if callable(flush) else True
 
+    def delivery_mark(self) -> Any:
+        """The opened store's delivery mark (background stores), else None."""
+        mark = getattr(self._inner, "delivery_mark", None)
+        return mark() if callable(mark) else None
+
+    def delivered_mark(self) -> Any:
+        """The opened store's delivered mark (background stores), else None."""
+        mark = getattr(self._inner, "delivered_mark", None)
+        return mark() if callable(mark) else None
+
     def stats(self) -> Any:
         """The opened store's own counters, or None (not open, or it keeps none)."""
         stats = getattr(self._inner, "stats", None)

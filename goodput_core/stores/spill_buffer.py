@@ -22,17 +22,17 @@ from __future__ import annotations
 
 import collections
 import fcntl
-import hashlib
 import json
 import logging
 import os
+import stat
 import threading
 import uuid
 from pathlib import Path
 from typing import Any, Deque, Dict, List, Optional, Set, Tuple
 
-__all__ = ["SpillBuffer", "SpillFile", "adopt_files", "default_spill_dir", "new_spill_file",
-           "spill_paths", "spill_tag"]
+__all__ = ["SpillBuffer", "SpillFile", "SpillDirRefused", "adopt_files", "default_spill_dir",
+           "new_spill_file", "private_dir", "spill_paths", "spill_tag"]
 
 logger = logging.getLogger("goodput")
 
@@ -46,8 +46,46 @@ def default_spill_dir() -> str:
     return os.path.join(base, "goodput", "cloud-logging-spill")
 
 
+class SpillDirRefused(OSError):
+    """A spill directory another user could read or plant files in (the message says why)."""
+
+
+def private_dir(directory: str) -> str:
+    """Makes ``directory`` (``0700``) when missing and checks that it is ours alone.
+
+    Spill files hold events that are delivered into the store later: a
+    directory another user owns or may write (or a symlink to one) would
+    let that user read them or plant events of their own, delivered as ours.
+
+    Returns:
+      ``directory``.
+
+    Raises:
+      SpillDirRefused: another user owns it (or the symlink naming it), others
+        may write it, or it is not a directory.
+      OSError: it cannot be created.
+    """
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    link = os.lstat(directory)
+    st = os.stat(directory)  # the directory a symlink leads to
+    uid = os.geteuid()
+    why = None
+    if not stat.S_ISDIR(st.st_mode):
+        why = "it is not a directory"
+    elif st.st_uid != uid or link.st_uid != uid:
+        why = f"it is owned by another user (uid {st.st_uid if st.st_uid != uid else link.st_uid})"
+    elif st.st_mode & 0o022:
+        why = f"other users may write it (mode {stat.S_IMODE(st.st_mode):04o})"
+    if why is not None:
+        raise SpillDirRefused(f"refused the spill directory {directory}: {why}; make it yours "
+                              f"and 0700, or set GOODPUT_SPILL_DIR to a private directory")
+    return directory
+
+
 def spill_tag(project: str, log_name: str) -> str:
     """A file-name-safe tag naming one (project, log) pair."""
+    import hashlib  # not at import: OpenSSL takes milliseconds to load
+
     return hashlib.sha1(f"{project}\0{log_name}".encode()).hexdigest()[:16]
 
 
@@ -82,7 +120,7 @@ class SpillFile:
         self.unread = 0
         self.bad_lines = 0
         if adopt:
-            self.read_pos = _saved_progress(path)
+            self.read_pos = _saved_progress(path, fd)
             self._reader.seek(self.read_pos)
             self.unread = sum(1 for line in self._reader if line.strip())
 
@@ -342,8 +380,12 @@ def _take(queue: Deque[Entry], n: int):
 
 def new_spill_file(directory: str, tag: str, required: Tuple[str, ...]) -> SpillFile:
     """A new file of this process for ``tag`` (``TAG.PID.RANDOM.jsonl``, locked, 0600),
-    its directory made 0700 when missing."""
-    os.makedirs(directory, mode=0o700, exist_ok=True)
+    its directory made 0700 when missing.
+
+    Raises:
+      SpillDirRefused: the directory is not private (:func:`private_dir`).
+    """
+    private_dir(directory)
     name = f"{tag}.{os.getpid()}.{uuid.uuid4().hex[:12]}.jsonl"
     return SpillFile(os.path.join(directory, name), required=required)
 
@@ -358,8 +400,14 @@ def adopt_files(into: Deque[SpillFile], directory: str, tag: str, held: Set[str]
 
     Returns:
       The number of entries adopted.
+
+    Raises:
+      SpillDirRefused: the directory exists but is not private (:func:`private_dir`):
+        nothing planted there is delivered.
     """
     count = 0
+    if os.path.lexists(directory):
+        private_dir(directory)
     for path in spill_paths(directory, tag):
         if path in held:
             continue
@@ -387,17 +435,29 @@ def spill_paths(directory: str, tag: str) -> List[str]:
     return paths
 
 
-def _saved_progress(path: str) -> int:
-    """The read offset a previous owner saved for ``path`` (0 when none)."""
+def _saved_progress(path: str, fd: int) -> int:
+    """The read offset a previous owner saved for ``path`` (0 when none).
+
+    An offset that does not fit the file (past its end, or not at the start
+    of a line: a damaged or planted ``.pos``) is ignored: the file is read
+    from its start, which the stores' idempotent inserts make safe (an event
+    delivered before is stored once), instead of skipping undelivered lines.
+    """
     try:
-        fd = os.open(path + ".pos", os.O_RDONLY | os.O_NOFOLLOW)
+        pos_fd = os.open(path + ".pos", os.O_RDONLY | os.O_NOFOLLOW)
     except OSError:
         return 0
     try:
-        text = os.read(fd, 64).strip()
+        text = os.read(pos_fd, 64).strip()
     finally:
-        os.close(fd)
-    return int(text) if text.isdigit() else 0
+        os.close(pos_fd)
+    pos = int(text) if text.isdigit() else 0
+    if pos and (pos > os.fstat(fd).st_size or os.pread(fd, 1, pos - 1) != b"\n"):
+        logger.warning("goodput: ignored the delivery offset %d of %s (it does not fit the "
+                       "file); delivering it from its start (stored events are not stored "
+                       "twice)", pos, path)
+        return 0
+    return pos
 
 
 def _mtime(path: str) -> float:

@@ -21,10 +21,12 @@ Messages (the ``event`` key):
 ``attempt``     ``attempt`` (the recorder's attempt id), ``pid``, ``steps``
                 (the last step + 1); sent right after the job start
 ``restored``    ``step``: resumed from this checkpoint (none: from step 0)
-``step``        ``step``: dispatched; ``loss`` at the steps that synced
+``step``        ``step``: dispatched, its events recorded; ``time`` (POSIX s, then);
+                ``loss`` at the steps that synced
 ``saved``       ``step``: a checkpoint save was started (async commit)
-``flushed``     ``written``: events of this attempt stored so far (after a
-                successful ``recorder.flush()``; with ``--flush-every``)
+``flushed``     ``written``: events stored so far (after a successful
+                ``recorder.flush()``; with ``--flush-every``); ``own``: of them,
+                this attempt's (not those it delivered for a killed one)
 ``crash``       ``step``: about to SIGKILL itself
 ``done``        ``step`` (steps trained in all), ``loss``, ``written``
 ==============  ==============================================================

@@ -22,9 +22,10 @@ only on the step number: a restart replays the same data.
 
 ``--crash-at K`` kills the process with SIGKILL right after step ``K`` was
 dispatched (a real crash: no job end, no ``atexit``, nothing else runs),
-unless the attempt resumed past K. It flushes the recorder first so the demo
-shows the same picture every time; the R1 test kills attempts from outside,
-unannounced. Progress goes to stdout (see :mod:`goodput_integrations.demo`).
+unless the attempt resumed past K. Nothing is flushed first: every event
+recorded before the kill is in the recorder's journal, which the next attempt
+delivers (the R1 test kills attempts from outside, unannounced). Progress goes
+to stdout (see :mod:`goodput_integrations.demo`).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import json
 import os
 import signal
 import sys
+import time
 from typing import Any, List, Optional
 
 from goodput_integrations.demo import PROTOCOL_PREFIX
@@ -170,7 +172,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         synced = (k + 1 - start) % args.sync_every == 0
         if synced:  # the adapter already waited for this step: reading it is free
             rec.record_metric("loss", float(loss), step=k)
-        say("step", step=k, **({"loss": float(loss)} if synced else {}))
+        # after the step's events were recorded (its end too, when synced)
+        say("step", step=k, time=time.time(), **({"loss": float(loss)} if synced else {}))
         if not flopped:  # once the step exists: XLA's cost analysis (metadata)
             flopped = True
             adapter.record_flops(jitted, state, batch)
@@ -182,10 +185,10 @@ def main(argv: Optional[List[str]] = None) -> int:
             manager.save(k + 1, args=ocp.args.StandardSave(state))
             say("saved", step=k + 1)
         if args.flush_every and (k + 1 - start) % args.flush_every == 0 and rec.flush(30):
-            say("flushed", written=rec.stats()["written"])
+            stats = rec.stats()  # own: this attempt's events (not those it delivered for others)
+            say("flushed", written=stats["written"], own=stats["written"] - stats["spill_delivered"])
         if args.crash_at is not None and k == args.crash_at:
-            rec.flush(30)
-            say("crash", step=k)
+            say("crash", step=k)  # no flush first: what was recorded is in the journal
             os.kill(os.getpid(), signal.SIGKILL)
     if not synced:  # the last step's true end (the adapter records ends only at syncs)
         jax.block_until_ready(state)

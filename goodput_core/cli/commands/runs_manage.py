@@ -2,7 +2,8 @@
 
 Both ask for confirmation on the terminal; ``--yes`` skips the question, and
 without a terminal (a script, a pipe) they refuse unless ``--yes`` is given.
-A run that a live process is still writing should not be deleted or renamed.
+``delete`` refuses a run that a live process on this host still records (its
+journal is held): its later events would be kept under the deleted run's id.
 """
 
 from __future__ import annotations
@@ -26,6 +27,18 @@ def _confirm(question: str, yes: bool) -> bool:
     return sys.stdin.readline().strip().lower() in ("y", "yes")
 
 
+def _refuse_live_writer(path: str, run: str) -> None:
+    """CliError when a live process of this host records ``run`` into ``path``."""
+    from goodput_core.record.journal import live_journals
+    from goodput_core.record.journal import default_spill_dir, tag_of
+
+    for ident in live_journals(default_spill_dir(), tag_of("sqlite:///" + path.lstrip("/"))):
+        if ident.get("run") == run:
+            raise CliError(f"run {printable(run)!r} is being recorded by process "
+                           f"{ident.get('pid')} on this host: stop it first (its later "
+                           f"events would be kept under the deleted run, out of sight)")
+
+
 def manage(args) -> int:
     """Runs ``delete`` or ``rename``; returns the exit code (1: not confirmed)."""
     from goodput_core.stores import default_store_url
@@ -38,6 +51,7 @@ def manage(args) -> int:
     run = args.names[0]
     count = admin.count_events(path, run)  # no such run: an error before any question
     if args.action == "delete":
+        _refuse_live_writer(path, run)
         if not _confirm(f"delete run {printable(run)!r} and its {count} events from {path}?",
                         args.yes):
             print("nothing deleted", file=sys.stderr)

@@ -6,8 +6,11 @@ timeout: writers running meanwhile are never blocked for long (a backup is
 one read transaction, which WAL lets writers run beside); deleting or
 renaming a run is one write transaction.
 
-A run that a live process is still writing should not be deleted or renamed:
-its writer keeps the run's id and goes on adding rows under it.
+A run that a live process is still writing should not be deleted (``goodput
+runs delete`` refuses when a writer on this host still records it): its
+writer keeps the run's id and goes on adding rows under it, an id no other
+run ever takes (:mod:`goodput_core.stores.sqlite.ids`), so they never show
+up in another run.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import Tuple
 
 from goodput_core.files import temporary_beside
 from goodput_core.stores.base import StoreError
+from goodput_core.stores.sqlite import ids
 from goodput_core.stores.sqlite.chunks import has_chunks
 
 __all__ = ["backup", "compact", "delete_run", "rename_run"]
@@ -117,18 +121,25 @@ def count_events(path: str, run: str) -> int:
 
 
 def delete_run(path: str, run: str) -> int:
-    """Deletes ``run`` and all its events in one transaction; returns how many."""
+    """Deletes ``run`` and all its events in one transaction; returns how many.
+
+    Neither its run id nor its events' ids are handed out again
+    (:mod:`goodput_core.stores.sqlite.ids`)."""
     conn = _connect(path)
     try:
         conn.execute("BEGIN IMMEDIATE")
         try:
             run_id = _run_id(conn, run)
+            if ids.needs_upgrade(conn):  # a file no writer of this version opened yet
+                ids.upgrade(conn)
+            floor = ids.id_floor(conn)
             n = conn.execute("DELETE FROM events WHERE run_id = ?", (run_id,)).rowcount
             if has_chunks(conn):
                 n += conn.execute("SELECT coalesce(sum(n), 0) FROM chunks WHERE run_id = ?",
                                   (run_id,)).fetchone()[0]
                 conn.execute("DELETE FROM chunks WHERE run_id = ?", (run_id,))
             conn.execute("DELETE FROM runs WHERE run_id = ?", (run_id,))
+            ids.keep_ids_growing(conn, floor)
             conn.execute("COMMIT")
         except BaseException:
             conn.rollback()

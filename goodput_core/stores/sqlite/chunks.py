@@ -43,6 +43,7 @@ import numpy as np
 from goodput_core.events import EventRecord, Kind
 from goodput_core.stores.base import StoreError
 from goodput_core.stores.columns import EventPage, joined_rows_of
+from goodput_core.stores.sqlite import ids
 
 __all__ = ["SCHEMA", "CHUNK_EVENTS", "CORRUPT_REASONS", "Raw", "read_raw", "compact",
            "insert_packed", "has_chunks"]
@@ -322,6 +323,10 @@ def insert_packed(conn: sqlite3.Connection, rows: List[tuple]) -> bool:
     run_id = rows[0][0]
     conn.execute("BEGIN IMMEDIATE")
     try:
+        rows = ids.keep_new(conn, rows)  # each (writer, seq) once
+        if len(rows) < 2:
+            conn.rollback()
+            return False  # (almost) all stored before: the few left go in as rows
         top = conn.execute("SELECT max(id) FROM events").fetchone()[0] or 0
         top = max(top, conn.execute("SELECT max(last_id) FROM chunks").fetchone()[0] or 0)
         batch = [(top + 1 + i, r[3], r[4], r[5], r[6], r[1], r[2], r[7])

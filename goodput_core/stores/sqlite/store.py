@@ -9,7 +9,7 @@ newer version is refused with :class:`StoreError`; a version-1 file is
 upgraded by the first writer that opens it, and read as it is by readers)::
 
     meta    (key TEXT PRIMARY KEY, value TEXT)          -- 'schema_version'
-    runs    (run_id INTEGER PRIMARY KEY, name TEXT UNIQUE)
+    runs    (run_id INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT UNIQUE)
     writers (writer_id INTEGER PRIMARY KEY, process_index, host, pid, attempt,
              UNIQUE (process_index, host, pid, attempt))
     events  (id INTEGER PRIMARY KEY,        -- the read cursor
@@ -20,6 +20,8 @@ upgraded by the first writer that opens it, and read as it is by readers)::
     chunks  -- (version 2) older events of a run packed as columns, see
             -- goodput_core.stores.sqlite.chunks: writers move every full
             -- chunk of rows there, readers read both in one snapshot
+    delivered (writer_id, lo, hi)  -- the sequence numbers each writer has
+            -- stored: a batch delivered again is stored once (sqlite/ids.py)
 
 Opened with ``readonly=True`` (what the read-only commands do) the file is
 opened with SQLite's ``mode=ro``: a store the user may read but not write
@@ -68,7 +70,7 @@ import time
 import weakref
 from typing import Any, Dict, List, Optional, Tuple
 
-from goodput_core.stores.sqlite import chunks
+from goodput_core.stores.sqlite import chunks, ids
 from goodput_core.stores.base import Store, StoreError
 from goodput_core.stores.sqlite.fork import Reopen
 from goodput_core.stores.sqlite.fork import gated as _gated
@@ -83,7 +85,7 @@ SCHEMA_VERSION = 2
 
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS runs (run_id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE)",
+    ids.RUNS,
     "CREATE TABLE IF NOT EXISTS writers (writer_id INTEGER PRIMARY KEY,"
     " process_index INTEGER NOT NULL, host TEXT NOT NULL, pid INTEGER NOT NULL,"
     " attempt TEXT NOT NULL, UNIQUE (process_index, host, pid, attempt))",
@@ -91,7 +93,7 @@ _SCHEMA = (
     " run_id INTEGER NOT NULL, writer_id INTEGER NOT NULL, seq INTEGER NOT NULL,"
     " kind INTEGER NOT NULL, time REAL, step INTEGER, extra TEXT, write_time REAL)",
     "CREATE INDEX IF NOT EXISTS events_run ON events (run_id, id)",
-) + chunks.SCHEMA
+) + chunks.SCHEMA + ids.SCHEMA
 _HINT = "set GOODPUT_STORE=sqlite:///path/to/goodput.sqlite to a writable location"
 _CORRUPT_HINT = ("the file is damaged or is not a goodput store: move it aside (a new store "
                  "is created there) or point GOODPUT_STORE at another file")
@@ -273,6 +275,9 @@ class SqliteStore(ReadPath, WritePath, Store):
                 conn.execute("PRAGMA user_version").fetchone()[0] < chunks.FORMAT_VERSION:
             with _write_transaction(conn):  # the marker every read checks (sqlite/chunks.py)
                 conn.execute(f"PRAGMA user_version = {chunks.FORMAT_VERSION}")
+        if not self.readonly and version == SCHEMA_VERSION and ids.needs_upgrade(conn):
+            with _write_transaction(conn):  # additive: ids that cannot alias (sqlite/ids.py)
+                ids.upgrade(conn)
         if self.readonly and version in (None, 1):
             return  # not written yet, or by version 1: readable as it is
         if version != SCHEMA_VERSION:

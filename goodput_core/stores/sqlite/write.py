@@ -16,7 +16,7 @@ from operator import itemgetter
 from typing import Any, List, Sequence
 
 from goodput_core.events import EventRecord
-from goodput_core.stores.sqlite import chunks
+from goodput_core.stores.sqlite import chunks, ids
 from goodput_core.stores.base import StoreError
 from goodput_core.stores.sqlite.fork import Reopen
 from goodput_core.stores.sqlite.fork import gated as _gated
@@ -140,4 +140,4 @@ class WritePath:
     @staticmethod
     def _insert(conn: sqlite3.Connection, rows: List[tuple]) -> None:
         with write_transaction(conn):
-            conn.executemany(_INSERT, rows)
+            conn.executemany(_INSERT, ids.keep_new(conn, rows))

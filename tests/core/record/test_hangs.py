@@ -200,7 +200,9 @@ def test_a_writer_held_up_by_the_store_is_not_a_hang():
     for k in range(5):
         _step(rec, clock, mono, k)
     mono.t += 100.0
-    rec._queue.append((int(Kind.STEP_START), clock() + 50, 5, None, clock(), 0))  # not drained
+    # (ticket, kind, time, step, extra, write time, process index): waiting in memory
+    rec._ring.memory.append((next(rec._ring.tickets), int(Kind.STEP_START), clock() + 50, 5,
+                             None, clock(), 0))  # not drained
     assert dog.check() is None
 
 

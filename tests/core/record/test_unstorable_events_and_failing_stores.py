@@ -109,14 +109,15 @@ class PoisonableSqlite(SqliteStore):
 
 def test_r8_a_poisoned_batch_is_split_and_only_the_bad_events_are_dropped(tmp_path):
     store = PoisonableSqlite(str(tmp_path / "p.sqlite"))
-    rec = Recorder("r8", store, flush_interval_s=60)
+    rec = Recorder("r8", store, flush_interval_s=60, durable=False)  # events in memory
     for i in range(1000):
         rec.record_step_start_time(i, 100.0 + i)
     # Slip unstorable events past record-time validation, straight into the queue:
     # a step beyond 64 bits, a tuple key, an object whose str() raises.
     for poison in ((2 ** 70, None), (1, {(1, 2): 3}), (2, {"x": Unprintable()})):
-        # (kind, time, step, extra, write time, process index): the queue's tuples
-        rec._queue.append((int(Kind.STEP_START), 1.0, poison[0], poison[1], 1.0, 0))
+        # (ticket, kind, time, step, extra, write time, process index): the queue's tuples
+        rec._ring.memory.append((next(rec._ring.tickets), int(Kind.STEP_START), 1.0,
+                                 poison[0], poison[1], 1.0, 0))
     for i in range(1000, 2000):
         rec.record_step_start_time(i, 100.0 + i)
     assert rec.flush(30)
@@ -280,7 +281,7 @@ class RefusesStepThirteen(MemoryStore):
 
 def test_r8_an_event_sqlite_refuses_for_its_content_is_isolated_not_retried():
     store = RefusesStepThirteen()
-    rec = Recorder("r8", store, flush_interval_s=60)
+    rec = Recorder("r8", store, flush_interval_s=60, durable=False)  # events in memory
     for i in range(100):
         rec.record_step_start_time(i, 100.0 + i)
     assert rec.flush(30)

@@ -26,18 +26,20 @@ def _key(e):
 
 
 def _events(n, run="r", extra_every=5):
-    """Steps with a custom event pair every ``extra_every`` steps (some with extras)."""
+    """Steps with a custom event pair every ``extra_every`` steps (some with extras),
+    written by one writer per run (a writer's sequence numbers are its own)."""
     out = []
+    attempt = "a-" + run
     for i in range(n):
         t = 1000.0 + i
-        out.append(EventRecord(run, int(Kind.STEP_START), t, i, None, 0, "h", 1, "a", len(out),
-                               5000.0 + i))
+        out.append(EventRecord(run, int(Kind.STEP_START), t, i, None, 0, "h", 1, attempt,
+                               len(out), 5000.0 + i))
         if i % extra_every == 0:
             x = {"custom_badput_event_type": "eval"}
             out.append(EventRecord(run, int(Kind.CUSTOM_BADPUT_START), t + 0.1, None, x, 0, "h",
-                                   1, "a", len(out), math.nan))
+                                   1, attempt, len(out), math.nan))
             out.append(EventRecord(run, int(Kind.CUSTOM_BADPUT_END), t + 0.2, None, x, 0, "h",
-                                   1, "a", len(out), math.nan))
+                                   1, attempt, len(out), math.nan))
     return out
 
 

@@ -140,6 +140,19 @@ def _comparable(e):
     return tuple("nan" if isinstance(v, float) and v != v else v for v in e)
 
 
+def _stored_once(events):
+    """What a store keeps of ``events``: each (writer, sequence) pair once, its
+    first delivery (sequence numbers from 1; 0 and below are not checked)."""
+    seen, out = set(), []
+    for e in events:
+        key = (e.process_index, e.host, e.pid, e.attempt, e.seq)
+        if e.seq > 0 and key in seen:
+            continue
+        seen.add(key)
+        out.append(e)
+    return out
+
+
 @settings(max_examples=40, deadline=None)
 @given(batches=st.lists(st.lists(_records, min_size=1, max_size=5), min_size=1, max_size=3))
 def test_sqlite_round_trips_any_valid_record(batches):
@@ -147,7 +160,7 @@ def test_sqlite_round_trips_any_valid_record(batches):
         s = SqliteStore(os.path.join(tmp, "s.sqlite"))
         for batch in batches:
             s.append(batch)
-        every = [e for batch in batches for e in batch]
+        every = _stored_once([e for batch in batches for e in batch])
         for run in dict.fromkeys(e.run for e in every):
             got = s.read(run)[0]
             assert list(map(_comparable, got)) == [_comparable(e) for e in every if e.run == run]

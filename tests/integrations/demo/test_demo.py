@@ -8,6 +8,7 @@ import os
 import stat
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -152,3 +153,36 @@ def test_an_attempt_log_holds_what_the_child_printed(tmp_path, monkeypatch):
     assert att.wait(30) == 0
     text = log.read_text()
     assert "plain stdout line" in text and '"step": 3' in text and "to stderr" in text
+
+
+@pytest.mark.demo
+@pytest.mark.timeout(600)  # two attempts that compile a model: ~40 s quiet, minutes shared
+@needs_frameworks
+def test_the_killed_attempt_is_reported_as_the_killed_process_said(tmp_path):
+    """The demo's own crash: nothing is flushed before its SIGKILL, and the
+    report of the killed attempt is what the killed process printed (the
+    steps it went past its last checkpoint, and how long they took)."""
+    from goodput_integrations.demo.driver import DemoConfig, run_crash_and_restart
+
+    cfg = DemoConfig(store=str(tmp_path / "d.sqlite"), run="killed", workdir=str(tmp_path / "c"),
+                     steps=60, save_every=10, crash_at=36, eval_every=0, sync_every=1,
+                     sync_checkpoints=True, batch_size=32, features=8, hidden=16,
+                     log_dir=str(tmp_path / "logs"))
+    summary = run_crash_and_restart(cfg)
+    killed, restarted = (a["messages"] for a in summary["attempts"])
+    said = {m["step"]: m["time"] for m in killed if m["event"] == "step"}
+    last = max(said)
+    assert last == 36 and [m for m in killed if m["event"] == "crash"]
+    restored = next(m["step"] for m in restarted if m["event"] == "restored")
+    assert restored == 30
+
+    from goodput_core.queries.incidents import incidents
+
+    calc = Calculator("killed", cfg.store)
+    calc.refresh()
+    (incident,) = incidents(calc, time.time()).incidents
+    # steps 30..36 were trained by the killed attempt and redone
+    assert incident.lost_steps == last + 1 - restored
+    # their time: step 30 started after step 29 was said, step 36 ended before it was said
+    assert said[last - 1] - said[restored] <= incident.lost_seconds
+    assert incident.lost_seconds <= said[last] - said[restored - 1]

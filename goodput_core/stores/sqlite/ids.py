@@ -1,0 +1,167 @@
+"""Ids that cannot alias in the sqlite store, and every delivery stored once.
+
+Three rules, kept here in one place (the schema they need is additive: a file
+of schema version 2 gains it at the first writer that opens it, and a reader
+of an older goodput reads the file as before):
+
+* **Run ids are never reused.** ``runs.run_id`` is ``AUTOINCREMENT`` (an
+  older file's ``runs`` table is rebuilt once, ids kept): after ``goodput runs
+  delete``, a new run never takes the deleted run's id, so a writer that
+  still holds that id (a live process) adds its rows under an id no run has,
+  never to another run.
+* **Event ids are never reused.** SQLite gives a new row the largest id + 1.
+  When ``runs delete`` removes the rows (or packed chunks) holding the
+  largest ids, :func:`keep_ids_growing` leaves a *placeholder* row at the old
+  largest id under run id 0 (no run has it: no reader sees it), so that later
+  rows get larger ids: a reader's cursor never passes over them, and no
+  chunk's bounds hide them.
+* **Each (writer, sequence) pair is stored once.** The ``delivered`` table
+  keeps, per writer, the ranges of sequence numbers stored (rows and packed
+  chunks alike; a few rows per writer): :func:`keep_new`, inside the insert's
+  transaction, drops the events already delivered and records the new ones.
+  So a batch delivered again (a spill file or journal adopted after a crash
+  between the store's commit and the saved offset) repeats nothing, as the
+  PostgreSQL store's unique index does. Events without a sequence number
+  (0: imported from elsewhere) are not checked.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Dict, List, Sequence, Tuple
+
+__all__ = ["SCHEMA", "RUNS", "PLACEHOLDER_RUN", "needs_upgrade", "upgrade", "keep_new",
+           "id_floor", "keep_ids_growing"]
+
+RUNS = ("CREATE TABLE IF NOT EXISTS runs (run_id INTEGER PRIMARY KEY AUTOINCREMENT,"
+        " name TEXT NOT NULL UNIQUE)")
+SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS delivered (writer_id INTEGER NOT NULL,"
+    " lo INTEGER NOT NULL, hi INTEGER NOT NULL, PRIMARY KEY (writer_id, lo)) WITHOUT ROWID",
+)
+#: The run id of placeholder rows (AUTOINCREMENT ids start at 1).
+PLACEHOLDER_RUN = 0
+_INT64_MAX = 2 ** 63 - 1
+
+
+def needs_upgrade(conn: sqlite3.Connection) -> bool:
+    """True when the file lacks the ``delivered`` table or an AUTOINCREMENT ``runs``."""
+    found = dict(conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table'"
+                              " AND name IN ('runs', 'delivered')").fetchall())
+    return "delivered" not in found or "AUTOINCREMENT" not in (found.get("runs") or "").upper()
+
+
+def upgrade(conn: sqlite3.Connection) -> None:
+    """Adds what the rules need (inside the caller's write transaction; idempotent)."""
+    for statement in SCHEMA:
+        conn.execute(statement)
+    row = conn.execute("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'runs'"
+                       ).fetchone()
+    if row is None:
+        conn.execute(RUNS)
+    elif "AUTOINCREMENT" not in row[0].upper():
+        # The runs table is small: rebuilt with its ids; sqlite_sequence then
+        # starts at the largest of them.
+        conn.execute(RUNS.replace("IF NOT EXISTS runs", "goodput_runs_new"))
+        conn.execute("INSERT INTO goodput_runs_new (run_id, name) SELECT run_id, name FROM runs")
+        conn.execute("DROP TABLE runs")
+        conn.execute("ALTER TABLE goodput_runs_new RENAME TO runs")
+
+
+def keep_new(conn: sqlite3.Connection, rows: List[tuple]) -> List[tuple]:
+    """The rows (insert tuples: run_id, writer_id, seq, ...) whose (writer, seq)
+    is not stored yet, first of each pair kept; records them as delivered.
+    Runs inside the caller's write transaction."""
+    seqs: Dict[int, List[int]] = {}
+    for row in rows:
+        if row[2] > 0:
+            seqs.setdefault(row[1], []).append(row[2])
+    if not seqs:
+        return rows
+    stored: Dict[int, set] = {}
+    for writer, numbers in seqs.items():
+        new = sorted(set(numbers))
+        lo, hi = new[0], new[-1]
+        old = _touching(conn, writer, lo, hi)
+        seen = {s for s in new for a, b in old if a <= s <= b} if old else set()
+        if seen:
+            new = [s for s in new if s not in seen]
+            stored[writer] = seen
+        if not new and not old:
+            continue
+        merged = _merge(old + _runs_of(new))
+        if merged != sorted(old):
+            conn.executemany("DELETE FROM delivered WHERE writer_id = ? AND lo = ?",
+                             [(writer, a) for a, _ in old])
+            conn.executemany("INSERT INTO delivered VALUES (?, ?, ?)",
+                             [(writer, a, b) for a, b in merged])
+    if not stored and all(len(set(v)) == len(v) for v in seqs.values()):
+        return rows
+    out, taken = [], set()
+    for row in rows:
+        seq = row[2]
+        if seq > 0:
+            key = (row[1], seq)
+            if key in taken or seq in stored.get(row[1], ()):
+                continue
+            taken.add(key)
+        out.append(row)
+    return out
+
+
+def _touching(conn: sqlite3.Connection, writer: int, lo: int, hi: int) -> List[Tuple[int, int]]:
+    """The stored ranges of ``writer`` that overlap or touch [lo, hi]: index
+    seeks only (a writer that flushes often has many ranges: its fences take
+    sequence numbers that no event has)."""
+    below = conn.execute("SELECT lo, hi FROM delivered WHERE writer_id = ? AND lo < ?"
+                         " ORDER BY lo DESC LIMIT 1", (writer, lo - 1)).fetchall()
+    within = conn.execute("SELECT lo, hi FROM delivered WHERE writer_id = ? AND lo BETWEEN ?"
+                          " AND ?", (writer, lo - 1, min(hi + 1, _INT64_MAX))).fetchall()
+    return [r for r in below if r[1] >= lo - 1] + within
+
+
+def _runs_of(numbers: Sequence[int]) -> List[Tuple[int, int]]:
+    """Sorted distinct numbers as (first, last) ranges of consecutive ones."""
+    out: List[Tuple[int, int]] = []
+    for n in numbers:
+        if out and out[-1][1] == n - 1:
+            out[-1] = (out[-1][0], n)
+        else:
+            out.append((n, n))
+    return out
+
+
+def _merge(ranges: List[Tuple[int, int]]) -> List[Tuple[int, int]]:
+    out: List[Tuple[int, int]] = []
+    for a, b in sorted(ranges):
+        if out and a <= out[-1][1] + 1:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
+
+
+def id_floor(conn: sqlite3.Connection) -> int:
+    """The largest event id in use: rows and packed chunks."""
+    top = conn.execute("SELECT max(id) FROM events").fetchone()[0] or 0
+    has_chunks = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table'"
+                              " AND name = 'chunks'").fetchone()
+    if has_chunks:
+        last = conn.execute("SELECT last_id FROM chunks ORDER BY first_id DESC LIMIT 1"
+                            ).fetchone()
+        top = max(top, last[0] if last else 0)
+    return int(top)
+
+
+def keep_ids_growing(conn: sqlite3.Connection, floor: int) -> None:
+    """After a deletion: leaves a placeholder row at ``floor`` (the largest id
+    before it) when no row holds an id that large any more, and drops the
+    placeholders that no longer hold the largest id. Inside the caller's
+    write transaction."""
+    conn.execute("DELETE FROM events WHERE run_id = ? AND id < (SELECT max(id) FROM events)",
+                 (PLACEHOLDER_RUN,))
+    top = conn.execute("SELECT max(id) FROM events").fetchone()[0] or 0
+    if top < floor:
+        conn.execute("INSERT INTO events (id, run_id, writer_id, seq, kind, time, step, extra,"
+                     " write_time) VALUES (?, ?, 0, 0, 0, NULL, NULL, NULL, NULL)",
+                     (floor, PLACEHOLDER_RUN))
