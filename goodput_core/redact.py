@@ -28,7 +28,8 @@ output. What it hides, wherever it stands in the text:
   still hide them.
 
 :func:`guard_loggers` puts a :class:`RedactingFilter` on a library's loggers
-(the OpenTelemetry SDK's) so that their own lines pass the same rule.
+(the OpenTelemetry SDK's) so that their own lines pass the same rule; the
+``goodput`` logger has it from this module's import on.
 This module imports nothing of goodput: every layer may use it.
 """
 
@@ -64,6 +65,8 @@ _PAIR = re.compile(
     rf"(?i)(?<![\w.-])({_CREDENTIAL})(\s*[=:]\s*)"
     r"('(?:[^'\\]|\\.)*'?|\"(?:[^\"\\]|\\.)*\"?|(?:(?:bearer|basic|token|digest)\s+)?"
     r"[^\s,;'\"&]+)")
+_HEADER_NAME = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
+_ODD_VALUE = re.compile(r"[\x00-\x20\x7f]")
 _KEYWORD = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*")
 #: libpq's connection keywords (a keyword DSN names at least one of them).
 _LIBPQ_KEYWORDS = frozenset("""
@@ -94,18 +97,20 @@ def remember(*secrets: Optional[str]) -> None:
 
 def header_secrets(text: Optional[str]) -> List[str]:
     """The secrets of an OTLP headers value (``name=value,name2=value2``): each
-    value (as written and decoded), and each entry that is not ``name=value`` whole."""
+    value (as written and decoded), and each entry that is not a plain
+    ``token=value`` (no ``=``, a name that is not an HTTP token, a control
+    character or inner blank in the value) whole: that is the entry the
+    OpenTelemetry SDK prints in its warning."""
     out: List[str] = []
     for entry in re.split(r"[ \t]*,[ \t]*", text or ""):
         entry = entry.strip()
         if not entry:
             continue
         name, eq, value = entry.partition("=")
-        if not eq or not name.strip() or re.search(r"[\s:]", name.strip()):
+        if not eq or not _HEADER_NAME.match(name.strip()) or _ODD_VALUE.search(value.strip()):
             out.append(entry)  # malformed: no telling the name from the secret
-            continue
-        out.extend(v for v in (value, value.strip(), unquote(value).strip()) if v)
-    return out
+        out.extend(v for v in (value, value.strip(), unquote(value).strip()) if eq and v)
+    return list(dict.fromkeys(out))
 
 
 def _env_secrets() -> List[str]:
@@ -279,3 +284,8 @@ def guard_loggers(prefixes: Sequence[str] = ("opentelemetry",)) -> None:
         logger = logging.getLogger(name)
         if _FILTER not in logger.filters:
             logger.addFilter(_FILTER)
+
+
+# goodput's own log lines pass the rule too, whatever a message forgot (most
+# of the engine logs on the "goodput" logger itself).
+guard_loggers(("goodput",))

@@ -151,6 +151,8 @@ def statements(schema: str) -> Dict[str, str]:
             " ON CONFLICT (key) DO NOTHING;",
         ]),
         "has_meta": "SELECT to_regclass(%s) IS NOT NULL",
+        "schema_tables": "SELECT tablename FROM pg_catalog.pg_tables WHERE schemaname = %s"
+                         " ORDER BY tablename",
         "events_table": f"{s}.events",
         "version": f"SELECT value FROM {s}.meta WHERE key = 'schema_version'",
         "add_runs": f"INSERT INTO {s}.runs (name) SELECT unnest(%s::text[])"
