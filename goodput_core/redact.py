@@ -161,6 +161,14 @@ def redact(text: object, extra: Iterable[str] = ()) -> str:
       extra: more secrets to scrub literally (e.g. a store's own passwords).
     """
     text = str(text)
+    # Literal secrets first: a structural rule may cut one in two (a header
+    # entry broken by a newline), leaving the rest unrecognisable.
+    secrets = set(_remembered)
+    secrets.update(s for s in _env_secrets() if len(s) >= MIN_SCRUBBED)
+    secrets.update(s for s in extra if s and len(s) >= MIN_SCRUBBED)
+    for secret in sorted(secrets, key=len, reverse=True):  # a longer one may hold a shorter
+        if secret in text:
+            text = text.replace(secret, MASK)
     pieces: List[str] = []
     last = 0
     for m in _URL.finditer(text):  # URLs first: their query is theirs
@@ -168,14 +176,7 @@ def redact(text: object, extra: Iterable[str] = ()) -> str:
         pieces.append(_redact_url(m.group(1), m.group(2)))
         last = m.end()
     pieces.append(_PAIR.sub(_redact_pair, text[last:]))
-    text = "".join(pieces)
-    secrets = set(_remembered)
-    secrets.update(s for s in _env_secrets() if len(s) >= MIN_SCRUBBED)
-    secrets.update(s for s in extra if s and len(s) >= MIN_SCRUBBED)
-    for secret in sorted(secrets, key=len, reverse=True):  # a longer one may hold a shorter
-        if secret in text:
-            text = text.replace(secret, MASK)
-    return text
+    return "".join(pieces)
 
 
 def keyword_dsn(text: str) -> Optional[List[Tuple[str, str]]]:

@@ -243,7 +243,11 @@ class SqliteStore(ReadPath, WritePath, Store):
             return self._connect_readonly()
         conn = sqlite3.connect(self.path, timeout=0,
                                isolation_level=None, check_same_thread=False)
-        try:  # switching a fresh file to WAL takes a brief exclusive lock: may be busy
+        try:
+            # Whose file it is, before anything is written to it (WAL mode is
+            # written into the file's header).
+            ownership.check(conn, self.path, understood=SCHEMA_VERSION)
+            # switching a fresh file to WAL takes a brief exclusive lock: may be busy
             conn.execute("PRAGMA journal_mode=WAL").fetchall()
             conn.execute("PRAGMA synchronous=NORMAL")
         except BaseException:
