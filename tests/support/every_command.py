@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import subprocess
 import sys
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
@@ -111,16 +113,38 @@ def run(argv: Sequence[str], environ: Mapping[str, str], cwd: str,
         return p.returncode, p.stdout, p.stderr
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          stdin=subprocess.DEVNULL, env=dict(environ), cwd=cwd)
+    lines: "queue.Queue[str]" = queue.Queue()
+    reader = threading.Thread(target=lambda: lines.put(p.stdout.readline()), daemon=True)
+    reader.start()
     try:
-        first = p.stdout.readline()  # its first line, or '' when it exits
+        try:
+            first = lines.get(timeout=timeout)  # its first line, or '' when it exits
+        except queue.Empty:
+            first = ""
         if p.poll() is None:
             p.terminate()
+        reader.join(timeout)
         out, err = p.communicate(timeout=timeout)
     finally:
         if p.poll() is None:
             p.kill()
             p.wait()
     return p.returncode, first + out, err
+
+
+def run_here(argv: Sequence[str], capsys) -> Tuple[int, str, str]:
+    """``goodput ARGV`` in this process (:func:`goodput_core.cli.main`, what the
+    ``goodput`` script calls), output taken by pytest's ``capsys``: for the many
+    runs whose first step is a refusal (a subprocess each would cost seconds)."""
+    from goodput_core.cli import main
+
+    capsys.readouterr()
+    try:
+        code = main(list(argv))
+    except SystemExit as exc:  # argparse
+        code = exc.code if isinstance(exc.code, int) else 1
+    out, err = capsys.readouterr()
+    return code, out, err
 
 
 def run_all(argvs: Iterable[Sequence[str]], environ: Mapping[str, str], cwd: str,

@@ -46,35 +46,41 @@ def _dsn(server, db, password):
             f"dbname={db}")
 
 
-@pytest.mark.parametrize("form", ["url", "keywords"])
-def test_no_command_prints_a_store_password(postgres_server, tmp_path, form):
+@pytest.fixture(scope="module", params=["url", "keywords"])
+def addresses(request, postgres_server):
+    """{password: store address} of one database holding run ``r``, in one form
+    (a URL or a libpq keyword DSN), with the right password and a wrong one."""
     from goodput_core.stores import open_store
     from tests.support.cli_process import synthetic_job_events
 
-    db = "t_secret_" + form
+    db = "t_secret_" + request.param
     postgres_server.create_database(db)
     stores = {PASSWORD: postgres_server.url(db), WRONG: postgres_server.url(db, password=WRONG)}
-    if form == "keywords":
+    if request.param == "keywords":
         stores = {pw: _dsn(postgres_server, db, pw) for pw in (PASSWORD, WRONG)}
-    # the run the commands read, written through the same form of address
-    store = open_store(stores[PASSWORD])
+    store = open_store(stores[PASSWORD])  # the run the commands read
     store.append(list(synthetic_job_events("r")))
     store.close()
-    inputs = ec.write_inputs(str(tmp_path))
-    argvs = [ec.fill(argv, store=store, tmp=str(tmp_path / f"out{i}"), **inputs)
-             for i, store in enumerate(stores.values())
-             for invocations in ec.INVOCATIONS.values() for argv in invocations]
-    for i in range(len(stores)):
-        os.makedirs(tmp_path / f"out{i}", exist_ok=True)
+    return stores
+
+
+@pytest.mark.parametrize("command", sorted(ec.INVOCATIONS))
+def test_no_command_prints_a_store_password(addresses, tmp_path, command):
+    inputs = ec.write_inputs(str(tmp_path / "in"))
+    os.makedirs(tmp_path / "out")
+    argvs = [ec.fill(argv, store=store, tmp=str(tmp_path / "out"), **inputs)
+             for store in addresses.values() for argv in ec.INVOCATIONS[command]]
     results = ec.run_all(argvs, ec.env(str(tmp_path)), cwd=str(tmp_path))
     _assert_hidden(results, [PASSWORD, WRONG], tmp_path)
-    # the commands did reach the store (the right password reads the run)
-    said = {tuple(a[:2]): (code, out) for a, code, out, _ in results if stores[PASSWORD] in a}
-    code, out = said[("report", "r")]
-    assert code == 0 and (f"{USER}:***@" in out or "password=***" in out), out
-    # and the wrong one was refused, saying so
-    wrong = [err for a, code, _, err in results if stores[WRONG] in a and a[0] == "report"]
-    assert wrong and all("password authentication failed" in e for e in wrong)
+    if command == "report":
+        # the commands do reach the store: the right password reads the run,
+        # the wrong one is refused, saying so
+        said = {a[-1] == "--json" and addresses[PASSWORD] in a: (code, out, err)
+                for a, code, out, err in results if addresses[WRONG] not in a}
+        code, out, err = said[True]
+        assert code == 0 and (f"{USER}:***@" in out or "password=***" in out), (out, err)
+        wrong = [err for a, _, _, err in results if addresses[WRONG] in a]
+        assert wrong and all("password authentication failed" in e for e in wrong), wrong
 
 
 def test_a_recorder_given_a_keyword_dsn_writes_to_postgresql(postgres_server, tmp_path,
