@@ -42,8 +42,9 @@ import threading
 from typing import Iterable, List, Optional, Sequence, Tuple
 from urllib.parse import quote, unquote
 
-__all__ = ["MASK", "MIN_SCRUBBED", "redact", "remember", "secrets_of", "keyword_dsn",
-           "is_keyword_dsn", "header_secrets", "RedactingFilter", "guard_loggers"]
+__all__ = ["MASK", "MIN_SCRUBBED", "HEADER_VARIABLES", "redact", "remember", "secrets_of",
+           "keyword_dsn", "is_keyword_dsn", "header_secrets", "RedactingFilter",
+           "guard_loggers"]
 
 #: What a secret is replaced with.
 MASK = "***"
