@@ -17,6 +17,8 @@ URL                                        store
 Store URLs are shown through :func:`goodput_core.redact.redact` only (no
 password in any message). A ``sqlite://`` URL's query is parsed, never part
 of the file name: only ``mode=ro`` is understood; any other parameter is refused.
+A bare ``keyword=value ...`` string naming a libpq keyword is a PostgreSQL DSN,
+never a file: a file whose name looks like one is given as ``sqlite:///path``.
 
 The default store is ``$GOODPUT_STORE`` when set, else the sqlite file
 ``$XDG_DATA_HOME/goodput/goodput.sqlite`` (``~/.local/share/goodput/...``).
