@@ -78,11 +78,14 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _error_line(text: str) -> None:
-    """Prints one line on stderr; a closed stderr is not worth a traceback either."""
+    """Prints one line on stderr, secrets hidden (each message already hides
+    those it names: this is the last guard); a closed stderr is not worth a
+    traceback either."""
+    from goodput_core.redact import redact
     from goodput_core.text import printable
 
     try:
-        print(printable(" ".join(text.split("\n"))), file=sys.stderr, flush=True)
+        print(printable(redact(" ".join(text.split("\n")))), file=sys.stderr, flush=True)
     except (OSError, ValueError):
         pass
 

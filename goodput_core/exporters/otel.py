@@ -61,6 +61,7 @@ import logging
 from typing import Any, Dict, Iterable, Mapping, Optional, Sequence, Tuple
 
 from goodput_core.exporters.base import Exporter, MonitorSnapshot, portable_settings
+from goodput_core.redact import redact
 from goodput_core.exporters.latest import LatestFigures, figures
 
 __all__ = ["OtelExporter", "METRICS"]
@@ -228,7 +229,8 @@ class OtelExporter(Exporter):
             if not self._warned:
                 self._warned = True
                 logger.warning("goodput: the OpenTelemetry collector did not take the "
-                               "metrics (%s); later failures are only counted", reason)
+                               "metrics (%s); later failures are only counted",
+                               redact(reason))
 
     def process_spec(self) -> Optional[dict]:
         """Rebuilt in a monitor process from the same settings (not with a

@@ -1,5 +1,11 @@
 """OTLP plumbing shared by the OpenTelemetry metric and trace exporters.
 
+Secrets: an endpoint's user part and every request header (given in code or
+by ``OTEL_EXPORTER_OTLP_HEADERS``) are hidden from our messages and from the
+OpenTelemetry SDK's own log lines (:func:`goodput_core.redact.guard_loggers`
+filters its loggers before an exporter is built); a gRPC endpoint with a
+user part is refused (gRPC takes credentials as headers).
+
 Everything is configured as OpenTelemetry users expect: the standard
 variables (``OTEL_EXPORTER_OTLP_ENDPOINT``, ``OTEL_EXPORTER_OTLP_PROTOCOL``,
 ``OTEL_EXPORTER_OTLP_HEADERS``, ``OTEL_EXPORTER_OTLP_TIMEOUT``,
@@ -14,8 +20,10 @@ import os
 import socket
 from typing import Any, Dict, Mapping, Optional
 
-__all__ = ["PROTOCOLS", "DEFAULT_TIMEOUT_S", "ENV", "export_timeout", "otel_from_env",
-           "otlp_exporter", "protocol_of", "resource"]
+from goodput_core.redact import guard_loggers, redact, remember, secrets_of
+
+__all__ = ["PROTOCOLS", "DEFAULT_TIMEOUT_S", "ENV", "export_timeout", "keep_secret",
+           "otel_from_env", "otlp_exporter", "protocol_of", "resource"]
 
 #: The variable that turns the OpenTelemetry exporters on in monitors built by the
 #: compatible GoodputMonitor (MaxText, AXLearn): ``metrics``, ``traces`` or both.
@@ -28,6 +36,8 @@ PROTOCOLS = ("http/protobuf", "grpc")
 #: monitor cycle at most this long (the exporter retries with backoff until then).
 DEFAULT_TIMEOUT_S = 5.0
 _PATHS = {"metrics": "/v1/metrics", "traces": "/v1/traces"}
+#: The loggers whose lines may show an endpoint or a header: the SDK's and ours.
+_GUARDED = ("opentelemetry", "goodput_core.exporters")
 
 
 def otel_from_env(environ: Optional[Mapping[str, str]] = None) -> list:
@@ -116,13 +126,18 @@ def otlp_exporter(signal: str, *, endpoint: Optional[str] = None,
     proto = protocol_of(signal, protocol)
     timeout = export_timeout(signal, timeout_s)
     kwargs: Dict[str, Any] = {"timeout": timeout}
+    keep_secret(endpoint, headers)
     if headers is not None:
         kwargs["headers"] = dict(headers)
     if proto == "grpc":
+        if endpoint is not None and "@" in endpoint.split("://", 1)[-1].partition("/")[0]:
+            raise ValueError(f"the gRPC endpoint {redact(endpoint)!r} holds a user part: gRPC "
+                             "takes credentials as headers (OTEL_EXPORTER_OTLP_HEADERS)")
         if signal == "metrics":
             from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter as cls
         else:
             from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as cls
+        guard_loggers(_GUARDED)
         if endpoint is not None:
             kwargs["endpoint"] = endpoint
             if insecure is None and endpoint.startswith("http://"):
@@ -134,9 +149,21 @@ def otlp_exporter(signal: str, *, endpoint: Optional[str] = None,
         from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as cls
     else:
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as cls
+    guard_loggers(_GUARDED)  # before the exporter reads OTEL_EXPORTER_OTLP_HEADERS (and may warn)
     if endpoint is not None:
         kwargs["endpoint"] = endpoint.rstrip("/") + _PATHS[signal]
     return cls(**kwargs)
+
+
+def keep_secret(endpoint: Optional[str], headers: Optional[Mapping[str, str]]) -> None:
+    """Remembers an endpoint's credentials and the header values given in code,
+    so that no later message or OpenTelemetry log line shows them
+    (:func:`goodput_core.redact.remember`; the ``OTEL_*_HEADERS`` variables are
+    read by :func:`~goodput_core.redact.redact` itself)."""
+    if endpoint:
+        remember(*secrets_of(endpoint))
+    for value in (headers or {}).values():
+        remember(str(value), str(value).strip())
 
 
 def resource(extra: Optional[Mapping[str, Any]] = None) -> Any:

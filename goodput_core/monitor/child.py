@@ -86,6 +86,7 @@ def main() -> int:
     reply_fd = int(settings["reply_fd"])
     parent = os.getppid()
     from goodput_core.monitor.loop import Monitor
+    from goodput_core.redact import redact
 
     recorder = _Dropped()
     exporters = []
@@ -94,7 +95,8 @@ def main() -> int:
             exporters.append(_build(spec))
         except Exception as exc:  # noqa: BLE001 - the other exporters still run
             logger.warning("goodput monitor %s: exporter %s could not start here (%s: %s)",
-                           settings["run"], spec.get("factory"), type(exc).__name__, exc)
+                           settings["run"], spec.get("factory"), type(exc).__name__,
+                           redact(exc))
     options = dict(settings["monitor"])
     options["rolling_windows"] = tuple(options.get("rolling_windows", ()))
     monitor = Monitor(settings["run"], settings["store"], exporters, process=False,

@@ -493,7 +493,7 @@ def _store_for_writer(store: Any) -> Store:
     """An open Store as is; a URL is validated here and opened by the writer thread."""
     if isinstance(store, Store):
         return store
-    url, _, _ = check_store_url(store)
+    url, _, _ = check_store_url(store, writer=True)
     return DeferredStore(url)
 
 

@@ -110,7 +110,8 @@ class WriterMixin:
                 continue
             if _may_pass(error):
                 self._write_errors += 1
-                if self._write_errors == 1 or self._write_errors % 100 == 0:
+                if (self._write_errors == 1 or self._write_errors % 100 == 0) and \
+                        not getattr(error, "said", False):  # a failed open says it once
                     logger.error("goodput: writing %d events to %s failed (will retry): %s",
                                  len(part), getattr(self._store, "url", "the store"), error)
                 return part + [e for p in reversed(parts) for e in p]

@@ -89,7 +89,9 @@ class DeferredStore(Store):
                     if self.failures == 1:  # before _tried is set: flush() callers see it
                         logger.error("goodput: cannot open the store %s: %s; events stay "
                                      "queued and opening is retried", self.url, exc)
-                    raise StoreError(f"cannot open the store {self.url}: {exc}") from exc
+                    error = StoreError(f"cannot open the store {self.url}: {exc}")
+                    error.said = True  # type: ignore[attr-defined]  # logged above: once
+                    raise error from exc
                 finally:
                     self._tried.set()
             return self._inner

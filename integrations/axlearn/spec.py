@@ -44,6 +44,7 @@ from typing import Any, Dict, Iterable, Optional, Sequence, Tuple
 
 from goodput_core import settings
 from goodput_core.queries.run_groups import check_run_group
+from goodput_core.redact import redact
 
 __all__ = ["AXLEARN_KEYS", "OUR_KEYS", "RecorderSpec", "config_items", "parse_spec",
            "spec_items"]
@@ -151,7 +152,7 @@ def _store(key: str, value: Any) -> str:
     url = str(value).strip()
     scheme, sep, rest = url.partition("://")
     if not url or (sep and (scheme not in _STORE_SCHEMES or not rest)):
-        raise _bad(key, value, "a store URL: sqlite:///PATH, memory://NAME or "
+        raise _bad(key, redact(url), "a store URL: sqlite:///PATH, memory://NAME or "
                    "cloud-logging://PROJECT/LOG (or a file path)")
     return url
 

@@ -316,7 +316,8 @@ def test_the_import_system_check_sees_an_alias_module(tmp_path):
 # ------------------------------------------------------------ tests/core/
 # Tests of the shared top-level modules and of the project as a whole.
 PROJECT_WIDE_TESTS = {"test_docs_links.py", "test_layout.py", "test_packaging.py",
-                      "test_settings.py", "test_suite_hygiene.py", "test_time_zones.py"}
+                      "test_redact.py", "test_settings.py", "test_suite_hygiene.py",
+                      "test_time_zones.py"}
 
 
 def test_the_engines_tests_mirror_its_groups():

@@ -20,16 +20,18 @@ def add_arguments(parser) -> None:
     parser.add_argument("dest", metavar="DEST", help="the file to write (replaced when complete)")
 
 
-def sqlite_path(store: str) -> str:
-    """The file of an embedded store URL or path; other stores are refused."""
-    from goodput_core.stores import check_store_url
+def sqlite_path(store: str, other: str = "back up a PostgreSQL store with pg_dump",
+                *, writer: bool = False) -> str:
+    """The file of an embedded store URL or path; other stores are refused
+    (``other``: what to do instead), and so is a ``?mode=ro`` URL for a ``writer``."""
+    from goodput_core.redact import redact
+    from goodput_core.stores import check_store_url, sqlite_location
 
-    _, scheme, rest = check_store_url(store)
+    _, scheme, _ = check_store_url(store, writer=writer)
     if scheme != "sqlite":
-        raise CliError(f"{store!r} is not an embedded (sqlite) store; back up a PostgreSQL "
-                       "store with pg_dump")
-    path = os.path.expanduser(rest)
-    path = os.path.abspath("/" + path.lstrip("/") if path.startswith("/") else path)
+        raise CliError(f"{redact(store)!r} is not an embedded (sqlite) store; {other}")
+    path, _ = sqlite_location(store)
+    path = os.path.abspath(path)
     if not os.path.isfile(path):
         raise CliError(f"no goodput store at {path!r}")
     return path

@@ -30,12 +30,12 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     from goodput_core.stores import check_store_url, default_store_url
 
-    url, scheme, _ = check_store_url(args.store or default_store_url())
+    url, scheme, _ = check_store_url(args.store or default_store_url(), writer=True)
     if scheme.startswith("postgres"):  # postgresql:// or postgres://
         return _compact_postgres(url)
     from goodput_core.stores.sqlite.admin import compact
 
-    path = sqlite_path(url)
+    path = sqlite_path(url, writer=True)
     before, after = compact(path)
     print(f"compacted {path}: {before:,} -> {after:,} bytes", file=sys.stderr)
     return 0

@@ -38,6 +38,7 @@ import time
 from typing import Any, Dict, Optional, TextIO
 
 from goodput_core.cli import CliError, CliIOError
+from goodput_core.redact import redact
 from goodput_core.events import Kind
 
 __all__ = ["add_arguments", "run"]
@@ -103,7 +104,7 @@ def run(args) -> int:
     except OSError as exc:
         raise CliIOError(f"cannot create --outdir {outdir}: {exc.strerror or exc}") from None
     store = args.store or os.path.join(outdir, "goodput.sqlite")
-    run_name = args.run or _fresh_run_name(store)
+    run_name = _run_name(store, args.run)
     synthetic = args.synthetic
     if args.torch:
         from goodput_integrations.demo.torch_driver import torch_missing
@@ -129,11 +130,19 @@ def run(args) -> int:
     return 0
 
 
-def _fresh_run_name(store: str) -> str:
+def _run_name(store: str, given: Optional[str]) -> str:
+    """``given``, or a fresh name; the store is opened here first, so one it
+    refuses (not a goodput store, newer) is one error before anything plays."""
     from goodput_core.stores import open_store
 
+    opened = open_store(store)
+    try:
+        taken = set(opened.runs())
+    finally:
+        opened.close()
+    if given:
+        return given
     base = time.strftime("demo-%Y%m%d-%H%M%S")
-    taken = set(open_store(store).runs())
     name, n = base, 1
     while name in taken:  # two demos within a second
         n += 1
@@ -150,7 +159,7 @@ def _play_synthetic(run_name: str, store: str) -> None:
     job = SyntheticJob()
     played = record_synthetic_job(rec, time.time() - 120.0, job)
     if not rec.flush(30):
-        raise CliError(f"could not write to the store {store}")
+        raise CliError(f"could not write to the store {redact(store)}")
     events, _ = rec._store.read(run_name)
     rec.close()
     counts = collections.Counter(Kind(e.kind).name.lower() for e in events)

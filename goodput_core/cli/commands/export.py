@@ -26,6 +26,7 @@ import time
 
 from goodput_core.cli import CliError, CliIOError
 from goodput_core.cli.commands.common import add_store_argument
+from goodput_core.redact import redact
 from goodput_core.cli.commands.transfer import (
     add_common_arguments, page_size, progress_bar, read_store, write_batches)
 from goodput_core.stores import open_store
@@ -105,10 +106,11 @@ def _run_otlp(args) -> int:
             sent = export_run(calc, time.time(), endpoint=args.endpoint,
                               protocol=args.protocol)
         except ValueError as exc:
-            raise CliError(str(exc))
+            raise CliError(redact(exc)) from None
     finally:
         store.close()
-    where = args.endpoint or "the collector of $OTEL_EXPORTER_OTLP_ENDPOINT"
+    where = redact(args.endpoint) if args.endpoint else \
+        "the collector of $OTEL_EXPORTER_OTLP_ENDPOINT"
     if sent["failed"]:
         print(f"goodput: {where} did not take {sent['failed']} of {sent['spans']} spans "
               f"of {args.run!r}", file=sys.stderr)

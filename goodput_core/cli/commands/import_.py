@@ -37,6 +37,7 @@ from goodput_core.cli.commands.transfer import (
     PAGE_SIZE, ProgressBar, Skips, add_common_arguments, dumps_line, has_writer, is_jsonl,
     metadata_present, page_size, progress_bar, read_jsonl, read_store)
 from goodput_core.events import EventRecord, to_payload
+from goodput_core.redact import redact
 from goodput_core.stores import Store, StoreError, open_store
 
 __all__ = ["Present", "StoreSink", "JsonlSink", "copy_run", "payload_digest",
@@ -231,7 +232,7 @@ def run(args) -> int:
     # Stdin to stdout is a fine filter; one file both read and appended to is not.
     if dst is not None and "-" not in (src, dst) and is_jsonl(src) and is_jsonl(dst) \
             and _same_file(src, dst):
-        raise CliError(f"--from and --to name the same file {src}")
+        raise CliError(f"--from and --to name the same file {redact(src)}")
     skips, position = Skips(), [math.nan]
     source_store = sink_store = sink = None
     try:
@@ -256,7 +257,7 @@ def run(args) -> int:
         if copied + already == 0:
             detail = (f" ({sum(skips.values())} lines skipped: {skips.describe()})" if skips
                       else " (see: goodput runs)" if source_store is not None else "")
-            raise CliError(f"no events of run {name!r} in {src}{detail}")
+            raise CliError(f"no events of run {name!r} in {redact(src)}{detail}")
         sink.finish(args.timeout)
     finally:
         # The sink's file first; a store's close delivers what it still queues.

@@ -47,7 +47,8 @@ def manage(args) -> int:
     want = {"delete": 1, "rename": 2}[args.action]
     if len(args.names) != want:
         raise CliError(f"runs {args.action} takes {'RUN' if want == 1 else 'OLD NEW'}")
-    path = sqlite_path(args.store or default_store_url())
+    path = sqlite_path(args.store or default_store_url(), "runs delete and rename work on "
+                       "embedded stores; in PostgreSQL use its own tools", writer=True)
     run = args.names[0]
     count = admin.count_events(path, run)  # no such run: an error before any question
     if args.action == "delete":

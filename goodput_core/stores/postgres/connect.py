@@ -38,6 +38,7 @@ from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Tuple
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
+from goodput_core.redact import redact
 from goodput_core.stores.base import StoreError
 
 __all__ = ["connect", "describe", "is_overload", "is_content_error", "ConnectionSlot", "slot_for", "slot_counts"]
@@ -78,9 +79,7 @@ _HINTS = (
 
 def describe(exc: BaseException, secrets: Sequence[str] = ()) -> str:
     """The driver's message on one line, passwords scrubbed, with what to fix."""
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    for secret in secrets:
-        text = text.replace(secret, "***")
+    text = redact(" ".join(str(exc).split()) or type(exc).__name__, secrets)
     low = text.lower()
     hint = next((h for part, h in _HINTS if part in low), "")
     return f"{text} -> {hint}" if hint else text

@@ -1,16 +1,18 @@
 """The PostgreSQL store's URL handling and SQL text (no driver import here).
 
 URL: any ``postgresql://`` (or ``postgres://``) connection URI that libpq
-accepts, handed to the driver as it is: ``postgresql://USER:PASSWORD@HOST:PORT/DB``,
+accepts, or a libpq keyword DSN (``host=H port=P dbname=D user=U password=PW``),
+handed to the driver as it is: ``postgresql://USER:PASSWORD@HOST:PORT/DB``,
 a Unix socket directory (``postgresql://USER@/DB?host=/run/postgresql``),
 ``postgresql://`` or ``postgresql:///DB`` with the ``PG*`` environment
 variables, several hosts for failover (``postgresql://h1:5432,h2:5432/DB``),
 ``?service=NAME`` (``PGSERVICEFILE``), ``passfile``, ``sslmode``,
 ``sslrootcert``... Only our own parameter, ``schema`` (the PostgreSQL schema
 that holds the tables, default ``goodput``), is taken out first. The password
-never leaves this module in clear: :func:`redact` replaces it (in the user
-part and in a ``password=`` parameter) in every URL we show, and
-:attr:`PostgresUrl.secrets` lists what to scrub from a driver's message.
+never leaves this module in clear: :func:`goodput_core.redact.redact`
+replaces it (in the user part and in a ``password=`` parameter) in every URL
+we show, and :attr:`PostgresUrl.secrets` lists what to scrub from a driver's
+message.
 
 Schema (version :data:`SCHEMA_VERSION`, kept in ``meta``)::
 
@@ -41,10 +43,11 @@ from __future__ import annotations
 
 import re
 from typing import Dict, NamedTuple, Tuple
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit
 
-__all__ = ["SCHEMA_VERSION", "DEFAULT_SCHEMA", "PostgresUrl", "parse_url", "redact",
-           "statements"]
+from goodput_core.redact import is_keyword_dsn, keyword_dsn, redact, remember, secrets_of
+
+__all__ = ["SCHEMA_VERSION", "DEFAULT_SCHEMA", "PostgresUrl", "parse_url", "statements"]
 
 SCHEMA_VERSION = 1
 DEFAULT_SCHEMA = "goodput"
@@ -55,73 +58,69 @@ _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]{0,62}$")
 class PostgresUrl(NamedTuple):
     """A store URL taken apart: what libpq gets, our schema, what we show."""
 
-    conninfo: str  #: the URL for libpq: as given, less ``schema=``
+    conninfo: str  #: the URL (or keyword DSN) for libpq: as given, less ``schema``
     schema: str  #: the PostgreSQL schema of the tables
     redacted: str  #: the URL with any password replaced by ``***``
     secrets: Tuple[str, ...]  #: passwords in the URL, to scrub from messages
 
 
-def _split(url: str) -> Tuple[object, Tuple[str, ...]]:
-    """(urlsplit parts with passwords replaced by ***, the passwords)."""
-    parts = urlsplit(url)
-    secrets = []
-    netloc = parts.netloc
-    userinfo, at, hosts = netloc.rpartition("@")
-    if at and ":" in userinfo:  # (hosts may be several: no .port/.password here)
-        user, _, password = userinfo.partition(":")
-        secrets.append(unquote(password))
-        netloc = f"{user}:***@{hosts}"
-    pairs = parts.query.split("&") if parts.query else []
-    for i, pair in enumerate(pairs):
-        key, eq, value = pair.partition("=")
-        if unquote(key) == "password" and eq:
-            secrets.append(unquote(value))
-            pairs[i] = f"{key}=***"
-    return parts._replace(netloc=netloc, query="&".join(pairs)), tuple(s for s in secrets if s)
-
-
 def _join(parts) -> str:
     """urlunsplit, but keeping ``//`` with an empty host (``postgresql:///db``)."""
     query = f"?{parts.query}" if parts.query else ""
-    fragment = f"#{parts.fragment}" if parts.fragment else ""
-    return f"{parts.scheme}://{parts.netloc}{parts.path}{query}{fragment}"
+    return f"{parts.scheme}://{parts.netloc}{parts.path}{query}"
 
 
-def redact(url: str) -> str:
-    """``url`` with its password (user part or ``password=``) replaced by ``***``."""
-    try:
-        parts, _ = _split(url)
-    except ValueError:
-        return "<unparsable URL>"
-    return _join(parts) if "://" in url else urlunsplit(parts)
+def _quote_keyword(value: str) -> str:
+    """A keyword DSN value as libpq reads it back (quoted when needed)."""
+    if value and not re.search(r"[\s'\\]", value):
+        return value
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _parse_keywords(dsn: str) -> Tuple[str, str]:
+    """(the DSN less our ``schema`` keyword, the schema) of a keyword DSN."""
+    schema, kept = DEFAULT_SCHEMA, []
+    for key, value in keyword_dsn(dsn) or ():
+        if key == "schema":
+            schema = value
+        else:
+            kept.append(f"{key}={_quote_keyword(value)}")
+    return " ".join(kept), schema
 
 
 def parse_url(url: str) -> PostgresUrl:
-    """Takes our ``schema=`` out of a store URL; the rest is left to libpq.
+    """Takes our ``schema`` out of a store URL or libpq keyword DSN
+    (``host=H dbname=D ... [schema=S]``); the rest is left to libpq. The
+    URL's secrets are remembered by :mod:`goodput_core.redact` (scrubbed
+    from every later message, the driver's included).
 
     Raises:
-      ValueError: not a postgresql:// URL, or a bad schema name.
+      ValueError: not a postgresql:// URL or keyword DSN, or a bad schema name.
     """
+    secrets = secrets_of(url)
+    remember(*secrets)
     redacted = redact(url)
-    try:
-        parts = urlsplit(url)
-        _, secrets = _split(url)
-    except ValueError as exc:
-        raise ValueError(f"store URL {redacted!r} is malformed ({exc})") from None
-    if parts.scheme not in _SCHEMES:
-        raise ValueError(f"store URL {redacted!r} is not a postgresql:// URL (e.g. "
-                         "postgresql://USER:PASSWORD@HOST:PORT/DATABASE)")
-    schema, kept = DEFAULT_SCHEMA, []
-    for pair in (parts.query.split("&") if parts.query else []):
-        key, _, value = pair.partition("=")
-        if unquote(key) == "schema":
-            schema = unquote(value)
-        else:
-            kept.append(pair)  # as written: libpq decodes it
+    if is_keyword_dsn(url):
+        conninfo, schema = _parse_keywords(url)
+    else:
+        try:
+            parts = urlsplit(url)
+        except ValueError as exc:
+            raise ValueError(f"store URL {redacted!r} is malformed ({redact(exc)})") from None
+        if parts.scheme not in _SCHEMES:
+            raise ValueError(f"store URL {redacted!r} is not a postgresql:// URL (e.g. "
+                             "postgresql://USER:PASSWORD@HOST:PORT/DATABASE)")
+        schema, kept = DEFAULT_SCHEMA, []
+        for pair in (parts.query.split("&") if parts.query else []):
+            key, _, value = pair.partition("=")
+            if unquote(key) == "schema":
+                schema = unquote(value)
+            else:
+                kept.append(pair)  # as written: libpq decodes it
+        conninfo = _join(parts._replace(query="&".join(kept), fragment=""))
     if not _NAME.match(schema):
         raise ValueError(f"store URL {redacted!r}: schema {schema!r} is not a plain SQL "
                          "name (letters, digits, _ and $, at most 63)")
-    conninfo = _join(parts._replace(query="&".join(kept), fragment=""))
     return PostgresUrl(conninfo, schema, redacted, secrets)
 
 
@@ -152,6 +151,8 @@ def statements(schema: str) -> Dict[str, str]:
             " ON CONFLICT (key) DO NOTHING;",
         ]),
         "has_meta": "SELECT to_regclass(%s) IS NOT NULL",
+        "schema_tables": "SELECT tablename FROM pg_catalog.pg_tables WHERE schemaname = %s"
+                         " ORDER BY tablename",
         "events_table": f"{s}.events",
         "version": f"SELECT value FROM {s}.meta WHERE key = 'schema_version'",
         "add_runs": f"INSERT INTO {s}.runs (name) SELECT unnest(%s::text[])"

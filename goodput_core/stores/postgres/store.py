@@ -212,8 +212,16 @@ class PostgresStore(PostgresReadMixin, QueuedStoreMixin, Store):
                 exists = conn.execute(self._sql["has_meta"],
                                       (f'"{self.schema}".meta',)).fetchone()[0]
                 if not exists:
+                    self._refuse_foreign(conn)  # raises: the transaction rolls back
                     conn.execute(self._sql["create"])
                 row = conn.execute(self._sql["version"]).fetchone()
+                version = row[0] if row else None
+                if version is None or not str(version).isdigit() or \
+                        int(version) != SCHEMA_VERSION:  # nothing added to a newer schema
+                    raise StoreError(
+                        f"{self.url} has goodput store schema version {version}, not the "
+                        f"{SCHEMA_VERSION} this version understands: upgrade goodput-core or "
+                        "use another schema (?schema=NAME)")
                 if self._chunk_events:
                     self._create_chunks(conn)
         except _TRANSIENT:
@@ -221,13 +229,18 @@ class PostgresStore(PostgresReadMixin, QueuedStoreMixin, Store):
         except psycopg.Error as exc:
             raise StoreError(f"cannot set up the goodput tables in {self.url}: "
                              f"{describe(exc, self._secrets)}") from None
-        version = row[0] if row else None
-        if version is None or not str(version).isdigit() or int(version) != SCHEMA_VERSION:
-            raise StoreError(
-                f"{self.url} has goodput store schema version {version}, not the "
-                f"{SCHEMA_VERSION} this version understands: upgrade goodput-core or use "
-                "another schema (?schema=NAME)")
         self._schema_checked = True
+
+    def _refuse_foreign(self, conn) -> None:
+        """goodput creates its tables only in a schema of its own: one that
+        holds other tables (another application's, ``?schema=public``) is refused."""
+        others = [r[0] for r in conn.execute(self._sql["schema_tables"], (self.schema,))]
+        if others:
+            shown = ", ".join(others[:5]) + (", ..." if len(others) > 5 else "")
+            raise StoreError(
+                f"{self.url}: the schema {self.schema!r} holds other tables ({shown}) and no "
+                "goodput store: goodput creates its tables only in a schema of its own "
+                "(?schema=NAME; the default is goodput)")
 
     def _create_chunks(self, conn) -> None:
         """Adds the packed chunks' table to a database made before it existed

@@ -21,8 +21,9 @@ from typing import Tuple
 
 from goodput_core.files import temporary_beside
 from goodput_core.stores.base import StoreError
-from goodput_core.stores.sqlite import ids
+from goodput_core.stores.sqlite import ids, ownership
 from goodput_core.stores.sqlite.chunks import has_chunks
+from goodput_core.stores.sqlite.store import SCHEMA_VERSION
 
 __all__ = ["backup", "compact", "delete_run", "rename_run"]
 
@@ -30,11 +31,32 @@ _BUSY_MS = 30_000
 
 
 def _connect(path: str) -> sqlite3.Connection:
+    """A connection to a goodput store (a foreign or newer file is refused:
+    :mod:`goodput_core.stores.sqlite.ownership`)."""
     if not os.path.isfile(path):
         raise StoreError(f"no goodput store at {path!r}")
     conn = sqlite3.connect(path, isolation_level=None, timeout=_BUSY_MS / 1000)
-    conn.execute(f"PRAGMA busy_timeout = {_BUSY_MS}")
+    try:
+        conn.execute(f"PRAGMA busy_timeout = {_BUSY_MS}")
+        _check(conn, path)
+    except BaseException:
+        conn.close()
+        raise
     return conn
+
+
+def _check(conn: sqlite3.Connection, path: str) -> str:
+    try:
+        return ownership.check(conn, path, understood=SCHEMA_VERSION)
+    except sqlite3.Error as exc:  # not a database at all
+        raise StoreError(f"cannot use {path!r} as a goodput store ({exc})") from exc
+
+
+def _mark_if_unmarked(conn: sqlite3.Connection, path: str) -> None:
+    """Checks again (inside a write transaction: under the lock) and marks a
+    store written before the marker existed."""
+    if _check(conn, path) == ownership.UNMARKED:
+        ownership.mark(conn)
 
 
 def backup(path: str, dest: str) -> int:
@@ -55,6 +77,7 @@ def backup(path: str, dest: str) -> int:
     source = sqlite3.connect(f"file:{quote(os.path.abspath(path))}?mode=ro", uri=True,
                              timeout=_BUSY_MS / 1000)
     try:
+        _check(source, path)
         with temporary_beside(dest) as tmp:
             target = sqlite3.connect(tmp, isolation_level=None)
             try:
@@ -82,6 +105,7 @@ def compact(path: str) -> Tuple[int, int]:
     before = _size(path)
     conn = _connect(path)
     try:
+        _mark_if_unmarked(conn, path)
         if has_chunks(conn):
             for (run_id,) in conn.execute("SELECT run_id FROM runs").fetchall():
                 chunks.compact(conn, run_id, max_chunks=1 << 30)
@@ -129,6 +153,7 @@ def delete_run(path: str, run: str) -> int:
     try:
         conn.execute("BEGIN IMMEDIATE")
         try:
+            _mark_if_unmarked(conn, path)
             run_id = _run_id(conn, run)
             if ids.needs_upgrade(conn):  # a file no writer of this version opened yet
                 ids.upgrade(conn)
@@ -157,6 +182,7 @@ def rename_run(path: str, old: str, new: str) -> None:
     try:
         conn.execute("BEGIN IMMEDIATE")
         try:
+            _mark_if_unmarked(conn, path)
             run_id = _run_id(conn, old)
             if conn.execute("SELECT 1 FROM runs WHERE name = ?", (new,)).fetchone():
                 raise StoreError(f"a run named {new!r} exists already")

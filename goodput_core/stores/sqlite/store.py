@@ -5,8 +5,10 @@ Opened by ``sqlite:///abs/path.sqlite`` or a bare path (see
 ``$XDG_DATA_HOME/goodput/goodput.sqlite`` (``~/.local/share/goodput/...``).
 
 Schema (version :data:`SCHEMA_VERSION`, kept in ``meta``; a file written by a
-newer version is refused with :class:`StoreError`; a version-1 file is
-upgraded by the first writer that opens it, and read as it is by readers)::
+newer version, or one that is not a goodput store, is refused with
+:class:`StoreError` (:mod:`goodput_core.stores.sqlite.ownership`: the marker
+in SQLite's ``application_id``); a version-1 file is upgraded by the first
+writer that opens it, and read as it is by readers)::
 
     meta    (key TEXT PRIMARY KEY, value TEXT)          -- 'schema_version'
     runs    (run_id INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT UNIQUE)
@@ -70,7 +72,7 @@ import time
 import weakref
 from typing import Any, Dict, List, Optional, Tuple
 
-from goodput_core.stores.sqlite import chunks, ids
+from goodput_core.stores.sqlite import chunks, ids, ownership
 from goodput_core.stores.base import Store, StoreError
 from goodput_core.stores.sqlite.fork import Reopen
 from goodput_core.stores.sqlite.fork import gated as _gated
@@ -243,7 +245,11 @@ class SqliteStore(ReadPath, WritePath, Store):
             return self._connect_readonly()
         conn = sqlite3.connect(self.path, timeout=0,
                                isolation_level=None, check_same_thread=False)
-        try:  # switching a fresh file to WAL takes a brief exclusive lock: may be busy
+        try:
+            # Whose file it is, before anything is written to it (WAL mode is
+            # written into the file's header).
+            ownership.check(conn, self.path, understood=SCHEMA_VERSION)
+            # switching a fresh file to WAL takes a brief exclusive lock: may be busy
             conn.execute("PRAGMA journal_mode=WAL").fetchall()
             conn.execute("PRAGMA synchronous=NORMAL")
         except BaseException:
@@ -259,17 +265,23 @@ class SqliteStore(ReadPath, WritePath, Store):
                 handle.conn.close()
 
     def _ensure_schema(self, conn: sqlite3.Connection) -> None:
+        # A foreign file or a newer store is refused here, readers included
+        # (stores/sqlite/ownership.py); a writer marks the files it creates.
+        owned = ownership.check(conn, self.path, understood=SCHEMA_VERSION)
         version = self._schema_version(conn)
-        if not self.readonly and (version is None or version < SCHEMA_VERSION):
+        if not self.readonly and (version is None or version < SCHEMA_VERSION
+                                  or owned != ownership.OURS):
             # Several processes may create a fresh file at once: the write lock
             # serialises them and IF NOT EXISTS makes it idempotent; a
             # version-1 file gains the chunks table (its rows stay valid).
             with _write_transaction(conn):
+                ownership.check(conn, self.path, understood=SCHEMA_VERSION)  # under the lock
                 for statement in _SCHEMA:
                     conn.execute(statement)
                 if (self._schema_version(conn) or 0) < SCHEMA_VERSION:
                     conn.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)",
                                  (str(SCHEMA_VERSION),))
+                ownership.mark(conn)
             version = self._schema_version(conn)
         if not self.readonly and version == SCHEMA_VERSION and \
                 conn.execute("PRAGMA user_version").fetchone()[0] < chunks.FORMAT_VERSION:

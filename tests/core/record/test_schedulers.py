@@ -7,6 +7,7 @@ cluster here)."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -51,8 +52,8 @@ def test_the_newer_slurm_number_objects_are_read_too():
 
 
 def test_a_pending_record_has_no_grant_and_bad_input_is_one_error():
-    doc = {"jobs": [{"job_id": 7, "time": {"submission": 100, "start": 0}}]}
-    assert parse_sacct_json(json.dumps(doc), "7") == [("submitted", 100.0)]
+    doc = {"jobs": [{"job_id": 7, "time": {"submission": 1.7e9, "start": 0}}]}
+    assert parse_sacct_json(json.dumps(doc), "7") == [("submitted", 1.7e9)]
     with pytest.raises(SchedulerFormatError, match="no record of job 8"):
         parse_sacct_json(json.dumps(doc), "8")
     with pytest.raises(SchedulerFormatError, match="not sacct --json"):
@@ -118,3 +119,92 @@ def test_goodput_import_scheduler_then_report(tmp_path):
                                  "--input", str(tmp_path / "missing.json")],
                          capture_output=True, text=True, timeout=120, env=env)
     assert bad.returncode == 1 and "cannot read" in bad.stderr and "Traceback" not in bad.stderr
+
+
+# ------------------------------------------------------------ all or nothing (issue 43: I3, I4)
+NOW = 1.8e9  # 2027-01-15: the end of the plausible range in these tests is a day later
+
+
+def _job(**times):
+    return json.dumps({"jobs": [{"job_id": 7, "time": {"submission": 1.7e9, "start": 1.7e9 + 60,
+                                                        "end": 1.7e9 + 3600, **times}}]})
+
+
+@pytest.mark.parametrize("times, said", [
+    ({"submission": 1e999}, "time.submission inf is not a time"),  # JSON's 1e999: infinity
+    ({"submission": 1e15}, "time.submission 1e+15 s is not a time"),
+    ({"start": {"set": True, "number": 1e15}}, "time.start"),
+    ({"start": -5}, "time.start 1969-12-31T23:59:55Z is not a time"),
+    ({"start": "soon"}, "time.start nan is not a time"),
+    ({"end": NOW + 2 * 86400}, "time.end 2027-01-17"),
+    ({"start": 1.7e9 - 1}, "time.submission (2023-11-14T22:13:20Z) is after time.start"),
+    ({"end": 1.7e9 + 30}, "time.start (2023-11-14T22:14:20Z) is after time.end"),
+])
+def test_an_implausible_slurm_time_refuses_the_whole_job(times, said):
+    with pytest.raises(SchedulerFormatError, match=re.escape(said)) as info:
+        parse_sacct_json(_job(**times), "7", now=NOW)
+    assert "job 7 (record 1)" in str(info.value) and "\n" not in str(info.value)
+    assert parse_sacct_json(_job(), "7", now=NOW) == [("submitted", 1.7e9),
+                                                      ("granted", 1.7e9 + 60)]
+
+
+def _k8s(*events):
+    return json.dumps({"items": [
+        {"reason": reason, "involvedObject": {"kind": kind, "name": name}, **times}
+        for reason, kind, name, times in events]})
+
+
+def test_go_zero_time_yields_to_a_valid_field():
+    zero = "0001-01-01T00:00:00Z"
+    text = _k8s(("Created", "JobSet", "train",
+                 {"eventTime": zero, "firstTimestamp": "2026-11-20T10:00:00Z"}),
+                ("Scheduled", "Pod", "train-0", {"eventTime": "2026-11-20T10:02:00.000000Z",
+                                                 "firstTimestamp": zero}))
+    # 2026-11-20T10:00:00Z = 1795168800 (date -d @1795168800 -u)
+    assert parse_k8s_events(text, "train", now=NOW) == [("submitted", 1795168800.0),
+                                                        ("granted", 1795168920.0)]
+
+
+@pytest.mark.parametrize("times, said", [
+    ({"eventTime": "9999-01-01T00:00:00Z"}, "eventTime '9999-01-01T00:00:00Z': 9999-01-01"),
+    ({"eventTime": "0001-01-01T00:00:00Z"}, "eventTime '0001-01-01T00:00:00Z'"),
+    ({"firstTimestamp": "yesterday"}, "firstTimestamp 'yesterday' is not a time"),
+])
+def test_an_event_of_the_job_with_no_valid_time_refuses_the_input(times, said):
+    text = _k8s(("Created", "JobSet", "train", {"firstTimestamp": "2026-11-20T10:00:00Z"}),
+                ("Scheduled", "Pod", "train-0", times),
+                ("Scheduled", "Pod", "other-0", {"eventTime": "9999-01-01T00:00:00Z"}))
+    with pytest.raises(SchedulerFormatError, match=re.escape(said)) as info:
+        parse_k8s_events(text, "train", now=NOW)
+    assert "'Scheduled' of 'Pod' 'train-0'" in str(info.value)
+    # another job's events are not read, whatever their times
+    assert parse_k8s_events(text.replace("train-0", "elsewhere-0"), "train", now=NOW) == [
+        ("submitted", 1795168800.0)]
+
+
+@pytest.mark.parametrize("scheduler, doc", [
+    # the grant is valid and sorts first: it must not be stored before the refusal
+    ("slurm", {"jobs": [{"job_id": 7, "time": {"submission": "1e999", "start": 1.7e9}}]}),
+    ("kubernetes", {"items": [
+        {"reason": "Created", "involvedObject": {"kind": "JobSet", "name": "7"},
+         "firstTimestamp": "2026-11-20T10:00:00Z"},
+        {"reason": "Scheduled", "involvedObject": {"kind": "Pod", "name": "7-0"},
+         "eventTime": "9999-12-31T00:00:00Z"}]}),
+])
+def test_the_command_stores_nothing_on_refusal(tmp_path, scheduler, doc):
+    from goodput_core.stores import open_store
+
+    src = tmp_path / "in.json"
+    src.write_text(json.dumps(doc).replace('"1e999"', "1e999"))
+    url = f"sqlite:///{tmp_path}/g.sqlite"
+    p = subprocess.run([sys.executable, "-m", "goodput_core.cli", "import-scheduler", scheduler,
+                        "7", "--run", "r", "--store", url, "--input", str(src)],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and "nothing imported" in p.stderr, p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1 and "Traceback" not in p.stderr
+    if os.path.exists(tmp_path / "g.sqlite"):
+        store = open_store(url, create=False)
+        try:
+            assert store.read("r")[0] == []
+        finally:
+            store.close()

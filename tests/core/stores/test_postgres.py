@@ -22,7 +22,7 @@ from goodput_core.events import EventRecord
 from goodput_core.stores import StoreError, open_store
 from goodput_core.stores.memory import MemoryStore
 from goodput_core.stores.postgres import PostgresStore
-from goodput_core.stores.postgres.sql import SCHEMA_VERSION, redact
+from goodput_core.stores.postgres.sql import SCHEMA_VERSION
 from tests.support.children import wait_child
 from tests.support.fake_clock import FakeClock
 from tests.support.postgres_server import PASSWORD, PostgresServer, skip_without_postgres
@@ -190,11 +190,6 @@ def test_start_up_errors_are_one_line_and_hide_the_password(postgres_server):
     with pytest.raises(StoreError, match='invalid URI query parameter: "bogus"') as info:
         open_store(f"postgresql://u:{PASSWORD}@127.0.0.1:5432/db?bogus=1")
     assert PASSWORD not in str(info.value) and "fix that URL parameter" in str(info.value)
-
-
-def test_redact():
-    assert redact("postgresql://u:p%40ss@h:5/db?schema=s") == "postgresql://u:***@h:5/db?schema=s"
-    assert redact("postgres://h/db") == "postgres://h/db"
 
 
 def test_store_from_the_environment_and_the_recorder(postgres_url, monkeypatch):

@@ -86,6 +86,12 @@ def test_bad_values_fail_at_start_up(items, message, flags):
         gax.GoodputSuiteRecorder.from_flags([*items])
 
 
+def test_a_refused_store_url_does_not_show_its_password():
+    with pytest.raises(ValueError, match="store URL") as info:
+        parse_spec(["name=r", "upload_dir=/o", "store=postgres://u:Sp3c-pw@db/x"])
+    assert "Sp3c-pw" not in str(info.value) and "u:***@db" in str(info.value)
+
+
 def test_upload_interval_zero_is_accepted_as_axlearn_and_uploads_every_second(tmp_path):
     # AXLearn's from_flags takes int("0"); our monitors then upload every second
     spec = parse_spec(["name=r", f"upload_dir={tmp_path}", "upload_interval=0",
