@@ -369,6 +369,24 @@ class Recorder(PhaseMixin, WriterMixin):
         self._emit(int(first), t, None, None, t)
         self._emit(int(second), t, None, None, t)
 
+    def _record_since(self, first: Kind, second: Kind, start: float) -> None:
+        """A span from ``start`` (a time this recorder's clock gave) to now:
+        ``first`` at ``start``, ``second`` now, at one clock read (an adapter's
+        blocking load: its input stall). As ``_record(first, start)`` then
+        ``_record(second, None)``, cheaper; a start that is not a finite float
+        takes that path (validated, counted)."""
+        if type(start) is not float or start - start != 0.0:
+            self._record(first, start)
+            self._record(second, None)
+            return
+        try:
+            t = self._clock()
+        except Exception as exc:  # a broken clock: never break training
+            self._reject(first, exc)
+            return
+        self._emit(int(first), start, None, None, t)
+        self._emit(int(second), t, None, None, t)
+
     def _check_zone_offset(self, kind: Kind, t: float, clock: float) -> None:
         """Warns once per recorder about a time shifted by a time-zone offset
         (:mod:`goodput_core.record.zone_offset`); the event is kept either way."""

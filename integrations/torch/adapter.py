@@ -44,14 +44,6 @@ def _record_load(recorder: Any, t0: float, t1: float) -> None:
     recorder.record_data_loading_end_time(t1)
 
 
-def _record_blocked_load(recorder: Any, t0: float, t1: float) -> None:
-    """A load the compute waited for entirely: the load and its stall."""
-    recorder.record_data_loading_start_time(t0)
-    recorder.record_input_stall_start_time(t0)
-    recorder.record_input_stall_end_time(t1)
-    recorder.record_data_loading_end_time(t1)
-
-
 def _recorder_clock(recorder: Any) -> Callable[[], float]:
     clock = getattr(recorder, "clock", None)
     return clock if callable(clock) else time.time
@@ -136,6 +128,7 @@ class TorchAdapter:
         self._hooks = LingeringHooks(self, sigterm=sigterm, excepthook=excepthook,
                                       flush_timeout_s=flush_timeout_s)
         self._metadata_done = False
+        self._stamping: Optional[bool] = None  # see _stamp_loads()
         self.stalls: Any = None  # a StallWatch on CUDA (created at the first CUDA step)
         self.gate = ProcessGate(recorder, per_host=per_host, on_decided=self._on_decided,
                                 process_index=_probe.process_index)
@@ -231,8 +224,12 @@ class TorchAdapter:
     def load_started(self, t0: float) -> Any:
         """A load begins at ``t0``: a token for :meth:`loaded` (never raises)."""
         try:
-            self._lazy_hooks()
-            if self._stamp_loads():  # CPU, this process writes: see loaded()
+            if self.last_step is None:  # once steps run, each step start does this
+                self._lazy_hooks()
+            stamping = self._stamping
+            if stamping is None:
+                stamping = self._stamp_loads()
+            if stamping:  # CPU, this process writes: see loaded()
                 return _STAMPED
         except Exception:
             _probe.log_once("torch-lazy-hooks", "goodput: attaching torch hooks failed")
@@ -246,13 +243,13 @@ class TorchAdapter:
             return None
 
     def loaded(self, t0: float, token: Any = None) -> None:
-        """Records a load from ``t0`` to now with its input stall (never raises)."""
+        """Records a load from ``t0`` to now: on the CPU as an input stall, the
+        whole of it (the compute waited for it; recording it as a load too
+        would add two events a step and change no figure); on CUDA as a
+        data-loading span and the stall the watch observed (never raises)."""
         try:
             if token is _STAMPED:  # nothing is recorded before the load returned a batch
-                rec = self.recorder
-                rec.record_data_loading_start_time(t0)
-                rec.record_input_stall_start_time(t0)
-                rec._record_now_pair(Kind.INPUT_STALL_END, Kind.DATA_LOADING_END)
+                self.recorder._record_since(Kind.INPUT_STALL_START, Kind.INPUT_STALL_END, t0)
                 return
             t1 = self.clock()
             if not self.input_stalls:
@@ -262,17 +259,22 @@ class TorchAdapter:
                 if token is not None:
                     self.stalls.end(token, t1, self.record_stall)
             else:  # CPU (or no step yet: outside steps a load blocks anyway)
-                self.gate.submit(_record_blocked_load, self.recorder, t0, t1)
+                self.gate.submit(record_stall, self.recorder, t0, t1)
         except Exception:
             _probe.log_once("torch-data-record", "goodput: recording a data-loading span failed")
 
     def _stamp_loads(self) -> bool:
         """Whether a load is recorded as it happens with the recorder's own
         stamps: on the CPU (a load is a stall), once this process knows it
-        writes, with the recorder's clock, which has the fast now-pair call."""
-        return (self.input_stalls and self._on_cuda is False and self._recorder_stamps
-                and self.gate.decision is True
-                and hasattr(self.recorder, "_record_now_pair"))
+        writes, with the recorder's clock, which has the fast span call.
+        Kept in ``_stamping`` once the device and the decision are known
+        (neither changes after)."""
+        stamping = (self.input_stalls and self._on_cuda is False and self._recorder_stamps
+                    and self.gate.decision is True
+                    and hasattr(self.recorder, "_record_since"))
+        if self._on_cuda is not None and self.gate.decision is not None:
+            self._stamping = stamping
+        return stamping
 
     def record_stall(self, start: float, end: float) -> None:
         """Records an input stall ``[start, end)`` (raises what the recorder raises)."""

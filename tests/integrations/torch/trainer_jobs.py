@@ -1,12 +1,22 @@
 """One training job, three ways: a raw PyTorch loop instrumented by hand, Lightning
 with GoodputCallback, the Hugging Face Trainer with GoodputTrainerCallback.
 
-The job's phases take known times, whichever loop runs it: every batch takes
-``LOAD_S`` to produce (in the DataLoader), every forward pass ``STEP_S``,
-every checkpoint ``SAVE_S`` more (a ``state_dict`` hook: each framework
-calls ``state_dict()`` once per checkpoint it writes), and an evaluation
-runs ``EVAL_BATCHES`` batches. Every ``EVERY`` steps: an evaluation, then a
-checkpoint.
+Every run records on a :class:`~tests.support.fake_clock.FakeClock` given to
+its ``Recorder`` (the adapter and both callbacks read the recorder's clock),
+and the job's own work moves that clock by known amounts, whichever loop
+runs it: producing a batch (the dataset's ``__getitem__``) ``LOAD_S``, a
+forward pass ``FORWARD_S``, its backward pass ``BACKWARD_S`` (an autograd
+function on the logits), an optimizer step ``OPTIMIZER_S`` (a global
+optimizer hook: the frameworks build their own optimizers), and every
+checkpoint ``SAVE_S`` more (a ``state_dict`` hook: each framework calls
+``state_dict()`` once per checkpoint it writes). An evaluation runs
+``EVAL_BATCHES`` batches (loads and forward passes). Every ``EVERY`` steps:
+an evaluation and a checkpoint. Nothing else moves the clock, so the
+frameworks' own work between their hooks takes no recorded time: each
+bucket is exactly the job's time in that phase (:data:`TRUTH`), however
+busy the machine, and a phase recorded in the wrong bucket, or a
+timestamp from another clock, shows at once. The durations are powers of
+two: their sums are exact in floating point.
 
 Run as ``python -m tests.integrations.torch.trainer_jobs {hand,lightning,hf} STORE RUN DIR``.
 """
@@ -14,18 +24,31 @@ Run as ``python -m tests.integrations.torch.trainer_jobs {hand,lightning,hf} STO
 from __future__ import annotations
 
 import sys
-import time
 
 import torch
+from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from goodput_core import Recorder
+from tests.support.fake_clock import FakeClock
 
 STEPS, EVERY, EVAL_BATCHES = 30, 10, 3
-LOAD_S, STEP_S, SAVE_S = 0.04, 0.03, 0.1
+LOAD_S, FORWARD_S, BACKWARD_S, OPTIMIZER_S, SAVE_S = 2.0 ** -2, 2.0 ** -3, 2.0 ** -4, \
+    2.0 ** -5, 2.0 ** -1
 FEATURES = 16
+EVALS = STEPS // EVERY
+
+#: the job's time in each bucket by construction (nothing else moves the clock)
+TRUTH = {"productive": STEPS * (FORWARD_S + BACKWARD_S + OPTIMIZER_S),
+         "load": STEPS * LOAD_S,
+         "eval": EVALS * EVAL_BATCHES * (LOAD_S + FORWARD_S),
+         "save": EVALS * SAVE_S,
+         "restore": 0.0, "wasted": 0.0, "prep": 0.0, "other": 0.0}
+TRUTH["total"] = sum(TRUTH.values())
+
+CLOCK = FakeClock(1024.0)
 
 
-class SleepyBatches(torch.utils.data.Dataset):
+class Batches(torch.utils.data.Dataset):
     """Each item is a whole batch and takes LOAD_S to produce."""
 
     def __init__(self, n: int):
@@ -35,25 +58,44 @@ class SleepyBatches(torch.utils.data.Dataset):
         return self.n
 
     def __getitem__(self, k: int):
-        time.sleep(LOAD_S)
+        if k >= self.n:
+            raise IndexError(k)
+        CLOCK.advance(LOAD_S)
         g = torch.Generator().manual_seed(k)
         x = torch.randn(8, FEATURES, generator=g)
         return {"x": x, "labels": (x.sum(dim=1) > 0).long()}
 
 
-class SleepyModel(torch.nn.Module):
-    """A tiny classifier whose forward takes STEP_S and whose state_dict() SAVE_S."""
+class _Backward(torch.autograd.Function):
+    """The identity, whose backward pass takes BACKWARD_S."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        CLOCK.advance(BACKWARD_S)
+        return grad
+
+
+class Model(torch.nn.Module):
+    """A tiny classifier: forward FORWARD_S, backward BACKWARD_S, state_dict() SAVE_S."""
 
     def __init__(self):
         super().__init__()
         self.net = torch.nn.Linear(FEATURES, 2)
-        self.register_state_dict_post_hook(lambda *a, **k: time.sleep(SAVE_S))
+        self.register_state_dict_post_hook(lambda *a, **k: CLOCK.advance(SAVE_S))
 
     def forward(self, x, labels=None):
-        time.sleep(STEP_S)
-        logits = self.net(x)
+        CLOCK.advance(FORWARD_S)
+        logits = _Backward.apply(self.net(x))
         loss = torch.nn.functional.cross_entropy(logits, labels)
         return {"loss": loss, "logits": logits}
+
+
+def _optimizer_step(optimizer, args, kwargs) -> None:
+    CLOCK.advance(OPTIMIZER_S)
 
 
 def _single(batch):
@@ -61,17 +103,21 @@ def _single(batch):
     return batch[0]
 
 
+def recorder(store: str, run: str) -> Recorder:
+    return Recorder(run, store, clock=CLOCK)
+
+
 def hand(store: str, run: str, folder: str) -> None:
     from goodput_integrations import torch as gtorch
 
-    rec = Recorder(run, store)
+    rec = recorder(store, run)
     with rec.job(), gtorch.instrumented(rec):
         with rec.training_preparation():
-            model = SleepyModel()
+            model = Model()
             opt = torch.optim.SGD(model.parameters(), lr=0.1)
             loader = gtorch.instrument_loader(torch.utils.data.DataLoader(
-                SleepyBatches(STEPS), batch_size=1, collate_fn=_single))
-            evals = torch.utils.data.DataLoader(SleepyBatches(EVAL_BATCHES), batch_size=1,
+                Batches(STEPS), batch_size=1, collate_fn=_single))
+            evals = torch.utils.data.DataLoader(Batches(EVAL_BATCHES), batch_size=1,
                                                 collate_fn=_single)
 
         def step(batch):
@@ -90,6 +136,7 @@ def hand(store: str, run: str, folder: str) -> None:
                         model(**b)
                 with rec.checkpoint_save(k):  # state_dict() is part of the save
                     torch.save(model.state_dict(), f"{folder}/hand-{k}.pt")
+    rec.close()
 
 
 def lightning(store: str, run: str, folder: str) -> None:
@@ -100,7 +147,7 @@ def lightning(store: str, run: str, folder: str) -> None:
     class Module(L.LightningModule):
         def __init__(self):
             super().__init__()
-            self.model = SleepyModel()
+            self.model = Model()
 
         def training_step(self, batch, batch_idx):
             return self.model(**batch)["loss"]
@@ -111,17 +158,17 @@ def lightning(store: str, run: str, folder: str) -> None:
         def configure_optimizers(self):
             return torch.optim.SGD(self.parameters(), lr=0.1)
 
-    train = torch.utils.data.DataLoader(SleepyBatches(STEPS), batch_size=1, collate_fn=_single)
-    val = torch.utils.data.DataLoader(SleepyBatches(EVAL_BATCHES), batch_size=1,
-                                      collate_fn=_single)
+    train = torch.utils.data.DataLoader(Batches(STEPS), batch_size=1, collate_fn=_single)
+    val = torch.utils.data.DataLoader(Batches(EVAL_BATCHES), batch_size=1, collate_fn=_single)
     checkpoints = L.pytorch.callbacks.ModelCheckpoint(dirpath=folder, every_n_train_steps=EVERY,
                                                       save_top_k=-1, save_last=False)
+    rec = recorder(store, run)
     trainer = L.Trainer(
         max_steps=STEPS, val_check_interval=EVERY, num_sanity_val_steps=0, accelerator="cpu",
         devices=1, logger=False, enable_progress_bar=False, enable_model_summary=False,
-        callbacks=[GoodputCallback(Recorder(run, store)), checkpoints],
-        default_root_dir=folder)
+        callbacks=[GoodputCallback(rec), checkpoints], default_root_dir=folder)
     trainer.fit(Module(), train, val)
+    rec.close()
 
 
 def hf(store: str, run: str, folder: str) -> None:
@@ -133,14 +180,16 @@ def hf(store: str, run: str, folder: str) -> None:
         output_dir=folder, max_steps=STEPS, per_device_train_batch_size=1,
         per_device_eval_batch_size=1, eval_strategy="steps", eval_steps=EVERY,
         save_strategy="steps", save_steps=EVERY, save_only_model=True, logging_steps=EVERY,
-        report_to=[], use_cpu=True, dataloader_num_workers=0, disable_tqdm=True,
-        )
-    trainer = Trainer(model=SleepyModel(), args=args, train_dataset=SleepyBatches(STEPS),
-                      eval_dataset=SleepyBatches(EVAL_BATCHES), data_collator=_single,
-                      callbacks=[GoodputTrainerCallback(Recorder(run, store))])
+        report_to=[], use_cpu=True, dataloader_num_workers=0, disable_tqdm=True)
+    rec = recorder(store, run)
+    trainer = Trainer(model=Model(), args=args, train_dataset=Batches(STEPS),
+                      eval_dataset=Batches(EVAL_BATCHES), data_collator=_single,
+                      callbacks=[GoodputTrainerCallback(rec)])
     trainer.train()
+    rec.close()
 
 
 if __name__ == "__main__":
     torch.set_num_threads(1)
+    register_optimizer_step_post_hook(_optimizer_step)
     {"hand": hand, "lightning": lightning, "hf": hf}[sys.argv[1]](*sys.argv[2:5])
