@@ -54,6 +54,7 @@ from goodput_core.record.storable import (
 from goodput_core.stores import Store, check_store_url
 from goodput_core.stores.deferred import DeferredStore
 from goodput_core.record.watchdog import watchdog_for
+from goodput_core.record.wakeup import Wakeup
 from goodput_core.record.writer import WriterMixin
 from goodput_core.record.zone_offset import MIN_OFFSET_S, zone_offset_hours
 
@@ -187,7 +188,7 @@ class Recorder(PhaseMixin, WriterMixin):
     def _init_process_state(self) -> None:
         """Per-process state: rebuilt in a forked child (which never writes into
         the parent's journal: it gets one of its own)."""
-        self._wake = threading.Event()
+        self._wake = Wakeup()  # not threading.Event: see record/wakeup.py
         self._backoff = threading.Event()  # set by close(): ends the writer's backoff wait
         self._pid = os.getpid()
         self._host = socket.gethostname()

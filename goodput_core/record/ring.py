@@ -54,7 +54,7 @@ _said_no_journal: Dict[str, bool] = {}  # spill directories already said to be u
 
 
 def new_ring(store: Any, durable: bool, capacity: int, identity: Tuple[str, str, int, str],
-             wake: threading.Event) -> "Ring":
+             wake: Any) -> "Ring":
     """The ring of one recorder in one process: in a journal when the events
     are ``durable`` and a later process can read the store (not ``memory://``),
     else in memory. A journal that cannot be made (a spill directory refused,
@@ -148,11 +148,11 @@ class Ring:
       capacity: events waiting at most (the recorder's ``queue_size``).
       journal: this writer's journal, or None (memory only).
       identity: (run, host, pid, attempt) of the events (writer metadata).
-      wake: the writer's event, set when the waiting events pass half the capacity.
+      wake: the writer's wake-up (record/wakeup.py), set when the waiting events pass half the capacity.
     """
 
     def __init__(self, capacity: int, journal: Optional[jr.Journal],
-                 identity: Tuple[str, str, int, str], wake: threading.Event):
+                 identity: Tuple[str, str, int, str], wake: Any):
         self.journal = journal
         self.journal_error: Optional[str] = None  # why there is no journal where one was due
         self.slots = journal.capacity if journal is not None else 0

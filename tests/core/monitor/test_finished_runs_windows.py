@@ -149,7 +149,7 @@ def test_every_view_gives_the_reports_window_of_a_run_read_ten_minutes_later(
 
     # the dashboard's goodput over time with a rolling window: its last point
     with dashboard(runs) as server:
-        series = get_json(f"{server.url}/api/runs/{run_path(run)}/series?window={WINDOW_S}")
+        series = get_json(server.url + f"api/runs/{run_path(run)}/series?window={WINDOW_S}")
     assert series["goodput_percent"][-1] == pytest.approx(want, rel=1e-9)
     assert re.fullmatch(r"ended|stopped", series["state"])
 

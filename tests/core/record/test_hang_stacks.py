@@ -97,7 +97,7 @@ def test_the_hung_threads_function_is_the_first_frame_everywhere(stuck_run):
 
     # the dashboard's report is the same JSON
     with dashboard(store) as server:
-        api = get_json(f"{server.url}/api/runs/stuck/report")
+        api = get_json(server.url + "api/runs/stuck/report")
     assert api["insights"]["hangs"] == rep["insights"]["hangs"]
 
     # the warning names the thread and where it is stuck, before the stacks
