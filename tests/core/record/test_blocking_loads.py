@@ -21,7 +21,7 @@ STEPS, LOAD, COMPUTE = 60, 0.05, 0.1
 
 
 def _readme_loop(store, run, **load_kwargs):
-    """The README's "Recording a run" loop, synchronous: each step loads a
+    """The README's loop ("Your own loop"), synchronous: each step loads a
     batch (0.05 s, nothing else runs meanwhile) then computes (0.1 s)."""
     clock = FakeClock(T0)
     rec = Recorder(run, store, clock=clock, hang_detection=False)
