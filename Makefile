@@ -9,7 +9,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PIP := $(VENV)/bin/pip
 
-.PHONY: demo test test-torch test-maxtext test-axlearn test-slurm slurm-server postgres-server pgbouncer-server browser-and-prometheus
+.PHONY: demo test test-torch test-maxtext test-axlearn test-slurm slurm-server system-packages
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -20,13 +20,14 @@ demo: $(VENV)/bin/python
 	$(VENV)/bin/goodput demo
 
 # The tests run in a random order (pytest-randomly); the seed is printed first.
-# Repeat an order: make test SEED=<the printed seed>.
-test: $(VENV)/bin/python postgres-server pgbouncer-server browser-and-prometheus
+# Repeat an order: make test SEED=<the printed seed>. Without the Debian packages
+# (and their tests): make test SYSTEM_PACKAGES=0.
+test: $(VENV)/bin/python system-packages
 	$(PIP) install -q -e '.[all,test]'
 	@seed="$(SEED)"; seed="$${seed:-$$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}"; \
 	echo "test order: --randomly-seed=$$seed (repeat: make test SEED=$$seed)"; \
-	$(VENV)/bin/python -m pytest -q -p randomly --randomly-seed="$$seed" \
-	  --ignore=tests/integrations/torch
+	SYSTEM_PACKAGES=$(SYSTEM_PACKAGES) $(VENV)/bin/python -m pytest -q -p randomly \
+	  --randomly-seed="$$seed" --ignore=tests/integrations/torch
 
 # The PyTorch adapter's tests (real torch, torchrun, Lightning, the Hugging Face
 # Trainer on CPU), run by CI after `make test`. torch is pinned first so that
@@ -47,32 +48,34 @@ test-axlearn:
 	@[ -n "$(AXLEARN_SRC)" ] || { echo "usage: make test-axlearn AXLEARN_SRC=<axlearn checkout>"; exit 2; }
 	$(PYTHON) tests/external/axlearn_e2e.py --axlearn-src "$(AXLEARN_SRC)"
 
-# The PostgreSQL store's tests start throwaway servers from Debian's package
-# (no daemon is started here). Installed when missing and we may (root).
-postgres-server:
-	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null || \
-	  { [ "$$(id -u)" = 0 ] && apt-get update -q && DEBIAN_FRONTEND=noninteractive \
-	    apt-get install -y -q postgresql; } || \
-	  echo "note: PostgreSQL is not installed; its store's tests will be skipped"
-
-# The PostgreSQL store's pgbouncer test (transaction pooling in front of a
-# throwaway server) runs Debian's pgbouncer itself; installed when missing and
-# we may (root). Debian's package starts no daemon the test depends on.
-pgbouncer-server:
-	@command -v pgbouncer >/dev/null || [ -x /usr/sbin/pgbouncer ] || \
-	  { [ "$$(id -u)" = 0 ] && apt-get update -q && DEBIAN_FRONTEND=noninteractive \
-	    apt-get install -y -q pgbouncer; } || \
-	  echo "note: pgbouncer is not installed; its PostgreSQL test will be skipped"
-
-# The dashboard's browser tests drive Debian's headless chromium with its
-# chromium-driver; the dashboard tests start Debian's prometheus (and run its
-# promtool) on loopback. Installed when missing and we may (root).
-browser-and-prometheus:
-	@{ command -v chromium && command -v chromedriver && command -v prometheus && \
-	   command -v promtool; } >/dev/null 2>&1 || \
-	  { [ "$$(id -u)" = 0 ] && apt-get update -q && DEBIAN_FRONTEND=noninteractive \
-	    apt-get install -y -q chromium chromium-driver prometheus; } || \
-	  echo "note: chromium, chromium-driver or prometheus is not installed; the dashboard's browser and Prometheus tests will be skipped"
+# The Debian packages the tests run for real, on loopback: postgresql (throwaway
+# servers for the PostgreSQL store's tests), pgbouncer (transaction pooling in front
+# of one), chromium and chromium-driver (the dashboard's browser tests), prometheus
+# and its promtool (real scrapes, the alert rules). None starts a daemon the tests
+# depend on. As root, the missing ones are installed with apt-get, said first (about
+# 150 packages with their dependencies on Debian 12); otherwise their tests skip.
+# SYSTEM_PACKAGES=0 installs none and skips those tests, saying why
+# (tests/support/system_packages.py reads the same variable). .ci/run sets it to 1.
+SYSTEM_PACKAGES ?= 1
+system-packages:
+ifeq ($(SYSTEM_PACKAGES),0)
+	@echo "SYSTEM_PACKAGES=0: no Debian package installed; the tests needing postgresql, pgbouncer, chromium or prometheus are skipped"
+else
+	@missing=""; \
+	{ ls /usr/lib/postgresql/*/bin/initdb || command -v initdb; } >/dev/null 2>&1 || missing="$$missing postgresql"; \
+	{ command -v pgbouncer || ls /usr/sbin/pgbouncer; } >/dev/null 2>&1 || missing="$$missing pgbouncer"; \
+	command -v chromium >/dev/null || missing="$$missing chromium"; \
+	command -v chromedriver >/dev/null || missing="$$missing chromium-driver"; \
+	{ command -v prometheus && command -v promtool; } >/dev/null || missing="$$missing prometheus"; \
+	[ -z "$$missing" ] && exit 0; \
+	if [ "$$(id -u)" = 0 ]; then \
+	  echo "make test: installing Debian packages:$$missing (about 150 packages with their dependencies; make test SYSTEM_PACKAGES=0 skips them and their tests)"; \
+	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing || \
+	    echo "note: apt-get failed; the tests needing$$missing will be skipped"; \
+	else \
+	  echo "note: not installed:$$missing (make test installs them as root); their tests will be skipped"; \
+	fi
+endif
 
 # Opt-in: a real Slurm (slurmctld, slurmd, slurmdbd on a private MariaDB, all on
 # this machine, as root) records, requeues and accounts a run; the report's

@@ -8,10 +8,12 @@ import pytest
 @pytest.fixture(scope="module")
 def postgres_server():
     """A throwaway PostgreSQL server for one test module
-    (:class:`tests.support.postgres_server.PostgresServer`); modules using it
-    call :func:`~tests.support.postgres_server.skip_without_postgres` first."""
-    from tests.support.postgres_server import PostgresServer
+    (:class:`tests.support.postgres_server.PostgresServer`); skipped without
+    PostgreSQL or with ``SYSTEM_PACKAGES=0``, an error in CI without it
+    (:func:`~tests.support.postgres_server.skip_without_postgres`)."""
+    from tests.support.postgres_server import PostgresServer, skip_without_postgres
 
+    skip_without_postgres()
     srv = PostgresServer()
     srv.start()
     yield srv

@@ -336,7 +336,7 @@ def test_compat_reexports_the_engines_metadata_helpers():
 
 
 def test_the_documented_paths_import():
-    """The public paths the docs show (README, "Layout")."""
+    """The public paths the docs show (docs/install.md, "Layout and module paths")."""
     import goodput_core.monitor
     from goodput_core.monitor import Monitor
     from goodput_core.monitor.loop import Monitor as LoopMonitor

@@ -80,3 +80,52 @@ def test_a_test_run_writes_nothing_under_the_real_home(tmp_path):
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert " passed" in result.stdout
     assert sorted(str(p.relative_to(home)) for p in home.rglob("*")) == []
+
+
+_NEEDS_SYSTEM_PACKAGES = [  # one test per Debian package the suite runs for real
+    "tests/core/timeline/test_overlapping_restarts.py::test_both_restarts_on_postgres",
+    "tests/core/exporters/test_dashboards_prometheus.py::test_alert_rules_with_promtool",
+    "tests/core/cli/test_serve_browser.py::test_runs_and_compare_pages_load_without_console_errors",
+]
+
+
+def test_system_packages_0_skips_their_tests_and_says_why(tmp_path):
+    """README, "make test SYSTEM_PACKAGES=0": the tests that run Debian's
+    postgresql, prometheus (promtool) or chromium skip with a reason that names
+    the setting and the package, installed or not, and even under CI (where a
+    missing package is otherwise an error)."""
+    env = dict(os.environ, SYSTEM_PACKAGES="0", CI="1")
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:randomly", "-p",
+         "no:cacheprovider", *_NEEDS_SYSTEM_PACKAGES],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    out = result.stdout
+    assert result.returncode == 0, out[-3000:] + result.stderr[-3000:]
+    assert "3 skipped" in out and "passed" not in out, out
+    for what in ("postgresql", "prometheus (promtool)", "chromium and chromium-driver"):
+        assert f"SYSTEM_PACKAGES=0: needs Debian's {what}, left out on request" in out, out
+
+
+def test_make_test_installs_system_packages_unless_told_not_to():
+    """``make test`` as root installs the missing Debian packages, and says so
+    first; ``SYSTEM_PACKAGES=0`` runs no apt-get and hands the setting to
+    pytest; CI keeps installing everything (.ci/run pins SYSTEM_PACKAGES=1)."""
+    import shutil
+
+    import pytest
+
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+
+    def dry_run(*args):
+        env = {k: v for k, v in os.environ.items() if k != "SYSTEM_PACKAGES"}
+        return subprocess.run(["make", "-n", *args], cwd=REPO, env=env, capture_output=True,
+                              text=True, timeout=60, check=True).stdout
+
+    default = dry_run("system-packages")
+    assert "apt-get install" in default and "installing Debian packages" in default
+    off = dry_run("test", "SYSTEM_PACKAGES=0")
+    assert "apt-get" not in off
+    assert "SYSTEM_PACKAGES=0 .venv/bin/python -m pytest" in off
+    assert "SYSTEM_PACKAGES=1 .venv/bin/python -m pytest" in dry_run("test")
+    assert "make test SYSTEM_PACKAGES=1" in (REPO / ".ci" / "run").read_text()

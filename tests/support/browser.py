@@ -9,6 +9,8 @@ from typing import Any, List
 
 import pytest
 
+from tests.support.system_packages import require
+
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 DRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
 
@@ -16,11 +18,12 @@ DRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
 def chromium_or_skip(*extra_args: str) -> Any:
     """A new headless Chromium session (quit it when done), or the test skips.
     ``extra_args``: more Chromium switches (``--host-resolver-rules=...``)."""
+    require("chromium and chromium-driver",
+            os.access(CHROMIUM, os.X_OK) and os.access(DRIVER, os.X_OK),
+            "apt-get install chromium chromium-driver")
     webdriver = pytest.importorskip("selenium.webdriver")
     from selenium.webdriver.chrome.service import Service
 
-    if not (os.access(CHROMIUM, os.X_OK) and os.access(DRIVER, os.X_OK)):
-        pytest.skip("Debian's chromium and chromium-driver are not installed (make browser-tools)")
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
     for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",

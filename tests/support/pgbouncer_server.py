@@ -22,7 +22,7 @@ from typing import Optional
 
 from tests.support.postgres_server import PASSWORD, USER, PostgresServer, _free_port
 
-__all__ = ["Pgbouncer", "find_pgbouncer"]
+__all__ = ["Pgbouncer", "find_pgbouncer", "skip_without_pgbouncer"]
 
 
 def find_pgbouncer() -> Optional[str]:
@@ -31,6 +31,15 @@ def find_pgbouncer() -> Optional[str]:
         if candidate and os.access(candidate, os.X_OK):
             return candidate
     return None
+
+
+def skip_without_pgbouncer() -> None:
+    """Skips the calling test without pgbouncer or with ``SYSTEM_PACKAGES=0``;
+    under CI (``make test`` installs it) its absence is an error instead."""
+    from tests.support.system_packages import require
+
+    require("pgbouncer", find_pgbouncer() is not None, "apt-get install pgbouncer",
+            required_in_ci=True)
 
 
 class Pgbouncer:

@@ -37,15 +37,13 @@ def find_bindir() -> Optional[str]:
 
 
 def skip_without_postgres() -> None:
-    """Skips the calling test module when the server binaries are missing;
-    under CI (``.ci/run`` installs them) their absence is an error instead."""
-    if find_bindir() is None:
-        if os.environ.get("CI"):
-            raise RuntimeError("PostgreSQL server binaries missing: apt-get install postgresql")
-        import pytest
+    """Skips the calling test (or module) when the server binaries are missing
+    or ``SYSTEM_PACKAGES=0``; under CI (``.ci/run`` installs them) their absence
+    is an error instead."""
+    from tests.support.system_packages import require
 
-        pytest.skip("PostgreSQL is not installed (apt-get install postgresql)",
-                    allow_module_level=True)
+    require("postgresql", find_bindir() is not None, "apt-get install postgresql",
+            required_in_ci=True)
 
 
 def _free_port() -> int:

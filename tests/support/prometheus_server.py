@@ -14,7 +14,8 @@ import urllib.parse
 import urllib.request
 from typing import Any, Dict, List, Optional, Sequence
 
-import pytest
+
+from tests.support.system_packages import require
 
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
@@ -27,8 +28,7 @@ def _free_port() -> int:
 
 def binary_or_skip(name: str) -> str:
     path = shutil.which(name)
-    if path is None:
-        pytest.skip(f"Debian's prometheus ({name}) is not installed (make browser-and-prometheus)")
+    require(f"prometheus ({name})", path is not None, "apt-get install prometheus")
     return path
 
 

@@ -1,4 +1,4 @@
-"""README: GoodputRecorder takes the reference's arguments (same order and
+"""docs/recording.md: GoodputRecorder takes the reference's arguments (same order and
 defaults) plus optional ones of ours; so do its public methods. Compared
 with the installed ml-goodput-measurement."""
 

@@ -21,7 +21,7 @@ STEPS, LOAD, COMPUTE = 60, 0.05, 0.1
 
 
 def _readme_loop(store, run, **load_kwargs):
-    """The README's "Recording a run" loop, synchronous: each step loads a
+    """The README's loop ("Your own loop"), synchronous: each step loads a
     batch (0.05 s, nothing else runs meanwhile) then computes (0.1 s)."""
     clock = FakeClock(T0)
     rec = Recorder(run, store, clock=clock, hang_detection=False)
@@ -109,28 +109,33 @@ def test_the_seconds_counted_blocking_by_default_are_clipped_to_the_reports_wind
     assert "0.475 s counted blocking by default" in table
 
 
-def _readme_block(heading: str) -> str:
-    """The first ```python block under ``heading`` in the README."""
+def _readme_block(heading: str, page: str = "README.md") -> str:
+    """The first ```python block under ``heading`` in ``page`` (README.md, or a
+    page under docs/)."""
     import os
     import re
 
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
         os.path.abspath(__file__)))))
-    with open(os.path.join(root, "README.md"), encoding="utf-8") as f:
+    with open(os.path.join(root, page), encoding="utf-8") as f:
         text = f.read()
     section = text[text.index(heading):]
     return re.search(r"```python\n(.*?)```", section, re.S).group(1)
 
 
-def test_the_readme_loop_as_written_leaves_nothing_unexplained(tmp_path):
-    """The README's own loop ("Recording a run"), run as written with a fake clock
-    and stand-ins for the model (accelerator init 2 s, building the state 3 s, the
-    data pipeline 1.5 s, 2,001 steps of a 0.01 s load and 0.1 s of compute, an
-    evaluation of 0.5 s every 1,000 steps): every second is attributed, OTHER is 0
-    (the pipeline is built inside the preparation block)."""
+@pytest.mark.parametrize("page,heading", [("README.md", "## Your own loop"),
+                                          ("docs/recording.md", "## The recorder")])
+def test_the_readme_loop_as_written_leaves_nothing_unexplained(tmp_path, page, heading):
+    """The README's own loop ("Your own loop"), and the longer one that opens
+    docs/recording.md, run as written with a fake clock and stand-ins for the
+    model (accelerator init 2 s where the loop has one, building the state 3 s,
+    the data pipeline 1.5 s, 2,001 steps of a 0.01 s load and 0.1 s of compute,
+    an evaluation of 0.5 s every 1,000 steps where the loop has one): every
+    second is attributed, OTHER is 0 (the pipeline is built inside the
+    preparation block)."""
     import types
 
-    code = _readme_block("## Recording a run")
+    code = _readme_block(heading, page)
     made = 'rec = Recorder("my-run")'
     assert made in code
     clock = FakeClock(T0)
@@ -145,20 +150,32 @@ def test_the_readme_loop_as_written_leaves_nothing_unexplained(tmp_path):
         clock.advance(0.1)
         return state
 
+    def make_batches():
+        clock.advance(1.5)
+        return batches()
+
+    def make_state():  # the README's: (state, start step, batches) in one call
+        clock.advance(3.0)
+        return 0, 0, make_batches()
+
     names = {
         "jax": types.SimpleNamespace(devices=lambda: clock.advance(2.0) or ["cpu"]),
-        "make_state": lambda: (clock.advance(3.0), 0),
-        "make_batches": lambda: (clock.advance(1.5), batches())[1],
+        "make_state": make_state, "make_batches": make_batches,
         "train_step": step, "evaluate": lambda state: clock.advance(0.5),
         "num_steps": 2001,
     }
+    if "make_batches()" in code:  # docs/recording.md's: (state, start step), then batches
+        names["make_state"] = lambda: (clock.advance(3.0), 0)
+    init = 2.0 if "rec.tpu_init()" in code else 0.0
+    evals = 1.5 if "custom_badput_event(\"eval\")" in code else 0.0
     exec(code.replace(made, 'rec = Recorder("my-run", STORE, clock=CLOCK)'),
          {**names, "STORE": store, "CLOCK": clock})
     calc = Calculator("my-run", store, clock=clock)
     r = calc.cumulative()
     assert r.badput_seconds[B.OTHER] == 0.0
-    assert r.badput_seconds[B.TPU_INITIALIZATION] == pytest.approx(2.0)
+    assert r.badput_seconds[B.TPU_INITIALIZATION] == pytest.approx(init)
     assert r.badput_seconds[B.TRAINING_PREP] == pytest.approx(4.5)
     assert r.badput_seconds[B.DATA_LOADING_SYNC] == pytest.approx(2001 * 0.01, rel=1e-6)
-    assert r.custom_badput_seconds == {"EVAL": pytest.approx(1.5)}
-    assert r.total_seconds == pytest.approx(2.0 + 4.5 + 2001 * 0.11 + 1.5, abs=1e-3)
+    assert r.custom_badput_seconds == ({"EVAL": pytest.approx(evals)} if evals else {})
+    assert r.total_seconds == pytest.approx(init + 4.5 + 2001 * 0.11 + evals, abs=1e-3)
+    assert r.productive_seconds == pytest.approx(2001 * 0.1, rel=1e-6)

@@ -278,7 +278,7 @@ def test_a_real_run_without_hangs_records_none(tmp_path):
 # ------------------------------------------------ defaults and the environment
 def test_default_threshold_is_ten_steps_but_never_under_two_minutes_and_a_warning_names_it(
         caplog):
-    """README: ``max(10 x expected step time, 120 s)``, then one warning."""
+    """docs/insights.md: ``max(10 x expected step time, 120 s)``, then one warning."""
     rec, store, clock, mono, dog = _watched(HangSettings())
     rec.record_job_start_time()
     for k in range(20):

@@ -18,7 +18,6 @@ import sys
 import textwrap
 
 import psycopg
-import pytest
 
 from goodput_core.events import EventRecord
 from goodput_core.stores.postgres import PostgresStore
@@ -26,7 +25,7 @@ from goodput_core.stores.postgres.chunks import pack
 from goodput_core.stores.postgres.columns import unpack
 from tests.core.stores.test_postgres_columns import _odd_events, _same
 from tests.core.stores.test_postgres import _events
-from tests.support.pgbouncer_server import Pgbouncer, find_pgbouncer
+from tests.support.pgbouncer_server import Pgbouncer, skip_without_pgbouncer
 from tests.support.postgres_server import PostgresServer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
@@ -360,10 +359,7 @@ def test_packing_with_concurrent_writers_through_pgbouncer(tmp_path):
     (2 server sessions for all) while a reader reads it incrementally as the
     monitor does: every event stored once and read once, in id order, and the
     chunks are exactly the run's prefixes."""
-    if find_pgbouncer() is None:
-        if os.environ.get("CI"):
-            raise RuntimeError("pgbouncer missing: apt-get install pgbouncer")
-        pytest.skip("pgbouncer is not installed (apt-get install pgbouncer)")
+    skip_without_pgbouncer()  # `make test` installs it; an error in CI
     writers, n = 4, 300
     srv = PostgresServer()
     srv.start()

@@ -17,11 +17,10 @@ import textwrap
 import time
 
 import psycopg
-import pytest
 
 from goodput_core.stores import StoreError
 from goodput_core.stores.postgres import PostgresStore
-from tests.support.pgbouncer_server import Pgbouncer, find_pgbouncer
+from tests.support.pgbouncer_server import Pgbouncer, skip_without_pgbouncer
 from tests.support.postgres_server import PostgresServer, skip_without_postgres
 
 skip_without_postgres()  # .ci/run and `make test` install it
@@ -164,10 +163,7 @@ _BOUNCED = textwrap.dedent("""
 
 
 def test_8_writers_through_pgbouncer_in_transaction_mode_with_a_server_restart(tmp_path):
-    if find_pgbouncer() is None:  # `make test` installs it; say so loudly in CI
-        if os.environ.get("CI"):
-            raise RuntimeError("pgbouncer missing: apt-get install pgbouncer")
-        pytest.skip("pgbouncer is not installed (apt-get install pgbouncer)")
+    skip_without_pgbouncer()  # `make test` installs it; an error in CI
     writers, half = 8, 2000
     srv = PostgresServer()
     srv.start()

@@ -20,7 +20,7 @@ from goodput_core.timeline.buckets import BadputType as B
 from goodput_core.timeline.streams import lead_events
 from tests.support.fake_clock import FakeClock
 from tests.support.lockstep_hosts import lockstep_host
-from tests.support.postgres_server import PostgresServer, find_bindir
+from tests.support.postgres_server import PostgresServer, skip_without_postgres
 
 T0 = 1_700_000_000.0
 
@@ -218,10 +218,7 @@ def test_three_real_processes_on_sqlite(tmp_path):
 
 @pytest.fixture(scope="module")
 def postgres():
-    if find_bindir() is None:
-        if os.environ.get("CI"):
-            raise RuntimeError("PostgreSQL server binaries missing: apt-get install postgresql")
-        pytest.skip("PostgreSQL is not installed (apt-get install postgresql)")
+    skip_without_postgres()
     srv = PostgresServer()
     srv.start()
     yield srv

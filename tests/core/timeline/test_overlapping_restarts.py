@@ -24,7 +24,7 @@ from goodput_core.stores import open_store
 from goodput_core.timeline.buckets import BadputType as B
 from tests.support.cli_process import goodput
 from tests.support.overlapping_restarts import play_explicit, play_overlap
-from tests.support.postgres_server import find_bindir
+from tests.support.postgres_server import skip_without_postgres
 
 T0 = 1_700_000_000.0
 REC, WASTED = B.INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION, B.WASTED_PROGRESS_FROM_DISRUPTION
@@ -120,10 +120,7 @@ def test_the_second_attempt_of_explicit_times_has_its_span_in_the_trace(tmp_path
 
 @pytest.fixture(scope="module")
 def pg(request):
-    if find_bindir() is None:
-        if os.environ.get("CI"):
-            raise RuntimeError("PostgreSQL server binaries missing: apt-get install postgresql")
-        pytest.skip("PostgreSQL is not installed (apt-get install postgresql)")
+    skip_without_postgres()
     return request.getfixturevalue("postgres_server")
 
 

@@ -24,7 +24,7 @@ def test_adapter_unavailable_is_an_import_error():
 
 
 def test_importing_the_adapter_package_imports_no_framework():
-    """README: importing goodput_integrations.jax does not import jax (a fresh
+    """docs/jax.md: importing goodput_integrations.jax does not import jax (a fresh
     interpreter: this one has jax loaded by other tests)."""
     import subprocess
 
