@@ -77,6 +77,9 @@ class EventTables:
             # no dedup here: back-to-back zero-length intervals legitimately
             # repeat (kind, time); a duplicated start or end is merely unmatched
             self.tables[fam] = Table(("e", "key") if fam in KEYED_FAMILIES else ("e",), dedup=False)
+        # rule 13: the stragglers' stalls carved from the lead's steps (a run
+        # written by many hosts), as intervals: set by replace_carved, not events
+        self.tables["carved"] = Table(("end",), dedup=False)
         self.skipped: collections.Counter = collections.Counter()
         self.names: Dict[str, List[str]] = {"custom": [], "wait": [], "disruption": [],
                                             "metric": []}
@@ -163,6 +166,29 @@ class EventTables:
         for i in rest:
             self._add_one(page.record(i), None, base + i, rows)
         return self._commit(rows, arrays, side0)
+
+    def replace_carved(self, from_t: float, starts: np.ndarray, ends: np.ndarray) -> float:
+        """Replaces the carved stalls that start at or after ``from_t`` by
+        ``(starts, ends)`` (sorted, all at or after ``from_t``); returns the
+        earliest start that changed (inf: nothing did)."""
+        table = self.tables["carved"]
+        i = int(np.searchsorted(table["t"], from_t, side="left"))
+        old_s, old_e = table["t"][i:], table["end"][i:]
+        n = min(len(old_s), len(starts))
+        same = np.flatnonzero((old_s[:n] != starts[:n]) | (old_e[:n] != ends[:n]))
+        if len(same):
+            j = int(same[0])
+        elif len(old_s) == len(starts):
+            return _INF
+        else:
+            j = n
+        changed = min(float(old_s[j]) if j < len(old_s) else _INF,
+                      float(starts[j]) if j < len(starts) else _INF)
+        table.cols["t"].truncate(i + j)
+        table.cols["end"].truncate(i + j)
+        table.cols["t"].extend(starts[j:])
+        table.cols["end"].extend(ends[j:])
+        return changed
 
     def _commit(self, rows, arrays, side0: int) -> Tuple[float, int]:
         """Inserts the routed rows and arrays into their tables."""

@@ -117,6 +117,14 @@ class Timeline:
             self.dirty_from = min(self.dirty_from, earliest)
         return stored
 
+    def set_carved(self, from_t: float, starts: np.ndarray, ends: np.ndarray) -> None:
+        """Replaces the stragglers' stalls carved from the lead's steps that
+        start at or after ``from_t`` (rule 13, a run written by many hosts:
+        painted as input stalls; ``starts`` sorted)."""
+        changed = self.tables.replace_carved(from_t, np.asarray(starts, np.float64),
+                                             np.asarray(ends, np.float64))
+        self.dirty_from = min(self.dirty_from, changed)
+
     def update(self) -> None:
         """Brings the spans up to date with the events added so far."""
         if self.dirty_from == _INF:
@@ -204,7 +212,10 @@ class Timeline:
         pairs["dl"] = (_E, _E, _E, pairs["dl"][3])
         # input stalls block wherever they lie, and so do loads through the
         # native context manager (rule 16); the rest of a load stays overlapped
-        sts, ste = union(*_cat(pairs["stall"][:2], pairs["bload"][:2]))
+        cv = T["carved"]  # rule 13: the stragglers' stalls (none on one writer's runs)
+        k = int(np.searchsorted(cv["t"], F, side="left"))
+        sts, ste = union(*_cat(pairs["stall"][:2], pairs["bload"][:2], (cv["t"][k:],
+                                                                         cv["end"][k:])))
         if len(sts):
             ins, ine = split_by_regions(ins, ine, sts, ste)[2:]
             outs, oute = _cat((outs, oute), (sts, ste))
@@ -259,9 +270,10 @@ class Timeline:
                     c = trailing_start(t, e, F)
                     if c < F:
                         F, changed = c, True
-            cross = (ob["t"] < F) & (ob["end"] > F)
-            if cross.any():
-                F, changed = float(ob["t"][cross].min()), True
+            for iv in (ob, T["carved"]):  # intervals that cross F
+                cross = (iv["t"] < F) & (iv["end"] > F)
+                if cross.any():
+                    F, changed = float(iv["t"][cross].min()), True
         return F
 
     def _split_skips(self, skip_times: Dict[str, List[np.ndarray]], F: float) -> None:

@@ -127,19 +127,26 @@ class Raw:
                 self.corrupt["corrupt_extra"] += 1
         return out, keep
 
-    def page(self, run: str) -> EventPage:
+    def page(self, run: str, with_writers: bool = False) -> EventPage:
         """The columns the engine reads (corrupt extras dropped and counted;
-        rows with the same extra text share its parsed dict)."""
+        rows with the same extra text share its parsed dict); ``with_writers``:
+        also each row's writer id and sequence number."""
         extra, keep = self.parsed_extras(share=True)
         has_step = self.has_step.astype(bool)
         if not keep.all():
             where = np.cumsum(keep) - 1
             extra = {int(where[i]): x for i, x in extra.items()}
-            return EventPage(run, self.kind[keep].astype(np.int64), self.time[keep],
+            page = EventPage(run, self.kind[keep].astype(np.int64), self.time[keep],
                              self.step[keep], has_step[keep], self.wt[keep], extra,
                              dict(self.corrupt))
-        return EventPage(run, self.kind.astype(np.int64), self.time, self.step, has_step,
-                         self.wt, extra, dict(self.corrupt))
+        else:
+            keep = slice(None)
+            page = EventPage(run, self.kind.astype(np.int64), self.time, self.step, has_step,
+                             self.wt, extra, dict(self.corrupt))
+        if with_writers:
+            page.writer = self.writer[keep].astype(np.int32, copy=False)
+            page.seq = self.seq[keep].astype(np.int64, copy=False)
+        return page
 
     def records(self, run: str, writers) -> List[EventRecord]:
         """EventRecords (``writers``: writer id -> (process_index, host, pid, attempt))."""

@@ -39,6 +39,9 @@ def is_busy(exc: sqlite3.OperationalError) -> bool:
 class ReadPath:
     """Reading events (records or columns) and read-only connections."""
 
+    #: ``read_columns`` takes ``writers=True`` (each row's writer and sequence number)
+    columns_with_writers = True
+
     def _connect_readonly(self) -> sqlite3.Connection:
         """``mode=ro``; when the WAL index cannot be opened (no -shm file and a
         directory we may not write, so no writer is attached either),
@@ -80,21 +83,26 @@ class ReadPath:
             return raw.records(run, h.writers), cursor
 
     @_gated
-    def read_columns(self, run: str, since: Cursor = None,
-                     limit: Optional[int] = None) -> Tuple[EventPage, Cursor]:
+    def read_columns(self, run: str, since: Cursor = None, limit: Optional[int] = None,
+                     writers: bool = False) -> Tuple[EventPage, Cursor]:
         """As :meth:`read`, but the events as numpy columns (no Python object
-        per event): what the engine reads (:meth:`EventTables.add_page`)."""
+        per event): what the engine reads (:meth:`EventTables.add_page`).
+        ``writers``: each row's writer and sequence number too
+        (``EventPage.writer``, ``seq``, ``writer_keys``)."""
         if limit is not None and limit <= 0:
             return EventPage.empty(run), since
         h = self._handle()
-        raw, cursor = self._read_raw(h, run, since, limit, True)
+        raw, cursor = self._read_raw(h, run, since, limit, not writers)
         if raw is None:
             return EventPage.empty(run), cursor
-        page = raw.page(run)
-        w = raw.writer
+        page = raw.page(run, with_writers=writers)
+        w = page.writer if writers else raw.writer
         distinct = w[:1] if len(w) and (w == w[0]).all() else np.unique(w)
-        page.process_indices = tuple({h.writers[x][0] for x in distinct.tolist()})
-        page.writers = tuple({h.writers[x][1:3] for x in distinct.tolist()})
+        keys = {x: h.writers[x] for x in distinct.tolist()}
+        page.process_indices = tuple({k[0] for k in keys.values()})
+        page.writers = tuple({k[1:3] for k in keys.values()})
+        if writers:
+            page.writer_keys = keys
         return page, cursor
 
     def _read_raw(self, h, run: str, since: Cursor, limit: Optional[int],

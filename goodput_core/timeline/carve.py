@@ -1,0 +1,235 @@
+"""Stragglers by arrays: per step, the slowest host's blocking time carved
+from the lead's step (semantics rule 13; :mod:`.stragglers` says the rule).
+
+The per-event pass (:mod:`.stragglers`) reads pieces made of records; this
+module reads a piece's columns (:class:`StepBlocking`: its step spans and
+the union of its blocking intervals, numpy arrays) and computes the same
+carved intervals with the same float operations: a step's blocking seconds
+are the clipped lengths added left to right (by columns up to ``_MEETS``
+intervals, one by one beyond, as that pass does), the slowest host is the
+first of equals in the order given, and the carve is
+:func:`.free_time.free_time_by_columns` where the lead and the slowest host
+blocked at most once in the step, :func:`.free_time.free_time` elsewhere.
+"""
+
+from __future__ import annotations
+
+from typing import List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from goodput_core.timeline.free_time import EPS, free_time, free_time_by_columns
+from goodput_core.timeline.stragglers import _MEETS, _union_by_columns
+
+__all__ = ["StepBlocking", "carve", "union_of_pairs"]
+
+_E = np.empty(0)
+
+
+def union_of_pairs(families: Sequence[Tuple[np.ndarray, np.ndarray]]
+                   ) -> Tuple[np.ndarray, np.ndarray]:
+    """The union of the blocking intervals of start/end families, each
+    ``(times, is_end)`` in (time, seq) order: within a family, an end closes
+    an interval exactly when the family's previous event is a start (rule 7's
+    pairing); empty intervals are dropped."""
+    a_all, b_all = [], []
+    for t, e in families:
+        if len(t) < 2:
+            continue
+        closes = np.flatnonzero((e[1:] == 1) & (e[:-1] == 0)) + 1
+        a, b = t[closes - 1], t[closes]
+        keep = b > a
+        a_all.append(a[keep])
+        b_all.append(b[keep])
+    if not a_all:
+        return _E, _E
+    a, b = np.concatenate(a_all), np.concatenate(b_all)
+    order = np.lexsort((b, a))
+    merged = _union_by_columns(a[order], b[order])
+    if not merged:
+        return _E, _E
+    xs, ys = zip(*merged)
+    return np.asarray(xs, np.float64), np.asarray(ys, np.float64)
+
+
+class StepBlocking:
+    """One piece's step spans and blocking intervals.
+
+    Args:
+      steps: the step numbers of its spans (rule 3: a step runs to the next
+        step start where that is later; the last one to its step end or job
+        end), in time order; ``a``, ``b``: their starts and ends.
+      xs, ys: the union of its blocking intervals, sorted and disjoint.
+    """
+
+    __slots__ = ("steps", "a", "b", "xs", "ys", "_lookup")
+
+    def __init__(self, steps: np.ndarray, a: np.ndarray, b: np.ndarray, xs: np.ndarray,
+                 ys: np.ndarray):
+        self.steps, self.a, self.b, self.xs, self.ys = steps, a, b, xs, ys
+        self._lookup = None
+
+    @classmethod
+    def of(cls, t: np.ndarray, k: np.ndarray, step_ends: dict, job_end: Optional[float],
+           xs: np.ndarray, ys: np.ndarray) -> "StepBlocking":
+        """From a piece's step starts (``t``, ``k``: time order), its step ends
+        (``{step: time}``, the last of each) and first job end."""
+        later = t[:-1] < t[1:]
+        a, b, kept = t[:-1][later], t[1:][later], k[:-1][later]
+        if len(k):
+            end = step_ends.get(int(k[-1]), job_end)
+            if end is not None and end > t[-1]:
+                a, b = np.append(a, t[-1]), np.append(b, end)
+                kept = np.append(kept, k[-1])
+        return cls(kept, a, b, xs, ys)
+
+    def lookup(self) -> Tuple[np.ndarray, np.ndarray]:
+        """``(sorted distinct steps, the row of each one's last span)``."""
+        if self._lookup is None:
+            s = self.steps
+            if len(s) < 2 or (s[1:] > s[:-1]).all():
+                self._lookup = (s, np.arange(len(s)))
+            else:
+                rev = s[::-1]
+                uniq, first_in_rev = np.unique(rev, return_index=True)
+                self._lookup = (uniq, len(s) - 1 - first_in_rev)
+        return self._lookup
+
+    def rows_of(self, steps: np.ndarray) -> np.ndarray:
+        """The row of each of ``steps``' last span (-1: none)."""
+        uniq, rows = self.lookup()
+        i = np.searchsorted(uniq, steps)
+        ok = (i < len(uniq)) & (uniq[np.minimum(i, len(uniq) - 1)] == steps) if len(uniq) else \
+            np.zeros(len(steps), bool)
+        return np.where(ok, rows[np.minimum(i, max(len(uniq) - 1, 0))], -1)
+
+    def within(self, a: float, b: float) -> List[Tuple[float, float]]:
+        """Its blocking intervals meeting ``[a, b)``, clipped to it."""
+        out = []
+        xs, ys = self.xs, self.ys
+        for i in range(int(np.searchsorted(ys, a, side="right")), len(xs)):
+            x, y = float(xs[i]), float(ys[i])
+            if x >= b:
+                break
+            out.append((max(x, a), min(y, b)))
+        return out
+
+    def meeting(self, a: np.ndarray, b: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+        """For spans ``[a, b)``: the first blocking interval that meets each, and how many do."""
+        first = np.searchsorted(self.ys, a, side="right")
+        return first, np.searchsorted(self.xs, b, side="left") - first
+
+    def seconds(self, rows: np.ndarray) -> np.ndarray:
+        """Blocking seconds inside each span of ``rows`` (clipped lengths added
+        left to right from 0)."""
+        a, b = self.a[rows], self.b[rows]
+        first, meets = self.meeting(a, b)
+        w = np.zeros(len(rows))
+        xs, ys = self.xs, self.ys
+        for j in range(min(int(meets.max(initial=0)), _MEETS)):
+            on = meets > j
+            i = first[on] + j
+            w[on] += np.minimum(ys[i], b[on]) - np.maximum(xs[i], a[on])
+        for j in np.flatnonzero(meets > _MEETS).tolist():
+            w[j] = _inside(self.within(float(a[j]), float(b[j])))
+        return w
+
+    def clipped(self, a: np.ndarray, b: np.ndarray):
+        """For spans ``[a, b)``: how many blocking intervals meet each, and the
+        first of them clipped to it (the span's start twice where none does)."""
+        first, meets = self.meeting(a, b)
+        if not len(self.xs):
+            return meets, a.copy(), a.copy()
+        i = np.minimum(first, len(self.xs) - 1)
+        some = meets > 0
+        return (meets, np.where(some, np.maximum(self.xs[i], a), a),
+                np.where(some, np.minimum(self.ys[i], b), a))
+
+
+def _inside(clipped: List[Tuple[float, float]]) -> float:
+    return sum(y - x for x, y in clipped)
+
+
+def carve(lead: StepBlocking, others: Sequence[StepBlocking]) -> Tuple[np.ndarray, np.ndarray]:
+    """The input stalls carved from ``lead``'s steps where one of ``others``
+    (the other pieces of its attempt, in the rules' order) blocked longer in
+    its own step of the same number: ``(starts, ends)``, in step order."""
+    if not len(lead.steps):
+        return _E, _E
+    lead_steps, lead_rows = lead.lookup()
+    n_rows = len(lead.a)
+    worst_w = np.zeros(n_rows)
+    worst_p = np.full(n_rows, -1)
+    for n, p in enumerate(others):
+        if not len(p.xs) or not len(p.steps):
+            continue
+        p_steps, p_rows = p.lookup()
+        pos = lead.rows_of(p_steps)
+        common = pos >= 0
+        if not common.any():
+            continue
+        pos, rows = pos[common], p_rows[common]
+        w = p.seconds(rows)
+        slower = w > worst_w[pos]
+        worst_w[pos[slower]] = w[slower]
+        worst_p[pos[slower]] = n
+    rows = lead_rows[worst_p[lead_rows] >= 0]  # in step order
+    if not len(rows):
+        return _E, _E
+    steps = lead.steps[rows]
+    carved = _by_columns(lead, others, steps, rows, worst_w, worst_p)
+    xs: List[float] = []
+    ys: List[float] = []
+    for j in range(len(rows)):
+        free = carved[j]
+        if free is None:
+            row = int(rows[j])
+            a, b = float(lead.a[row]), float(lead.b[row])
+            own_k = lead.within(a, b)
+            need = min(float(worst_w[row]), b - a) - _inside(own_k)
+            if need <= EPS:
+                continue
+            p = others[int(worst_p[row])]
+            prow = int(p.rows_of(steps[j:j + 1])[0])
+            pa, pb = float(p.a[prow]), float(p.b[prow])
+            shift = a - pa
+            where = [(x + shift, y + shift) for x, y in p.within(pa, pb)]
+            free = free_time(own_k, where, a, b, need)
+        for x, y in free:
+            xs.append(x)
+            ys.append(y)
+    return np.asarray(xs, np.float64), np.asarray(ys, np.float64)
+
+
+def _by_columns(lead: StepBlocking, others: Sequence[StepBlocking], steps: np.ndarray,
+                rows: np.ndarray, worst_w: np.ndarray, worst_p: np.ndarray
+                ) -> List[Optional[list]]:
+    """The carve of each step where the lead blocked at most once and the
+    slowest host exactly once, by columns; None for the others."""
+    a, b = lead.a[rows], lead.b[rows]
+    own_meets, ox, oy = lead.clipped(a, b)
+    need = np.minimum(worst_w[rows], b - a) - np.where(own_meets == 1, oy - ox, 0.0)
+    winner = worst_p[rows]
+    m = len(rows)
+    wx, wy, fits = np.empty(m), np.empty(m), own_meets <= 1
+    for n in np.unique(winner).tolist():
+        mine = np.flatnonzero(winner == n)
+        p = others[n]
+        prow = p.rows_of(steps[mine])
+        pa, pb = p.a[prow], p.b[prow]
+        meets, x, y = p.clipped(pa, pb)
+        shift = a[mine] - pa
+        wx[mine], wy[mine] = x + shift, y + shift
+        fits[mine] &= meets == 1
+    fits &= wy > wx  # a shifted interval that rounding emptied: one by one
+    emit, xs, ys = free_time_by_columns(a, b, np.where(own_meets == 1, ox, a),
+                                        np.where(own_meets == 1, oy, a), wx, wy, need)
+    emit &= fits[:, None]
+    counts = emit.sum(axis=1)[fits].tolist()
+    xs, ys = xs[emit].tolist(), ys[emit].tolist()
+    out: List[Optional[list]] = [None] * m
+    done = 0
+    for j, c in zip(np.flatnonzero(fits).tolist(), counts):
+        out[j] = list(zip(xs[done:done + c], ys[done:done + c]))
+        done += c
+    return out

@@ -1,0 +1,362 @@
+"""A run written by many writer processes, held as columns per writer
+(docs/large-runs.md, "Many hosts").
+
+Rule 13 (:mod:`goodput_core.timeline.streams`) asks of each writer process
+its *pieces* (the process cut at its job starts), the blocking time of each
+of its steps, and, for the lead's pieces only, every event. A run written by
+every host of a large job holds millions of events per host, so this module
+keeps them as compact columns per writer, filled from a store's column pages
+(:class:`~goodput_core.stores.columns.EventPage` read with ``writers=True``):
+
+* step starts with a step number: time and step (16 bytes each);
+* input stalls, blocking loads and loads (the three families a host repeats
+  every step): time and a start/end flag (9 bytes each);
+* every other event as a record (job starts and ends, disruptions, step
+  ends, heartbeats, metrics, metadata, saves...: a few per attempt).
+
+Each family is kept in ``(time, arrival)`` order, which is the per-event
+pass's ``(time, seq)`` order as long as every writer's events reach the store
+in sequence order. A run where that does not hold, or with a step or
+blocking event at the very instant of one of its own writer's job starts
+(which attempt it belongs to is then a matter of sequence numbers), or with
+a time that is not finite, is *odd*: :attr:`RunColumns.odd` says why, and the
+reader keeps the per-event pass for it.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+from typing import Any, Dict, List, Optional, Tuple
+
+import numpy as np
+
+from goodput_core.events import EventRecord, Kind
+from goodput_core.stores.columns import EventPage
+from goodput_core.timeline.intervals import Growable
+
+__all__ = ["FAMILIES", "Stream", "RunColumns", "Piece", "t_of"]
+
+#: The families kept as columns, by name: (start kind, end kind).
+FAMILIES = {"stall": (int(Kind.INPUT_STALL_START), int(Kind.INPUT_STALL_END)),
+            "bload": (int(Kind.BLOCKING_LOAD_START), int(Kind.BLOCKING_LOAD_END)),
+            "dl": (int(Kind.DATA_LOADING_START), int(Kind.DATA_LOADING_END))}
+_FAMILY_NAMES = tuple(FAMILIES)
+_STEP, _JOB_START = int(Kind.STEP_START), int(Kind.JOB_START)
+_SCHEDULING = (int(Kind.JOB_SUBMITTED), int(Kind.RESOURCES_GRANTED))
+_LUT = np.full(256, -1, np.int8)  # kind -> family number (steps: 3), -1: a record
+_END = np.zeros(256, np.int8)
+for _n, (_s, _e) in enumerate(FAMILIES.values()):
+    _LUT[_s], _LUT[_e], _END[_e] = _n, _n, 1
+_STEPS = len(FAMILIES)
+
+
+def t_of(e: EventRecord) -> float:
+    """When an event happened (the per-event pass's ``_t``): its time, else
+    its write time (an Orbax entry without a start), else 0."""
+    t = e[2]
+    if t == t and abs(t) != math.inf:
+        return t
+    w = e[10]
+    return w if w == w else 0.0
+
+
+class _Column:
+    """Growable sorted columns ``t`` (and ``v``: a step number or an end flag),
+    in (time, arrival) order."""
+
+    __slots__ = ("t", "v")
+
+    def __init__(self, vtype):
+        self.t = Growable(np.float64)
+        self.v = Growable(vtype)
+
+    def __len__(self) -> int:
+        return self.t.n
+
+    def add(self, t: np.ndarray, v: np.ndarray) -> float:
+        """Appends rows (in arrival order); returns the earliest time whose
+        rows changed position or were added (inf: none)."""
+        if not len(t):
+            return math.inf
+        old = self.t.a
+        if (not len(old) or t[0] >= old[-1]) and (len(t) < 2 or (t[1:] >= t[:-1]).all()):
+            self.t.extend(t)
+            self.v.extend(v)
+            return float(t[0])
+        # late rows: a stable sort keeps arrival order among equal times
+        tt, vv = np.concatenate((old, t)), np.concatenate((self.v.a, v))
+        order = np.argsort(tt, kind="stable")
+        self.t.replace(tt[order])
+        self.v.replace(vv[order])
+        return float(t.min())
+
+    @property
+    def nbytes(self) -> int:
+        return self.t.nbytes + self.v.nbytes
+
+
+class Stream:
+    """The events of one writer process, ``(host, pid)``.
+
+    Attributes:
+      key: ``(host, pid)`` (``("", -1 - index)`` for events that carry only an
+        index; None for events of an unknown writer).
+      order: when it first appeared among the run's writers.
+      index: the index it settles on: that of its event with the greatest
+        (write time, seq), the first of equals.
+      steps: step starts with a step number (``t``, ``v`` = the step).
+      families: ``{name: columns}`` of input stalls, blocking loads, loads
+        (``v`` = 1 for an end).
+      records: every other event, in (time, seq) order (``record_t``: their times).
+      changed_from: the earliest time whose events changed since the last
+        :meth:`RunColumns.take_changes` (inf: none).
+    """
+
+    def __init__(self, key, order: int):
+        self.key, self.order = key, order
+        self.index = 0  # (the scheduler's events left out, as the lead's rules do)
+        self.host_index = 0  # (with them: a host of the per-host breakdown)
+        self._best = (-math.inf, -math.inf)
+        self._host_best = (-math.inf, -math.inf)
+        self.last_seq = -math.inf
+        self.steps = _Column(np.int64)
+        self.families = {name: _Column(np.int8) for name in _FAMILY_NAMES}
+        self.records: List[EventRecord] = []
+        self.record_t: List[float] = []
+        self._record_keys: List[Tuple[float, int]] = []
+        self.changed_from = math.inf
+        self.version = 0
+        self._pieces: Optional[List["Piece"]] = None
+
+    @property
+    def nbytes(self) -> int:
+        return self.steps.nbytes + sum(c.nbytes for c in self.families.values())
+
+    def _add_record(self, e: EventRecord) -> float:
+        t = t_of(e)
+        key = (t, e[9])
+        at = bisect_right(self._record_keys, key)
+        self._record_keys.insert(at, key)
+        self.record_t.insert(at, t)
+        self.records.insert(at, e)
+        return t
+
+    def cut_times(self) -> List[float]:
+        """The times of its job starts that begin a piece (all but the first)."""
+        return [k[0] for k, e in zip(self._record_keys, self.records) if e[1] == _JOB_START][1:]
+
+    def pieces(self) -> List["Piece"]:
+        """Its pieces (:class:`Piece`), its scheduler events left out (cached)."""
+        if self._pieces is None:
+            self._pieces = _pieces_of(self)
+        return self._pieces
+
+
+class Piece:
+    """One attempt of one writer process (rule 13): the rows of its stream
+    between two of its job starts (the events before the first one belong to
+    the first piece), with what the rules code reads of it (``key``, ``index``,
+    ``start``, ``end``, ``kinds``: the kinds it holds, as a set)."""
+
+    __slots__ = ("stream", "number", "key", "index", "start", "end", "kinds", "lo", "hi",
+                 "records", "cache")
+
+    def __init__(self, stream: Stream, number: int, lo: Dict[str, int], hi: Dict[str, int],
+                 records: List[EventRecord]):
+        self.stream, self.number = stream, number
+        self.key, self.index = stream.key, stream.index
+        self.lo, self.hi, self.records = lo, hi, records
+        times = [t_of(e) for e in records]
+        kinds = {e[1] for e in records}
+        if hi["steps"] > lo["steps"]:
+            kinds.add(_STEP)
+            a = stream.steps.t.a
+            times += [float(a[lo["steps"]]), float(a[hi["steps"] - 1])]
+        for name, (s, e) in FAMILIES.items():
+            if hi[name] > lo[name]:
+                col = stream.families[name]
+                ends = col.v.a[lo[name]:hi[name]]
+                if ends.any():
+                    kinds.add(e)
+                if not ends.all():
+                    kinds.add(s)
+                times += [float(col.t.a[lo[name]]), float(col.t.a[hi[name] - 1])]
+        self.kinds = kinds
+        self.start = min(times)
+        self.end = max(times)
+        self.cache: Dict[str, Any] = {}
+
+    def identity(self) -> tuple:
+        """What the rules read of it (equal identities: the same structure)."""
+        return (self.key, self.number, self.index, self.start, self.end, _STEP in self.kinds)
+
+    def column(self, name: str) -> Tuple[np.ndarray, np.ndarray]:
+        """``(t, v)`` of one of its columns (``"steps"`` or a family), views."""
+        col = self.stream.steps if name == "steps" else self.stream.families[name]
+        return col.t.a[self.lo[name]:self.hi[name]], col.v.a[self.lo[name]:self.hi[name]]
+
+    def of_kind(self, kind: int) -> List[EventRecord]:
+        """Its records of ``kind`` (records only: not steps nor families), in order."""
+        return [e for e in self.records if e[1] == kind]
+
+
+def _pieces_of(stream: Stream) -> List[Piece]:
+    """A stream cut at its job starts (the rows before the first belong to the
+    first piece); scheduler events are the job's, not a piece's."""
+    recs = [(k, e) for k, e in zip(stream._record_keys, stream.records)
+            if e[1] not in _SCHEDULING]
+    cuts = [i for i, (_, e) in enumerate(recs) if e[1] == _JOB_START][1:]
+    names = ("steps",) + _FAMILY_NAMES
+    cols = {"steps": stream.steps.t.a}
+    cols.update((n, stream.families[n].t.a) for n in _FAMILY_NAMES)
+    # (no step or family row sits at a cut's time: RunColumns.odd otherwise)
+    at = [recs[i][0][0] for i in cuts]
+    bounds = {n: [0] + np.searchsorted(cols[n], at).tolist() + [len(cols[n])] for n in names}
+    rec_bounds = [0] + cuts + [len(recs)]
+    out = []
+    for j in range(len(cuts) + 1):
+        lo = {n: bounds[n][j] for n in names}
+        hi = {n: bounds[n][j + 1] for n in names}
+        records = [e for _, e in recs[rec_bounds[j]:rec_bounds[j + 1]]]
+        if records or any(hi[n] > lo[n] for n in names):
+            out.append(Piece(stream, j, lo, hi, records))
+    return out
+
+
+def _latest(key: np.ndarray, seq: np.ndarray, mask: Optional[np.ndarray]):
+    """``((key, seq), row)`` of the row with the greatest ``(key, seq)`` (the
+    first of equals) among ``mask`` (None: all); None when there is none."""
+    rows = np.arange(len(key)) if mask is None else np.flatnonzero(mask)
+    if not len(rows):
+        return None
+    k = key[rows]
+    top = k.max()
+    cand = rows[k == top]
+    best = int(cand[np.argmax(seq[cand])])
+    return (float(top), int(seq[best])), best
+
+
+class RunColumns:
+    """Every writer process of one run, as :class:`Stream` columns.
+
+    Attributes:
+      streams: ``{key: Stream}`` in order of first appearance (key None: the
+        events of an unknown writer, kept apart as the job's).
+      odd: why the run must be read event by event (None: it need not).
+      events: how many events were added.
+    """
+
+    def __init__(self, run: Optional[str]):
+        self.run = run
+        self.streams: Dict[Any, Stream] = {}
+        self.odd: Optional[str] = None
+        self.events = 0
+        self._codes: Dict[int, Tuple[Any, int]] = {}  # writer code -> (stream key, index)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(s.nbytes for s in self.streams.values())
+
+    def _stream(self, key) -> Stream:
+        s = self.streams.get(key)
+        if s is None:
+            s = self.streams[key] = Stream(key, len(self.streams))
+        return s
+
+    def add_page(self, page: EventPage) -> None:
+        """Adds a page read with its writers (``EventPage.writer``)."""
+        n = len(page)
+        if not n:
+            return
+        self.events += n
+        codes, inverse = np.unique(page.writer, return_inverse=True)
+        streams: List[Stream] = []
+        sid_of_code = []
+        for c in codes.tolist():
+            index, host, pid = page.writer_keys[c][:3]
+            key = (host, pid) if (host or pid) else (("", -1 - int(index)) if index else None)
+            stream = self._stream(key)
+            if stream not in streams:
+                streams.append(stream)
+            sid_of_code.append(streams.index(stream))
+        sid = np.asarray(sid_of_code, np.int64)[inverse]
+        if len(streams) == 1:
+            groups = [(streams[0], np.arange(n))]
+        else:
+            order = np.argsort(sid.astype(np.int32 if len(streams) > 32767 else np.int16),
+                               kind="stable")
+            bounds = np.cumsum(np.bincount(sid, minlength=len(streams))).tolist()
+            groups = [(s, order[a:b]) for s, a, b in zip(streams, [0] + bounds, bounds)]
+        index_of = np.array([page.writer_keys[c][0] for c in codes.tolist()], np.int64)[inverse]
+        for stream, rows in groups:
+            self._add_rows(stream, page, rows, index_of[rows])
+
+    def _add_rows(self, stream: Stream, page: EventPage, rows: np.ndarray,
+                  index: np.ndarray) -> None:
+        kind, t, seq = page.kind[rows], page.time[rows], page.seq[rows]
+        if len(seq) and (seq[0] < stream.last_seq or (seq[1:] < seq[:-1]).any()):
+            self.odd = self.odd or "a writer's events out of sequence order"
+        if len(seq):
+            stream.last_seq = max(stream.last_seq, int(seq[-1]))
+        fam = _LUT[kind]
+        is_step = (kind == _STEP) & page.has_step[rows]
+        fam = np.where(is_step, _STEPS, fam)
+        columnar = fam >= 0
+        if not np.isfinite(t[columnar]).all():
+            self.odd = self.odd or "a time that is not a finite number"
+        # the settled index: the greatest (write time, or time, seq); the first of equals
+        wt = page.write_time[rows]
+        key = np.where(np.isnan(wt), np.where(np.isfinite(t), t, 0.0), wt)
+        best = _latest(key, seq, None)
+        if best is not None and best[0] > stream._host_best:
+            stream._host_best, stream.host_index = best[0], int(index[best[1]])
+        sched = np.isin(kind, _SCHEDULING)
+        best = _latest(key, seq, ~sched) if sched.any() else best
+        if best is not None and best[0] > stream._best:
+            stream._best, stream.index = best[0], int(index[best[1]])
+        changed = math.inf
+        steps = fam == _STEPS
+        if steps.any():
+            changed = min(changed, stream.steps.add(t[steps], page.step[rows][steps]))
+        for n, name in enumerate(_FAMILY_NAMES):
+            mine = fam == n
+            if mine.any():
+                changed = min(changed, stream.families[name].add(t[mine], _END[kind[mine]]))
+        for i in rows[~columnar].tolist():
+            e = page.record(i)
+            changed = min(changed, stream._add_record(e))
+        stream.changed_from = min(stream.changed_from, changed)
+        stream.version += 1
+        stream._pieces = None
+        if self.odd is None:
+            self._check_cuts(stream)
+
+    def _check_cuts(self, stream: Stream) -> None:
+        """A step or family row at the instant of one of its stream's job
+        starts makes the run odd (module docstring)."""
+        starts = stream.cut_times()
+        if not starts:
+            return
+        at = np.asarray(starts)
+        for col in [stream.steps] + list(stream.families.values()):
+            a = col.t.a
+            if len(a):
+                i = np.searchsorted(a, at)
+                if ((i < len(a)) & (a[np.minimum(i, len(a) - 1)] == at)).any():
+                    self.odd = "an event at the instant of its own writer's job start"
+                    return
+
+    def take_changes(self) -> Dict[Any, float]:
+        """``{key: earliest changed time}`` of the streams changed since the
+        last call, which are then marked unchanged."""
+        out = {}
+        for key, s in self.streams.items():
+            if s.changed_from != math.inf:
+                out[key] = s.changed_from
+                s.changed_from = math.inf
+        return out
+
+    def writers(self) -> List[Stream]:
+        """The known writers' streams (not the unknown writer's), in order."""
+        return [s for k, s in self.streams.items() if k is not None]

@@ -1,0 +1,211 @@
+"""The job of a run written by many hosts, from its columns (semantics rule
+13; docs/large-runs.md, "Many hosts").
+
+What :func:`goodput_core.timeline.streams.lead_events` computes from records,
+computed from :class:`~goodput_core.timeline.host_columns.RunColumns`: which
+pieces form each attempt of the job and which of them lead (the same rules
+code, :func:`~goodput_core.timeline.streams._job_attempts` and
+:func:`~goodput_core.timeline.streams._lead_chain`, given piece summaries),
+the lead's events as pages of columns, the disruption a lead piece borrows,
+every stream's metrics and metadata, the scheduler's times, and the
+stragglers' carved stalls (:mod:`.carve`) as intervals.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from goodput_core.events import EventRecord, Kind
+from goodput_core.stores.columns import EventPage
+from goodput_core.timeline.carve import StepBlocking, carve, union_of_pairs
+from goodput_core.timeline.host_columns import FAMILIES, Piece, RunColumns, Stream, t_of
+from goodput_core.timeline.streams import _job_attempts, _lead_chain
+
+__all__ = ["Structure", "structure_of", "step_blocking", "piece_page", "records_page",
+           "stream_page", "borrowed", "carves_of"]
+
+_DISRUPTION, _JOB_END = int(Kind.DISRUPTION), int(Kind.JOB_END)
+_STEP, _STEP_END = int(Kind.STEP_START), int(Kind.STEP_END)
+_SIDE = (int(Kind.METRIC), int(Kind.METADATA))
+_SCHEDULING = (int(Kind.JOB_SUBMITTED), int(Kind.RESOURCES_GRANTED))
+_E = np.empty(0)
+
+
+class Structure:
+    """Who leads: the attempts of the job and their lead pieces.
+
+    Attributes:
+      single: True when one writer process wrote the run (with the unknown
+        writer's and the scheduler's events): every event is the job's.
+      groups: per attempt of the job, ``(chain, others)``: its lead pieces in
+        order, and the others in the rules' order.
+      leads: every lead piece, in order; followers: the other pieces.
+      key: what identifies the structure (equal keys: equal structures).
+    """
+
+    def __init__(self, single: bool, groups: List[Tuple[List[Piece], List[Piece]]],
+                 pieces: List[Piece]):
+        self.single, self.groups = single, groups
+        self.leads = [p for chain, _ in groups for p in chain]
+        lead_ids = {id(p) for p in self.leads}
+        self.followers = [p for p in pieces if id(p) not in lead_ids]
+        self.key = (single, tuple((tuple(p.identity() for p in chain),
+                                   tuple(p.identity() for p in others))
+                                  for chain, others in groups))
+
+
+def structure_of(run: RunColumns) -> Structure:
+    """The structure of the run's events so far."""
+    streams = [s for s in run.writers() if s.pieces()]
+    if len(streams) <= 1:
+        return Structure(True, [], [])
+    pieces = [p for s in streams for p in s.pieces()]
+    groups = []
+    for group in _job_attempts(pieces):
+        chain = _lead_chain(group)
+        ids = {id(p) for p in chain}
+        groups.append((chain, [p for p in group if id(p) not in ids]))
+    return Structure(False, groups, pieces)
+
+
+def step_blocking(p: Piece) -> StepBlocking:
+    """A piece's step spans and blocking intervals (kept on the piece)."""
+    sb = p.cache.get("blocking")
+    if sb is None:
+        t, k = p.column("steps")
+        ends: Dict[int, float] = {}
+        job_end = None
+        for e in p.records:
+            if e[1] == _STEP_END and e[3] is not None:
+                ends[e[3]] = t_of(e)
+            elif e[1] == _JOB_END and job_end is None:
+                job_end = t_of(e)
+        xs, ys = union_of_pairs([p.column("stall"), p.column("bload")])
+        sb = p.cache["blocking"] = StepBlocking.of(t, k, ends, job_end, xs, ys)
+    return sb
+
+
+def carves_of(structure: Structure) -> Tuple[np.ndarray, np.ndarray]:
+    """Every carved stall of the job, ``(starts, ends)`` sorted by start."""
+    xs, ys = [], []
+    for chain, others in structure.groups:
+        if not others:
+            continue
+        blocking = [step_blocking(p) for p in others]
+        for lead in chain:
+            x, y = carve(step_blocking(lead), blocking)
+            xs.append(x)
+            ys.append(y)
+    if not xs:
+        return _E, _E
+    x, y = np.concatenate(xs), np.concatenate(ys)
+    order = np.argsort(x, kind="stable")
+    return x[order], y[order]
+
+
+def borrowed(structure: Structure) -> List[EventRecord]:
+    """The disruption each lead piece that recorded none takes from the other
+    writers (the earliest before the next lead piece's start and its own job
+    end; one per restart: it keeps its writer)."""
+    leads = structure.leads
+    foreign = sorted((e for p in structure.followers for e in p.of_kind(_DISRUPTION)),
+                     key=t_of)
+    out = []
+    for i, lead in enumerate(leads):
+        if _DISRUPTION in lead.kinds:
+            continue
+        until = leads[i + 1].start if i + 1 < len(leads) else math.inf
+        stop = min([until] + [t_of(e) for e in lead.records if e[1] == _JOB_END])
+        out += [e for e in foreign if lead.start <= t_of(e) < stop][:1]
+    return out
+
+
+# ------------------------------------------------------------------ pages
+def records_page(run: str, records: Sequence[EventRecord]) -> EventPage:
+    """Records as a page (in their order)."""
+    n = len(records)
+    page = EventPage(run, np.fromiter((e[1] for e in records), np.int64, n),
+                     np.fromiter((e[2] for e in records), np.float64, n),
+                     np.fromiter((0 if e[3] is None else e[3] for e in records), np.int64, n),
+                     np.fromiter((e[3] is not None for e in records), bool, n),
+                     np.fromiter((e[10] for e in records), np.float64, n),
+                     {i: e[4] for i, e in enumerate(records) if e[4] is not None})
+    _with_writers(page, records)
+    return page
+
+
+def _with_writers(page: EventPage, records: Sequence[EventRecord]) -> None:
+    """Sets the page's per-row writers from its records' metadata."""
+    codes: Dict[tuple, int] = {}
+    page.writer = np.fromiter((codes.setdefault((e[5], e[6], e[7], e[8]), len(codes))
+                               for e in records), np.int32, len(records))
+    page.seq = np.fromiter((e[9] for e in records), np.int64, len(records))
+    page.writer_keys = {c: k for k, c in codes.items()}
+
+
+def _column_page(run: str, t: np.ndarray, kind: np.ndarray, step: Optional[np.ndarray]
+                 ) -> EventPage:
+    n = len(t)
+    return EventPage(run, kind, t, step if step is not None else np.zeros(n, np.int64),
+                     np.full(n, step is not None), t)
+
+
+def piece_page(run: str, p: Piece, records: bool = True) -> EventPage:
+    """A piece's events as one page (``records``: its records too)."""
+    return _page_of(run, p.stream, p.lo, p.hi, p.records if records else [])
+
+
+def stream_page(run: str, s: Stream, lo: Optional[Dict[str, int]] = None,
+                records: Optional[List[EventRecord]] = None) -> EventPage:
+    """A stream's rows from ``lo`` (default: all) and ``records`` (default: all)."""
+    hi = {"steps": len(s.steps)}
+    hi.update((n, len(c)) for n, c in s.families.items())
+    lo = lo or {n: 0 for n in hi}
+    return _page_of(run, s, lo, hi, s.records if records is None else records)
+
+
+def _page_of(run: str, s: Stream, lo: Dict[str, int], hi: Dict[str, int],
+             records: Sequence[EventRecord]) -> EventPage:
+    parts = []
+    if records:
+        parts.append(records_page(run, records))
+    if hi["steps"] > lo["steps"]:
+        t, k = s.steps.t.a[lo["steps"]:hi["steps"]], s.steps.v.a[lo["steps"]:hi["steps"]]
+        parts.append(_column_page(run, t, np.full(len(t), _STEP, np.int64), k))
+    for name, (start, end) in FAMILIES.items():
+        if hi[name] > lo[name]:
+            col = s.families[name]
+            t, e = col.t.a[lo[name]:hi[name]], col.v.a[lo[name]:hi[name]]
+            parts.append(_column_page(run, t, np.where(e == 1, end, start).astype(np.int64),
+                                      None))
+    if not parts:
+        return EventPage.empty(run)
+    return parts[0] if len(parts) == 1 else EventPage.concat(run, parts)
+
+
+def job_pages(run: str, columns: RunColumns, structure: Structure) -> List[EventPage]:
+    """The pages of the job timeline's events, in the per-event pass's order:
+    the unknown writer's events, the scheduler's, each lead piece's, the
+    borrowed disruptions, the other pieces' metrics and metadata (the carved
+    stalls apart: :func:`carves_of`)."""
+    pages = []
+    unknown = columns.streams.get(None)
+    if unknown is not None:
+        pages.append(stream_page(run, unknown))
+    if structure.single:
+        for s in columns.writers():
+            pages.append(stream_page(run, s))
+        return pages
+    sched = [e for s in columns.writers() for e in s.records if e[1] in _SCHEDULING]
+    if sched:
+        pages.append(records_page(run, sched))
+    for p in structure.leads:
+        pages.append(piece_page(run, p))
+    side = borrowed(structure)
+    side += [e for p in structure.followers for e in p.records if e[1] in _SIDE]
+    if side:
+        pages.append(records_page(run, side))
+    return pages

@@ -1,0 +1,159 @@
+"""Random runs written by many hosts (semantics rule 13), for the checks of
+the columns path (goodput_core/queries/many_hosts.py) against the per-event
+pass kept as the oracle (tests/support/lead_events_before.py).
+
+A run: 2-6 hosts, each a process index (some hosts restarted under a new pid
+or the same one, some joining late), steps on a coarse time grid (ties
+between hosts), input stalls and blocking loads before the first step and
+inside steps (the last host often the straggler), loads, step ends,
+metrics, heartbeats from index 0 (on or off, some written while the process
+shuts down beside its successor), disruptions recorded by one host (the
+lead borrows them), job ends, and now and then times in the past (a
+backfill). Each writer's events get sequence numbers in the order it records
+them; :func:`deliveries` interleaves the writers' batches as a store
+receives them.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from typing import Iterator, List
+
+from goodput_core.events import EventRecord, Kind
+
+__all__ = ["random_run", "deliveries", "oracle_calculator", "summary", "RUN"]
+
+RUN = "r"
+_BLOCKS = [(Kind.BLOCKING_LOAD_START, Kind.BLOCKING_LOAD_END),
+           (Kind.INPUT_STALL_START, Kind.INPUT_STALL_END)]
+
+
+class _Writer:
+    """One writer process: its events in the order it records them."""
+
+    def __init__(self, index: int, host: str, pid: int):
+        self.index, self.host, self.pid = index, host, pid
+        self.events: List[EventRecord] = []
+
+    def ev(self, kind, t, step=None, extra=None, index=None):
+        seq = len(self.events) + 1
+        self.events.append(EventRecord(RUN, int(kind), float(t), step, extra,
+                                       self.index if index is None else index, self.host,
+                                       self.pid, f"a{self.pid}", seq, float(t)))
+
+
+def _host(rnd: random.Random, index: int, n_hosts: int, heartbeats: bool) -> List[_Writer]:
+    writers = []
+    pid = 100 * index + rnd.randrange(1, 5)
+    t = rnd.choice((0.0, 0.0, 0.25, 3.0))  # a late joiner now and then
+    step = 0
+    slow = 2.0 if index == n_hosts - 1 and rnd.random() < 0.6 else 1.0
+    for attempt in range(rnd.randint(1, 3)):
+        w = _Writer(index, f"h{index}", pid)
+        writers.append(w)
+        start = t + 0.125
+        w.ev(Kind.JOB_START, start, index=0 if rnd.random() < 0.2 else None)
+        if rnd.random() < 0.5:  # blocking before the first step (the first batch)
+            kind = rnd.choice(_BLOCKS)
+            w.ev(kind[0], start + 0.25)
+            w.ev(kind[1], start + 0.25 + slow * rnd.choice((0.25, 0.5, 1.0)))
+        t = start + rnd.choice((1.0, 2.0))
+        if attempt and rnd.random() < 0.7:
+            step = max(0, step - rnd.randrange(0, 4))  # resumed from a checkpoint
+        for _ in range(rnd.randint(0, 10)):
+            w.ev(Kind.STEP_START, t, step)
+            for start_k, end_k in rnd.sample(_BLOCKS, rnd.randint(0, 2)):
+                a = t + rnd.choice((0.0, 0.25, 0.5))
+                w.ev(start_k, a)
+                w.ev(end_k, a + slow * rnd.choice((0.0, 0.125, 0.25, 0.75)))
+            if rnd.random() < 0.15:
+                w.ev(Kind.DATA_LOADING_START, t + 0.5)
+                w.ev(Kind.DATA_LOADING_END, t + 0.75)
+            if rnd.random() < 0.1:
+                w.ev(Kind.STEP_END, t + 0.75, step)
+            if rnd.random() < 0.1:
+                w.ev(Kind.METRIC, t + 0.5, step, {"metric_name": "loss", "metric_value": 1.0})
+            if heartbeats and index == 0 and rnd.random() < 0.4:
+                w.ev(Kind.HEARTBEAT, t + 0.625, extra={"heartbeat_seconds": 1.0})
+            if rnd.random() < 0.05:  # a backfilled event: a time in the past
+                w.ev(Kind.STEP_END, t - 1.5, max(step - 2, 0))
+            t += rnd.choice((1.0, 1.0, 2.0))
+            step += 1
+        ended = rnd.random() < 0.6
+        if rnd.random() < 0.35:
+            w.ev(Kind.DISRUPTION, t + rnd.choice((0.125, 0.5)), extra={"disruption_cause": "crash"})
+            ended = False
+        if ended:
+            w.ev(Kind.JOB_END, t + 0.375)
+        if heartbeats and index == 0 and rnd.random() < 0.5:  # shutting down, still beating
+            w.ev(Kind.HEARTBEAT, t + 1.375, extra={"heartbeat_seconds": 1.0})
+        t += rnd.choice((0.0, 1.0, 5.0, 20.0))
+        if rnd.random() < 0.7:
+            pid += 7
+    return writers
+
+
+def random_run(rnd: random.Random) -> List[List[EventRecord]]:
+    """The events of each writer process of a random run, in recording order."""
+    n = rnd.randint(2, 6)
+    heartbeats = rnd.random() < 0.5
+    writers = []
+    for index in range(n):
+        writers += _host(rnd, index, n, heartbeats)
+    # the same pid for two attempts of one host: one writer process, one stream
+    merged = {}
+    for w in writers:
+        key = (w.host, w.pid)
+        if key in merged:
+            first = merged[key]
+            for e in w.events:
+                first.ev(e.kind, e.time, e.step, e.extra, e.process_index)
+        else:
+            merged[key] = w
+    out = [w.events for w in merged.values()]
+    if rnd.random() < 0.2:  # a launcher's scheduler times
+        out.append([EventRecord(RUN, int(Kind.JOB_SUBMITTED), -5.0, None, None, 0, "launcher", 9,
+                                "l", 1, -5.0),
+                    EventRecord(RUN, int(Kind.RESOURCES_GRANTED), -1.0, None, None, 0,
+                                "launcher", 9, "l", 2, -1.0)])
+    return out
+
+
+def deliveries(rnd: random.Random, writers: List[List[EventRecord]]) -> Iterator[list]:
+    """Batches as a store receives them: each writer's events in order, the
+    writers interleaved."""
+    pos = [0] * len(writers)
+    while any(p < len(w) for p, w in zip(pos, writers)):
+        i = rnd.choice([i for i, w in enumerate(writers) if pos[i] < len(w)])
+        k = rnd.randint(1, 8)
+        yield writers[i][pos[i]:pos[i] + k]
+        pos[i] += k
+
+
+def oracle_calculator(events):
+    """A calculator of the oracle's lead events (the per-event pass)."""
+    from goodput_core.queries.calculator import Calculator
+    from tests.support import lead_events_before as before
+
+    calc = Calculator(RUN)
+    calc._feed.tl.add(before.lead_events(list(events)), RUN)
+    return calc
+
+
+def summary(calc, now: float) -> dict:
+    """What the job's figures are, rounded as the suite compares incremental
+    and one-shot results (6 decimals)."""
+    r = calc.cumulative(now=now)
+    st = calc.state(now=now)
+    s = calc.step_stats()
+    return {
+        "total": round(r.total_seconds, 6), "productive": round(r.productive_seconds, 6),
+        "buckets": {k.name: round(v, 6) for k, v in r.badput_seconds.items() if v},
+        "async": round(r.data_loading_async_seconds, 6), "disruptions": r.disruptions,
+        "last_step": r.last_step, "max_productive_step": r.max_productive_step,
+        "skipped": dict(r.skipped), "state": (st.state, st.stopped_at, st.cause),
+        "steps": s.count, "ideal": None if s.ideal_step_time is None else
+        round(s.ideal_step_time, 9),
+        "window": round(calc.window(2.0, 12.0, now=now).productive_seconds, 6),
+    }
