@@ -135,13 +135,20 @@ class Stores:
             self.server.stop()
 
 
-def _report(url: str, repeats: int):
+def _env(code: str) -> dict:
+    """The environment of a command measuring the code in ``code`` (a checkout's root)."""
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+    env["PYTHONPATH"] = code + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+def _report(url: str, repeats: int, code: str = ROOT):
     walls, rss = [], []
     for _ in range(repeats):
-        wall, code, _cpu, mib, err = run_measured(
+        wall, code_, _cpu, mib, err = run_measured(
             ["-m", "goodput_core.cli", "report", RUN, "--store", url, "--json"],
-            stdout=subprocess.DEVNULL, cwd=ROOT)
-        if code:
+            stdout=subprocess.DEVNULL, cwd=code, env=_env(code))
+        if code_:
             raise SystemExit(f"goodput report failed: {err[-2000:]}")
         walls.append(wall)
         rss.append(mib)
@@ -151,14 +158,16 @@ def _report(url: str, repeats: int):
 def cmd_report(args, stores: Stores) -> None:
     url, _ = stores.get(args.hosts, args.steps)
     lead_url, _ = stores.get(args.hosts, args.steps, only0=True)
-    lead = _report(lead_url, args.repeats)
-    every = _report(url, args.repeats)
     events = args.hosts * (3 * args.steps + 1)
     print(f"{args.store}, {args.hosts} hosts x {args.steps} steps ({events:,} host events), "
           f"medians of {args.repeats}:")
-    print(f"  process 0's stream alone: report {lead[0]:.2f} s, {lead[1]:.0f} MiB")
-    print(f"  every host:              report {every[0]:.2f} s, {every[1]:.0f} MiB "
-          f"(x{every[0] / lead[0]:.2f} time, x{every[1] / lead[1]:.2f} memory)")
+    for label, code in [("this code", ROOT)] + ([("baseline", args.baseline)]
+                                                if args.baseline else []):
+        lead = _report(lead_url, args.repeats, code)
+        every = _report(url, args.repeats, code)
+        print(f"  {label}: process 0's stream alone: report {lead[0]:.2f} s, {lead[1]:.0f} MiB")
+        print(f"  {label}: every host:               report {every[0]:.2f} s, {every[1]:.0f} MiB "
+              f"(x{every[0] / lead[0]:.2f} time, x{every[1] / lead[1]:.2f} memory)")
 
 
 def _append_step(store, writers, step: int, now_seq: dict) -> None:
@@ -228,6 +237,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--batch", type=int, default=8, help="host processes at once when building")
     ap.add_argument("--store", choices=("sqlite", "postgres"), default="sqlite")
+    ap.add_argument("--baseline", metavar="DIR",
+                    help="report: also measure the code in DIR (a checkout's root), same run")
     ap.add_argument("--cache", default=os.path.join(os.environ.get("TMPDIR", "/tmp"),
                                                     "goodput-bench-many-hosts"))
     args = ap.parse_args()

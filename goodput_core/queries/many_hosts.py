@@ -57,6 +57,7 @@ class ManyHosts:
         self.rebuilds = 0
         self._tl: Optional[Timeline] = None
         self._structure: Optional[Structure] = None
+        self._versions: Dict[Any, int] = {}
 
     @property
     def odd(self) -> Optional[str]:
@@ -68,10 +69,11 @@ class ManyHosts:
 
     def timeline(self) -> Timeline:
         """The job timeline of every event added so far."""
-        changes = self.columns.take_changes()
-        if self._tl is None or changes:
+        versions = self.columns.versions()
+        if self._tl is None or versions != self._versions:
             with gc_paused():
                 self._tl = self._build()
+            self._versions = versions
         return self._tl
 
     def _build(self) -> Timeline:

@@ -161,12 +161,14 @@ class RunFeed:
         with self._lock:
             while True:
                 if many.active and not self._by_records:  # several writers: by columns
+                    if self.host_tracker._columns is None:
+                        self.host_tracker.use_columns(self.hosts.columns)
                     page, cursor = self._writers_page(store, cursor)
                     self.hosts.add_page(page)
                     self.host_tracker.observe_indices(page.process_indices)
                     if self.hosts.odd is not None:  # not for columns: every event instead
-                        self._by_records, cursor, total = True, None, 0
-                        many.reset()
+                        self._to_records()
+                        cursor, total = None, 0
                         continue
                 elif many.active:  # several writers, an odd run: every event, with its writer
                     page, cursor = store.read(self.run, since=cursor, limit=_PAGE)
@@ -192,13 +194,20 @@ class RunFeed:
                     if many.active and total and not self._by_records:
                         tl = self.hosts.timeline()
                         if self.hosts.odd is not None:  # found while building it
-                            self._by_records, cursor, total = True, None, 0
-                            many.reset()
+                            self._to_records()
+                            cursor, total = None, 0
                             continue
                         self.tl = tl
                     elif many.active and total:
                         self.tl = self._lead_timeline(many)
                     return total, cursor
+
+    def _to_records(self) -> None:
+        """An odd run (``ManyHosts.odd``): read again, every event as a record."""
+        self._by_records = True
+        self.many.reset()
+        self.hosts = ManyHosts(self.run, self._liveness)  # (its columns are freed)
+        self.host_tracker.use_columns(None)
 
     def _writers_page(self, store: Any, cursor: Any) -> Tuple[Any, Any]:
         """The next page of the run with each row's writer: columns where the

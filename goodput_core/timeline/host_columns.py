@@ -109,8 +109,8 @@ class Stream:
       families: ``{name: columns}`` of input stalls, blocking loads, loads
         (``v`` = 1 for an end).
       records: every other event, in (time, seq) order (``record_t``: their times).
-      changed_from: the earliest time whose events changed since the last
-        :meth:`RunColumns.take_changes` (inf: none).
+      version: how many times rows were added (:meth:`changed_since` says
+        from which time they changed things).
     """
 
     def __init__(self, key, order: int):
@@ -125,13 +125,23 @@ class Stream:
         self.records: List[EventRecord] = []
         self.record_t: List[float] = []
         self._record_keys: List[Tuple[float, int]] = []
-        self.changed_from = math.inf
         self.version = 0
+        self._history: List[Tuple[int, float]] = []  # (version, earliest time it changed)
         self._pieces: Optional[List["Piece"]] = None
 
     @property
     def nbytes(self) -> int:
         return self.steps.nbytes + sum(c.nbytes for c in self.families.values())
+
+    def changed_since(self, version: int) -> float:
+        """The earliest time whose rows changed after ``version`` (inf: none;
+        -inf: too long ago to say)."""
+        if version >= self.version:
+            return math.inf
+        h = self._history
+        if not h or h[0][0] > version + 1:
+            return -math.inf
+        return min(t for v, t in h if v > version)
 
     def _add_record(self, e: EventRecord) -> float:
         t = t_of(e)
@@ -326,8 +336,10 @@ class RunColumns:
         for i in rows[~columnar].tolist():
             e = page.record(i)
             changed = min(changed, stream._add_record(e))
-        stream.changed_from = min(stream.changed_from, changed)
         stream.version += 1
+        stream._history.append((stream.version, changed))
+        if len(stream._history) > 256:  # (readers that lag further read it all again)
+            del stream._history[:128]
         stream._pieces = None
         if self.odd is None:
             self._check_cuts(stream)
@@ -347,15 +359,9 @@ class RunColumns:
                     self.odd = "an event at the instant of its own writer's job start"
                     return
 
-    def take_changes(self) -> Dict[Any, float]:
-        """``{key: earliest changed time}`` of the streams changed since the
-        last call, which are then marked unchanged."""
-        out = {}
-        for key, s in self.streams.items():
-            if s.changed_from != math.inf:
-                out[key] = s.changed_from
-                s.changed_from = math.inf
-        return out
+    def versions(self) -> Dict[Any, int]:
+        """``{key: version}`` of every stream (what a reader saw)."""
+        return {k: s.version for k, s in self.streams.items()}
 
     def writers(self) -> List[Stream]:
         """The known writers' streams (not the unknown writer's), in order."""
