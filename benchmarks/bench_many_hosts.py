@@ -143,16 +143,17 @@ def _env(code: str) -> dict:
 
 
 def _report(url: str, repeats: int, code: str = ROOT):
-    walls, rss = [], []
+    walls, rss, cpus = [], [], []
     for _ in range(repeats):
-        wall, code_, _cpu, mib, err = run_measured(
+        wall, code_, cpu, mib, err = run_measured(
             ["-m", "goodput_core.cli", "report", RUN, "--store", url, "--json"],
             stdout=subprocess.DEVNULL, cwd=code, env=_env(code))
         if code_:
             raise SystemExit(f"goodput report failed: {err[-2000:]}")
         walls.append(wall)
         rss.append(mib)
-    return statistics.median(walls), statistics.median(rss)
+        cpus.append(cpu)
+    return statistics.median(walls), statistics.median(rss), statistics.median(cpus)
 
 
 def cmd_report(args, stores: Stores) -> None:
@@ -165,9 +166,11 @@ def cmd_report(args, stores: Stores) -> None:
                                                 if args.baseline else []):
         lead = _report(lead_url, args.repeats, code)
         every = _report(url, args.repeats, code)
-        print(f"  {label}: process 0's stream alone: report {lead[0]:.2f} s, {lead[1]:.0f} MiB")
-        print(f"  {label}: every host:               report {every[0]:.2f} s, {every[1]:.0f} MiB "
-              f"(x{every[0] / lead[0]:.2f} time, x{every[1] / lead[1]:.2f} memory)")
+        print(f"  {label}: process 0's stream alone: report {lead[0]:.2f} s (CPU {lead[2]:.2f} s), "
+              f"{lead[1]:.0f} MiB")
+        print(f"  {label}: every host:               report {every[0]:.2f} s (CPU {every[2]:.2f} s), "
+              f"{every[1]:.0f} MiB (x{every[0] / lead[0]:.2f} time, x{every[2] / lead[2]:.2f} CPU, "
+              f"x{every[1] / lead[1]:.2f} memory)")
 
 
 def _append_step(store, writers, step: int, now_seq: dict) -> None:

@@ -14,14 +14,14 @@ blocked at most once in the step, :func:`.free_time.free_time` elsewhere.
 
 from __future__ import annotations
 
-from typing import List, Optional, Sequence, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from goodput_core.timeline.free_time import EPS, free_time, free_time_by_columns
-from goodput_core.timeline.stragglers import _MEETS, _union_by_columns
+from goodput_core.timeline.stragglers import _MEETS
 
-__all__ = ["StepBlocking", "carve", "union_of_pairs"]
+__all__ = ["StepBlocking", "carve", "union_of_pairs", "union_sorted"]
 
 _E = np.empty(0)
 
@@ -39,17 +39,35 @@ def union_of_pairs(families: Sequence[Tuple[np.ndarray, np.ndarray]]
         closes = np.flatnonzero((e[1:] == 1) & (e[:-1] == 0)) + 1
         a, b = t[closes - 1], t[closes]
         keep = b > a
-        a_all.append(a[keep])
-        b_all.append(b[keep])
+        if not keep.all():
+            a, b = a[keep], b[keep]
+        if len(a):
+            a_all.append(a)
+            b_all.append(b)
     if not a_all:
         return _E, _E
-    a, b = np.concatenate(a_all), np.concatenate(b_all)
-    order = np.lexsort((b, a))
-    merged = _union_by_columns(a[order], b[order])
-    if not merged:
+    if len(a_all) == 1:  # one family's pairs are in (start, end) order already
+        a, b = a_all[0], b_all[0]
+    else:
+        a, b = np.concatenate(a_all), np.concatenate(b_all)
+        order = np.lexsort((b, a))
+        a, b = a[order], b[order]
+    return union_sorted(a, b)
+
+
+def union_sorted(a: np.ndarray, b: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """The union of intervals sorted by (start, end): one starts a new merged
+    interval where it begins after every earlier one ended; a merged interval
+    ends at its members' latest end (the per-event pass's ``_union``)."""
+    if not len(a):
         return _E, _E
-    xs, ys = zip(*merged)
-    return np.asarray(xs, np.float64), np.asarray(ys, np.float64)
+    reach = np.maximum.accumulate(b)
+    new = np.ones(len(a), bool)
+    new[1:] = a[1:] > reach[:-1]
+    if new.all():
+        return a, reach
+    last = np.flatnonzero(np.append(new[1:], True))
+    return a[new], reach[last]
 
 
 class StepBlocking:
@@ -150,17 +168,23 @@ def _inside(clipped: List[Tuple[float, float]]) -> float:
     return sum(y - x for x, y in clipped)
 
 
-def carve(lead: StepBlocking, others: Sequence[StepBlocking]) -> Tuple[np.ndarray, np.ndarray]:
+def carve(lead: StepBlocking, others: Sequence[Callable[[], StepBlocking]]
+          ) -> Tuple[np.ndarray, np.ndarray]:
     """The input stalls carved from ``lead``'s steps where one of ``others``
-    (the other pieces of its attempt, in the rules' order) blocked longer in
-    its own step of the same number: ``(starts, ends)``, in step order."""
+    (the other pieces of its attempt, in the rules' order, each made when
+    its turn comes: only the slowest host's numbers are kept) blocked longer
+    in its own step of the same number: ``(starts, ends)``, in step order."""
     if not len(lead.steps):
         return _E, _E
-    lead_steps, lead_rows = lead.lookup()
+    _, lead_rows = lead.lookup()
     n_rows = len(lead.a)
     worst_w = np.zeros(n_rows)
     worst_p = np.full(n_rows, -1)
-    for n, p in enumerate(others):
+    # the slowest host's span and first blocking interval in it, per lead row
+    win = {name: np.zeros(n_rows) for name in ("pa", "pb", "x", "y")}
+    win_meets = np.zeros(n_rows, np.int64)
+    for n, make in enumerate(others):
+        p = make()
         if not len(p.xs) or not len(p.steps):
             continue
         p_steps, p_rows = p.lookup()
@@ -171,13 +195,20 @@ def carve(lead: StepBlocking, others: Sequence[StepBlocking]) -> Tuple[np.ndarra
         pos, rows = pos[common], p_rows[common]
         w = p.seconds(rows)
         slower = w > worst_w[pos]
-        worst_w[pos[slower]] = w[slower]
-        worst_p[pos[slower]] = n
+        if not slower.any():
+            continue
+        pos, rows = pos[slower], rows[slower]
+        worst_w[pos] = w[slower]
+        worst_p[pos] = n
+        pa, pb = p.a[rows], p.b[rows]
+        meets, x, y = p.clipped(pa, pb)
+        win["pa"][pos], win["pb"][pos], win["x"][pos], win["y"][pos] = pa, pb, x, y
+        win_meets[pos] = meets
     rows = lead_rows[worst_p[lead_rows] >= 0]  # in step order
     if not len(rows):
         return _E, _E
-    steps = lead.steps[rows]
-    carved = _by_columns(lead, others, steps, rows, worst_w, worst_p)
+    carved = _by_columns(lead, rows, worst_w, win, win_meets)
+    made: dict = {}
     xs: List[float] = []
     ys: List[float] = []
     for j in range(len(rows)):
@@ -189,9 +220,11 @@ def carve(lead: StepBlocking, others: Sequence[StepBlocking]) -> Tuple[np.ndarra
             need = min(float(worst_w[row]), b - a) - _inside(own_k)
             if need <= EPS:
                 continue
-            p = others[int(worst_p[row])]
-            prow = int(p.rows_of(steps[j:j + 1])[0])
-            pa, pb = float(p.a[prow]), float(p.b[prow])
+            n = int(worst_p[row])
+            p = made.get(n)
+            if p is None:  # the slowest host's intervals in this step: made again
+                p = made[n] = others[n]()
+            pa, pb = float(win["pa"][row]), float(win["pb"][row])
             shift = a - pa
             where = [(x + shift, y + shift) for x, y in p.within(pa, pb)]
             free = free_time(own_k, where, a, b, need)
@@ -201,33 +234,23 @@ def carve(lead: StepBlocking, others: Sequence[StepBlocking]) -> Tuple[np.ndarra
     return np.asarray(xs, np.float64), np.asarray(ys, np.float64)
 
 
-def _by_columns(lead: StepBlocking, others: Sequence[StepBlocking], steps: np.ndarray,
-                rows: np.ndarray, worst_w: np.ndarray, worst_p: np.ndarray
-                ) -> List[Optional[list]]:
+def _by_columns(lead: StepBlocking, rows: np.ndarray, worst_w: np.ndarray, win: dict,
+                win_meets: np.ndarray) -> List[Optional[list]]:
     """The carve of each step where the lead blocked at most once and the
     slowest host exactly once, by columns; None for the others."""
     a, b = lead.a[rows], lead.b[rows]
     own_meets, ox, oy = lead.clipped(a, b)
     need = np.minimum(worst_w[rows], b - a) - np.where(own_meets == 1, oy - ox, 0.0)
-    winner = worst_p[rows]
-    m = len(rows)
-    wx, wy, fits = np.empty(m), np.empty(m), own_meets <= 1
-    for n in np.unique(winner).tolist():
-        mine = np.flatnonzero(winner == n)
-        p = others[n]
-        prow = p.rows_of(steps[mine])
-        pa, pb = p.a[prow], p.b[prow]
-        meets, x, y = p.clipped(pa, pb)
-        shift = a[mine] - pa
-        wx[mine], wy[mine] = x + shift, y + shift
-        fits[mine] &= meets == 1
+    shift = a - win["pa"][rows]
+    wx, wy = win["x"][rows] + shift, win["y"][rows] + shift
+    fits = (own_meets <= 1) & (win_meets[rows] == 1)
     fits &= wy > wx  # a shifted interval that rounding emptied: one by one
     emit, xs, ys = free_time_by_columns(a, b, np.where(own_meets == 1, ox, a),
                                         np.where(own_meets == 1, oy, a), wx, wy, need)
     emit &= fits[:, None]
     counts = emit.sum(axis=1)[fits].tolist()
     xs, ys = xs[emit].tolist(), ys[emit].tolist()
-    out: List[Optional[list]] = [None] * m
+    out: List[Optional[list]] = [None] * len(rows)
     done = 0
     for j, c in zip(np.flatnonzero(fits).tolist(), counts):
         out[j] = list(zip(xs[done:done + c], ys[done:done + c]))

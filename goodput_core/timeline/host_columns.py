@@ -44,11 +44,13 @@ FAMILIES = {"stall": (int(Kind.INPUT_STALL_START), int(Kind.INPUT_STALL_END)),
 _FAMILY_NAMES = tuple(FAMILIES)
 _STEP, _JOB_START = int(Kind.STEP_START), int(Kind.JOB_START)
 _SCHEDULING = (int(Kind.JOB_SUBMITTED), int(Kind.RESOURCES_GRANTED))
-_LUT = np.full(256, -1, np.int8)  # kind -> family number (steps: 3), -1: a record
+_LUT = np.full(256, -1, np.int16)  # kind -> family number (steps: 3), -1: a record
 _END = np.zeros(256, np.int8)
 for _n, (_s, _e) in enumerate(FAMILIES.values()):
     _LUT[_s], _LUT[_e], _END[_e] = _n, _n, 1
-_STEPS = len(FAMILIES)
+_STEPS = len(FAMILIES)  # the categories a page's rows are routed to: families,
+_RECORDS = _STEPS + 1   # steps, records
+_CATS = _RECORDS + 1
 
 
 def t_of(e: EventRecord) -> float:
@@ -119,7 +121,7 @@ class Stream:
         self.host_index = 0  # (with them: a host of the per-host breakdown)
         self._best = (-math.inf, -math.inf)
         self._host_best = (-math.inf, -math.inf)
-        self.last_seq = -math.inf
+        self._last_seq = [-math.inf] * _CATS  # per category (families, steps, records)
         self.steps = _Column(np.int64)
         self.families = {name: _Column(np.int8) for name in _FAMILY_NAMES}
         self.records: List[EventRecord] = []
@@ -234,17 +236,31 @@ def _pieces_of(stream: Stream) -> List[Piece]:
     return out
 
 
-def _latest(key: np.ndarray, seq: np.ndarray, mask: Optional[np.ndarray]):
-    """``((key, seq), row)`` of the row with the greatest ``(key, seq)`` (the
-    first of equals) among ``mask`` (None: all); None when there is none."""
-    rows = np.arange(len(key)) if mask is None else np.flatnonzero(mask)
+def _latest(key: np.ndarray, seq: np.ndarray, rows: np.ndarray, mask: Optional[np.ndarray]):
+    """``((key, seq), row)`` of the row (of ``rows``, the page rows ``key`` and
+    ``seq`` are of) with the greatest ``(key, seq)``, the first of equals in
+    the page; ``mask``: among those only; None when there is none."""
+    if mask is not None:
+        key, seq, rows = key[mask], seq[mask], rows[mask]
     if not len(rows):
         return None
-    k = key[rows]
-    top = k.max()
-    cand = rows[k == top]
-    best = int(cand[np.argmax(seq[cand])])
-    return (float(top), int(seq[best])), best
+    top = key.max()
+    cand = np.flatnonzero(key == top)
+    s = seq[cand]
+    cand = cand[s == s.max()]
+    return (float(top), int(s.max())), int(rows[cand].min())
+
+
+def _codes(writer: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """``numpy.unique(writer, return_inverse=True)``, by counting where the
+    codes are small (a store's writer ids)."""
+    top = int(writer.max())
+    if writer.min() < 0 or top > 4 * len(writer) + 65536:
+        return np.unique(writer, return_inverse=True)
+    codes = np.flatnonzero(np.bincount(writer, minlength=top + 1))
+    lut = np.empty(top + 1, np.int64)
+    lut[codes] = np.arange(len(codes))
+    return codes, lut[writer]
 
 
 class RunColumns:
@@ -275,14 +291,15 @@ class RunColumns:
         return s
 
     def add_page(self, page: EventPage) -> None:
-        """Adds a page read with its writers (``EventPage.writer``)."""
+        """Adds a page read with its writers (``EventPage.writer``): its rows
+        routed by writer and family with one stable sort of small integers."""
         n = len(page)
         if not n:
             return
         self.events += n
-        codes, inverse = np.unique(page.writer, return_inverse=True)
+        codes, inverse = _codes(page.writer)
         streams: List[Stream] = []
-        sid_of_code = []
+        sid_of_code, index_of_code = [], []
         for c in codes.tolist():
             index, host, pid = page.writer_keys[c][:3]
             key = (host, pid) if (host or pid) else (("", -1 - int(index)) if index else None)
@@ -290,59 +307,65 @@ class RunColumns:
             if stream not in streams:
                 streams.append(stream)
             sid_of_code.append(streams.index(stream))
+            index_of_code.append(int(index))
         sid = np.asarray(sid_of_code, np.int64)[inverse]
-        if len(streams) == 1:
-            groups = [(streams[0], np.arange(n))]
-        else:
-            order = np.argsort(sid.astype(np.int32 if len(streams) > 32767 else np.int16),
-                               kind="stable")
-            bounds = np.cumsum(np.bincount(sid, minlength=len(streams))).tolist()
-            groups = [(s, order[a:b]) for s, a, b in zip(streams, [0] + bounds, bounds)]
-        index_of = np.array([page.writer_keys[c][0] for c in codes.tolist()], np.int64)[inverse]
-        for stream, rows in groups:
-            self._add_rows(stream, page, rows, index_of[rows])
-
-    def _add_rows(self, stream: Stream, page: EventPage, rows: np.ndarray,
-                  index: np.ndarray) -> None:
-        kind, t, seq = page.kind[rows], page.time[rows], page.seq[rows]
-        if len(seq) and (seq[0] < stream.last_seq or (seq[1:] < seq[:-1]).any()):
+        index = np.asarray(index_of_code, np.int64)[inverse]
+        kind, t = page.kind, page.time
+        cat = _LUT[kind]
+        cat[(kind == _STEP) & page.has_step] = _STEPS
+        cat[cat < 0] = _RECORDS
+        small = len(streams) * _CATS < 32768
+        key = sid.astype(np.int16 if small else np.int32) * _CATS + cat
+        order = np.argsort(key, kind="stable")
+        bounds = [0] + np.cumsum(np.bincount(key, minlength=len(streams) * _CATS)).tolist()
+        ts, seqs, sorted_key = t[order], page.seq[order], key[order]
+        odd_seq = (seqs[1:] < seqs[:-1]) & (sorted_key[1:] == sorted_key[:-1]) & \
+            (sorted_key[1:] % _CATS != _RECORDS)
+        del sorted_key
+        if odd_seq.any():  # (records are kept in (time, seq) order whatever they arrive in)
             self.odd = self.odd or "a writer's events out of sequence order"
-        if len(seq):
-            stream.last_seq = max(stream.last_seq, int(seq[-1]))
-        fam = _LUT[kind]
-        is_step = (kind == _STEP) & page.has_step[rows]
-        fam = np.where(is_step, _STEPS, fam)
-        columnar = fam >= 0
-        if not np.isfinite(t[columnar]).all():
+        if not np.isfinite(ts).all() and not np.isfinite(ts[cat[order] < _RECORDS]).all():
             self.odd = self.odd or "a time that is not a finite number"
-        # the settled index: the greatest (write time, or time, seq); the first of equals
-        wt = page.write_time[rows]
-        key = np.where(np.isnan(wt), np.where(np.isfinite(t), t, 0.0), wt)
-        best = _latest(key, seq, None)
-        if best is not None and best[0] > stream._host_best:
-            stream._host_best, stream.host_index = best[0], int(index[best[1]])
-        sched = np.isin(kind, _SCHEDULING)
-        best = _latest(key, seq, ~sched) if sched.any() else best
-        if best is not None and best[0] > stream._best:
-            stream._best, stream.index = best[0], int(index[best[1]])
-        changed = math.inf
-        steps = fam == _STEPS
-        if steps.any():
-            changed = min(changed, stream.steps.add(t[steps], page.step[rows][steps]))
-        for n, name in enumerate(_FAMILY_NAMES):
-            mine = fam == n
-            if mine.any():
-                changed = min(changed, stream.families[name].add(t[mine], _END[kind[mine]]))
-        for i in rows[~columnar].tolist():
-            e = page.record(i)
-            changed = min(changed, stream._add_record(e))
-        stream.version += 1
-        stream._history.append((stream.version, changed))
-        if len(stream._history) > 256:  # (readers that lag further read it all again)
-            del stream._history[:128]
-        stream._pieces = None
-        if self.odd is None:
-            self._check_cuts(stream)
+        wt = page.write_time[order]
+        latest = np.where(np.isnan(wt), np.where(np.isfinite(ts), ts, 0.0), wt)
+        del wt
+        for j, stream in enumerate(streams):
+            a, b = bounds[j * _CATS], bounds[(j + 1) * _CATS]
+            rows = order[a:b]
+            best = _latest(latest[a:b], seqs[a:b], rows, None)
+            if best[0] > stream._host_best:
+                stream._host_best, stream.host_index = best[0], int(index[best[1]])
+            r0 = bounds[j * _CATS + _RECORDS]
+            if b > r0 and np.isin(kind[order[r0:b]], _SCHEDULING).any():
+                mask = np.ones(b - a, bool)
+                mask[r0 - a:] = ~np.isin(kind[order[r0:b]], _SCHEDULING)
+                best = _latest(latest[a:b], seqs[a:b], rows, mask)
+            if best is not None and best[0] > stream._best:
+                stream._best, stream.index = best[0], int(index[best[1]])
+            changed = math.inf
+            for c in range(_CATS):
+                lo, hi = bounds[j * _CATS + c], bounds[j * _CATS + c + 1]
+                if hi == lo:
+                    continue
+                if c != _RECORDS:
+                    if seqs[lo] < stream._last_seq[c]:
+                        self.odd = self.odd or "a writer's events out of sequence order"
+                    stream._last_seq[c] = int(seqs[hi - 1])
+                if c == _STEPS:
+                    changed = min(changed, stream.steps.add(ts[lo:hi], page.step[order[lo:hi]]))
+                elif c == _RECORDS:
+                    for i in order[lo:hi].tolist():
+                        changed = min(changed, stream._add_record(page.record(i)))
+                else:
+                    col = stream.families[_FAMILY_NAMES[c]]
+                    changed = min(changed, col.add(ts[lo:hi], _END[kind[order[lo:hi]]]))
+            stream.version += 1
+            stream._history.append((stream.version, changed))
+            if len(stream._history) > 256:  # (readers that lag further read it all again)
+                del stream._history[:128]
+            stream._pieces = None
+            if self.odd is None:
+                self._check_cuts(stream)
 
     def _check_cuts(self, stream: Stream) -> None:
         """A step or family row at the instant of one of its stream's job

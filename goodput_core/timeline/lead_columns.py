@@ -13,6 +13,7 @@ stragglers' carved stalls (:mod:`.carve`) as intervals.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -72,20 +73,17 @@ def structure_of(run: RunColumns) -> Structure:
 
 
 def step_blocking(p: Piece) -> StepBlocking:
-    """A piece's step spans and blocking intervals (kept on the piece)."""
-    sb = p.cache.get("blocking")
-    if sb is None:
-        t, k = p.column("steps")
-        ends: Dict[int, float] = {}
-        job_end = None
-        for e in p.records:
-            if e[1] == _STEP_END and e[3] is not None:
-                ends[e[3]] = t_of(e)
-            elif e[1] == _JOB_END and job_end is None:
-                job_end = t_of(e)
-        xs, ys = union_of_pairs([p.column("stall"), p.column("bload")])
-        sb = p.cache["blocking"] = StepBlocking.of(t, k, ends, job_end, xs, ys)
-    return sb
+    """A piece's step spans and blocking intervals."""
+    t, k = p.column("steps")
+    ends: Dict[int, float] = {}
+    job_end = None
+    for e in p.records:
+        if e[1] == _STEP_END and e[3] is not None:
+            ends[e[3]] = t_of(e)
+        elif e[1] == _JOB_END and job_end is None:
+            job_end = t_of(e)
+    xs, ys = union_of_pairs([p.column("stall"), p.column("bload")])
+    return StepBlocking.of(t, k, ends, job_end, xs, ys)
 
 
 def carves_of(structure: Structure) -> Tuple[np.ndarray, np.ndarray]:
@@ -94,9 +92,9 @@ def carves_of(structure: Structure) -> Tuple[np.ndarray, np.ndarray]:
     for chain, others in structure.groups:
         if not others:
             continue
-        blocking = [step_blocking(p) for p in others]
+        makers = [functools.partial(step_blocking, p) for p in others]
         for lead in chain:
-            x, y = carve(step_blocking(lead), blocking)
+            x, y = carve(step_blocking(lead), makers)
             xs.append(x)
             ys.append(y)
     if not xs:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import collections
 import logging
 import sqlite3
-from typing import List, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 from urllib.parse import quote
 
 import numpy as np
@@ -34,6 +34,15 @@ def is_busy(exc: sqlite3.OperationalError) -> bool:
     if code is not None:
         return code & 0xFF in (5, 6)  # SQLITE_BUSY, SQLITE_LOCKED (+ extended codes)
     return "locked" in str(exc) or "busy" in str(exc)
+
+
+def _distinct(w: np.ndarray) -> np.ndarray:
+    """The distinct writer ids of a page (small integers: counted, not sorted)."""
+    if not len(w):
+        return w
+    if w.min() >= 0 and w.max() < 4 * len(w) + 65536:
+        return np.flatnonzero(np.bincount(w))
+    return np.unique(w)
 
 
 class ReadPath:
@@ -92,12 +101,13 @@ class ReadPath:
         if limit is not None and limit <= 0:
             return EventPage.empty(run), since
         h = self._handle()
-        raw, cursor = self._read_raw(h, run, since, limit, not writers)
+        raw, cursor = self._read_raw(h, run, since, limit,
+                                     chunks.WRITER_COLUMNS if writers else True)
         if raw is None:
             return EventPage.empty(run), cursor
         page = raw.page(run, with_writers=writers)
         w = page.writer if writers else raw.writer
-        distinct = w[:1] if len(w) and (w == w[0]).all() else np.unique(w)
+        distinct = w[:1] if len(w) and (w == w[0]).all() else _distinct(w)
         keys = {x: h.writers[x] for x in distinct.tolist()}
         page.process_indices = tuple({k[0] for k in keys.values()})
         page.writers = tuple({k[1:3] for k in keys.values()})
@@ -106,7 +116,7 @@ class ReadPath:
         return page, cursor
 
     def _read_raw(self, h, run: str, since: Cursor, limit: Optional[int],
-                  engine_only: bool):
+                  engine_only: Any):
         """``(Raw or None for an unknown run, cursor)``; counts corrupt rows."""
         run_id = h.run_ids.get(run)
         if run_id is None:
