@@ -34,6 +34,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 
 from goodput_core.events import HEARTBEAT_SECONDS, Kind
+from goodput_core.queries.sorted_times import SortedTimes
 from goodput_core.queries.step_stats import StepTimes, compute_step_stats
 from goodput_core.queries.windows import window_result
 from goodput_core.timeline.buckets import BadputType as B
@@ -84,94 +85,165 @@ def _interval(e) -> float:
 
 def plain_figures(stream: Stream, now: float) -> Optional[HostFigures]:
     """A plain host's figures (module docstring); None when it is not plain."""
-    recs = stream.records
-    if any(e[1] not in _PLAIN_RECORDS for e in recs):
-        return None
-    starts = [e for e in recs if e[1] == _JOB_START]
-    ends = [e for e in recs if e[1] == _JOB_END]
-    if len(starts) != 1 or len(ends) > 1:
-        return None
-    j = t_of(starts[0])
-    e_end = t_of(ends[0]) if ends else None
-    others = [t_of(e) for e in recs if e[1] not in (_JOB_START, _JOB_END)]
-    t, k = stream.steps.t.a, stream.steps.v.a
-    firsts, lasts = list(others), list(others)
-    if len(t):
-        firsts.append(float(t[0]))
-        lasts.append(float(t[-1]))
-    fams = []
-    for name in FAMILIES:
-        col = stream.families[name]
-        ft, fe = col.t.a, col.v.a
-        if len(ft):
-            if (fe != (np.arange(len(fe)) & 1)).any():
-                return None  # a start replaced, an end without its start
-            firsts.append(float(ft[0]))
-            lasts.append(float(ft[-1]))
-        fams.append((ft, fe))
-    if firsts and min(firsts) <= j:
-        return None
-    last = max(lasts) if lasts else j
-    if e_end is not None and last >= e_end:
-        return None
-    if now < max(last, e_end if e_end is not None else j) or not math.isfinite(j):
-        return None
-    if len(t) and ((k[0] < 0) or (k[-1] >= MAX_STEP) or (len(t) > 1 and (
-            (k[1:] - k[:-1] != 1).any() or not (t[1:] > t[:-1]).all()))):
-        return None
-    # the lifetime's end (rule 15: stopped at the last sign of life)
-    if e_end is not None:
-        hi = e_end
-    else:
+    return PlainHost(stream).figures(now)
+
+
+class PlainHost:
+    """A plain host's figures, kept up to date as its writer's rows grow: the
+    union of its blocking and load intervals is summed once for the blocks
+    that ended before its families' latest events (later rows cannot reach
+    them; a row that arrives before them starts the sum again), and its step
+    times are kept sorted (:class:`SortedTimes`)."""
+
+    def __init__(self, stream: Stream):
+        self.stream = stream
+        self._reset()
+
+    def _reset(self) -> None:
+        s = self.stream
+        self.merges = s.merges()
+        self.version = -1
+        self.checked = {name: 0 for name in ("steps",) + tuple(FAMILIES)}
+        self.plain = True
+        self.frozen = 0.0  # the length of the union blocks that start before ``bound``
+        self.bound = -math.inf
+        self.cut = {name: 0 for name in FAMILIES}  # each family's first event after them
+        self.gaps = SortedTimes()
+        self.gap_rows = 0
+
+    def figures(self, now: float) -> Optional[HostFigures]:
+        """Its figures at ``now``; None when it is not plain (now)."""
+        s = self.stream
+        if s.merges() != self.merges or (self.version >= 0 and
+                                         s.changed_since(self.version) < self.bound):
+            self._reset()
+        self.version = s.version
+        if not self.plain or not self._check_rows():
+            self.plain = False
+            return None
+        recs = s.records
+        if any(e[1] not in _PLAIN_RECORDS for e in recs):
+            return None
+        starts = [e for e in recs if e[1] == _JOB_START]
+        ends = [e for e in recs if e[1] == _JOB_END]
+        if len(starts) != 1 or len(ends) > 1:
+            return None
+        j = t_of(starts[0])
+        e_end = t_of(ends[0]) if ends else None
+        others = [t_of(e) for e in recs if e[1] not in (_JOB_START, _JOB_END)]
+        t = s.steps.t.a
+        cols = [s.steps] + [s.families[n] for n in FAMILIES]
+        firsts = others + [float(c.t.a[0]) for c in cols if len(c)]
+        lasts = others + [float(c.t.a[-1]) for c in cols if len(c)]
+        if firsts and min(firsts) <= j:
+            return None
+        last = max(lasts) if lasts else j
+        if e_end is not None and last >= e_end:
+            return None
+        if now < max(last, e_end if e_end is not None else j) or not math.isfinite(j):
+            return None
+        hi = self._lifetime_end(recs, j, e_end, lasts, now)
+        total = hi - j
+        loading = min(max(self._loading(t, e_end, hi), 0.0), total)
+        n = len(t)
+        if n - 1 > self.gap_rows:
+            lo = max(self.gap_rows, 0)
+            self.gaps.update(np.empty(0), t[lo + 1:] - t[lo:-1])
+            self.gap_rows = n - 1
+        seconds = {"DATA_LOADING": loading}
+        for name in HOST_LOCAL_BUCKETS[1:]:
+            seconds[name] = 0.0
+        return (seconds, total, len(self.gaps), self.gaps.percentile(50.0),
+                self.gaps.percentile(90.0))
+
+    def _check_rows(self) -> bool:
+        """Checks the rows added since the last call: each family's starts and
+        ends alternate, step numbers follow each other, step times increase."""
+        s = self.stream
+        for name in FAMILIES:
+            e = s.families[name].v.a
+            lo = self.checked[name]
+            if (e[lo:] != (np.arange(lo, len(e)) & 1)).any():
+                return False  # a start replaced, an end without its start
+            self.checked[name] = len(e)
+        t, k = s.steps.t.a, s.steps.v.a
+        lo = max(self.checked["steps"] - 1, 0)
+        if len(k) and (k[0] < 0 or k[-1] >= MAX_STEP):
+            return False
+        if len(k) - lo > 1 and ((k[lo + 1:] - k[lo:-1] != 1).any() or
+                                not (t[lo + 1:] > t[lo:-1]).all()):
+            return False
+        self.checked["steps"] = len(k)
+        return True
+
+    def _lifetime_end(self, recs, j: float, e_end: Optional[float], lasts: List[float],
+                      now: float) -> float:
+        """Where its lifetime ends (rule 15: a job end, where it stopped, or now)."""
+        if e_end is not None:
+            return max(e_end, j)
         hi = now
         beats = [(t_of(e), i) for i, e in enumerate(recs) if e[1] == _HEARTBEAT]
         if beats:
             last_hb, at = max(beats)
             iv = _interval(recs[at])
             iv = DEFAULT_HEARTBEAT_SECONDS if math.isnan(iv) else iv
+            # signs of life: every event but heartbeats and metadata
             life = [t_of(e) for e in recs if e[1] in (_JOB_START, _METRIC)]
-            if len(t):
-                life.append(float(t[-1]))
-            life += [float(ft[-1]) for ft, _ in fams if len(ft)]
+            cols = [self.stream.steps] + [self.stream.families[n] for n in FAMILIES]
+            life += [float(c.t.a[-1]) for c in cols if len(c)]
             sign = max(max(life), last_hb)
             if now - sign > STALE_INTERVALS * iv:
                 hi = sign
-    hi = max(hi, j)
-    total = hi - j
-    # data loading: the union of every blocking and load interval in the lifetime
-    xs, ys = [], []
-    for ft, fe in fams:
-        m = len(ft) - (len(ft) & 1)
-        xs.append(ft[0:m:2])
-        ys.append(ft[1:m:2])
-        if len(ft) & 1:  # an open phase: to the next step start, the job end
-            s = float(ft[-1])
-            limit = e_end if e_end is not None else math.inf
-            nxt = int(np.searchsorted(t, s, side="right"))
-            if nxt < len(t):
-                limit = min(limit, float(t[nxt]))
-            if limit > s:
-                xs.append(np.array([s]))
-                ys.append(np.array([limit]))
-    x = np.maximum(np.concatenate(xs), j) if xs else np.empty(0)
-    y = np.minimum(np.concatenate(ys), hi) if ys else np.empty(0)
-    ok = y > x
-    x, y = x[ok], y[ok]
-    loading = 0.0
-    if len(x):
-        order = np.argsort(x, kind="stable")
+        return max(hi, j)
+
+    def _loading(self, t: np.ndarray, e_end: Optional[float], hi: float) -> float:
+        """The length of the union of its blocking and load intervals (an open
+        one to its next step start or job end) up to ``hi``; the blocks that
+        end before every family's latest event are summed once."""
+        s = self.stream
+        xs, ys, lasts = [], [], []
+        open_x, open_y = [], []
+        for name in FAMILIES:
+            ft = s.families[name].t.a
+            if len(ft):
+                lasts.append(float(ft[-1]))
+            c = self.cut[name]
+            m = c + ((len(ft) - c) & ~1)
+            xs.append(ft[c:m:2])
+            ys.append(ft[c + 1:m:2])
+            if m < len(ft):  # an open phase: to the next step start, the job end
+                x = float(ft[-1])
+                limit = e_end if e_end is not None else math.inf
+                nxt = int(np.searchsorted(t, x, side="right"))
+                if nxt < len(t):
+                    limit = min(limit, float(t[nxt]))
+                if limit > x:
+                    open_x.append(x)
+                    open_y.append(limit)
+        x = np.concatenate(xs + [np.asarray(open_x)])
+        y = np.concatenate(ys + [np.asarray(open_y)])
+        if not len(x):
+            return self.frozen
+        order = np.lexsort((y, x))
         x, y = x[order], y[order]
         reach = np.maximum.accumulate(y)
         new = np.ones(len(x), bool)
         new[1:] = x[1:] > reach[:-1]
-        last_of = np.flatnonzero(np.append(new[1:], True))
-        loading = float((reach[last_of] - x[new]).sum())
-    loading = min(max(loading, 0.0), total)
-    gaps = np.sort(t[1:] - t[:-1]) if len(t) > 1 else np.empty(0)
-    seconds = {"DATA_LOADING": loading}
-    for name in HOST_LOCAL_BUCKETS[1:]:
-        seconds[name] = 0.0
-    return (seconds, total, len(gaps), _percentile(gaps, 50.0), _percentile(gaps, 90.0))
+        first = np.flatnonzero(new)
+        last_of = np.append(first[1:] - 1, len(x) - 1)
+        bx, by = x[first], reach[last_of]
+        bound = min(lasts) if lasts else -math.inf
+        done = np.flatnonzero(by < bound)  # blocks no later row can reach
+        frozen = self.frozen
+        if len(done):  # (an open phase starts at its family's last event: never before)
+            k = int(done[-1]) + 1
+            frozen += float((by[:k] - bx[:k]).sum())
+            edge = float(bx[k]) if k < len(bx) else math.inf
+            self.frozen, self.bound = frozen, edge
+            for name, fx in zip(FAMILIES, xs):  # each family's pairs before the edge
+                self.cut[name] += 2 * int(np.searchsorted(fx, edge, side="left"))
+            bx, by = bx[k:], by[k:]
+        return frozen + float((np.minimum(by, hi) - bx).clip(min=0.0).sum())
 
 
 class EngineHost:
@@ -220,8 +292,12 @@ def host_figures(columns: RunColumns, now: float, cache: Dict[int, Any]
         by_host.setdefault(0 if key is None else s.host_index, []).append(s)
     out = {}
     for index, streams in sorted(by_host.items()):
-        fig = plain_figures(streams[0], now) if len(streams) == 1 and \
-            streams[0].key is not None else None
+        fig = None
+        if len(streams) == 1 and streams[0].key is not None:
+            plain = cache.get(("plain", index))
+            if plain is None or plain.stream is not streams[0]:
+                plain = cache[("plain", index)] = PlainHost(streams[0])
+            fig = plain.figures(now)
         if fig is None:
             host = cache.get(index)
             if host is None or host.keys != [s.key for s in streams] or \

@@ -21,6 +21,7 @@ reads it again as records.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -28,13 +29,19 @@ import numpy as np
 
 from goodput_core.stores.columns import EventPage
 from goodput_core.stores.gc_pause import gc_paused
+from goodput_core.events import Kind
+from goodput_core.timeline.carve import carve
 from goodput_core.timeline.host_columns import RunColumns
-from goodput_core.timeline.lead_columns import Structure, carves_of, job_pages, structure_of
+from goodput_core.timeline.lead_columns import (
+    Structure, _page_of, borrowed, carves_of, first_changed_step, job_pages, records_page,
+    step_blocking, structure_of)
 from goodput_core.timeline.spans import Timeline
 
 __all__ = ["ManyHosts"]
 
 _E = np.empty(0)
+_SIDE = (int(Kind.METRIC), int(Kind.METADATA))
+_SCHEDULING = (int(Kind.JOB_SUBMITTED), int(Kind.RESOURCES_GRANTED))
 
 
 class ManyHosts:
@@ -72,7 +79,8 @@ class ManyHosts:
         versions = self.columns.versions()
         if self._tl is None or versions != self._versions:
             with gc_paused():
-                self._tl = self._build()
+                if self._tl is None or not self._update():
+                    self._tl = self._build()
             self._versions = versions
         return self._tl
 
@@ -80,19 +88,107 @@ class ManyHosts:
         """The job timeline built from the columns, from the start."""
         self.rebuilds += 1
         run = self.run or ""
-        structure = structure_of(self.columns)
+        cols = self.columns
+        structure = structure_of(cols)
         tl = Timeline()
         tl.liveness = self.liveness
-        for page in job_pages(run, self.columns, structure):
+        for page in job_pages(run, cols, structure):
             tl.add_page(page)
         if not structure.single:
             starts, ends = carves_of(structure)
             if len(starts):
                 if _interleaved(tl, starts, ends):
-                    self.columns.odd = "a lead stall event next to a carved stall"
+                    cols.odd = "a lead stall event next to a carved stall"
                 tl.set_carved(-math.inf, starts, ends)
-        self._structure = structure
+        self._signature = _signature(structure)
+        self._records_fed = {k: len(s.arrivals) for k, s in cols.streams.items()}
+        self._merges = {k: s.merges() for k, s in cols.streams.items()}
+        self._rows_fed = {(p.key, p.number): dict(p.hi) for p in structure.leads}
+        self._rows_fed.update(((k, None), s.counts()) for k, s in cols.streams.items())
+        self._borrowed = borrowed(structure) if not structure.single else []
         return tl
+
+    def _update(self) -> bool:
+        """Brings the job timeline up to date with the rows added since the last
+        call; False (having changed nothing) when it must be built again."""
+        cols = self.columns
+        structure = structure_of(cols)
+        if _signature(structure) != self._signature:
+            return False
+        changed = [s for k, s in cols.streams.items() if s.version != self._versions.get(k)]
+        if any(s.merges() != self._merges.get(s.key, 0) for s in changed):
+            return False
+        lent = borrowed(structure) if not structure.single else []
+        old = self._borrowed
+        if len(lent) < len(old) or any(a is not b for a, b in zip(lent, old)):
+            return False
+        run, tl = self.run or "", self._tl
+        pages = []
+        side: List[Any] = list(lent[len(old):])
+        leads = {(p.key, p.number): p for p in structure.leads}
+        for s in changed:
+            new = s.arrivals[self._records_fed.get(s.key, 0):]
+            self._records_fed[s.key] = len(s.arrivals)
+            if s.key is None or structure.single:  # every row is the job's
+                lo = self._rows_fed.get((s.key, None)) or {n: 0 for n in s.counts()}
+                pages.append(_page_of(run, s, lo, s.counts(), new))
+                self._rows_fed[(s.key, None)] = s.counts()
+                continue
+            fresh = {id(e) for e in new}
+            pages.append(records_page(run, [e for e in new if e[1] in _SCHEDULING]))
+            for p in s.pieces():
+                mine = [e for e in p.records if id(e) in fresh]
+                lead = leads.get((p.key, p.number))
+                if lead is None:
+                    side += [e for e in mine if e[1] in _SIDE]
+                    continue
+                lo = self._rows_fed.get((p.key, p.number)) or p.lo
+                pages.append(_page_of(run, s, lo, p.hi, mine))
+                self._rows_fed[(p.key, p.number)] = dict(p.hi)
+        if side:
+            pages.append(records_page(run, side))
+        for page in pages:
+            if len(page):
+                tl.add_page(page)
+        self._borrowed = lent
+        if not structure.single:
+            self._carve(tl, structure, {s.key: s.changed_since(self._versions.get(s.key, -1))
+                                        for s in changed})
+        return True
+
+    def _carve(self, tl: Timeline, structure: Structure, since: Dict[Any, float]) -> None:
+        """Carves again the lead steps a change can have touched, per attempt."""
+        for chain, others in structure.groups:
+            if not others:
+                continue
+            k0 = min((first_changed_step(p, since[p.key]) for p in chain + others
+                      if p.key in since), default=math.inf)
+            if k0 == math.inf:
+                continue
+            makers = [functools.partial(step_blocking, p, k0) for p in others]
+            for lead in chain:
+                sb = step_blocking(lead, k0)
+                x, y = carve(sb, makers)
+                t, k = lead.column("steps")
+                if k0 > -math.inf and lead.steps_increase():
+                    r0 = int(np.searchsorted(k, k0, side="left"))
+                    if r0 == len(t):
+                        continue  # no lead step from k0 on: no carve there, before or now
+                    from_t = float(t[r0])
+                else:
+                    from_t = lead.start
+                if len(x) and _interleaved(tl, x, y):
+                    self.columns.odd = "a lead stall event next to a carved stall"
+                tl.set_carved(from_t, x, y, lead.end)
+
+
+def _signature(structure: Structure) -> tuple:
+    """The structure as the job timeline depends on it: which pieces lead,
+    and the others in order, per attempt."""
+    def ids(pieces):
+        return tuple((p.key, p.number) for p in pieces)
+
+    return structure.single, tuple((ids(c), ids(o)) for c, o in structure.groups)
 
 
 def _interleaved(tl: Timeline, starts: np.ndarray, ends: np.ndarray) -> bool:

@@ -67,11 +67,12 @@ class _Column:
     """Growable sorted columns ``t`` (and ``v``: a step number or an end flag),
     in (time, arrival) order."""
 
-    __slots__ = ("t", "v")
+    __slots__ = ("t", "v", "merges")
 
     def __init__(self, vtype):
         self.t = Growable(np.float64)
         self.v = Growable(vtype)
+        self.merges = 0  # rows that arrived late and moved others: readers start over
 
     def __len__(self) -> int:
         return self.t.n
@@ -87,6 +88,7 @@ class _Column:
             self.v.extend(v)
             return float(t[0])
         # late rows: a stable sort keeps arrival order among equal times
+        self.merges += 1
         tt, vv = np.concatenate((old, t)), np.concatenate((self.v.a, v))
         order = np.argsort(tt, kind="stable")
         self.t.replace(tt[order])
@@ -126,6 +128,9 @@ class Stream:
         self.families = {name: _Column(np.int8) for name in _FAMILY_NAMES}
         self.records: List[EventRecord] = []
         self.record_t: List[float] = []
+        self.arrivals: List[EventRecord] = []  # the records in the order they were added
+        # rows of the steps column whose step number is not above the previous row's
+        self.descents: List[int] = []
         self._record_keys: List[Tuple[float, int]] = []
         self.version = 0
         self._history: List[Tuple[int, float]] = []  # (version, earliest time it changed)
@@ -145,7 +150,28 @@ class Stream:
             return -math.inf
         return min(t for v, t in h if v > version)
 
+    def merges(self) -> int:
+        """How many times late rows moved rows of its columns."""
+        return self.steps.merges + sum(c.merges for c in self.families.values())
+
+    def counts(self) -> Dict[str, int]:
+        """Rows per column (``"steps"`` and each family)."""
+        out = {"steps": len(self.steps)}
+        out.update((n, len(c)) for n, c in self.families.items())
+        return out
+
+    def _add_steps(self, t: np.ndarray, k: np.ndarray) -> float:
+        n, merges = len(self.steps), self.steps.merges
+        changed = self.steps.add(t, k)
+        if self.steps.merges != merges:
+            n = 0
+            self.descents = []
+        a = self.steps.v.a[max(n - 1, 0):]
+        self.descents += (np.flatnonzero(a[1:] <= a[:-1]) + max(n - 1, 0) + 1).tolist()
+        return changed
+
     def _add_record(self, e: EventRecord) -> float:
+        self.arrivals.append(e)
         t = t_of(e)
         key = (t, e[9])
         at = bisect_right(self._record_keys, key)
@@ -202,6 +228,13 @@ class Piece:
     def identity(self) -> tuple:
         """What the rules read of it (equal identities: the same structure)."""
         return (self.key, self.number, self.index, self.start, self.end, _STEP in self.kinds)
+
+    def steps_increase(self) -> bool:
+        """True when its step numbers increase (in time order)."""
+        lo, hi = self.lo["steps"], self.hi["steps"]
+        d = self.stream.descents
+        i = bisect_right(d, lo)
+        return i >= len(d) or d[i] >= hi
 
     def column(self, name: str) -> Tuple[np.ndarray, np.ndarray]:
         """``(t, v)`` of one of its columns (``"steps"`` or a family), views."""
@@ -352,7 +385,7 @@ class RunColumns:
                         self.odd = self.odd or "a writer's events out of sequence order"
                     stream._last_seq[c] = int(seqs[hi - 1])
                 if c == _STEPS:
-                    changed = min(changed, stream.steps.add(ts[lo:hi], page.step[order[lo:hi]]))
+                    changed = min(changed, stream._add_steps(ts[lo:hi], page.step[order[lo:hi]]))
                 elif c == _RECORDS:
                     for i in order[lo:hi].tolist():
                         changed = min(changed, stream._add_record(page.record(i)))

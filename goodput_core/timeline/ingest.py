@@ -167,27 +167,34 @@ class EventTables:
             self._add_one(page.record(i), None, base + i, rows)
         return self._commit(rows, arrays, side0)
 
-    def replace_carved(self, from_t: float, starts: np.ndarray, ends: np.ndarray) -> float:
-        """Replaces the carved stalls that start at or after ``from_t`` by
-        ``(starts, ends)`` (sorted, all at or after ``from_t``); returns the
+    def replace_carved(self, from_t: float, starts: np.ndarray, ends: np.ndarray,
+                       to_t: float = _INF) -> float:
+        """Replaces the carved stalls that start in ``[from_t, to_t)`` by
+        ``(starts, ends)`` (sorted, all starting in that range); returns the
         earliest start that changed (inf: nothing did)."""
         table = self.tables["carved"]
-        i = int(np.searchsorted(table["t"], from_t, side="left"))
-        old_s, old_e = table["t"][i:], table["end"][i:]
+        t_all, e_all = table["t"], table["end"]
+        i = int(np.searchsorted(t_all, from_t, side="left"))
+        j = len(t_all) if to_t == _INF else int(np.searchsorted(t_all, to_t, side="left"))
+        old_s, old_e = t_all[i:j], e_all[i:j]
         n = min(len(old_s), len(starts))
-        same = np.flatnonzero((old_s[:n] != starts[:n]) | (old_e[:n] != ends[:n]))
-        if len(same):
-            j = int(same[0])
+        differ = np.flatnonzero((old_s[:n] != starts[:n]) | (old_e[:n] != ends[:n]))
+        if len(differ):
+            k = int(differ[0])
         elif len(old_s) == len(starts):
             return _INF
         else:
-            j = n
-        changed = min(float(old_s[j]) if j < len(old_s) else _INF,
-                      float(starts[j]) if j < len(starts) else _INF)
-        table.cols["t"].truncate(i + j)
-        table.cols["end"].truncate(i + j)
-        table.cols["t"].extend(starts[j:])
-        table.cols["end"].extend(ends[j:])
+            k = n
+        changed = min(float(old_s[k]) if k < len(old_s) else _INF,
+                      float(starts[k]) if k < len(starts) else _INF)
+        if j == len(t_all):
+            table.cols["t"].truncate(i + k)
+            table.cols["end"].truncate(i + k)
+            table.cols["t"].extend(starts[k:])
+            table.cols["end"].extend(ends[k:])
+        else:
+            table.cols["t"].replace(np.concatenate((t_all[:i], starts, t_all[j:])))
+            table.cols["end"].replace(np.concatenate((e_all[:i], ends, e_all[j:])))
         return changed
 
     def _commit(self, rows, arrays, side0: int) -> Tuple[float, int]:

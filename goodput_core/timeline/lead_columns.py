@@ -72,9 +72,17 @@ def structure_of(run: RunColumns) -> Structure:
     return Structure(False, groups, pieces)
 
 
-def step_blocking(p: Piece) -> StepBlocking:
-    """A piece's step spans and blocking intervals."""
+def step_blocking(p: Piece, k0: float = -math.inf) -> StepBlocking:
+    """A piece's step spans and blocking intervals; ``k0``: those of its steps
+    numbered ``k0`` and above only (all of them when its step numbers do not
+    increase)."""
     t, k = p.column("steps")
+    if k0 > -math.inf and len(k) and p.steps_increase():
+        r0 = int(np.searchsorted(k, k0, side="left"))
+        t, k = t[r0:], k[r0:]
+        since = float(t[0]) if len(t) else math.inf
+    else:
+        since = -math.inf
     ends: Dict[int, float] = {}
     job_end = None
     for e in p.records:
@@ -82,8 +90,38 @@ def step_blocking(p: Piece) -> StepBlocking:
             ends[e[3]] = t_of(e)
         elif e[1] == _JOB_END and job_end is None:
             job_end = t_of(e)
-    xs, ys = union_of_pairs([p.column("stall"), p.column("bload")])
+    xs, ys = union_of_pairs([_from(p.column("stall"), since), _from(p.column("bload"), since)])
     return StepBlocking.of(t, k, ends, job_end, xs, ys)
+
+
+def _from(column: Tuple[np.ndarray, np.ndarray], since: float):
+    """A family's events from the one after its last end before ``since``:
+    every interval that ends at or after ``since`` is paired there as in the
+    whole family (an end pairs with the event right before it)."""
+    t, e = column
+    if since == -math.inf or not len(t):
+        return column
+    i = int(np.searchsorted(t, since, side="left"))
+    ends = np.flatnonzero(e[:i] == 1)
+    j = int(ends[-1]) + 1 if len(ends) else 0
+    return t[j:], e[j:]
+
+
+def first_changed_step(p: Piece, since: float) -> float:
+    """The smallest step number whose span or blocking a change of ``p``'s
+    rows from time ``since`` on can have changed (-inf: any; inf: none)."""
+    if since == -math.inf or not p.steps_increase():
+        return -math.inf
+    for name in ("stall", "bload"):  # an end may close a start made before ``since``
+        t, e = p.column(name)
+        i = int(np.searchsorted(t, since, side="left"))
+        if i and e[i - 1] == 0:
+            since = min(since, float(t[i - 1]))
+    t, k = p.column("steps")
+    if not len(t):
+        return math.inf
+    i = max(int(np.searchsorted(t, since, side="left")) - 1, 0)
+    return float(k[i])
 
 
 def carves_of(structure: Structure) -> Tuple[np.ndarray, np.ndarray]:

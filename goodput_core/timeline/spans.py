@@ -117,12 +117,13 @@ class Timeline:
             self.dirty_from = min(self.dirty_from, earliest)
         return stored
 
-    def set_carved(self, from_t: float, starts: np.ndarray, ends: np.ndarray) -> None:
+    def set_carved(self, from_t: float, starts: np.ndarray, ends: np.ndarray,
+                   to_t: float = _INF) -> None:
         """Replaces the stragglers' stalls carved from the lead's steps that
-        start at or after ``from_t`` (rule 13, a run written by many hosts:
+        start in ``[from_t, to_t)`` (rule 13, a run written by many hosts:
         painted as input stalls; ``starts`` sorted)."""
         changed = self.tables.replace_carved(from_t, np.asarray(starts, np.float64),
-                                             np.asarray(ends, np.float64))
+                                             np.asarray(ends, np.float64), to_t)
         self.dirty_from = min(self.dirty_from, changed)
 
     def update(self) -> None:
