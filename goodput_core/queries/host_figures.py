@@ -148,7 +148,12 @@ class PlainHost:
         n = len(t)
         if n - 1 > self.gap_rows:
             lo = max(self.gap_rows, 0)
-            self.gaps.update(np.empty(0), t[lo + 1:] - t[lo:-1])
+            new = t[lo + 1:] - t[lo:-1]
+            if len(self.gaps):
+                self.gaps.update(np.empty(0), new)
+            else:  # (sorted at once)
+                new.sort()
+                self.gaps = SortedTimes.of_sorted(new)
             self.gap_rows = n - 1
         seconds = {"DATA_LOADING": loading}
         for name in HOST_LOCAL_BUCKETS[1:]:

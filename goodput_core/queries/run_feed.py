@@ -163,13 +163,24 @@ class RunFeed:
                 if many.active and not self._by_records:  # several writers: by columns
                     if self.host_tracker._columns is None:
                         self.host_tracker.use_columns(self.hosts.columns)
-                    page, cursor = self._writers_page(store, cursor)
+                    page, cursor, limit = self._writers_page(store, cursor)
                     self.hosts.add_page(page)
                     self.host_tracker.observe_indices(page.process_indices)
                     if self.hosts.odd is not None:  # not for columns: every event instead
                         self._to_records()
                         cursor, total = None, 0
                         continue
+                    total += len(page)
+                    if len(page) >= limit:
+                        continue
+                    if total:
+                        tl = self.hosts.timeline()
+                        if self.hosts.odd is not None:  # found while building it
+                            self._to_records()
+                            cursor, total = None, 0
+                            continue
+                        self.tl = tl
+                    return total, cursor
                 elif many.active:  # several writers, an odd run: every event, with its writer
                     page, cursor = store.read(self.run, since=cursor, limit=_PAGE)
                     many.extend(page)
@@ -191,14 +202,7 @@ class RunFeed:
                             continue
                 total += len(page)
                 if len(page) < _PAGE:
-                    if many.active and total and not self._by_records:
-                        tl = self.hosts.timeline()
-                        if self.hosts.odd is not None:  # found while building it
-                            self._to_records()
-                            cursor, total = None, 0
-                            continue
-                        self.tl = tl
-                    elif many.active and total:
+                    if many.active and total:
                         self.tl = self._lead_timeline(many)
                     return total, cursor
 
@@ -209,13 +213,17 @@ class RunFeed:
         self.hosts = ManyHosts(self.run, self._liveness)  # (its columns are freed)
         self.host_tracker.use_columns(None)
 
-    def _writers_page(self, store: Any, cursor: Any) -> Tuple[Any, Any]:
-        """The next page of the run with each row's writer: columns where the
-        store reads them so, else its records as columns."""
+    def _writers_page(self, store: Any, cursor: Any) -> Tuple[Any, Any, int]:
+        """The next page of the run with each row's writer (and the most it
+        could have held): columns where the store reads them so, else its
+        records as columns."""
         if getattr(store, "columns_with_writers", False):
-            return store.read_columns(self.run, since=cursor, limit=_PAGE, writers=True)
+            # larger pages for many writers: the routing's per-writer work per page
+            limit = max(_PAGE, 4096 * len(self.hosts.columns.streams))
+            return (*store.read_columns(self.run, since=cursor, limit=limit, writers=True),
+                    limit)
         records, cursor = store.read(self.run, since=cursor, limit=_PAGE)
-        return records_page(self.run or "", records), cursor
+        return records_page(self.run or "", records), cursor, _PAGE
 
     def _lead_timeline(self, many: Any) -> Timeline:
         """The job timeline of a run written by several processes (rule 13),

@@ -113,8 +113,19 @@ class StepBlocking:
                 self._lookup = (uniq, len(s) - 1 - first_in_rev)
         return self._lookup
 
+    def consecutive(self) -> bool:
+        """True when its spans' steps are consecutive numbers, each once."""
+        s = self.steps
+        uniq, _ = self.lookup()
+        return len(uniq) == len(s) and (not len(s) or int(s[-1]) - int(s[0]) == len(s) - 1)
+
     def rows_of(self, steps: np.ndarray) -> np.ndarray:
         """The row of each of ``steps``' last span (-1: none)."""
+        if self.consecutive():  # (the common case: a row is a step's offset)
+            if not len(self.steps):
+                return np.full(len(steps), -1)
+            pos = steps - self.steps[0]
+            return np.where((pos >= 0) & (pos < len(self.steps)), pos, -1)
         uniq, rows = self.lookup()
         i = np.searchsorted(uniq, steps)
         ok = (i < len(uniq)) & (uniq[np.minimum(i, len(uniq) - 1)] == steps) if len(uniq) else \
@@ -140,6 +151,11 @@ class StepBlocking:
     def seconds(self, rows: np.ndarray) -> np.ndarray:
         """Blocking seconds inside each span of ``rows`` (clipped lengths added
         left to right from 0)."""
+        return self.measured(rows)[0]
+
+    def measured(self, rows: np.ndarray):
+        """``(seconds, first, meets)`` of the spans of ``rows``: as
+        :meth:`seconds`, with :meth:`meeting`'s columns."""
         a, b = self.a[rows], self.b[rows]
         first, meets = self.meeting(a, b)
         w = np.zeros(len(rows))
@@ -150,12 +166,13 @@ class StepBlocking:
             w[on] += np.minimum(ys[i], b[on]) - np.maximum(xs[i], a[on])
         for j in np.flatnonzero(meets > _MEETS).tolist():
             w[j] = _inside(self.within(float(a[j]), float(b[j])))
-        return w
+        return w, first, meets
 
-    def clipped(self, a: np.ndarray, b: np.ndarray):
+    def clipped(self, a: np.ndarray, b: np.ndarray, met=None):
         """For spans ``[a, b)``: how many blocking intervals meet each, and the
-        first of them clipped to it (the span's start twice where none does)."""
-        first, meets = self.meeting(a, b)
+        first of them clipped to it (the span's start twice where none does);
+        ``met``: their :meth:`meeting` when known."""
+        first, meets = self.meeting(a, b) if met is None else met
         if not len(self.xs):
             return meets, a.copy(), a.copy()
         i = np.minimum(first, len(self.xs) - 1)
@@ -192,16 +209,19 @@ def carve(lead: StepBlocking, others: Sequence[Callable[[], StepBlocking]]
         common = pos >= 0
         if not common.any():
             continue
-        pos, rows = pos[common], p_rows[common]
-        w = p.seconds(rows)
+        if not common.all():
+            pos, p_rows = pos[common], p_rows[common]
+        w, first, meets = p.measured(p_rows)
         slower = w > worst_w[pos]
         if not slower.any():
             continue
-        pos, rows = pos[slower], rows[slower]
-        worst_w[pos] = w[slower]
+        if not slower.all():
+            pos, p_rows, w = pos[slower], p_rows[slower], w[slower]
+            first, meets = first[slower], meets[slower]
+        worst_w[pos] = w
         worst_p[pos] = n
-        pa, pb = p.a[rows], p.b[rows]
-        meets, x, y = p.clipped(pa, pb)
+        pa, pb = p.a[p_rows], p.b[p_rows]
+        meets, x, y = p.clipped(pa, pb, (first, meets))
         win["pa"][pos], win["pb"][pos], win["x"][pos], win["y"][pos] = pa, pb, x, y
         win_meets[pos] = meets
     rows = lead_rows[worst_p[lead_rows] >= 0]  # in step order

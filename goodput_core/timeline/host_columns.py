@@ -269,19 +269,28 @@ def _pieces_of(stream: Stream) -> List[Piece]:
     return out
 
 
-def _latest(key: np.ndarray, seq: np.ndarray, rows: np.ndarray, mask: Optional[np.ndarray]):
-    """``((key, seq), row)`` of the row (of ``rows``, the page rows ``key`` and
-    ``seq`` are of) with the greatest ``(key, seq)``, the first of equals in
-    the page; ``mask``: among those only; None when there is none."""
+def _latest_per_group(key: np.ndarray, seq: np.ndarray, rows: np.ndarray, starts: np.ndarray,
+                      mask: Optional[np.ndarray]) -> List[Optional[tuple]]:
+    """The row with the greatest ``(key, seq)`` (the first of equals in the
+    page) of each group of consecutive rows (groups begin at ``starts``;
+    ``mask``: among those only), by columns: ``[((key, seq), page row) or
+    None, ...]``."""
+    n = len(key)
     if mask is not None:
-        key, seq, rows = key[mask], seq[mask], rows[mask]
-    if not len(rows):
-        return None
-    top = key.max()
-    cand = np.flatnonzero(key == top)
-    s = seq[cand]
-    cand = cand[s == s.max()]
-    return (float(top), int(s.max())), int(rows[cand].min())
+        key = np.where(mask, key, -np.inf)
+    top = np.maximum.reduceat(key, starts)
+    sizes = np.diff(np.append(starts, n))
+    cand = key == np.repeat(top, sizes)
+    if mask is not None:
+        cand &= mask
+    seq_c = np.where(cand, seq, np.iinfo(np.int64).min)
+    top_seq = np.maximum.reduceat(seq_c, starts)
+    win = cand & (seq == np.repeat(top_seq, sizes))
+    first = np.minimum.reduceat(np.where(win, rows, n), starts)
+    out: List[Optional[tuple]] = []
+    for k, q, r in zip(top.tolist(), top_seq.tolist(), first.tolist()):
+        out.append(None if r >= n else ((float(k), int(q)), int(r)))
+    return out
 
 
 def _codes(writer: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
@@ -362,17 +371,20 @@ class RunColumns:
         wt = page.write_time[order]
         latest = np.where(np.isnan(wt), np.where(np.isfinite(ts), ts, 0.0), wt)
         del wt
+        starts = np.asarray(bounds[0:-1:_CATS], np.int64)
+        host_best = _latest_per_group(latest, seqs, order, starts, None)
+        sched = None
+        if (cat == _RECORDS).any():
+            sk = np.isin(kind[order], _SCHEDULING)
+            if sk.any():
+                sched = _latest_per_group(latest, seqs, order, starts, ~sk)
+        del latest
         for j, stream in enumerate(streams):
-            a, b = bounds[j * _CATS], bounds[(j + 1) * _CATS]
-            rows = order[a:b]
-            best = _latest(latest[a:b], seqs[a:b], rows, None)
+            best = host_best[j]
             if best[0] > stream._host_best:
                 stream._host_best, stream.host_index = best[0], int(index[best[1]])
-            r0 = bounds[j * _CATS + _RECORDS]
-            if b > r0 and np.isin(kind[order[r0:b]], _SCHEDULING).any():
-                mask = np.ones(b - a, bool)
-                mask[r0 - a:] = ~np.isin(kind[order[r0:b]], _SCHEDULING)
-                best = _latest(latest[a:b], seqs[a:b], rows, mask)
+            if sched is not None:
+                best = sched[j]
             if best is not None and best[0] > stream._best:
                 stream._best, stream.index = best[0], int(index[best[1]])
             changed = math.inf
