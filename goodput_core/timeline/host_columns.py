@@ -44,13 +44,17 @@ FAMILIES = {"stall": (int(Kind.INPUT_STALL_START), int(Kind.INPUT_STALL_END)),
 _FAMILY_NAMES = tuple(FAMILIES)
 _STEP, _JOB_START = int(Kind.STEP_START), int(Kind.JOB_START)
 _SCHEDULING = (int(Kind.JOB_SUBMITTED), int(Kind.RESOURCES_GRANTED))
-_LUT = np.full(256, -1, np.int16)  # kind -> family number (steps: 3), -1: a record
+_STEPS = len(FAMILIES)  # the columns a page's rows go to: the families,
+_RECORDS = _STEPS + 1   # step starts with a step, records
+_CATS = _RECORDS + 1
+# (kind * 2 + has a step) -> its column; an end of a family: 1 in _END
+_CAT_LUT = np.full(512, _RECORDS, np.int64)
 _END = np.zeros(256, np.int8)
 for _n, (_s, _e) in enumerate(FAMILIES.values()):
-    _LUT[_s], _LUT[_e], _END[_e] = _n, _n, 1
-_STEPS = len(FAMILIES)  # the categories a page's rows are routed to: families,
-_RECORDS = _STEPS + 1   # steps, records
-_CATS = _RECORDS + 1
+    _CAT_LUT[2 * _s: 2 * _s + 2] = _n
+    _CAT_LUT[2 * _e: 2 * _e + 2] = _n
+    _END[_e] = 1
+_CAT_LUT[2 * _STEP + 1] = _STEPS
 
 
 def t_of(e: EventRecord) -> float:
@@ -135,6 +139,7 @@ class Stream:
         self.version = 0
         self._history: List[Tuple[int, float]] = []  # (version, earliest time it changed)
         self._pieces: Optional[List["Piece"]] = None
+        self._cuts: List[float] = []  # the times of its job starts that begin a piece
 
     @property
     def nbytes(self) -> int:
@@ -172,6 +177,8 @@ class Stream:
 
     def _add_record(self, e: EventRecord) -> float:
         self.arrivals.append(e)
+        if e[1] == _JOB_START:
+            self._cuts = None  # (computed again when asked)
         t = t_of(e)
         key = (t, e[9])
         at = bisect_right(self._record_keys, key)
@@ -182,7 +189,10 @@ class Stream:
 
     def cut_times(self) -> List[float]:
         """The times of its job starts that begin a piece (all but the first)."""
-        return [k[0] for k, e in zip(self._record_keys, self.records) if e[1] == _JOB_START][1:]
+        if self._cuts is None:
+            self._cuts = [k[0] for k, e in zip(self._record_keys, self.records)
+                          if e[1] == _JOB_START][1:]
+        return self._cuts
 
     def pieces(self) -> List["Piece"]:
         """Its pieces (:class:`Piece`), its scheduler events left out (cached)."""
@@ -269,30 +279,6 @@ def _pieces_of(stream: Stream) -> List[Piece]:
     return out
 
 
-def _latest_per_group(key: np.ndarray, seq: np.ndarray, rows: np.ndarray, starts: np.ndarray,
-                      mask: Optional[np.ndarray]) -> List[Optional[tuple]]:
-    """The row with the greatest ``(key, seq)`` (the first of equals in the
-    page) of each group of consecutive rows (groups begin at ``starts``;
-    ``mask``: among those only), by columns: ``[((key, seq), page row) or
-    None, ...]``."""
-    n = len(key)
-    if mask is not None:
-        key = np.where(mask, key, -np.inf)
-    top = np.maximum.reduceat(key, starts)
-    sizes = np.diff(np.append(starts, n))
-    cand = key == np.repeat(top, sizes)
-    if mask is not None:
-        cand &= mask
-    seq_c = np.where(cand, seq, np.iinfo(np.int64).min)
-    top_seq = np.maximum.reduceat(seq_c, starts)
-    win = cand & (seq == np.repeat(top_seq, sizes))
-    first = np.minimum.reduceat(np.where(win, rows, n), starts)
-    out: List[Optional[tuple]] = []
-    for k, q, r in zip(top.tolist(), top_seq.tolist(), first.tolist()):
-        out.append(None if r >= n else ((float(k), int(q)), int(r)))
-    return out
-
-
 def _codes(writer: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
     """``numpy.unique(writer, return_inverse=True)``, by counting where the
     codes are small (a store's writer ids)."""
@@ -333,84 +319,116 @@ class RunColumns:
         return s
 
     def add_page(self, page: EventPage) -> None:
-        """Adds a page read with its writers (``EventPage.writer``): its rows
-        routed by writer and family with one stable sort of small integers."""
+        """Adds a page read with its writers (``EventPage.writer``). A store's
+        pages hold runs of one writer's rows (its batches): each run is routed
+        by slices; a page of interleaved writers, by one stable sort of small
+        integers (writer, column)."""
         n = len(page)
         if not n:
             return
         self.events += n
-        codes, inverse = _codes(page.writer)
+        w = page.writer
+        cat = _CAT_LUT[page.kind * 2 + page.has_step]
+        change = np.flatnonzero(w[1:] != w[:-1]) + 1
+        if len(change) < n // 256:  # runs of one writer
+            edges = [0] + change.tolist() + [n]
+            for a, b in zip(edges, edges[1:]):
+                stream, index = self._writer(page, int(w[a]))
+                self._add_rows(stream, page, slice(a, b), cat[a:b], index)
+            return
+        codes, inverse = _codes(w)
         streams: List[Stream] = []
         sid_of_code, index_of_code = [], []
         for c in codes.tolist():
-            index, host, pid = page.writer_keys[c][:3]
-            key = (host, pid) if (host or pid) else (("", -1 - int(index)) if index else None)
-            stream = self._stream(key)
+            stream, index = self._writer(page, c)
             if stream not in streams:
                 streams.append(stream)
             sid_of_code.append(streams.index(stream))
-            index_of_code.append(int(index))
+            index_of_code.append(index)
         sid = np.asarray(sid_of_code, np.int64)[inverse]
-        index = np.asarray(index_of_code, np.int64)[inverse]
-        kind, t = page.kind, page.time
-        cat = _LUT[kind]
-        cat[(kind == _STEP) & page.has_step] = _STEPS
-        cat[cat < 0] = _RECORDS
-        small = len(streams) * _CATS < 32768
-        key = sid.astype(np.int16 if small else np.int32) * _CATS + cat
-        order = np.argsort(key, kind="stable")
-        bounds = [0] + np.cumsum(np.bincount(key, minlength=len(streams) * _CATS)).tolist()
-        ts, seqs, sorted_key = t[order], page.seq[order], key[order]
-        odd_seq = (seqs[1:] < seqs[:-1]) & (sorted_key[1:] == sorted_key[:-1]) & \
-            (sorted_key[1:] % _CATS != _RECORDS)
-        del sorted_key
-        if odd_seq.any():  # (records are kept in (time, seq) order whatever they arrive in)
-            self.odd = self.odd or "a writer's events out of sequence order"
-        if not np.isfinite(ts).all() and not np.isfinite(ts[cat[order] < _RECORDS]).all():
-            self.odd = self.odd or "a time that is not a finite number"
-        wt = page.write_time[order]
-        latest = np.where(np.isnan(wt), np.where(np.isfinite(ts), ts, 0.0), wt)
-        del wt
-        starts = np.asarray(bounds[0:-1:_CATS], np.int64)
-        host_best = _latest_per_group(latest, seqs, order, starts, None)
-        sched = None
-        if (cat == _RECORDS).any():
-            sk = np.isin(kind[order], _SCHEDULING)
-            if sk.any():
-                sched = _latest_per_group(latest, seqs, order, starts, ~sk)
-        del latest
+        index_of = np.asarray(index_of_code, np.int64)[inverse]
+        order = np.argsort(sid.astype(np.int16 if len(streams) < 32768 else np.int32),
+                           kind="stable")
+        bounds = [0] + np.cumsum(np.bincount(sid, minlength=len(streams))).tolist()
         for j, stream in enumerate(streams):
-            best = host_best[j]
-            if best[0] > stream._host_best:
-                stream._host_best, stream.host_index = best[0], int(index[best[1]])
-            if sched is not None:
-                best = sched[j]
-            if best is not None and best[0] > stream._best:
-                stream._best, stream.index = best[0], int(index[best[1]])
-            changed = math.inf
-            for c in range(_CATS):
-                lo, hi = bounds[j * _CATS + c], bounds[j * _CATS + c + 1]
-                if hi == lo:
-                    continue
-                if c != _RECORDS:
-                    if seqs[lo] < stream._last_seq[c]:
-                        self.odd = self.odd or "a writer's events out of sequence order"
-                    stream._last_seq[c] = int(seqs[hi - 1])
-                if c == _STEPS:
-                    changed = min(changed, stream._add_steps(ts[lo:hi], page.step[order[lo:hi]]))
-                elif c == _RECORDS:
-                    for i in order[lo:hi].tolist():
-                        changed = min(changed, stream._add_record(page.record(i)))
-                else:
-                    col = stream.families[_FAMILY_NAMES[c]]
-                    changed = min(changed, col.add(ts[lo:hi], _END[kind[order[lo:hi]]]))
-            stream.version += 1
-            stream._history.append((stream.version, changed))
-            if len(stream._history) > 256:  # (readers that lag further read it all again)
-                del stream._history[:128]
-            stream._pieces = None
-            if self.odd is None:
-                self._check_cuts(stream)
+            rows = order[bounds[j]:bounds[j + 1]]
+            self._add_rows(stream, page, rows, cat[rows], index_of[rows])
+
+    def _writer(self, page: EventPage, code: int) -> Tuple[Stream, int]:
+        """The stream and process index of a page's writer code."""
+        index, host, pid = page.writer_keys[code][:3]
+        key = (host, pid) if (host or pid) else (("", -1 - int(index)) if index else None)
+        return self._stream(key), int(index)
+
+    def _add_rows(self, stream: Stream, page: EventPage, rows, cat: np.ndarray, index) -> None:
+        """Appends one writer's rows of a page (``rows``: a slice or page row
+        numbers, in arrival order; ``cat``: their columns; ``index``: their
+        process index, one or per row)."""
+        t, seq = page.time[rows], page.seq[rows]
+        self._settle(stream, page, rows, t, seq, cat, index)
+        changed = math.inf
+        counts = np.bincount(cat, minlength=_CATS)
+        for c in np.flatnonzero(counts).tolist():
+            sel = slice(None) if counts[c] == len(cat) else np.flatnonzero(cat == c)
+            ts = t[sel]
+            if c == _RECORDS:  # (kept in (time, seq) order whatever they arrive in)
+                at = np.arange(len(cat))[sel] if isinstance(rows, slice) else rows[sel]
+                if isinstance(rows, slice):
+                    at = at + rows.start
+                for i in at.tolist():
+                    changed = min(changed, stream._add_record(page.record(i)))
+                continue
+            ss = seq[sel]
+            if ss[0] < stream._last_seq[c] or (ss[1:] < ss[:-1]).any():
+                self.odd = self.odd or "a writer's events out of sequence order"
+            stream._last_seq[c] = int(ss[-1])
+            if not np.isfinite(ts).all():
+                self.odd = self.odd or "a time that is not a finite number"
+            if c == _STEPS:
+                changed = min(changed, stream._add_steps(ts, page.step[rows][sel]))
+            else:
+                col = stream.families[_FAMILY_NAMES[c]]
+                changed = min(changed, col.add(ts, _END[page.kind[rows][sel]]))
+        stream.version += 1
+        stream._history.append((stream.version, changed))
+        if len(stream._history) > 256:  # (readers that lag further read it all again)
+            del stream._history[:128]
+        stream._pieces = None
+        if self.odd is None and (counts[_RECORDS] or stream._cuts is None or stream._cuts):
+            self._check_cuts(stream)
+
+    @staticmethod
+    def _settle(stream: Stream, page: EventPage, rows, t: np.ndarray, seq: np.ndarray,
+                cat: np.ndarray, index) -> None:
+        """The index the stream settles on, with these rows: that of its event
+        with the greatest (write time, or time, seq), the first of equals;
+        once with the scheduler's events (a host) and once without (the lead)."""
+        wt = page.write_time[rows]
+        key = wt if not np.isnan(wt).any() else \
+            np.where(np.isnan(wt), np.where(np.isfinite(t), t, 0.0), wt)
+        top = float(key.max())
+        if top < stream._host_best[0] and top < stream._best[0]:
+            return  # (write times grow: the common case is the other one)
+        keep = None  # the rows that are not the scheduler's
+        if (cat == _RECORDS).any():
+            rec = np.flatnonzero(cat == _RECORDS)
+            is_sched = np.isin(page.kind[rows][rec], _SCHEDULING)
+            if is_sched.any():
+                keep = np.ones(len(cat), bool)
+                keep[rec[is_sched]] = False
+        for mask, best_attr, index_attr in ((None, "_host_best", "host_index"),
+                                            (keep, "_best", "index")):
+            k = key if mask is None else np.where(mask, key, -np.inf)
+            hi = float(k.max())
+            if hi == -np.inf:
+                continue
+            cand = np.flatnonzero(k == hi)
+            q = seq[cand]
+            best = (hi, int(q.max()))
+            if best > getattr(stream, best_attr):
+                first = int(cand[q == q.max()].min())  # (arrival order: the first of equals)
+                setattr(stream, best_attr, best)
+                setattr(stream, index_attr, int(index if np.ndim(index) == 0 else index[first]))
 
     def _check_cuts(self, stream: Stream) -> None:
         """A step or family row at the instant of one of its stream's job
