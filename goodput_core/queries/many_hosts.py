@@ -30,11 +30,11 @@ import numpy as np
 from goodput_core.stores.columns import EventPage
 from goodput_core.stores.gc_pause import gc_paused
 from goodput_core.events import Kind
-from goodput_core.timeline.carve import carve
+from goodput_core.timeline.carve import carve, carve_small
 from goodput_core.timeline.host_columns import RunColumns
 from goodput_core.timeline.lead_columns import (
     Structure, _page_of, borrowed, carves_of, first_changed_step, job_pages, records_page,
-    step_blocking, structure_of)
+    small_blocking, step_blocking, structure_of)
 from goodput_core.timeline.spans import Timeline
 
 __all__ = ["ManyHosts"]
@@ -165,10 +165,16 @@ class ManyHosts:
                       if p.key in since), default=math.inf)
             if k0 == math.inf:
                 continue
+            small = [small_blocking(p, k0) for p in others]
+            if any(b is None for b in small):
+                small = None
             makers = [functools.partial(step_blocking, p, k0) for p in others]
             for lead in chain:
-                sb = step_blocking(lead, k0)
-                x, y = carve(sb, makers)
+                lead_small = small_blocking(lead, k0) if small is not None else None
+                if lead_small is not None:  # a few steps again: in Python
+                    x, y = carve_small(lead_small, small)
+                else:
+                    x, y = carve(step_blocking(lead, k0), makers)
                 t, k = lead.column("steps")
                 if k0 > -math.inf and lead.steps_increase():
                     r0 = int(np.searchsorted(k, k0, side="left"))

@@ -14,6 +14,7 @@ blocked at most once in the step, :func:`.free_time.free_time` elsewhere.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from typing import Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -21,7 +22,8 @@ import numpy as np
 from goodput_core.timeline.free_time import EPS, free_time, free_time_by_columns
 from goodput_core.timeline.stragglers import _MEETS
 
-__all__ = ["StepBlocking", "carve", "union_of_pairs", "union_sorted"]
+__all__ = ["StepBlocking", "SmallBlocking", "carve", "carve_small", "union_of_pairs",
+           "union_sorted"]
 
 _E = np.empty(0)
 
@@ -276,3 +278,84 @@ def _by_columns(lead: StepBlocking, rows: np.ndarray, worst_w: np.ndarray, win: 
         out[j] = list(zip(xs[done:done + c], ys[done:done + c]))
         done += c
     return out
+
+
+class SmallBlocking:
+    """:class:`StepBlocking` of a few steps as Python lists (the tail a refresh
+    carves again: numpy calls cost more than the rows there): ``spans``
+    ``{step: (start, end)}`` (the last span of each step), ``xs``/``ys`` the
+    union of its blocking intervals."""
+
+    __slots__ = ("spans", "xs", "ys")
+
+    def __init__(self, t: List[float], k: List[int], step_ends: dict, job_end: Optional[float],
+                 families: Sequence[Tuple[List[float], List[int]]]):
+        spans = {}
+        for i in range(len(t) - 1):
+            if t[i] < t[i + 1]:
+                spans[k[i]] = (t[i], t[i + 1])
+        if t:
+            end = step_ends.get(k[-1], job_end)
+            if end is not None and end > t[-1]:
+                spans[k[-1]] = (t[-1], end)
+        self.spans = spans
+        pairs = []
+        for ft, fe in families:
+            for i in range(1, len(ft)):
+                if fe[i] == 1 and fe[i - 1] == 0 and ft[i] > ft[i - 1]:
+                    pairs.append((ft[i - 1], ft[i]))
+        pairs.sort()
+        xs: List[float] = []
+        ys: List[float] = []
+        for a, b in pairs:  # the union: a new interval where one begins after all ended
+            if ys and a <= ys[-1]:
+                if b > ys[-1]:
+                    ys[-1] = b
+            else:
+                xs.append(a)
+                ys.append(b)
+        self.xs, self.ys = xs, ys
+
+    def within(self, a: float, b: float) -> List[Tuple[float, float]]:
+        """Its blocking intervals meeting ``[a, b)``, clipped to it."""
+        out = []
+        xs, ys = self.xs, self.ys
+        for i in range(bisect_right(ys, a), len(xs)):
+            if xs[i] >= b:
+                break
+            out.append((max(xs[i], a), min(ys[i], b)))
+        return out
+
+
+def carve_small(lead: SmallBlocking, others: Sequence[SmallBlocking]
+                ) -> Tuple[np.ndarray, np.ndarray]:
+    """:func:`carve` of a few steps, step by step in Python (the per-step path
+    of the per-event pass: the same sums and :func:`.free_time.free_time`)."""
+    worst: dict = {}
+    spans = lead.spans
+    for n, p in enumerate(others):
+        if not p.xs:
+            continue
+        for k, (pa, pb) in p.spans.items():
+            if k in spans:
+                w = _inside(p.within(pa, pb))
+                if w > worst.get(k, _NONE)[0]:
+                    worst[k] = (w, n, pa, pb)
+    xs: List[float] = []
+    ys: List[float] = []
+    for k in sorted(worst):
+        w, n, pa, pb = worst[k]
+        a, b = spans[k]
+        own_k = lead.within(a, b)
+        need = min(w, b - a) - _inside(own_k)
+        if need <= EPS:
+            continue
+        shift = a - pa
+        where = [(x + shift, y + shift) for x, y in others[n].within(pa, pb)]
+        for x, y in free_time(own_k, where, a, b, need):
+            xs.append(x)
+            ys.append(y)
+    return np.asarray(xs, np.float64), np.asarray(ys, np.float64)
+
+
+_NONE = (0.0, -1, 0.0, 0.0)

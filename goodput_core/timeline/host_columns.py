@@ -55,6 +55,8 @@ for _n, (_s, _e) in enumerate(FAMILIES.values()):
     _CAT_LUT[2 * _e: 2 * _e + 2] = _n
     _END[_e] = 1
 _CAT_LUT[2 * _STEP + 1] = _STEPS
+_CAT_LIST, _END_LIST = _CAT_LUT.tolist(), _END.tolist()
+_SMALL_PAGE = 16384  # rows: a page this small is routed row by row
 
 
 def t_of(e: EventRecord) -> float:
@@ -194,6 +196,20 @@ class Stream:
                           if e[1] == _JOB_START][1:]
         return self._cuts
 
+    def _grow_last_piece(self, changed: float, tmax: float, new: List[EventRecord]) -> None:
+        """Rows were added: the pieces are computed again, unless every new
+        row is at or after the last piece's start and none is a job start
+        (then that piece grows in place)."""
+        pieces = self._pieces
+        if pieces is None:
+            return
+        last = pieces[-1] if pieces else None
+        if last is None or changed < last.start or any(e[1] == _JOB_START for e in new) \
+                or self.merges() != last.cache.get("merges", self.merges()):
+            self._pieces = None
+            return
+        last.grow(tmax, new)
+
     def pieces(self) -> List["Piece"]:
         """Its pieces (:class:`Piece`), its scheduler events left out (cached)."""
         if self._pieces is None:
@@ -233,7 +249,30 @@ class Piece:
         self.kinds = kinds
         self.start = min(times)
         self.end = max(times)
-        self.cache: Dict[str, Any] = {}
+        self.cache: Dict[str, Any] = {"merges": stream.merges()}
+
+    def grow(self, tmax: float, new: List[EventRecord]) -> None:
+        """Takes the rows its stream got since (all in this piece, the last)."""
+        s = self.stream
+        self.index = s.index
+        for name, n in s.counts().items():
+            if n > self.hi[name]:
+                old, self.hi[name] = self.hi[name], n
+                if name == "steps":
+                    self.kinds.add(_STEP)
+                else:
+                    start, end = FAMILIES[name]
+                    flags = s.families[name].v.a[old:n]
+                    if flags.any():
+                        self.kinds.add(end)
+                    if not flags.all():
+                        self.kinds.add(start)
+        mine = [e for e in new if e[1] not in _SCHEDULING]
+        if mine:
+            self.records = [e for e in self.records] + mine
+            self.records.sort(key=lambda e: (t_of(e), e[9]))  # (stable: arrival among equals)
+            self.kinds.update(e[1] for e in mine)
+        self.end = max(self.end, tmax)
 
     def identity(self) -> tuple:
         """What the rules read of it (equal identities: the same structure)."""
@@ -327,6 +366,9 @@ class RunColumns:
         if not n:
             return
         self.events += n
+        if n <= _SMALL_PAGE:  # (a refresh of a running job: a few rows per writer)
+            self._add_small(page)
+            return
         w = page.writer
         cat = _CAT_LUT[page.kind * 2 + page.has_step]
         change = np.flatnonzero(w[1:] != w[:-1]) + 1
@@ -354,6 +396,72 @@ class RunColumns:
             rows = order[bounds[j]:bounds[j + 1]]
             self._add_rows(stream, page, rows, cat[rows], index_of[rows])
 
+    def _add_small(self, page: EventPage) -> None:
+        """:meth:`add_page` of a small page, row by row (numpy calls cost more
+        than the rows at a few rows per writer)."""
+        kinds, times, seqs = page.kind.tolist(), page.time.tolist(), page.seq.tolist()
+        steps, has, wts = page.step.tolist(), page.has_step.tolist(), page.write_time.tolist()
+        groups: Dict[Stream, List[int]] = {}
+        index_of: Dict[int, int] = {}
+        for i, code in enumerate(page.writer.tolist()):
+            stream, index_of[i] = self._writer(page, code)
+            groups.setdefault(stream, []).append(i)
+        cat_of, end_of = _CAT_LIST, _END_LIST
+        for stream, rows in groups.items():
+            cols: Dict[int, Tuple[list, list]] = {}
+            records = []
+            host_best, best = stream._host_best, stream._best
+            last_seq = stream._last_seq
+            tmax = -math.inf
+            for i in rows:
+                k, t, q, w = kinds[i], times[i], seqs[i], wts[i]
+                key = (w if w == w else (t if math.isfinite(t) else 0.0), q)
+                if key > host_best:
+                    host_best, stream.host_index = key, index_of[i]
+                if key > best and k not in _SCHEDULING:
+                    best, stream.index = key, index_of[i]
+                c = cat_of[2 * k + has[i]] if 0 <= k < 256 else _RECORDS
+                if c == _RECORDS:
+                    records.append(i)
+                    continue
+                if not math.isfinite(t):
+                    self.odd = self.odd or "a time that is not a finite number"
+                if q < last_seq[c]:
+                    self.odd = self.odd or "a writer's events out of sequence order"
+                last_seq[c] = q
+                tmax = max(tmax, t)
+                col = cols.get(c)
+                if col is None:
+                    col = cols[c] = ([], [])
+                col[0].append(t)
+                col[1].append(steps[i] if c == _STEPS else end_of[k])
+            stream._host_best, stream._best = host_best, best
+            changed = math.inf
+            for c, (ts, vs) in cols.items():
+                t_a = np.array(ts, np.float64)
+                if c == _STEPS:
+                    changed = min(changed, stream._add_steps(t_a, np.array(vs, np.int64)))
+                else:
+                    column = stream.families[_FAMILY_NAMES[c]]
+                    changed = min(changed, column.add(t_a, np.array(vs, np.int8)))
+            new = [page.record(i) for i in records]
+            for e in new:
+                changed = min(changed, stream._add_record(e))
+                tmax = max(tmax, t_of(e))
+            self._after_add(stream, changed, tmax, new)
+
+    def _after_add(self, stream: Stream, changed: float, tmax: float,
+                   new: List[EventRecord]) -> None:
+        """A stream's version, change history and pieces after rows were added
+        (the last piece grown in place when they all belong to it)."""
+        stream.version += 1
+        stream._history.append((stream.version, changed))
+        if len(stream._history) > 256:  # (readers that lag further read it all again)
+            del stream._history[:128]
+        stream._grow_last_piece(changed, tmax, new)
+        if self.odd is None and (new or stream._cuts is None or stream._cuts):
+            self._check_cuts(stream)
+
     def _writer(self, page: EventPage, code: int) -> Tuple[Stream, int]:
         """The stream and process index of a page's writer code."""
         index, host, pid = page.writer_keys[code][:3]
@@ -366,7 +474,8 @@ class RunColumns:
         process index, one or per row)."""
         t, seq = page.time[rows], page.seq[rows]
         self._settle(stream, page, rows, t, seq, cat, index)
-        changed = math.inf
+        changed, tmax = math.inf, -math.inf
+        new: List[EventRecord] = []
         counts = np.bincount(cat, minlength=_CATS)
         for c in np.flatnonzero(counts).tolist():
             sel = slice(None) if counts[c] == len(cat) else np.flatnonzero(cat == c)
@@ -376,8 +485,12 @@ class RunColumns:
                 if isinstance(rows, slice):
                     at = at + rows.start
                 for i in at.tolist():
-                    changed = min(changed, stream._add_record(page.record(i)))
+                    e = page.record(i)
+                    new.append(e)
+                    changed = min(changed, stream._add_record(e))
+                    tmax = max(tmax, t_of(e))
                 continue
+            tmax = max(tmax, float(ts.max()))
             ss = seq[sel]
             if ss[0] < stream._last_seq[c] or (ss[1:] < ss[:-1]).any():
                 self.odd = self.odd or "a writer's events out of sequence order"
@@ -389,13 +502,7 @@ class RunColumns:
             else:
                 col = stream.families[_FAMILY_NAMES[c]]
                 changed = min(changed, col.add(ts, _END[page.kind[rows][sel]]))
-        stream.version += 1
-        stream._history.append((stream.version, changed))
-        if len(stream._history) > 256:  # (readers that lag further read it all again)
-            del stream._history[:128]
-        stream._pieces = None
-        if self.odd is None and (counts[_RECORDS] or stream._cuts is None or stream._cuts):
-            self._check_cuts(stream)
+        self._after_add(stream, changed, tmax, new)
 
     @staticmethod
     def _settle(stream: Stream, page: EventPage, rows, t: np.ndarray, seq: np.ndarray,

@@ -21,7 +21,7 @@ import numpy as np
 
 from goodput_core.events import EventRecord, Kind
 from goodput_core.stores.columns import EventPage
-from goodput_core.timeline.carve import StepBlocking, carve, union_of_pairs
+from goodput_core.timeline.carve import SmallBlocking, StepBlocking, carve, union_of_pairs
 from goodput_core.timeline.host_columns import FAMILIES, Piece, RunColumns, Stream, t_of
 from goodput_core.timeline.streams import _job_attempts, _lead_chain
 
@@ -92,6 +92,37 @@ def step_blocking(p: Piece, k0: float = -math.inf) -> StepBlocking:
             job_end = t_of(e)
     xs, ys = union_of_pairs([_from(p.column("stall"), since), _from(p.column("bload"), since)])
     return StepBlocking.of(t, k, ends, job_end, xs, ys)
+
+
+#: Rows a piece's tail may have for the refresh's carve in Python (else by numpy).
+SMALL_TAIL = 64
+
+
+def small_blocking(p: Piece, k0: float) -> Optional[SmallBlocking]:
+    """:func:`step_blocking` of ``p``'s steps from ``k0`` on as Python lists
+    (:class:`SmallBlocking`); None when they are more than a few."""
+    if k0 == -math.inf or not p.steps_increase():
+        return None
+    t, k = p.column("steps")
+    r0 = int(np.searchsorted(k, k0, side="left"))
+    if len(t) - r0 > SMALL_TAIL:
+        return None
+    t, k = t[r0:], k[r0:]
+    since = float(t[0]) if len(t) else math.inf
+    families = []
+    for name in ("stall", "bload"):
+        ft, fe = _from(p.column(name), since)
+        if len(ft) > 4 * SMALL_TAIL:
+            return None
+        families.append((ft.tolist(), fe.tolist()))
+    ends: Dict[int, float] = {}
+    job_end = None
+    for e in p.records:
+        if e[1] == _STEP_END and e[3] is not None:
+            ends[e[3]] = t_of(e)
+        elif e[1] == _JOB_END and job_end is None:
+            job_end = t_of(e)
+    return SmallBlocking(t.tolist(), k.tolist(), ends, job_end, families)
 
 
 def _from(column: Tuple[np.ndarray, np.ndarray], since: float):
