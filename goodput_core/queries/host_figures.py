@@ -29,12 +29,13 @@ random runs against per-host calculators fed the host's records,
 from __future__ import annotations
 
 import math
+from array import array
+from bisect import bisect_left, insort
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
 from goodput_core.events import HEARTBEAT_SECONDS, Kind
-from goodput_core.queries.sorted_times import SortedTimes
 from goodput_core.queries.step_stats import StepTimes, compute_step_stats
 from goodput_core.queries.windows import window_result
 from goodput_core.timeline.buckets import BadputType as B
@@ -56,18 +57,19 @@ _JOB_START, _JOB_END = int(Kind.JOB_START), int(Kind.JOB_END)
 _HEARTBEAT, _METRIC, _METADATA = int(Kind.HEARTBEAT), int(Kind.METRIC), int(Kind.METADATA)
 _PLAIN_RECORDS = frozenset({_JOB_START, _JOB_END, _HEARTBEAT, _METRIC, _METADATA})
 _PCTS = (50.0, 90.0)
+_FEW = 64  # new rows handled one by one (a refresh), not by numpy
 
 #: ``(seconds by bucket, total seconds, step count, median, p90)`` of one host.
 HostFigures = Tuple[Dict[str, float], float, int, Optional[float], Optional[float]]
 
 
-def _percentile(sorted_times: np.ndarray, pct: float) -> Optional[float]:
+def _percentile(sorted_times, pct: float) -> Optional[float]:
     """``numpy.percentile`` (linear) of sorted values, as SortedTimes computes it."""
     n = len(sorted_times)
     if not n:
         return None
     h = pct / 100.0 * (n - 1)
-    lo = int(np.floor(h))
+    lo = int(math.floor(h))
     a = float(sorted_times[lo])
     if lo + 1 >= n or h == lo:
         return a
@@ -108,29 +110,25 @@ class PlainHost:
         self.frozen = 0.0  # the length of the union blocks that start before ``bound``
         self.bound = -math.inf
         self.cut = {name: 0 for name in FAMILIES}  # each family's first event after them
-        self.gaps = SortedTimes()
+        self.gaps = array("d")  # its step times, sorted
         self.gap_rows = 0
+        self._records: tuple = (-1, None)  # (records seen, what they say)
 
     def figures(self, now: float) -> Optional[HostFigures]:
         """Its figures at ``now``; None when it is not plain (now)."""
         s = self.stream
         if s.merges() != self.merges or (self.version >= 0 and
-                                         s.changed_since(self.version) < self.bound):
+                                         s.changed_since(self.version) <= self.bound):
             self._reset()
         self.version = s.version
         if not self.plain or not self._check_rows():
             self.plain = False
             return None
         recs = s.records
-        if any(e[1] not in _PLAIN_RECORDS for e in recs):
+        said = self._said(recs)
+        if said is None:
             return None
-        starts = [e for e in recs if e[1] == _JOB_START]
-        ends = [e for e in recs if e[1] == _JOB_END]
-        if len(starts) != 1 or len(ends) > 1:
-            return None
-        j = t_of(starts[0])
-        e_end = t_of(ends[0]) if ends else None
-        others = [t_of(e) for e in recs if e[1] not in (_JOB_START, _JOB_END)]
+        j, e_end, others = said
         t = s.steps.t.a
         cols = [s.steps] + [s.families[n] for n in FAMILIES]
         firsts = others + [float(c.t.a[0]) for c in cols if len(c)]
@@ -147,19 +145,36 @@ class PlainHost:
         loading = min(max(self._loading(t, e_end, hi), 0.0), total)
         n = len(t)
         if n - 1 > self.gap_rows:
-            lo = max(self.gap_rows, 0)
+            lo = self.gap_rows
             new = t[lo + 1:] - t[lo:-1]
-            if len(self.gaps):
-                self.gaps.update(np.empty(0), new)
+            if len(new) <= _FEW:
+                for g in new.tolist():
+                    insort(self.gaps, g)
             else:  # (sorted at once)
-                new.sort()
-                self.gaps = SortedTimes.of_sorted(new)
+                merged = np.concatenate((np.frombuffer(self.gaps, np.float64), new))
+                merged.sort()
+                self.gaps = array("d", merged.tobytes())
             self.gap_rows = n - 1
         seconds = {"DATA_LOADING": loading}
         for name in HOST_LOCAL_BUCKETS[1:]:
             seconds[name] = 0.0
-        return (seconds, total, len(self.gaps), self.gaps.percentile(50.0),
-                self.gaps.percentile(90.0))
+        return (seconds, total, len(self.gaps), _percentile(self.gaps, 50.0),
+                _percentile(self.gaps, 90.0))
+
+    def _said(self, recs) -> Optional[tuple]:
+        """``(job start, job end or None, the other records' times)`` of its
+        records (kept while they are the same), None when they make it not plain."""
+        if self._records[0] == len(recs):
+            return self._records[1]
+        said = None
+        if all(e[1] in _PLAIN_RECORDS for e in recs):
+            starts = [e for e in recs if e[1] == _JOB_START]
+            ends = [e for e in recs if e[1] == _JOB_END]
+            if len(starts) == 1 and len(ends) <= 1:
+                said = (t_of(starts[0]), t_of(ends[0]) if ends else None,
+                        [t_of(e) for e in recs if e[1] not in (_JOB_START, _JOB_END)])
+        self._records = (len(recs), said)
+        return said
 
     def _check_rows(self) -> bool:
         """Checks the rows added since the last call: each family's starts and
@@ -168,16 +183,23 @@ class PlainHost:
         for name in FAMILIES:
             e = s.families[name].v.a
             lo = self.checked[name]
-            if (e[lo:] != (np.arange(lo, len(e)) & 1)).any():
+            if len(e) - lo <= _FEW:
+                if any(f != (i & 1) for i, f in enumerate(e[lo:].tolist(), lo)):
+                    return False
+            elif (e[lo:] != (np.arange(lo, len(e)) & 1)).any():
                 return False  # a start replaced, an end without its start
             self.checked[name] = len(e)
         t, k = s.steps.t.a, s.steps.v.a
         lo = max(self.checked["steps"] - 1, 0)
         if len(k) and (k[0] < 0 or k[-1] >= MAX_STEP):
             return False
-        if len(k) - lo > 1 and ((k[lo + 1:] - k[lo:-1] != 1).any() or
-                                not (t[lo + 1:] > t[lo:-1]).all()):
-            return False
+        if len(k) - lo > _FEW:
+            if (k[lo + 1:] - k[lo:-1] != 1).any() or not (t[lo + 1:] > t[lo:-1]).all():
+                return False
+        elif len(k) - lo > 1:
+            kk, tt = k[lo:].tolist(), t[lo:].tolist()
+            if any(kk[i + 1] - kk[i] != 1 or not tt[i + 1] > tt[i] for i in range(len(kk) - 1)):
+                return False
         self.checked["steps"] = len(k)
         return True
 
@@ -204,10 +226,10 @@ class PlainHost:
     def _loading(self, t: np.ndarray, e_end: Optional[float], hi: float) -> float:
         """The length of the union of its blocking and load intervals (an open
         one to its next step start or job end) up to ``hi``; the blocks that
-        end before every family's latest event are summed once."""
+        end before every family's latest event are summed once (and a row that
+        arrives before them starts the sum again)."""
         s = self.stream
-        xs, ys, lasts = [], [], []
-        open_x, open_y = [], []
+        xs, ys, lasts, opens = [], [], [], []
         for name in FAMILIES:
             ft = s.families[name].t.a
             if len(ft):
@@ -223,32 +245,59 @@ class PlainHost:
                 if nxt < len(t):
                     limit = min(limit, float(t[nxt]))
                 if limit > x:
-                    open_x.append(x)
-                    open_y.append(limit)
-        x = np.concatenate(xs + [np.asarray(open_x)])
-        y = np.concatenate(ys + [np.asarray(open_y)])
-        if not len(x):
-            return self.frozen
-        order = np.lexsort((y, x))
-        x, y = x[order], y[order]
-        reach = np.maximum.accumulate(y)
-        new = np.ones(len(x), bool)
-        new[1:] = x[1:] > reach[:-1]
-        first = np.flatnonzero(new)
-        last_of = np.append(first[1:] - 1, len(x) - 1)
-        bx, by = x[first], reach[last_of]
+                    opens.append((x, limit))
+        bx, by = _blocks(xs, ys, opens)
         bound = min(lasts) if lasts else -math.inf
-        done = np.flatnonzero(by < bound)  # blocks no later row can reach
+        # blocks no later row can reach: those that end before every family's last event
+        k = bisect_left(by, bound)  # (blocks are disjoint: their ends increase)
         frozen = self.frozen
-        if len(done):  # (an open phase starts at its family's last event: never before)
-            k = int(done[-1]) + 1
-            frozen += float((by[:k] - bx[:k]).sum())
-            edge = float(bx[k]) if k < len(bx) else math.inf
-            self.frozen, self.bound = frozen, edge
+        if k:  # (an open phase starts at its family's last event: never before)
+            frozen += _length(bx[:k], by[:k])
+            edge = bx[k] if k < len(bx) else math.inf
+            self.frozen, self.bound = frozen, by[k - 1]
             for name, fx in zip(FAMILIES, xs):  # each family's pairs before the edge
                 self.cut[name] += 2 * int(np.searchsorted(fx, edge, side="left"))
-            bx, by = bx[k:], by[k:]
-        return frozen + float((np.minimum(by, hi) - bx).clip(min=0.0).sum())
+        rest = 0.0
+        for x, y in zip(bx[k:], by[k:]):
+            rest += max(min(y, hi) - x, 0.0)
+        return frozen + rest
+
+
+def _blocks(xs: List[np.ndarray], ys: List[np.ndarray], opens: List[Tuple[float, float]]
+            ) -> Tuple[list, list]:
+    """The union of the intervals ``(xs, ys)`` (per family, in order) and
+    ``opens``, as lists of block starts and ends (in Python when they are few)."""
+    n = sum(len(x) for x in xs) + len(opens)
+    if n <= _FEW:
+        pairs = [p for x, y in zip(xs, ys) for p in zip(x.tolist(), y.tolist())] + opens
+        pairs.sort()
+        bx: List[float] = []
+        by: List[float] = []
+        for a, b in pairs:
+            if by and a <= by[-1]:
+                if b > by[-1]:
+                    by[-1] = b
+            else:
+                bx.append(a)
+                by.append(b)
+        return bx, by
+    x = np.concatenate(xs + [np.asarray([o[0] for o in opens])])
+    y = np.concatenate(ys + [np.asarray([o[1] for o in opens])])
+    if sum(len(a) > 0 for a in xs) + bool(opens) > 1:
+        order = np.lexsort((y, x))
+        x, y = x[order], y[order]
+    reach = np.maximum.accumulate(y)
+    new = np.ones(len(x), bool)
+    new[1:] = x[1:] > reach[:-1]
+    first = np.flatnonzero(new)
+    last_of = np.append(first[1:] - 1, len(x) - 1)
+    return x[first].tolist(), reach[last_of].tolist()
+
+
+def _length(bx: list, by: list) -> float:
+    """The summed length of blocks (numpy's pairwise sum, as the blocks' count grows)."""
+    return float((np.asarray(by) - np.asarray(bx)).sum()) if len(bx) > _FEW else \
+        sum(y - x for x, y in zip(bx, by))
 
 
 class EngineHost:
