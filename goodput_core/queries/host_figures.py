@@ -249,16 +249,18 @@ class PlainHost:
         bx, by = _blocks(xs, ys, opens)
         bound = min(lasts) if lasts else -math.inf
         # blocks no later row can reach: those that end before every family's last event
-        k = bisect_left(by, bound)  # (blocks are disjoint: their ends increase)
+        k = int(np.searchsorted(by, bound)) if isinstance(by, np.ndarray) else \
+            bisect_left(by, bound)  # (blocks are disjoint: their ends increase)
         frozen = self.frozen
         if k:  # (an open phase starts at its family's last event: never before)
             frozen += _length(bx[:k], by[:k])
-            edge = bx[k] if k < len(bx) else math.inf
-            self.frozen, self.bound = frozen, by[k - 1]
+            edge = float(bx[k]) if k < len(bx) else math.inf
+            self.frozen, self.bound = frozen, float(by[k - 1])
             for name, fx in zip(FAMILIES, xs):  # each family's pairs before the edge
                 self.cut[name] += 2 * int(np.searchsorted(fx, edge, side="left"))
         rest = 0.0
-        for x, y in zip(bx[k:], by[k:]):
+        for x, y in zip(bx[k:].tolist() if isinstance(bx, np.ndarray) else bx[k:],
+                        by[k:].tolist() if isinstance(by, np.ndarray) else by[k:]):
             rest += max(min(y, hi) - x, 0.0)
         return frozen + rest
 
@@ -291,13 +293,14 @@ def _blocks(xs: List[np.ndarray], ys: List[np.ndarray], opens: List[Tuple[float,
     new[1:] = x[1:] > reach[:-1]
     first = np.flatnonzero(new)
     last_of = np.append(first[1:] - 1, len(x) - 1)
-    return x[first].tolist(), reach[last_of].tolist()
+    return x[first], reach[last_of]
 
 
-def _length(bx: list, by: list) -> float:
-    """The summed length of blocks (numpy's pairwise sum, as the blocks' count grows)."""
-    return float((np.asarray(by) - np.asarray(bx)).sum()) if len(bx) > _FEW else \
-        sum(y - x for x, y in zip(bx, by))
+def _length(bx, by) -> float:
+    """The summed length of blocks (lists, or arrays: numpy's sum)."""
+    if isinstance(bx, np.ndarray):
+        return float((by - bx).sum())
+    return sum(y - x for x, y in zip(bx, by))
 
 
 class EngineHost:
