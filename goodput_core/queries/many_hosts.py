@@ -135,9 +135,11 @@ class ManyHosts:
                 self._rows_fed[(s.key, None)] = s.counts()
                 continue
             fresh = {id(e) for e in new}
-            pages.append(records_page(run, [e for e in new if e[1] in _SCHEDULING]))
+            sched = [e for e in new if e[1] in _SCHEDULING]
+            if sched:
+                pages.append(records_page(run, sched))
             for p in s.pieces():
-                mine = [e for e in p.records if id(e) in fresh]
+                mine = [e for e in p.records if id(e) in fresh] if fresh else []
                 lead = leads.get((p.key, p.number))
                 if lead is None:
                     side += [e for e in mine if e[1] in _SIDE]

@@ -89,7 +89,13 @@ class _Column:
         if not len(t):
             return math.inf
         old = self.t.a
-        if (not len(old) or t[0] >= old[-1]) and (len(t) < 2 or (t[1:] >= t[:-1]).all()):
+        if len(t) <= 4:  # (a refresh: a row or two)
+            tl = t.tolist()
+            in_order = (not len(old) or tl[0] >= old[-1]) and all(
+                tl[i + 1] >= tl[i] for i in range(len(tl) - 1))
+        else:
+            in_order = (not len(old) or t[0] >= old[-1]) and bool((t[1:] >= t[:-1]).all())
+        if in_order:
             self.t.extend(t)
             self.v.extend(v)
             return float(t[0])
@@ -174,7 +180,12 @@ class Stream:
             n = 0
             self.descents = []
         a = self.steps.v.a[max(n - 1, 0):]
-        self.descents += (np.flatnonzero(a[1:] <= a[:-1]) + max(n - 1, 0) + 1).tolist()
+        if len(a) <= 4:
+            al = a.tolist()
+            self.descents += [max(n - 1, 0) + i + 1 for i in range(len(al) - 1)
+                              if al[i + 1] <= al[i]]
+        else:
+            self.descents += (np.flatnonzero(a[1:] <= a[:-1]) + max(n - 1, 0) + 1).tolist()
         return changed
 
     def _add_record(self, e: EventRecord) -> float:
@@ -196,7 +207,8 @@ class Stream:
                           if e[1] == _JOB_START][1:]
         return self._cuts
 
-    def _grow_last_piece(self, changed: float, tmax: float, new: List[EventRecord]) -> None:
+    def _grow_last_piece(self, changed: float, tmax: float, new: List[EventRecord],
+                         kinds: Optional[set] = None) -> None:
         """Rows were added: the pieces are computed again, unless every new
         row is at or after the last piece's start and none is a job start
         (then that piece grows in place)."""
@@ -208,7 +220,7 @@ class Stream:
                 or self.merges() != last.cache.get("merges", self.merges()):
             self._pieces = None
             return
-        last.grow(tmax, new)
+        last.grow(tmax, new, kinds)
 
     def pieces(self) -> List["Piece"]:
         """Its pieces (:class:`Piece`), its scheduler events left out (cached)."""
@@ -251,13 +263,16 @@ class Piece:
         self.end = max(times)
         self.cache: Dict[str, Any] = {"merges": stream.merges()}
 
-    def grow(self, tmax: float, new: List[EventRecord]) -> None:
-        """Takes the rows its stream got since (all in this piece, the last)."""
+    def grow(self, tmax: float, new: List[EventRecord], kinds: Optional[set] = None) -> None:
+        """Takes the rows its stream got since (all in this piece, the last;
+        ``kinds``: those of its new column rows, when the caller knows them)."""
         s = self.stream
         self.index = s.index
         for name, n in s.counts().items():
             if n > self.hi[name]:
                 old, self.hi[name] = self.hi[name], n
+                if kinds is not None:
+                    continue
                 if name == "steps":
                     self.kinds.add(_STEP)
                 else:
@@ -267,6 +282,8 @@ class Piece:
                         self.kinds.add(end)
                     if not flags.all():
                         self.kinds.add(start)
+        if kinds:
+            self.kinds.update(kinds)
         mine = [e for e in new if e[1] not in _SCHEDULING]
         if mine:
             self.records = [e for e in self.records] + mine
@@ -410,6 +427,7 @@ class RunColumns:
         for stream, rows in groups.items():
             cols: Dict[int, Tuple[list, list]] = {}
             records = []
+            kinds_seen = set()
             host_best, best = stream._host_best, stream._best
             last_seq = stream._last_seq
             tmax = -math.inf
@@ -430,6 +448,7 @@ class RunColumns:
                     self.odd = self.odd or "a writer's events out of sequence order"
                 last_seq[c] = q
                 tmax = max(tmax, t)
+                kinds_seen.add(k)
                 col = cols.get(c)
                 if col is None:
                     col = cols[c] = ([], [])
@@ -448,17 +467,17 @@ class RunColumns:
             for e in new:
                 changed = min(changed, stream._add_record(e))
                 tmax = max(tmax, t_of(e))
-            self._after_add(stream, changed, tmax, new)
+            self._after_add(stream, changed, tmax, new, kinds_seen)
 
     def _after_add(self, stream: Stream, changed: float, tmax: float,
-                   new: List[EventRecord]) -> None:
+                   new: List[EventRecord], kinds: Optional[set] = None) -> None:
         """A stream's version, change history and pieces after rows were added
         (the last piece grown in place when they all belong to it)."""
         stream.version += 1
         stream._history.append((stream.version, changed))
         if len(stream._history) > 256:  # (readers that lag further read it all again)
             del stream._history[:128]
-        stream._grow_last_piece(changed, tmax, new)
+        stream._grow_last_piece(changed, tmax, new, kinds)
         if self.odd is None and (new or stream._cuts is None or stream._cuts):
             self._check_cuts(stream)
 

@@ -133,9 +133,15 @@ def _from(column: Tuple[np.ndarray, np.ndarray], since: float):
     if since == -math.inf or not len(t):
         return column
     i = int(np.searchsorted(t, since, side="left"))
-    ends = np.flatnonzero(e[:i] == 1)
-    j = int(ends[-1]) + 1 if len(ends) else 0
-    return t[j:], e[j:]
+    j = -1
+    for back in range(i - 1, max(i - 9, -1), -1):  # (ends and starts alternate: near)
+        if e[back] == 1:
+            j = back
+            break
+    if j < 0 and i > 8:
+        ends = np.flatnonzero(e[:i] == 1)
+        j = int(ends[-1]) if len(ends) else -1
+    return t[j + 1:], e[j + 1:]
 
 
 def first_changed_step(p: Piece, since: float) -> float:
