@@ -33,7 +33,7 @@ from goodput_core.events import Kind
 from goodput_core.timeline.carve import carve, carve_small
 from goodput_core.timeline.host_columns import RunColumns
 from goodput_core.timeline.lead_columns import (
-    Structure, _page_of, borrowed, carves_of, first_changed_step, job_pages, records_page,
+    Structure, _as_step, _page_of, borrowed, carves_of, first_changed_step, job_pages, records_page,
     small_blocking, step_blocking, structure_of)
 from goodput_core.timeline.spans import Timeline
 
@@ -179,7 +179,7 @@ class ManyHosts:
                     x, y = carve(step_blocking(lead, k0), makers)
                 t, k = lead.column("steps")
                 if k0 > -math.inf and lead.steps_increase():
-                    r0 = int(np.searchsorted(k, k0, side="left"))
+                    r0 = int(np.searchsorted(k, _as_step(k0), side="left"))
                     if r0 == len(t):
                         continue  # no lead step from k0 on: no carve there, before or now
                     from_t = float(t[r0])

@@ -25,7 +25,7 @@ from goodput_core.timeline.carve import SmallBlocking, StepBlocking, carve, unio
 from goodput_core.timeline.host_columns import FAMILIES, Piece, RunColumns, Stream, t_of
 from goodput_core.timeline.streams import _job_attempts, _lead_chain
 
-__all__ = ["Structure", "structure_of", "step_blocking", "piece_page", "records_page",
+__all__ = ["Structure", "structure_of", "step_blocking", "piece_page", "records_page", "_as_step",
            "stream_page", "borrowed", "carves_of"]
 
 _DISRUPTION, _JOB_END = int(Kind.DISRUPTION), int(Kind.JOB_END)
@@ -78,7 +78,7 @@ def step_blocking(p: Piece, k0: float = -math.inf) -> StepBlocking:
     increase)."""
     t, k = p.column("steps")
     if k0 > -math.inf and len(k) and p.steps_increase():
-        r0 = int(np.searchsorted(k, k0, side="left"))
+        r0 = int(np.searchsorted(k, _as_step(k0), side="left"))
         t, k = t[r0:], k[r0:]
         since = float(t[0]) if len(t) else math.inf
     else:
@@ -94,6 +94,12 @@ def step_blocking(p: Piece, k0: float = -math.inf) -> StepBlocking:
     return StepBlocking.of(t, k, ends, job_end, xs, ys)
 
 
+def _as_step(k0: float) -> int:
+    """A step bound as the steps' own type (an int64 column searched with a
+    float would be converted whole, at every search)."""
+    return int(max(min(k0, 2.0 ** 62), -2.0 ** 62))
+
+
 #: Rows a piece's tail may have for the refresh's carve in Python (else by numpy).
 SMALL_TAIL = 64
 
@@ -104,7 +110,7 @@ def small_blocking(p: Piece, k0: float) -> Optional[SmallBlocking]:
     if k0 == -math.inf or not p.steps_increase():
         return None
     t, k = p.column("steps")
-    r0 = int(np.searchsorted(k, k0, side="left"))
+    r0 = int(np.searchsorted(k, _as_step(k0), side="left"))
     if len(t) - r0 > SMALL_TAIL:
         return None
     t, k = t[r0:], k[r0:]
