@@ -53,8 +53,8 @@ class ManyHosts:
 
     Attributes:
       columns: the run's :class:`RunColumns`.
-      rebuilds: how many times the job timeline was built from the start
-        (diagnostics).
+      rebuilds: how many times the job timeline was built from the start,
+        updates: how many reads grew it in place (diagnostics).
     """
 
     def __init__(self, run: Optional[str], liveness: bool = True):
@@ -62,6 +62,7 @@ class ManyHosts:
         self.liveness = liveness
         self.columns = RunColumns(run)
         self.rebuilds = 0
+        self.updates = 0  # (diagnostics: reads that grew the job timeline in place)
         self._tl: Optional[Timeline] = None
         self._structure: Optional[Structure] = None
         self._versions: Dict[Any, int] = {}
@@ -81,6 +82,8 @@ class ManyHosts:
             with gc_paused():
                 if self._tl is None or not self._update():
                     self._tl = self._build()
+                else:
+                    self.updates += 1
             self._versions = versions
         return self._tl
 

@@ -235,13 +235,13 @@ class Piece:
     the first piece), with what the rules code reads of it (``key``, ``index``,
     ``start``, ``end``, ``kinds``: the kinds it holds, as a set)."""
 
-    __slots__ = ("stream", "number", "key", "index", "start", "end", "kinds", "lo", "hi",
+    __slots__ = ("stream", "number", "key", "start", "end", "kinds", "lo", "hi",
                  "records", "cache")
 
     def __init__(self, stream: Stream, number: int, lo: Dict[str, int], hi: Dict[str, int],
                  records: List[EventRecord]):
         self.stream, self.number = stream, number
-        self.key, self.index = stream.key, stream.index
+        self.key = stream.key
         self.lo, self.hi, self.records = lo, hi, records
         times = [t_of(e) for e in records]
         kinds = {e[1] for e in records}
@@ -263,11 +263,15 @@ class Piece:
         self.end = max(times)
         self.cache: Dict[str, Any] = {"merges": stream.merges()}
 
+    @property
+    def index(self) -> int:
+        """The index its writer settles on (that of its latest event)."""
+        return self.stream.index
+
     def grow(self, tmax: float, new: List[EventRecord], kinds: Optional[set] = None) -> None:
         """Takes the rows its stream got since (all in this piece, the last;
         ``kinds``: those of its new column rows, when the caller knows them)."""
         s = self.stream
-        self.index = s.index
         for name, n in s.counts().items():
             if n > self.hi[name]:
                 old, self.hi[name] = self.hi[name], n

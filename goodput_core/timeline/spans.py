@@ -275,6 +275,12 @@ class Timeline:
                 cross = (iv["t"] < F) & (iv["end"] > F)
                 if cross.any():
                     F, changed = float(iv["t"][cross].min()), True
+            # rule 2: a disrupted attempt without steps, restarted after F: a
+            # step that arrives in it moves its recovery (painted from the disruption)
+            d0, restart = self.stepless_restarts
+            cross = (d0 < F) & (restart > F)
+            if cross.any():
+                F, changed = float(d0[cross].min()), True
         return F
 
     def _split_skips(self, skip_times: Dict[str, List[np.ndarray]], F: float) -> None:

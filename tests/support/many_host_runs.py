@@ -157,3 +157,73 @@ def summary(calc, now: float) -> dict:
         round(s.ideal_step_time, 9),
         "window": round(calc.window(2.0, 12.0, now=now).productive_seconds, 6),
     }
+
+
+def hosts_summary(breakdown) -> tuple:
+    """A host breakdown, rounded as :func:`summary` rounds (hosts, outliers)."""
+    def r(v, digits=6):
+        return None if v is None else round(v, digits)
+
+    return ([(h.process_index, {k: r(v) for k, v in h.seconds.items()}, r(h.total_seconds),
+              h.steps, r(h.median_step_seconds, 9), r(h.p90_step_seconds, 9))
+             for h in breakdown.hosts],
+            [(o[0], o[1], r(o[2])) for o in breakdown.outliers])
+
+
+def hosts_oracle(events, now: float) -> tuple:
+    """The host breakdown as a calculator reading a store gave it before the
+    columns path: a calculator per host fed the host's records (none while
+    the run has a single process index)."""
+    import functools
+
+    from goodput_core.queries.calculator import Calculator
+    from goodput_core.queries.host_outliers import HostTracker
+
+    if len({e.process_index for e in events}) < 2:
+        return [], []
+    tracker = HostTracker(RUN, None, new_calculator=functools.partial(Calculator, RUN))
+    tracker.add(list(events))
+    return hosts_summary(tracker.breakdown(now))
+
+
+def plain_host(rnd: random.Random, index: int) -> List[EventRecord]:
+    """One host of one attempt whose figures the columns path computes in
+    closed form (docs/large-runs.md, plain hosts): a job start, steps with
+    stalls, blocking loads and loads (some overlapping, some left open),
+    metrics, heartbeats from index 0 (some with an interval that is not a
+    number), a job end or none."""
+    w = _Writer(index, f"h{index}", 100 + index)
+    t = rnd.choice((0.0, 0.5, 3.0))
+    w.ev(Kind.JOB_START, t)
+    t += rnd.choice((0.125, 1.0))
+    fams = [(Kind.INPUT_STALL_START, Kind.INPUT_STALL_END),
+            (Kind.BLOCKING_LOAD_START, Kind.BLOCKING_LOAD_END),
+            (Kind.DATA_LOADING_START, Kind.DATA_LOADING_END)]
+    if rnd.random() < 0.5:  # the first batch, before the first step
+        a = t + 0.25
+        w.ev(Kind.INPUT_STALL_START, a)
+        w.ev(Kind.INPUT_STALL_END, a + rnd.choice((0.0, 0.5, 2.0)))
+    step, opened = rnd.randrange(0, 3), set()
+    for _ in range(rnd.randint(0, 12)):
+        t += rnd.choice((0.5, 1.0, 2.0))
+        w.ev(Kind.STEP_START, t, step)
+        step += 1
+        for start, end in rnd.sample(fams, rnd.randint(0, 3)):
+            if start in opened:
+                continue
+            a = t + rnd.choice((0.0, 0.25, 0.5))
+            w.ev(start, a)
+            if rnd.random() < 0.1:
+                opened.add(start)  # left open: its end not written (yet)
+                continue
+            w.ev(end, a + rnd.choice((0.0, 0.25, 0.75, 1.5, 3.0)))
+        if rnd.random() < 0.2:
+            w.ev(Kind.METRIC, t + 0.125, step, {"metric_name": "loss", "metric_value": 1.0})
+        if index == 0 and rnd.random() < 0.5:
+            w.ev(Kind.HEARTBEAT, t + 0.375,
+                 extra={"heartbeat_seconds": rnd.choice((1.0, 10.0, "x"))})
+    if rnd.random() < 0.6:
+        w.ev(Kind.JOB_END, max(e.time for e in w.events) + rnd.choice((0.25, 1.0)))
+    # recorded in time order (a recorder's clock): sequence numbers follow
+    events = sorted(w.events, key=lambda e: e.time)
+    return [e._replace(seq=i + 1) for i, e in enumerate(events)]

@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from goodput_core.queries.calculator import Calculator
 from goodput_core.events import EventRecord, Kind
+from goodput_core.timeline.buckets import BadputType
 
 SETTINGS = settings(max_examples=int(os.environ.get("GOODPUT_HYPOTHESIS_EXAMPLES", 300)),
                     deadline=None, suppress_health_check=list(HealthCheck))
@@ -143,6 +144,28 @@ def test_a_late_job_end_after_the_next_job_start_is_not_a_crash():
     monitor, one_shot, end = _replay(stream, arrival, [12])
     assert _summary(monitor.cumulative(now=end)) == _summary(one_shot.cumulative(now=end))
     assert one_shot.cumulative(now=end).productive_seconds == 13.5
+
+
+def test_a_step_that_arrives_in_a_disrupted_attempt_moves_its_recovery():
+    # Found by the many-hosts refresh property (tests/core/queries/test_many_hosts.py):
+    # attempt 2 (job start 2.25) recorded a disruption at 2.25 and no step yet,
+    # so its restart at 14.375 made [2.25, 14.375) recovery (rule 2); the
+    # monitor's freeze point had moved past 2.25 (a load pending from 2.5), so
+    # when step 0 arrived at 4.25 the recovery before it was never repainted.
+    first = [_ev(K.JOB_START, 0.125), _ev(K.BLOCKING_LOAD_START, 0.375),
+             _ev(K.BLOCKING_LOAD_END, 0.875),
+             _ev(K.DISRUPTION, 2.25, extra={"disruption_cause": "crash"}),
+             _ev(K.JOB_START, 2.25), _ev(K.BLOCKING_LOAD_START, 2.5), _ev(K.JOB_START, 14.375)]
+    second = [_ev(K.STEP_START, 4.25, 0), _ev(K.BLOCKING_LOAD_END, 3.0)]
+    stream = first + second
+    arrival = [e.time for e in first] + [15.0, 15.0]
+    monitor, one_shot, end = _replay(stream, arrival, [len(first)])
+    assert _summary(monitor.cumulative(now=19.25)) == _summary(one_shot.cumulative(now=19.25))
+    # attempt 2 crashed after its step 0: recovery from that step's start (4.25)
+    # to the restart, 10.125 s; not from the disruption (12.125 s)
+    recovery = one_shot.cumulative(now=19.25).badput_seconds[
+        BadputType.INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION]
+    assert recovery == 14.375 - 4.25
 
 
 @SETTINGS

@@ -1,0 +1,145 @@
+"""A run written by many hosts, read by columns per writer (docs/large-runs.md,
+"Many hosts"; goodput_core/queries/many_hosts.py, host_figures.py).
+
+The oracle is the per-event pass the columns path replaces, kept in
+tests/support/lead_events_before.py, and the host breakdown as it was
+computed before (a calculator per host fed the host's records). On random
+runs written to a real SQLite store (restarts under new and old pids, late
+joiners, borrowed disruptions, stragglers before and inside steps,
+heartbeats on and off, backfilled past times, a launcher's scheduler times),
+the job's figures and every host's breakdown read by a calculator equal the
+oracle's, read cold and read in random batches as the events arrive.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import random
+import tempfile
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from goodput_core.queries.calculator import Calculator
+from goodput_core.stores.sqlite import SqliteStore
+from tests.support.many_host_runs import (
+    RUN, deliveries, hosts_oracle, hosts_summary, oracle_calculator, plain_host, random_run,
+    summary)
+
+_EXAMPLES = int(os.environ.get("GOODPUT_HYPOTHESIS_EXAMPLES", 120))
+
+
+def _store(directory: str, rnd: random.Random, writers) -> SqliteStore:
+    store = SqliteStore(os.path.join(directory, "goodput.sqlite"))
+    for batch in deliveries(rnd, writers):
+        store.append(batch)
+    return store
+
+
+def _check(calc: Calculator, events, now: float) -> None:
+    assert summary(calc, now) == summary(oracle_calculator(events), now)
+    assert hosts_summary(calc.hosts(now=now)) == hosts_oracle(events, now)
+
+
+@settings(max_examples=_EXAMPLES, deadline=None)
+@given(st.randoms(use_true_random=False))
+def test_random_runs_read_cold_equal_the_per_event_pass(rnd):
+    with tempfile.TemporaryDirectory() as d:
+        store = _store(d, rnd, random_run(rnd))
+        events, _ = store.read(RUN)
+        now = max(e.time for e in events) + rnd.choice((0.5, 2.0, 50.0))
+        calc = Calculator(RUN, store)
+        calc.refresh()
+        _check(calc, events, now)
+        store.close()
+
+
+@settings(max_examples=_EXAMPLES // 2, deadline=None)
+@given(st.randoms(use_true_random=False))
+def test_random_batches_give_what_a_cold_read_gives(rnd):
+    """Events arrive in random batches; after each refresh the figures equal
+    the oracle's over what arrived (and so a cold read's)."""
+    writers = random_run(rnd)
+    with tempfile.TemporaryDirectory() as d:
+        store = SqliteStore(os.path.join(d, "goodput.sqlite"))
+        calc = Calculator(RUN, store)
+        batches = list(deliveries(rnd, writers))
+        for i, batch in enumerate(batches):
+            store.append(batch)
+            if rnd.random() < 0.35 or i == len(batches) - 1:
+                calc.refresh()
+                events, _ = store.read(RUN)
+                _check(calc, events, max(e.time for e in events) + rnd.choice((0.5, 50.0)))
+        store.close()
+
+
+@settings(max_examples=_EXAMPLES // 2, deadline=None)
+@given(st.randoms(use_true_random=False))
+def test_plain_hosts_figures_equal_per_host_calculators(rnd):
+    """Hosts of one attempt each (their figures in closed form): open loads,
+    overlapping ones, heartbeats, a job end or none, read in batches."""
+    writers = [plain_host(rnd, i) for i in range(rnd.randint(2, 6))]
+    with tempfile.TemporaryDirectory() as d:
+        store = SqliteStore(os.path.join(d, "goodput.sqlite"))
+        calc = Calculator(RUN, store)
+        for batch in deliveries(rnd, writers):
+            store.append(batch)
+            if rnd.random() < 0.3:
+                events, _ = store.read(RUN)
+                now = max(e.time for e in events) + rnd.choice((0.0, 0.5, 50.0))
+                assert hosts_summary(calc.hosts(now=now)) == hosts_oracle(events, now)
+        events, _ = store.read(RUN)
+        now = max(e.time for e in events) + rnd.choice((0.0, 0.5, 2.0, 50.0))
+        assert hosts_summary(calc.hosts(now=now)) == hosts_oracle(events, now)
+        store.close()
+
+
+def test_the_random_runs_take_the_columns_path_and_its_shortcuts():
+    """The generators are worth their names: most runs are read by columns
+    (not the per-event fallback), refreshes grow the job timeline in place
+    and carve a few steps again in Python, most plain hosts are computed in
+    closed form."""
+    import goodput_core.queries.host_figures as hf
+    import goodput_core.queries.many_hosts as mh
+
+    seen: collections.Counter = collections.Counter()
+    small, engine = mh.carve_small, hf.EngineHost
+
+    def counting_small(*args):
+        seen["carve of a few steps"] += 1
+        return small(*args)
+
+    class CountingEngine(engine):
+        def __init__(self, *args):
+            seen["engine host"] += 1
+            super().__init__(*args)
+
+    mh.carve_small, hf.EngineHost = counting_small, CountingEngine
+    try:
+        for seed in range(40):
+            rnd = random.Random(seed)
+            with tempfile.TemporaryDirectory() as d:
+                store = SqliteStore(os.path.join(d, "goodput.sqlite"))
+                calc = Calculator(RUN, store)
+                for batch in deliveries(rnd, random_run(rnd)):
+                    store.append(batch)
+                    calc.refresh()
+                feed = calc._feed
+                seen["records" if feed._by_records else "columns"] += 1
+                if not feed._by_records:
+                    seen["grown in place"] += feed.hosts.updates
+                store.close()
+            writers = [plain_host(rnd, i) for i in range(4)]
+            with tempfile.TemporaryDirectory() as d:
+                store = _store(d, rnd, writers)
+                calc = Calculator(RUN, store)
+                before = seen["engine host"]
+                seen["plain hosts"] += len(calc.hosts(now=1e6).hosts)
+                seen["plain hosts"] -= seen["engine host"] - before
+                store.close()
+    finally:
+        mh.carve_small, hf.EngineHost = small, engine
+    assert seen["columns"] >= 0.8 * 40, seen
+    assert seen["grown in place"] > 200 and seen["carve of a few steps"] > 50, seen
+    assert seen["plain hosts"] >= 0.5 * 40 * 4, seen
