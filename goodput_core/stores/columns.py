@@ -107,8 +107,10 @@ class EventPage:
                    cat("write_time"), extra, dict(corrupt))
         page.process_indices = tuple({i for p in pages for i in p.process_indices})
         page.writers = tuple({w for p in pages for w in p.writers})
-        if pages and all(p.writer is not None for p in pages):
-            page.writer, page.seq = cat("writer"), cat("seq")
-            for p in pages:
+        rows = [p for p in pages if len(p)]  # (an empty page read with writers may have none)
+        if rows and all(p.writer is not None for p in rows):
+            page.writer = np.concatenate([p.writer for p in rows])
+            page.seq = np.concatenate([p.seq for p in rows])
+            for p in rows:
                 page.writer_keys.update(p.writer_keys)
         return page

@@ -22,7 +22,8 @@ from typing import Iterator, List
 
 from goodput_core.events import EventRecord, Kind
 
-__all__ = ["random_run", "deliveries", "oracle_calculator", "summary", "RUN"]
+__all__ = ["random_run", "deliveries", "oracle_calculator", "summary", "RUN", "hosts_summary",
+           "hosts_oracle", "plain_host", "real_host"]
 
 RUN = "r"
 _BLOCKS = [(Kind.BLOCKING_LOAD_START, Kind.BLOCKING_LOAD_END),
@@ -227,3 +228,29 @@ def plain_host(rnd: random.Random, index: int) -> List[EventRecord]:
     # recorded in time order (a recorder's clock): sequence numbers follow
     events = sorted(w.events, key=lambda e: e.time)
     return [e._replace(seq=i + 1) for i, e in enumerate(events)]
+
+
+def real_host(url: str, run: str, index: int, hosts: int) -> None:
+    """One host of a job as a real process (``multiprocessing`` spawn target):
+    ``Recorder(run, url, process_index=index)``, a job start, then per step a
+    step start and an input stall (0.1 s in; the last host's
+    :data:`real_host.SLOW` times longer), steps 1 s apart on the recorder's
+    clock from :data:`real_host.T0`, a job end."""
+    from goodput_core import Recorder
+
+    now = [real_host.T0]
+    rec = Recorder(run, url, process_index=index, clock=lambda: now[0], hang_detection=False,
+                   heartbeat_seconds=0)
+    stall = real_host.STALL * (real_host.SLOW if index == hosts - 1 else 1.0)
+    rec.record_job_start_time(real_host.T0)
+    for k in range(real_host.STEPS):
+        t = now[0] = real_host.T0 + 1.0 + k
+        rec.record_step_start_time(k, t)
+        rec.record_input_stall_start_time(t + 0.1)
+        rec.record_input_stall_end_time(t + 0.1 + stall)
+    rec.record_job_end_time(real_host.T0 + 1.0 + real_host.STEPS)
+    assert rec.flush(60)
+    rec.close()
+
+
+real_host.T0, real_host.STEPS, real_host.STALL, real_host.SLOW = 1_700_000_000.0, 30, 0.05, 3.0
