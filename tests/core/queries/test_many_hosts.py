@@ -27,7 +27,7 @@ from tests.support.many_host_runs import (
     RUN, deliveries, hosts_oracle, hosts_summary, oracle_calculator, plain_host, random_run,
     summary)
 
-_EXAMPLES = int(os.environ.get("GOODPUT_HYPOTHESIS_EXAMPLES", 120))
+_EXAMPLES = int(os.environ.get("GOODPUT_HYPOTHESIS_EXAMPLES", 100))
 
 
 def _store(directory: str, rnd: random.Random, writers) -> SqliteStore:
@@ -37,9 +37,10 @@ def _store(directory: str, rnd: random.Random, writers) -> SqliteStore:
     return store
 
 
-def _check(calc: Calculator, events, now: float) -> None:
+def _check(calc: Calculator, events, now: float, hosts: bool = True) -> None:
     assert summary(calc, now) == summary(oracle_calculator(events), now)
-    assert hosts_summary(calc.hosts(now=now)) == hosts_oracle(events, now)
+    if hosts:
+        assert hosts_summary(calc.hosts(now=now)) == hosts_oracle(events, now)
 
 
 @settings(max_examples=_EXAMPLES, deadline=None)
@@ -55,11 +56,12 @@ def test_random_runs_read_cold_equal_the_per_event_pass(rnd):
         store.close()
 
 
-@settings(max_examples=_EXAMPLES // 2, deadline=None)
+@settings(max_examples=_EXAMPLES // 3, deadline=None)
 @given(st.randoms(use_true_random=False))
 def test_random_batches_give_what_a_cold_read_gives(rnd):
-    """Events arrive in random batches; after each refresh the figures equal
-    the oracle's over what arrived (and so a cold read's)."""
+    """Events arrive in random batches; after each refresh the job's figures
+    equal the oracle's over what arrived (and so a cold read's), and so do
+    the hosts' now and then and at the end."""
     writers = random_run(rnd)
     with tempfile.TemporaryDirectory() as d:
         store = SqliteStore(os.path.join(d, "goodput.sqlite"))
@@ -70,7 +72,8 @@ def test_random_batches_give_what_a_cold_read_gives(rnd):
             if rnd.random() < 0.35 or i == len(batches) - 1:
                 calc.refresh()
                 events, _ = store.read(RUN)
-                _check(calc, events, max(e.time for e in events) + rnd.choice((0.5, 50.0)))
+                _check(calc, events, max(e.time for e in events) + rnd.choice((0.5, 50.0)),
+                       hosts=i == len(batches) - 1 or rnd.random() < 0.2)
         store.close()
 
 
