@@ -111,11 +111,25 @@ class Stores:
 
     def _pg_url(self, name: str) -> str:
         if self.server is None:
-            from tests.support.postgres_server import PostgresServer
+            self.server = _cached_postgres(os.path.join(self.args.cache, "pg"))
+        db = name.replace("-", "_")
+        if not os.path.exists(self._meta_path("postgres-" + name)):
+            try:
+                self.server.create_database(db)
+            except Exception:  # (built before, its metadata lost: start over)
+                pass
+        url = self.server.url(db)
+        if self.args.via_pgbouncer:
+            url = self._bouncer().url(db)
+        return url
 
-            self.server = PostgresServer(os.path.join(self.args.cache, "pg"))
-            self.server.start()
-        return self.server.url(name)
+    def _bouncer(self):
+        if getattr(self, "bouncer", None) is None:
+            from tests.support.pgbouncer_server import Pgbouncer
+
+            self.bouncer = Pgbouncer(self.server, pool_size=8)
+            self.bouncer.start()
+        return self.bouncer
 
     def get(self, hosts: int, steps: int, only0: bool = False):
         """``(url, writers)`` of a cached run, built first when missing."""
@@ -131,6 +145,8 @@ class Stores:
             return url, json.load(f)
 
     def close(self):
+        if getattr(self, "bouncer", None) is not None:
+            self.bouncer.stop()
         if self.server is not None:
             self.server.stop()
 
@@ -140,6 +156,32 @@ def _env(code: str) -> dict:
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
     env["PYTHONPATH"] = code + os.pathsep + env.get("PYTHONPATH", "")
     return env
+
+
+def _cached_postgres(root: str):
+    """A PostgreSQL server whose cluster lives in ``root`` (made the first
+    time, kept for the next runs: the runs built into it are cached too),
+    started on a free port."""
+    import shutil
+    import socket
+
+    from tests.support.postgres_server import PostgresServer
+
+    if not os.path.exists(os.path.join(root, "data")):
+        made = PostgresServer()
+        shutil.move(made.root, root)
+    srv = PostgresServer.__new__(PostgresServer)
+    srv.bindir = PostgresServer.__init__.__globals__["find_bindir"]()
+    srv.root, srv.data = root, os.path.join(root, "data")
+    srv._as_postgres = os.geteuid() == 0
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        srv.port = sock.getsockname()[1]
+    with open(os.path.join(srv.data, "postgresql.conf"), "a") as f:  # (the last line wins)
+        f.write(f"\nport = {srv.port}\nunix_socket_directories = '{root}'\n"
+                "shared_buffers = 256MB\n")
+    srv.start()
+    return srv
 
 
 def _report(url: str, repeats: int, code: str = ROOT):
@@ -195,7 +237,7 @@ def cmd_refresh(args, stores: Stores) -> None:
     from goodput_core.stores import open_store
 
     url, writers = stores.get(args.hosts, args.steps)
-    # appended steps change the cached run: work on a copy of the SQLite file
+    # appended steps change the cached run: work on a copy of it
     if args.store == "sqlite":
         import shutil
 
@@ -203,6 +245,16 @@ def cmd_refresh(args, stores: Stores) -> None:
         dst = src + ".refresh"
         shutil.copyfile(src, dst)
         url = "sqlite:///" + dst
+    else:
+        import psycopg
+
+        db = f"run_{args.hosts}x{args.steps}"
+        with psycopg.connect(stores.server.url("postgres"), autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {db}_refresh")
+            conn.execute(f"CREATE DATABASE {db}_refresh TEMPLATE {db}")
+        url = stores.server.url(db + "_refresh")
+        if args.via_pgbouncer:
+            url = stores._bouncer().url(db + "_refresh")
     store = open_store(url)
     t = time.perf_counter()
     calc = Calculator(RUN, url)
@@ -240,6 +292,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--batch", type=int, default=8, help="host processes at once when building")
     ap.add_argument("--store", choices=("sqlite", "postgres"), default="sqlite")
+    ap.add_argument("--via-pgbouncer", action="store_true",
+                    help="postgres: the hosts write (and the reads go) through pgbouncer")
     ap.add_argument("--baseline", metavar="DIR",
                     help="report: also measure the code in DIR (a checkout's root), same run")
     ap.add_argument("--cache", default=os.path.join(os.environ.get("TMPDIR", "/tmp"),
