@@ -39,7 +39,8 @@ from goodput_core.events import HEARTBEAT_SECONDS, Kind
 from goodput_core.queries.step_stats import StepTimes, compute_step_stats
 from goodput_core.queries.windows import window_result
 from goodput_core.timeline.buckets import BadputType as B
-from goodput_core.timeline.host_columns import FAMILIES, RunColumns, Stream, t_of
+from goodput_core.timeline.host_columns import FAMILIES, Stream, t_of
+from goodput_core.timeline.run_columns import RunColumns
 from goodput_core.timeline.ingest import MAX_ABS_TIME, MAX_STEP
 from goodput_core.timeline.lead_columns import stream_page
 from goodput_core.timeline.liveness import DEFAULT_HEARTBEAT_SECONDS, STALE_INTERVALS

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 
@@ -31,7 +31,7 @@ from goodput_core.stores.columns import EventPage
 from goodput_core.stores.gc_pause import gc_paused
 from goodput_core.events import Kind
 from goodput_core.timeline.carve import carve, carve_small
-from goodput_core.timeline.host_columns import RunColumns
+from goodput_core.timeline.run_columns import RunColumns
 from goodput_core.timeline.lead_columns import (
     Structure, _as_step, _page_of, borrowed, carves_of, first_changed_step, job_pages, records_page,
     small_blocking, step_blocking, structure_of)

@@ -2,7 +2,7 @@
 13; docs/large-runs.md, "Many hosts").
 
 What :func:`goodput_core.timeline.streams.lead_events` computes from records,
-computed from :class:`~goodput_core.timeline.host_columns.RunColumns`: which
+computed from :class:`~goodput_core.timeline.run_columns.RunColumns`: which
 pieces form each attempt of the job and which of them lead (the same rules
 code, :func:`~goodput_core.timeline.streams._job_attempts` and
 :func:`~goodput_core.timeline.streams._lead_chain`, given piece summaries),
@@ -15,14 +15,15 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from goodput_core.events import EventRecord, Kind
 from goodput_core.stores.columns import EventPage
 from goodput_core.timeline.carve import SmallBlocking, StepBlocking, carve, union_of_pairs
-from goodput_core.timeline.host_columns import FAMILIES, Piece, RunColumns, Stream, t_of
+from goodput_core.timeline.host_columns import FAMILIES, Piece, Stream, t_of
+from goodput_core.timeline.run_columns import RunColumns
 from goodput_core.timeline.streams import _job_attempts, _lead_chain
 
 __all__ = ["Structure", "structure_of", "step_blocking", "piece_page", "records_page", "_as_step",

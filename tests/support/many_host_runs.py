@@ -16,7 +16,6 @@ receives them.
 
 from __future__ import annotations
 
-import math
 import random
 from typing import Iterator, List
 
