@@ -1,4 +1,6 @@
 # The commands of the README. `demo` and `test` create ./.venv and install into it;
+# `test-torch` (CI runs it after `test`) adds torch, Lightning and transformers to
+# ./.venv and runs the PyTorch adapter's tests;
 # `test-maxtext` (opt-in, not part of `test`) builds its own Python 3.12 environment
 # under build/ and runs real MaxText on CPU (tests/external/maxtext_e2e.py);
 # `test-axlearn AXLEARN_SRC=<apple/axlearn checkout>` (opt-in too) runs our AXLearn
@@ -7,7 +9,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PIP := $(VENV)/bin/pip
 
-.PHONY: demo test test-maxtext test-axlearn test-slurm slurm-server postgres-server pgbouncer-server browser-and-prometheus
+.PHONY: demo test test-torch test-maxtext test-axlearn test-slurm slurm-server postgres-server pgbouncer-server browser-and-prometheus
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -23,7 +25,20 @@ test: $(VENV)/bin/python postgres-server pgbouncer-server browser-and-prometheus
 	$(PIP) install -q -e '.[all,test]'
 	@seed="$(SEED)"; seed="$${seed:-$$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}"; \
 	echo "test order: --randomly-seed=$$seed (repeat: make test SEED=$$seed)"; \
-	$(VENV)/bin/python -m pytest -q -p randomly --randomly-seed="$$seed"
+	$(VENV)/bin/python -m pytest -q -p randomly --randomly-seed="$$seed" \
+	  --ignore=tests/integrations/torch
+
+# The PyTorch adapter's tests (real torch, torchrun, Lightning, the Hugging Face
+# Trainer on CPU), run by CI after `make test`. torch is pinned first so that
+# pip takes the CPU build where the index has one (an unpinned torch from PyPI is
+# the CUDA build, several GB); Lightning and transformers then resolve to it.
+TORCH_VERSION ?= 2.13.0
+test-torch: $(VENV)/bin/python
+	$(PIP) install -q -e '.[test]' 'torch==$(TORCH_VERSION)'
+	$(PIP) install -q -e '.[test,torch-trainers]' 'torch==$(TORCH_VERSION)'
+	@seed="$(SEED)"; seed="$${seed:-$$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}"; \
+	echo "test order: --randomly-seed=$$seed (repeat: make test-torch SEED=$$seed)"; \
+	$(VENV)/bin/python -m pytest -q -p randomly --randomly-seed="$$seed" tests/integrations/torch
 
 test-maxtext:
 	$(PYTHON) tests/external/maxtext_e2e.py

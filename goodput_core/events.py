@@ -192,6 +192,19 @@ ORBAX_RESTORE_DURATION = "checkpoint_manager_duration_secs"
 ORBAX_EVENT_TYPES = ("save", "restore", "emergency_restore")
 
 
+ORBAX_DIRECTORY = "directory"
+
+
+def persistent_directory(directory: Any) -> bool:
+    """An Orbax save to persistent storage: its directory is a URL (``gs://``,
+    ``s3://``, ...), as ml-goodput-measurement 0.2.4 tells ``gs://`` saves
+    from local ones; a local path (a ramdisk, a local SSD) is a local save."""
+    if not isinstance(directory, str):
+        return False
+    scheme, sep, _ = directory.partition("://")
+    return bool(sep) and scheme.isidentifier()
+
+
 def orbax_span_keys(event_type: str) -> Tuple[str, str]:
     """Returns (start key, duration key) of the blocking span of an Orbax entry."""
     if event_type == "save":

@@ -85,6 +85,7 @@ MARKER_STYLE = {
     "end": ("#1a1a1a", ":"),
     "crash": ("#b2182b", "-"),
     "restart": ("#b2182b", "--"),
+    "duty_cycle_drop": ("#d9822b", "-."),
 }
 
 

@@ -361,6 +361,19 @@ class GoodputMonitor:
             self._start_part("rolling", "Rolling window goodput",
                              rolling_windows=self._rolling_windows)
 
+    def _set_rolling_windows(self, rolling_windows_seconds: list) -> bool:
+        """Ours (the MaxText alias): a running rolling-window uploader uploads
+        these windows from now on. False when it is not running."""
+        if not self._initialized:
+            return False
+        with self._lock:
+            monitor = self._monitor
+            if monitor is None or "rolling" not in monitor.parts:
+                return False
+            self._rolling_windows = list(rolling_windows_seconds)
+            monitor.configure(rolling_windows=self._rolling_windows)
+            return True
+
     def stop_rolling_window_goodput_uploader(self, skip_final_flush: Optional[bool] = None):
         """Stops the rolling window uploader after a final upload (unless skipped)."""
         if not self._initialized:

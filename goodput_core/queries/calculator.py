@@ -68,6 +68,7 @@ from goodput_core.queries.hangs import Hang, hangs_at
 from goodput_core.queries.host_outliers import HostBreakdown
 from goodput_core.queries.program_goodput import ProgramGoodput, program_goodput_of_run
 from goodput_core.queries.run_feed import RunFeed
+from goodput_core.queries.save_storage import save_seconds_by_storage
 from goodput_core.queries.results import GoodputResult
 from goodput_core.queries.scheduling import SchedulingWaits, scheduling_waits
 from goodput_core.queries.step_stats import StepStats, StepTimes, compute_step_stats
@@ -410,6 +411,22 @@ class Calculator:
         a, b = max(time_arg(start, "start"), life[0]), min(time_arg(end, "end"), life[1])
         with self._lock:
             return blocking_load_seconds(self._tl.tables, a, b)
+
+    def save_seconds_by_storage(self, start: Any = -math.inf, end: Any = math.inf,
+                                now: Any = None, exclude: Optional[Sequence[Interval]] = None
+                                ) -> Dict[str, float]:
+        """The checkpoint save bucket of ``[start, end]`` (clipped to the
+        lifetime) minus ``exclude``, split into ``local`` and ``persistent``
+        saves (:mod:`goodput_core.queries.save_storage`); the parts add up to
+        the bucket of the same window and exclusions."""
+        excl = exclusion_intervals(exclude)
+        life = self.lifetime(now)
+        if life is None:
+            return {"local": 0.0, "persistent": 0.0}
+        a, b = max(time_arg(start, "start"), life[0]), min(time_arg(end, "end"), life[1])
+        with self._lock:
+            self._tl.update()
+            return save_seconds_by_storage(self._tl, a, b, excl)
 
     def checkpoint_advice(self, now: Any = None) -> CheckpointAdvice:
         """Checkpoint-interval advice from this run's failures, saves and

@@ -42,7 +42,7 @@ from typing import Optional
 import numpy as np
 
 from goodput_core.timeline.buckets import BadputType as B
-from goodput_core.timeline.ingest import ORBAX_SAVE
+from goodput_core.timeline.ingest import ORBAX_RESTORE
 from goodput_core.timeline.intervals import union
 
 __all__ = ["CheckpointAdvice", "advise", "waste", "best_interval", "advice_of_run"]
@@ -168,7 +168,7 @@ def completed_saves(tl):
     out."""
     T = tl.tables
     ob = T["orbax"]
-    is_save = ob["key"] == ORBAX_SAVE
+    is_save = ob["key"] != ORBAX_RESTORE  # local and persistent saves
     t, e = T["save"]["t"], T["save"]["e"]
     att = np.searchsorted(tl.attempts.start, t, side="right")
     paired = np.flatnonzero((e[:-1] == 0) & (e[1:] == 1) & (att[:-1] == att[1:]))

@@ -149,17 +149,20 @@ class SortedTimes:
         ub = np.unique(np.concatenate((rb, spill, ab)))
         blocks = self._blocks
         merged = np.concatenate([blocks[b] for b in ub.tolist()])
+        gone = np.zeros(len(ub), np.int64)
         if len(removed):
             pos = _positions(merged, removed)
             if pos is None:
                 return False
+            # each removed value counted against the block it was found in
+            # (the next one, for a value equal to its block's largest)
+            ends = np.cumsum(self._counts[ub])
+            gone = np.bincount(np.searchsorted(ends, pos, side="right"), minlength=len(ub))
             merged = np.delete(merged, pos)
         if len(added):
             merged = np.insert(merged, np.searchsorted(merged, added, side="left"), added)
         sizes = (self._counts[ub] + np.bincount(np.searchsorted(ub, ab), minlength=len(ub))
-                 - np.bincount(np.searchsorted(ub, rb), minlength=len(ub)))
-        if (sizes < 0).any():
-            return False
+                 - gone)
         # each touched block becomes 0 (emptied), 1 or, above 2·BLOCK, several pieces
         pieces = np.where(sizes > 2 * self._block, -(-sizes // self._block), (sizes > 0) * 1)
         piece_sizes = _piece_sizes(sizes, pieces)

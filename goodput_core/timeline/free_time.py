@@ -15,7 +15,7 @@ from typing import List, Tuple
 
 import numpy as np
 
-__all__ = ["EPS", "free_time", "free_time_by_columns"]
+__all__ = ["EPS", "free_time", "free_time_by_columns", "fill"]
 
 EPS = 1e-9  # seconds: below this a straggler's excess is float noise
 
@@ -45,6 +45,11 @@ def free_time(own: List[Tuple[float, float]], where: List[Tuple[float, float]], 
     rest = sorted((max(x, u), min(y, v)) for x, y in _gaps(first, a, b) for u, v in free
                   if min(y, v) > max(x, u))
     ordered = first + [g for g in rest if g[0] >= anchor] + [g for g in rest if g[0] < anchor]
+    return _taken(ordered, need)
+
+
+def _taken(ordered: List[Tuple[float, float]], need: float) -> List[Tuple[float, float]]:
+    """The first ``need`` seconds of the intervals ``ordered``, in that order."""
     out = []
     for x, y in ordered:
         take = min(y - x, need)
@@ -54,6 +59,13 @@ def free_time(own: List[Tuple[float, float]], where: List[Tuple[float, float]], 
         if need <= EPS:
             break
     return out
+
+
+def fill(taken: List[Tuple[float, float]], a: float, b: float, need: float
+         ) -> List[Tuple[float, float]]:
+    """Intervals of ``[a, b)`` outside ``taken``, from ``a`` on, totalling
+    ``need`` (or all there is)."""
+    return _taken(_gaps(taken, a, b), need)
 
 
 def free_time_by_columns(a, b, ox, oy, wx, wy, need):

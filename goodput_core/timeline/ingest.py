@@ -31,9 +31,11 @@ from goodput_core.events import (
     HANG_LAST_PROGRESS,
     HANG_STACK,
     HEARTBEAT_SECONDS,
+    ORBAX_DIRECTORY,
     ORBAX_EVENT_TYPE,
     Kind,
     orbax_span_keys,
+    persistent_directory,
 )
 from goodput_core.stores.columns import EventPage
 from goodput_core.timeline.batch_columns import columns_of_records, keyed_rows, record_extras
@@ -63,7 +65,7 @@ _SIDE_KINDS = {int(Kind.METADATA), int(Kind.METRIC), int(Kind.ELASTIC_SLICE_COUN
 _KNOWN = {int(k) for k in Kind}
 _MAX_STACK_CHARS = 4000  # a hang's stack summary kept for the report
 NO_STEP = -1  # metric recorded without a step number
-ORBAX_SAVE, ORBAX_RESTORE = 0, 1
+ORBAX_SAVE, ORBAX_RESTORE, ORBAX_PERSISTENT_SAVE = 0, 1, 2  # orbax "key": what the span is
 
 
 class EventTables:
@@ -407,7 +409,11 @@ class EventTables:
         cols["t"].append(start)
         cols["o"].append(order)
         cols["end"].append(start + duration)
-        cols["key"].append(ORBAX_SAVE if event_type == "save" else ORBAX_RESTORE)
+        if event_type != "save":
+            cols["key"].append(ORBAX_RESTORE)
+        else:  # local or persistent (0.2.4's breakdown of the save bucket)
+            persistent = persistent_directory(extra.get(ORBAX_DIRECTORY))
+            cols["key"].append(ORBAX_PERSISTENT_SAVE if persistent else ORBAX_SAVE)
 
 
     def _add_hang(self, ev: Any, t: float, order: int, rows) -> Optional[str]:

@@ -57,7 +57,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 from goodput_core.timeline.buckets import CUSTOM_BASE, IDLE, PRIORITY, PRODUCTIVE, BadputType
-from goodput_core.timeline.ingest import ORBAX_SAVE, EventTables
+from goodput_core.timeline.ingest import ORBAX_RESTORE, EventTables
 from goodput_core.timeline.intervals import (Growable, IntervalList, complement, paint, split_by_regions,
                                     union)
 from goodput_core.timeline.open_phases import open_phase_limits, with_open_phases
@@ -194,8 +194,9 @@ class Timeline:
         ob = T["orbax"]
         k = int(np.searchsorted(ob["t"], F, side="left"))
         o_s, o_e, o_k = ob["t"][k:], ob["end"][k:], ob["key"][k:]
-        save = _cat(pairs["save"][:2], (o_s[o_k == ORBAX_SAVE], o_e[o_k == ORBAX_SAVE]))
-        restore = _cat(pairs["restore"][:2], (o_s[o_k != ORBAX_SAVE], o_e[o_k != ORBAX_SAVE]))
+        is_restore = o_k == ORBAX_RESTORE  # saves: local and persistent alike
+        save = _cat(pairs["save"][:2], (o_s[~is_restore], o_e[~is_restore]))
+        restore = _cat(pairs["restore"][:2], (o_s[is_restore], o_e[is_restore]))
         ws, we, wk = pairs["wait"][:3]
         names = T.names["wait"]
         up = np.array([("scale_up" in n.lower()) for n in names], bool)[wk] if len(wk) else \
@@ -212,11 +213,14 @@ class Timeline:
         # update (tens of MiB at millions of loads); the freeze point reads [3]
         pairs["dl"] = (_E, _E, _E, pairs["dl"][3])
         # input stalls block wherever they lie, and so do loads through the
-        # native context manager (rule 16); the rest of a load stays overlapped
+        # native context manager (rule 16) and the first load of every attempt
+        # after the first (rule 7: a restarted input pipeline is cold; the
+        # reference 0.2.4's rule); the rest of a load stays overlapped
         cv = T["carved"]  # rule 13: the stragglers' stalls (none on one writer's runs)
         k = int(np.searchsorted(cv["t"], F, side="left"))
-        sts, ste = union(*_cat(pairs["stall"][:2], pairs["bload"][:2], (cv["t"][k:],
-                                                                         cv["end"][k:])))
+        sts, ste = union(*_cat(pairs["stall"][:2], pairs["bload"][:2],
+                               _first_loads_after_restarts(T["dl"], att, F),
+                               (cv["t"][k:], cv["end"][k:])))
         if len(sts):
             ins, ine = split_by_regions(ins, ine, sts, ste)[2:]
             outs, oute = _cat((outs, oute), (sts, ste))
@@ -390,6 +394,30 @@ class Timeline:
 
 def _cat(*pairs) -> Tuple[np.ndarray, np.ndarray]:
     return np.concatenate([p[0] for p in pairs]), np.concatenate([p[1] for p in pairs])
+
+
+def _first_loads_after_restarts(dl, att: Attempts, F: float) -> Tuple[np.ndarray, np.ndarray]:
+    """The first load (start and end, from the whole table) of every attempt
+    after the first, where it starts at or after ``F`` (earlier ones are
+    frozen, painted when they arrived: their attempt's start came first)."""
+    t, e = dl["t"], dl["e"]
+    if len(att) < 2 or not len(t):
+        return _E, _E
+    out_s, out_e = [], []
+    starts, nexts = att.start[1:].tolist(), att.next_start[1:].tolist()
+    for a, nxt in zip(starts, nexts):
+        i = int(np.searchsorted(t, a, side="left"))
+        while i < len(t) and e[i] != 0:
+            i += 1  # an end left over from before the attempt
+        while i + 1 < len(t) and e[i + 1] == 0:
+            i += 1  # a second start replaces a pending one (rule 7)
+        if i >= len(t) or t[i] < F or not (math.isnan(nxt) or t[i] < nxt):
+            continue
+        j = i + 1  # its end
+        if j < len(t):
+            out_s.append(float(t[i]))
+            out_e.append(float(t[j]))
+    return np.asarray(out_s, np.float64), np.asarray(out_e, np.float64)
 
 
 def _stepless_restarts(d: np.ndarray, att: Attempts, seg: SegmentTable

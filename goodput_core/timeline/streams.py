@@ -9,15 +9,25 @@ others'), so the job-level figures come from one **lead stream**:
   index is the one it settles on: the index of its latest event (a JAX host
   records its job start before it knows its index, under the default 0).
 - A stream is cut into **pieces** at its job starts (one piece per attempt of
-  that process). Pieces whose lifetimes overlap belong to one **attempt of
-  the job** (the hosts run together); a gap between them is a restart.
+  that process). A piece runs from its first to its last event, liveness-only
+  rows (heartbeats, metrics, metadata) apart: they never place a piece, and
+  a piece of nothing else, or with neither a job start nor a step (a process
+  that only observed: its disruptions are borrowed as any other host's),
+  leads nothing. A piece that recorded a disruption
+  or a job end after its last step start ends there (what it records later
+  is its process shutting down). Pieces whose lifetimes overlap belong to
+  one **attempt of the job** (the hosts run together); a gap between them is
+  a restart.
 - In each attempt of the job the lead is the lowest index present; among
   concurrent pieces of that index (several recorders, no index given), the
   earliest to start that recorded steps (with the JAX adapter's default,
   only process 0 records steps, but every process records its job start
   and end, all under index 0), else the earliest to start. Sequential
   pieces of the lead index (a host restarted while others ran on) all
-  lead, one after the other.
+  lead, one after the other; so does a piece of that index whose first
+  step comes after the current lead's last (a restart overlapping the old
+  process's shutdown). A lead piece's events from the next lead piece's
+  start on are not the job's (its metrics and metadata excepted).
 - A disruption recorded by any process of an attempt is the job's, counted
   once: when the lead piece recorded none, the earliest of the others' is
   added to it (before its job end, if any).
@@ -26,6 +36,8 @@ others'), so the job-level figures come from one **lead stream**:
   job's: when another host blocked longer, the difference is carved from the
   lead's step ``k`` span as an input stall (in the span's unblocked time,
   right after the lead's own blocking time, where it would have computed).
+  The time from the job start to the first step gates the job the same way
+  (:mod:`.first_step`).
 
 A run written by one process (every reference log: no writer metadata) is
 returned as it is; events without writer metadata beside other writers'
@@ -50,6 +62,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from goodput_core.events import EventRecord, Kind
+from goodput_core.timeline.first_step import first_step_stalls
 from goodput_core.timeline.stragglers import straggler_stalls
 
 __all__ = ["writer_key", "writers_of", "lead_events", "stream_indices"]
@@ -62,9 +75,12 @@ _SCHEDULING = {int(Kind.JOB_SUBMITTED), int(Kind.RESOURCES_GRANTED)}
 # Model metrics and run metadata are no part of the partition: every host's
 # reach the run (``record_on_all_hosts=True`` points, a config only one host records).
 _SIDE = {int(Kind.METRIC), int(Kind.METADATA)}
+# rows that say a process is there, nothing of its attempt's time: they never
+# place a piece (a heartbeat stamped now beside explicit past times)
+_LIVENESS = frozenset(_SIDE | {int(Kind.HEARTBEAT)})
 # C-level column readers: the rebuild reads every event of the run, so each
 # pass below is a map/compress over a column, not Python per event
-_KIND, _WRITE_TIME = itemgetter(1), itemgetter(10)
+_KIND, _TIME, _WRITE_TIME = itemgetter(1), itemgetter(2), itemgetter(10)
 _WRITE_SEQ = itemgetter(10, 9)
 
 
@@ -100,20 +116,59 @@ def _t(e: EventRecord) -> float:
 class _Piece:
     """One attempt of one writer process: its events in time order, with
     their times (``_t``) and kinds as columns, and the straggler module's
-    per-piece results (``cache``)."""
+    per-piece results (``cache``). ``start``/``end``: where it runs (module
+    docstring; None for a piece of liveness-only rows)."""
 
     __slots__ = ("key", "index", "events", "times", "kinds", "start", "end", "cache")
 
     def __init__(self, key, index: int, events: List[EventRecord], times: List[float],
                  kinds: List[int]):
         self.key, self.index, self.events, self.times, self.kinds = key, index, events, times, kinds
-        self.start = times[0]
-        self.end = max(times)
+        self.start, self.end = _extent(times, kinds)
         self.cache: Dict[str, Any] = {}
 
     def of_kind(self, kind: int) -> List[EventRecord]:
         """This piece's events of ``kind``, in time order."""
         return list(compress(self.events, map(eq, self.kinds, repeat(kind))))
+
+    def step_times(self) -> List[float]:
+        """Its step starts' times."""
+        return list(compress(self.times, map(eq, self.kinds, repeat(_STEP))))
+
+    def cut(self, until: float) -> Tuple[Optional["_Piece"], List[EventRecord]]:
+        """Its events before ``until`` (itself when all are; None when none
+        is) and its metrics and metadata from ``until`` on."""
+        j = bisect_left(self.times, until)
+        if j == len(self.times):
+            return self, []
+        late = list(compress(self.events[j:], map(_SIDE.__contains__, self.kinds[j:])))
+        if not j:
+            return None, late
+        return _Piece(self.key, self.index, self.events[:j], self.times[:j], self.kinds[:j]), late
+
+
+def _extent(times: List[float], kinds: List[int]) -> Tuple[Optional[float], Optional[float]]:
+    """A piece's start and end (times in order): its first and last events,
+    liveness-only rows apart; it ends at the first disruption or job end at
+    or after its last step start (None, None: only liveness rows, or neither
+    a job start nor a step)."""
+    n = len(kinds)
+    if _JOB_START not in kinds and _STEP not in kinds:
+        return None, None  # an observer's rows (a disruption): no attempt of its own
+    if _LIVENESS.isdisjoint(kinds):
+        first, last = 0, n - 1
+    else:
+        timed = list(map(_LIVENESS.__contains__, kinds))
+        if all(timed):
+            return None, None
+        first, last = timed.index(False), n - 1 - timed[::-1].index(False)
+    after = n - 1 - kinds[::-1].index(_STEP) if _STEP in kinds else first
+    for closing in (_DISRUPTION, _JOB_END):
+        try:
+            last = min(last, kinds.index(closing, after))
+        except ValueError:
+            pass
+    return times[first], times[last]
 
 
 def _streams(events: Sequence[EventRecord]) -> Dict[Any, List[EventRecord]]:
@@ -201,6 +256,11 @@ def _by_columns(evs: List[EventRecord]):
     return index, evs, times, list(map(_KIND, evs))
 
 
+def _piece_order(p: _Piece):
+    """Pieces in order of start, index and writer (liveness-only ones last)."""
+    return (p.start is None, 0 if p.start is None else p.start, p.index, repr(p.key))
+
+
 def _job_attempts(pieces: List[_Piece]) -> List[List[_Piece]]:
     """Pieces grouped by overlapping lifetimes, in time order."""
     groups: List[List[_Piece]] = []
@@ -228,6 +288,13 @@ def _lead_chain(group: List[_Piece]) -> List[_Piece]:
             # training leads (only process 0 writes, but every process
             # recorded its job start and end around the adapter)
             chain[-1] = p
+        elif _STEP in p.kinds and p.step_times()[0] > chain[-1].step_times()[-1]:
+            # the new process trains after the old one stopped: a restart
+            # while the old process shuts down (it leads up to the new start)
+            if p.start > chain[-1].start:
+                chain.append(p)
+            else:
+                chain[-1] = p
     return chain
 
 
@@ -265,24 +332,43 @@ def lead_events(events: Sequence[EventRecord]) -> List[EventRecord]:
     _without_scheduling(streams, out)
     if len(streams) <= 1:
         return list(events)
-    pieces = [p for key, evs in streams.items() for p in _pieces(key, evs)]
+    # in order of start, index and writer, not of arrival (a heartbeat
+    # that brought a writer's first row earlier must not change a tie)
+    pieces = sorted((p for key, evs in streams.items() for p in _pieces(key, evs)),
+                    key=_piece_order)
     leads: List[_Piece] = []
-    for group in _job_attempts(pieces):
+    others_of: List[List[_Piece]] = []
+    for group in _job_attempts([p for p in pieces if p.start is not None]):
         chain = _lead_chain(group)
         others = [p for p in group if not any(p is c for c in chain)]
-        for lead in chain:
-            stalls = straggler_stalls(lead, others) if others else []
-            out.extend(_in_time_order(lead, stalls))
         leads += chain
+        others_of += [others] * len(chain)
+    # each lead piece up to the next one's start: what a process records
+    # after its successor started (shutting down, heartbeats stamped now
+    # beside explicit past times) is not the job's
+    untils = [p.start for p in leads[1:]] + [math.inf]
+    cut: List[Optional[_Piece]] = []
+    for lead, others, until in zip(leads, others_of, untils):
+        kept, late = lead.cut(until)
+        cut.append(kept)
+        if kept is not None:
+            stalls = []
+            if others:
+                stalls = straggler_stalls(kept, others)
+                times = list(map(_TIME, stalls))
+                stalls = first_step_stalls(kept, others, list(zip(times[0::2], times[1::2]))) \
+                    + stalls
+            out.extend(_in_time_order(kept, stalls))
+        out.extend(late)
     # a host's disruption may come after the lead's last event (the lead's
     # host was still waiting in a collective): each lead piece borrows from
     # every other writer up to the next lead piece's start
     lead_ids = {id(p) for p in leads}
     followers = [p for p in pieces if id(p) not in lead_ids]
     foreign = sorted((e for p in followers for e in p.of_kind(_DISRUPTION)), key=_t)
-    for i, lead in enumerate(leads):
-        until = leads[i + 1].start if i + 1 < len(leads) else math.inf
-        out.extend(_borrowed_disruption(lead, foreign, until))
+    for lead, until in zip(cut, untils):
+        if lead is not None:
+            out.extend(_borrowed_disruption(lead, foreign, until))
     for p in followers:
         out.extend(compress(p.events, map(_SIDE.__contains__, p.kinds)))
     return out

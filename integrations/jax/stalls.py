@@ -104,6 +104,14 @@ class _Step:
         """The output arrays the loop still holds."""
         return [x for x in (r() for r in self.refs) if x is not None]
 
+    def wait(self) -> bool:
+        """Blocks until the outputs the loop still holds are ready (the GIL is
+        released meanwhile); False when it dropped them all (nothing known)."""
+        leaves = self.leaves()  # held only while waiting
+        for leaf in leaves:
+            leaf.block_until_ready()
+        return bool(leaves)
+
     def done(self) -> Optional[bool]:
         """True when every output array still alive is ready, None when the
         loop dropped them all (nothing left to observe); raises when one was
@@ -135,10 +143,17 @@ class StallWatch:
     Args:
       clock: the POSIX-seconds clock that stamps readiness (the adapter's);
         None from it means "unknown".
+      step_type: builds the record of one dispatched step from its outputs
+        and the dispatching thread (default: JAX arrays, :class:`_Step`).
+        Another framework passes its own (the PyTorch adapter: a CUDA event
+        recorded after the step): it has the attributes of :class:`_Step`
+        and its ``done()`` and ``wait()``.
     """
 
-    def __init__(self, clock: Callable[[], Optional[float]]):
+    def __init__(self, clock: Callable[[], Optional[float]],
+                 step_type: Optional[Callable[..., Any]] = None):
         self._clock = clock
+        self._step_type = step_type or _Step
         self._latest: Optional[_Step] = None
         self._queue: "queue.SimpleQueue[Any]" = queue.SimpleQueue()
         self._thread: Optional[threading.Thread] = None
@@ -152,7 +167,7 @@ class StallWatch:
     # ------------------------------------------------- training-thread hooks
     def dispatched(self, outputs: Any) -> None:
         """A tracked step was dispatched; ``outputs`` are its results."""
-        self._latest = _Step(outputs, threading.get_ident())
+        self._latest = self._step_type(outputs, threading.get_ident())
 
     def begin(self, t0: float) -> Optional[LoadToken]:
         """A load starts at ``t0`` on this thread; None when nothing is observed.
@@ -255,11 +270,7 @@ class StallWatch:
                 step.set()
                 continue
             try:
-                leaves = step.leaves()  # held only while waiting
-                for leaf in leaves:
-                    leaf.block_until_ready()
-                ready_at = self._clock() if leaves else None  # none left: unknown
-                del leaves
+                ready_at = self._clock() if step.wait() else None  # none left: unknown
             except Exception:  # deleted (donated) meanwhile
                 ready_at = None
             with step.lock:

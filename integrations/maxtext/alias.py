@@ -22,6 +22,13 @@ Any other ``ml_goodput_measurement.*`` name fails with a clear ImportError
 instead of silently mixing in the real package. The alias refuses to start
 when the real package is already imported (the process would hold two
 incompatible recorders), and :func:`disable_reference_alias` undoes it all.
+
+With ``mldiagnostics=True`` (the launcher's default) it also serves
+``google_cloud_mldiagnostics`` (the ML-diagnostics SDK MaxText's
+``managed_mldiagnostics`` flags use) from :mod:`goodput_core.compat.mldiagnostics`,
+its ``machinelearning_run`` joined to MaxText's goodput run
+(:mod:`~goodput_integrations.maxtext.mldiagnostics`); its ``custom_types`` and
+``core`` subpackages are ours too, any other submodule fails clearly.
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ import types
 from typing import Any, Callable, Dict, Iterator, Optional, Tuple
 
 from goodput_integrations.errors import AdapterUnavailable
+from goodput_integrations.maxtext import mldiagnostics as _mld
 from goodput_integrations.maxtext import runtime, whole_process
 
 __all__ = [
@@ -106,6 +114,11 @@ class AliasSettings:
       process_start: the POSIX time the process started: the recorders
         account for the whole process from then to its exit
         (:mod:`~goodput_integrations.maxtext.whole_process`); None: off.
+      mldiagnostics: also serve ``google_cloud_mldiagnostics`` from our
+        compat (module docstring).
+      system_metrics: the recorder built last also gets system metrics
+        (host, GPU, TPU utilisation every 10 s, off its thread:
+        :mod:`goodput_core.compat.mldiagnostics.system_metrics`).
     """
 
     store: Optional[str] = None
@@ -118,6 +131,8 @@ class AliasSettings:
     disruptions: bool = False
     run_group: str = ""
     process_start: Optional[float] = None
+    mldiagnostics: bool = False
+    system_metrics: bool = False
 
 
 class _Session:
@@ -127,6 +142,7 @@ class _Session:
         self.settings = settings
         self.finder = _Finder(self)
         self.wrapped: Dict[type, type] = {}
+        self.served: set = set()  # SDK names served by our own modules (removed at the end)
         self.active = True
 
     # --- the recorder that Orbax statistics and disruptions go to
@@ -139,6 +155,8 @@ class _Session:
                 runtime.install_disruption_hooks()
             if self.settings.run_group and getattr(recorder, "enabled", True):
                 recorder.record_metadata(run_group=self.settings.run_group)
+            if self.settings.system_metrics and getattr(recorder, "enabled", True):
+                runtime.sample_system_metrics(recorder, self.settings.clock)
             whole_process.track(recorder, self.settings.process_start)
 
     # --- defaults
@@ -157,6 +175,11 @@ class _Session:
 
     # --- module building
     def build(self, fullname: str) -> types.ModuleType:
+        if fullname == _mld.ROOT:
+            module = _mld.sdk_module(self.settings.store, self.settings.clock)
+            module.__path__ = []  # a package: its submodules come from our finder
+            module.__dict__[MARKER] = True
+            return module
         if fullname in (ROOT, SRC):
             return _package(fullname, self)
         sub = fullname.rpartition(".")[2]
@@ -203,15 +226,26 @@ def _subclass(cls: type, kind: str, session: _Session) -> type:
 
 
 def _add_rolling_windows(klass: type, session: _Session) -> None:
-    """The goodput uploader also drives the alias's rolling windows, and the
-    final upload waits for this process's pending events."""
+    """The goodput uploader also drives the alias's rolling windows (joined by
+    the windows newer MaxText asks for itself), and the final upload waits for
+    this process's pending events."""
 
     def start_goodput_uploader(self, *args: Any, **kwargs: Any):
         super(klass, self).start_goodput_uploader(*args, **kwargs)
         windows = session.settings.rolling_windows
         if windows:  # a no-op on a monitor built with monitoring_enabled=False
-            self.start_rolling_window_goodput_uploader(list(windows))
+            super(klass, self).start_rolling_window_goodput_uploader(list(windows))
             self._goodput_alias_rolling = True
+
+    def start_rolling_window_goodput_uploader(self, rolling_windows_seconds: Any):
+        # newer MaxText starts its own (enable_rolling_window_goodput) right after
+        # the cumulative uploader: its windows join ours, and it stops them
+        windows = [int(w) for w in rolling_windows_seconds]
+        windows += [w for w in session.settings.rolling_windows if w not in windows]
+        if getattr(self, "_goodput_alias_rolling", False) and self._set_rolling_windows(windows):
+            self._goodput_alias_rolling = False
+            return None
+        return super(klass, self).start_rolling_window_goodput_uploader(windows)
 
     def stop_goodput_uploader(self, skip_final_flush: Optional[bool] = None):
         from goodput_core.record.hooks import flush_all
@@ -223,6 +257,8 @@ def _add_rolling_windows(klass: type, session: _Session) -> None:
         return super(klass, self).stop_goodput_uploader(skip_final_flush)
 
     klass.start_goodput_uploader = start_goodput_uploader  # type: ignore[attr-defined]
+    klass.start_rolling_window_goodput_uploader = (  # type: ignore[attr-defined]
+        start_rolling_window_goodput_uploader)
     klass.stop_goodput_uploader = stop_goodput_uploader  # type: ignore[attr-defined]
 
 
@@ -251,6 +287,8 @@ class _Loader(importlib.abc.Loader):
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
         if spec.name == self._canonical:
             return self._session.build(spec.name)
+        if _under(spec.name, _mld.ROOT):
+            self._session.served.add(spec.name)
         # ml_goodput_measurement.X is the very module ml_goodput_measurement.src.X
         module = importlib.import_module(self._canonical)
         self._own_spec = module.__spec__
@@ -270,9 +308,11 @@ class _Finder(importlib.abc.MetaPathFinder):
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None
                   ) -> Optional[importlib.machinery.ModuleSpec]:
-        if fullname != ROOT and not fullname.startswith(ROOT + "."):
-            return None
         if not self._session.active:
+            return None
+        if self._session.settings.mldiagnostics and _under(fullname, _mld.ROOT):
+            return self._mldiagnostics_spec(fullname)
+        if fullname != ROOT and not fullname.startswith(ROOT + "."):
             return None
         if fullname in (ROOT, SRC):
             return importlib.machinery.ModuleSpec(
@@ -287,8 +327,27 @@ class _Finder(importlib.abc.MetaPathFinder):
             name=fullname)
 
 
-def _alias_names() -> list:
-    return [n for n in sys.modules if n == ROOT or n.startswith(ROOT + ".")]
+    def _mldiagnostics_spec(self, fullname: str) -> importlib.machinery.ModuleSpec:
+        if fullname == _mld.ROOT:
+            return importlib.machinery.ModuleSpec(
+                fullname, _Loader(self._session, fullname), is_package=True)
+        sub = fullname[len(_mld.ROOT) + 1:]
+        if sub in _mld.SUBMODULES:
+            return importlib.machinery.ModuleSpec(
+                fullname, _Loader(self._session, _mld.SUBMODULES[sub]),
+                is_package="." not in sub)
+        raise ModuleNotFoundError(
+            f"{fullname} is not provided by goodput's alias of {_mld.ROOT} (it serves the "
+            f"top-level names and {', '.join(sorted(_mld.SUBMODULES))}); disable the alias "
+            "to use Google's SDK", name=fullname)
+
+
+def _under(name: str, root: str) -> bool:
+    return name == root or name.startswith(root + ".")
+
+
+def _alias_names(roots: Tuple[str, ...] = (ROOT,)) -> list:
+    return [n for n in sys.modules if any(_under(n, r) for r in roots)]
 
 
 def enable_reference_alias(*, store: Optional[str] = None,
@@ -300,7 +359,9 @@ def enable_reference_alias(*, store: Optional[str] = None,
                            compile_spans: bool = False,
                            disruptions: bool = False,
                            run_group: str = "",
-                           process_start: Optional[float] = None) -> AliasSettings:
+                           process_start: Optional[float] = None,
+                           mldiagnostics: bool = False,
+                           system_metrics: bool = False) -> AliasSettings:
     """Makes ``ml_goodput_measurement`` imports resolve to our compat modules,
     in this process only, until :func:`disable_reference_alias`.
 
@@ -308,14 +369,15 @@ def enable_reference_alias(*, store: Optional[str] = None,
 
     Args:
       store, clock, prometheus_port, rolling_windows, checkpoint_stats,
-        ideal_step_time, compile_spans, disruptions, run_group, process_start:
-        see :class:`AliasSettings`.
+        ideal_step_time, compile_spans, disruptions, run_group, process_start,
+        mldiagnostics, system_metrics: see :class:`AliasSettings`.
 
     Returns:
       The settings in force.
 
     Raises:
-      AliasConflict: the real package is already imported, or the alias is
+      AliasConflict: the real package (or, with ``mldiagnostics``, Google's
+        ``google_cloud_mldiagnostics``) is already imported, or the alias is
         on with different settings.
       AdapterUnavailable: ``checkpoint_stats`` without orbax-checkpoint.
     """
@@ -325,7 +387,8 @@ def enable_reference_alias(*, store: Optional[str] = None,
                              ideal_step_time=ideal_step_time,
                              compile_spans=bool(compile_spans),
                              disruptions=bool(disruptions), run_group=run_group or "",
-                             process_start=process_start)
+                             process_start=process_start, mldiagnostics=bool(mldiagnostics),
+                             system_metrics=bool(system_metrics))
     global _session
     with _LOCK:
         if _session is not None:
@@ -339,6 +402,11 @@ def enable_reference_alias(*, store: Optional[str] = None,
                 f"the real {ROOT} is already imported in this process ({real[0]}); enable "
                 "the alias before anything imports it, e.g. run the job under "
                 "`python -m goodput_integrations.maxtext.launch ...`")
+        sdk = [n for n in _alias_names((_mld.ROOT,)) if mldiagnostics]
+        if sdk:
+            raise AliasConflict(
+                f"Google's {_mld.ROOT} is already imported in this process ({sdk[0]}); "
+                "enable the alias before anything imports it")
         session = _Session(settings)
         if checkpoint_stats:
             if importlib.util.find_spec("orbax") is None:
@@ -369,8 +437,8 @@ def disable_reference_alias() -> bool:
             sys.meta_path.remove(session.finder)
         except ValueError:
             pass
-        for name in _alias_names():
-            if getattr(sys.modules[name], MARKER, False):
+        for name in _alias_names((ROOT, _mld.ROOT)):
+            if getattr(sys.modules[name], MARKER, False) or name in session.served:
                 del sys.modules[name]
         runtime.release()
         _session = None

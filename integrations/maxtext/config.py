@@ -20,9 +20,24 @@ MaxText's flags (defaults as in ``base.yml``)::
     enable_checkpoint_cloud_logger    false
     elastic_enabled                   false
     report_performance_metric_for_gcp_monitoring  false
+    report_heartbeat_metric_for_gcp_monitoring    false
+    heartbeat_reporting_interval_in_seconds       5
     run_name, base_output_directory, tensorboard_dir
 
     goodput_job_name (MaxText >= 0.2.5; the job name when set, else run_name)
+
+    newer MaxText (its tests/unit/goodput_utils_test.py after 0.2.5):
+    enable_rolling_window_goodput     false
+    rolling_windows_seconds           [3600, 86400] (our default: the
+                                      newer base.yml was not available; an
+                                      empty list is rejected, as MaxText's
+                                      config validation does)
+
+    managed ML diagnostics (MaxText 0.2.4-0.2.5, read by the launcher's
+    google_cloud_mldiagnostics alias and the fork's mldiagnostics_modules):
+    managed_mldiagnostics false, managed_mldiagnostics_on_demand_profiling
+    true, managed_mldiagnostics_run_group "", managed_mldiagnostics_region "",
+    managed_mldiagnostics_storage_path ""
 
 Ours. MaxText's ``pyconfig`` rejects keys it does not know (in the YAML and
 on the command line), so each of ours has one name in three forms: the
@@ -38,6 +53,9 @@ or launcher flag wins over the environment::
     GOODPUT_IDEAL_STEP_TIME   configured ideal step time in seconds
     GOODPUT_CHECKPOINT_STATS  record Orbax save/restore statistics (true)
     GOODPUT_RUN_GROUP         the run's group (``goodput runs --group G``)
+    GOODPUT_SYSTEM_METRICS    sample host/GPU/TPU utilisation every 10 s into
+                              the run (false; the ML-diagnostics SDK's metric
+                              names: goodput_core.compat.mldiagnostics.system_metrics)
 
 Test hooks (attributes, not flags): ``_goodput_clock`` (a ``() -> float``
 time source) and ``_goodput_process_index`` (an int, or a callable).
@@ -73,7 +91,13 @@ MAXTEXT_DEFAULTS = {
     "enable_checkpoint_cloud_logger": False,
     "elastic_enabled": False,
     "report_performance_metric_for_gcp_monitoring": False,
+    "report_heartbeat_metric_for_gcp_monitoring": False,
+    "heartbeat_reporting_interval_in_seconds": 5,
+    "enable_rolling_window_goodput": False,
+    "managed_mldiagnostics": False,
 }
+#: MaxText's default rolling windows (see the module docstring).
+DEFAULT_ROLLING_WINDOWS = (3600, 86400)
 
 
 
@@ -92,7 +116,8 @@ def _positive_int(value: Any, name: str) -> int:
 
 #: Our settings (config-key form); see the module docstring for the others.
 OUR_SETTINGS = ("goodput_store", "goodput_rolling_windows", "goodput_prometheus_port",
-                "goodput_ideal_step_time", "goodput_checkpoint_stats", "goodput_run_group")
+                "goodput_ideal_step_time", "goodput_checkpoint_stats", "goodput_run_group",
+                "goodput_system_metrics")
 _OURS = OUR_SETTINGS
 
 
@@ -124,7 +149,7 @@ def read_ours(lookup: Callable[[str], Any], source: Callable[[str], str] = _flag
 
     Returns:
       ``{"store", "rolling_windows", "prometheus_port", "ideal_step_time",
-      "checkpoint_stats", "run_group"}``, parsed.
+      "checkpoint_stats", "run_group", "system_metrics"}``, parsed.
 
     Raises:
       ValueError: a bad value, naming the flag or variable it came from.
@@ -143,6 +168,7 @@ def read_ours(lookup: Callable[[str], Any], source: Callable[[str], str] = _flag
                                                   zero_is_unset=True),
         "checkpoint_stats": settings.parse_bool(*raw["goodput_checkpoint_stats"], blank=True),
         "run_group": check_run_group(*raw["goodput_run_group"]),
+        "system_metrics": settings.parse_bool(*raw["goodput_system_metrics"], blank=False),
     }
 _warned_keys: set = set()
 
@@ -203,6 +229,11 @@ class MaxTextGoodputSettings:
     enable_checkpoint_cloud_logger: bool
     elastic_enabled: bool
     report_performance_metric_for_gcp_monitoring: bool
+    report_heartbeat_metric_for_gcp_monitoring: bool = False
+    heartbeat_reporting_interval_in_seconds: int = 5
+    enable_rolling_window_goodput: bool = False
+    rolling_windows_seconds: Tuple[int, ...] = DEFAULT_ROLLING_WINDOWS
+    managed_mldiagnostics: bool = False
     store: Optional[str] = None
     rolling_windows: Tuple[int, ...] = ()
     prometheus_port: Optional[int] = None
@@ -210,12 +241,20 @@ class MaxTextGoodputSettings:
     checkpoint_stats: bool = True
     job_name: str = ""
     run_group: str = ""
+    system_metrics: bool = False
     clock: Optional[Callable[[], float]] = None
     process_index: Any = None
 
     def __post_init__(self) -> None:
         if not self.job_name:
             object.__setattr__(self, "job_name", self.run_name)
+
+    @property
+    def monitor_rolling_windows(self) -> Tuple[int, ...]:
+        """The windows the monitor uploads: MaxText's ``rolling_windows_seconds``
+        when ``enable_rolling_window_goodput``, then ours (``GOODPUT_ROLLING_WINDOWS``)."""
+        theirs = self.rolling_windows_seconds if self.enable_rolling_window_goodput else ()
+        return merge_windows(theirs, self.rolling_windows)
 
     @property
     def logger_name(self) -> str:
@@ -228,6 +267,31 @@ class MaxTextGoodputSettings:
         workload monitor publishes the same ``performance`` metric."""
         return (self.enable_gcp_step_deviation_metrics
                 and not self.report_performance_metric_for_gcp_monitoring)
+
+
+def merge_windows(*lists: Any) -> Tuple[int, ...]:
+    """The window sizes of every list, each once, in order of appearance."""
+    out: list = []
+    for sizes in lists:
+        out.extend(s for s in sizes if s not in out)
+    return tuple(out)
+
+
+def parse_rolling_windows_seconds(value: Any) -> Tuple[int, ...]:
+    """MaxText's ``rolling_windows_seconds``: a list of positive seconds (or
+    ``"3600,86400"``, ``"[3600, 86400]"`` from a command line).
+
+    Raises:
+      ValueError: an empty list (it would start an uploader with nothing to
+        upload: MaxText's config validation rejects it too) or a bad size.
+    """
+    name = _flag("rolling_windows_seconds")
+    if isinstance(value, str):
+        value = value.strip().strip("[]()")
+    sizes = settings.parse_window_sizes(value, name)
+    if not sizes:
+        raise ValueError(f"{name}={value!r}: the list of rolling windows must not be empty")
+    return sizes
 
 
 def read_settings(config: Any) -> MaxTextGoodputSettings:
@@ -270,6 +334,8 @@ def read_settings(config: Any) -> MaxTextGoodputSettings:
     if not isinstance(job_name, str):
         raise ValueError(f"goodput flag goodput_job_name={job_name!r}: expected a string")
     ours = read_ours(lambda key: _get(config, key, None))
+    windows = parse_rolling_windows_seconds(
+        _get(config, "rolling_windows_seconds", DEFAULT_ROLLING_WINDOWS))
     clock = _get(config, "_goodput_clock", None)
     if clock is not None and not callable(clock):
         raise ValueError("_goodput_clock must be a callable returning POSIX seconds")
@@ -281,5 +347,6 @@ def read_settings(config: Any) -> MaxTextGoodputSettings:
         clock=clock,
         **ours,
         process_index=_get(config, "_goodput_process_index", None),
+        rolling_windows_seconds=windows,
         **flags,
     )

@@ -14,6 +14,17 @@ needed. Names served (MaxText 0.2.4-0.2.5): ``GoodputEvent``,
 ``maybe_monitor_goodput``, ``get_goodput_job_name``, and the module objects
 ``goodput`` / ``monitoring`` (our compatible ``ml_goodput_measurement``
 modules; the RL trainer reads ``goodput.GoodputRecorder``).
+
+MaxText's ``managed_mldiagnostics`` flags load Google's SDK through
+``maxtext.common.gcloud_stub.mldiagnostics_modules()`` (three importers).
+A fork routes them to our diagnostics compat by replacing that function's
+body with::
+
+    from goodput_integrations.maxtext.fork import mldiagnostics_modules
+    return mldiagnostics_modules()
+
+(:func:`mldiagnostics_modules`: ``machinelearning_run`` then joins the
+goodput run; events go to ``$GOODPUT_STORE``).
 """
 
 from goodput_core.compat import goodput, monitoring
@@ -31,6 +42,17 @@ from goodput_integrations.maxtext.helpers import (
 #: MaxText's flag for "ml_goodput_measurement is missing, goodput is a no-op".
 _GOODPUT_STUB = False
 
+
+def mldiagnostics_modules():
+    """``(mldiag, is_stub)`` as MaxText's ``gcloud_stub.mldiagnostics_modules()``
+    returns them: the SDK's names over our compat, never a stub
+    (:mod:`goodput_integrations.maxtext.mldiagnostics`)."""
+    import os
+
+    from goodput_integrations.maxtext.mldiagnostics import sdk_module
+
+    return sdk_module(store=os.environ.get("GOODPUT_STORE") or None), False
+
 __all__ = [
     "GoodputEvent",
     "RECORD_JOB_END_TIME",
@@ -41,6 +63,7 @@ __all__ = [
     "goodput",
     "maybe_monitor_goodput",
     "maybe_record_goodput",
+    "mldiagnostics_modules",
     "monitoring",
     "record_goodput",
 ]

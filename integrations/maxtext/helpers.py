@@ -24,7 +24,10 @@ Differences from MaxText's helpers (all deliberate):
   unknown keys), or from a config object that has the ``goodput_*`` key.
 * ``monitor_step_time_deviation`` starts the step-deviation uploader (MaxText
   passes the flag to the monitor but never starts that uploader), and
-  ``goodput_rolling_windows`` starts the rolling-window uploader.
+  ``enable_rolling_window_goodput`` / ``rolling_windows_seconds`` (newer
+  MaxText) or ``goodput_rolling_windows`` start the rolling-window uploader,
+  in newer MaxText's order (started after the cumulative one, stopped
+  before it; failures to start or stop it are logged, never raised).
 * Crashes and preemptions are disruptions. :func:`create_goodput_recorder`
   installs the JAX adapter's SIGTERM handler and excepthook
   (:mod:`~goodput_integrations.maxtext.runtime`): SIGTERM records
@@ -41,6 +44,12 @@ Differences from MaxText's helpers (all deliberate):
   config (MaxText's own helper assigns to its read-only config and fails).
 * Before the monitor's final upload, pending events of this process are
   flushed, so the last numbers include the job end.
+* ``report_heartbeat_metric_for_gcp_monitoring`` /
+  ``report_performance_metric_for_gcp_monitoring``: MaxText's
+  ``GCPWorkloadMonitor`` is patched when :func:`create_goodput_recorder`
+  runs (:mod:`~goodput_integrations.maxtext.workload_monitor`): the
+  heartbeat and step times become metrics of the goodput run that our
+  monitor publishes, and no job stops for want of Google credentials.
 * The whole process is accounted for
   (:mod:`~goodput_integrations.maxtext.whole_process`): the job starts when
   the process started (imports and config as training preparation), and
@@ -165,6 +174,11 @@ def create_goodput_recorder(config: Any) -> Any:
       StoreError: ``goodput_store`` cannot be opened.
     """
     settings = read_settings(config)
+    if (settings.report_heartbeat_metric_for_gcp_monitoring
+            or settings.report_performance_metric_for_gcp_monitoring):
+        from goodput_integrations.maxtext import workload_monitor
+
+        workload_monitor.arm(settings.clock)  # MaxText's MetricLogger builds it later
     if not settings.enable_goodput_recording:
         return None
     if settings.elastic_enabled:
@@ -175,6 +189,8 @@ def create_goodput_recorder(config: Any) -> Any:
     recorder = cls(settings.job_name, settings.logger_name, writes, **_clock_kwargs(settings))
     if writes:
         runtime.track(recorder, checkpoint_stats=settings.checkpoint_stats)
+        if settings.system_metrics:
+            runtime.sample_system_metrics(recorder, settings.clock)
         if settings.clock is None:  # real time: the process's start is on the same clock
             whole_process.track(recorder, whole_process.process_start_time())
     if settings.run_group:
@@ -291,9 +307,13 @@ def maybe_monitor_goodput(config: Any) -> Iterator[Optional[Any]]:
     ``goodput_upload_interval_seconds`` to TensorBoard under
     ``{tensorboard_dir}/goodput`` and, unless switched off, to Cloud
     Monitoring; step deviation when ``monitor_step_time_deviation``; rolling
-    windows when ``goodput_rolling_windows``; Prometheus when
-    ``goodput_prometheus_port``. On exit: pending events are flushed, then a
-    final upload (bounded), then the monitor stops.
+    windows when ``enable_rolling_window_goodput`` (``rolling_windows_seconds``,
+    as newer MaxText) or ``goodput_rolling_windows``, started after the
+    cumulative uploader (a failure to start them is one warning); Prometheus
+    when ``goodput_prometheus_port``. On exit: pending events are flushed,
+    then the rolling-window uploader stops before the cumulative one, each
+    with its final upload (bounded; a failure to stop one is one warning and
+    the next still stops); an exception from the block propagates.
 
     The monitor is built and started on a thread of its own (imports,
     directories, the store): entering the block costs the training thread
@@ -347,12 +367,17 @@ def _start_monitor(settings: MaxTextGoodputSettings) -> Tuple[Any, List[str]]:
         if settings.monitor_step_time_deviation:
             monitor.start_step_deviation_uploader()
             started.append("step_deviation")
-        if settings.rolling_windows:
-            monitor.start_rolling_window_goodput_uploader(list(settings.rolling_windows))
-            started.append("rolling")
     except BaseException:
         stop_monitor(monitor, started, flush=False)
         raise
+    windows = settings.monitor_rolling_windows
+    if windows:  # after the cumulative uploader, as newer MaxText; a failure is one warning
+        try:
+            monitor.start_rolling_window_goodput_uploader(list(windows))
+            started.append("rolling")
+        except Exception:
+            _warn_once("maxtext-start-rolling", "goodput: the rolling-window uploader did not "
+                       "start; cumulative goodput goes on")
     logger.info("goodput: monitoring %s to %s", settings.job_name, settings.tensorboard_dir)
     return monitor, started
 

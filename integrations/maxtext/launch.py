@@ -24,6 +24,8 @@ Usage::
       --goodput-no-checkpoint-stats    the same as --goodput-checkpoint-stats=false
       --goodput-run-group G            the run's group (``goodput runs --group G``;
                                        $GOODPUT_RUN_GROUP)
+      --goodput-system-metrics B       sample host/GPU/TPU utilisation every 10 s
+                                       into the run (false; $GOODPUT_SYSTEM_METRICS)
 
 Goodput is still switched on by MaxText's flags: ``enable_goodput_recording=true``
 and ``monitor_goodput=true`` (and the others MaxText reads). The launcher
@@ -42,8 +44,14 @@ disruption with its cause when the command raises (``exception:<Type>``,
 ``exit:<status>``) or the process gets SIGTERM once MaxText has built its
 recorder (``sigterm``). MaxText's own ``maybe_monitor_goodput`` is guarded
 (:mod:`~goodput_integrations.maxtext.monitor_guard`): a monitor that fails
-to start is one warning, never the job's end. Nothing heavy is imported
-before the command runs.
+to start is one warning, never the job's end, and ours runs in its place.
+MaxText's ``managed_mldiagnostics`` flags reach our diagnostics compat
+(``google_cloud_mldiagnostics`` is aliased too:
+:mod:`~goodput_integrations.maxtext.mldiagnostics`), and its workload
+heartbeat and performance metrics go to our monitor instead of Google Cloud
+Monitoring (:mod:`~goodput_integrations.maxtext.workload_monitor`: no job is
+stopped for want of Google credentials). Nothing heavy is imported before
+the command runs.
 """
 
 from __future__ import annotations
@@ -55,7 +63,8 @@ import sys
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 from goodput_integrations.errors import AdapterUnavailable
-from goodput_integrations.maxtext import alias, config, monitor_guard, runtime, whole_process
+from goodput_integrations.maxtext import (alias, config, monitor_guard, runtime, whole_process,
+                                          workload_monitor)
 
 __all__ = ["main", "parse_args"]
 
@@ -126,7 +135,7 @@ def _hint(command: Sequence[str]) -> None:
 def _enable(options: dict, clock: Optional[Callable[[], float]],
             process_start: Optional[float]) -> None:
     options = dict(options, clock=clock, compile_spans=True, disruptions=True,
-                   process_start=process_start)
+                   process_start=process_start, mldiagnostics=True)
     try:
         alias.enable_reference_alias(**options)
     except AdapterUnavailable as exc:
@@ -182,6 +191,7 @@ def main(argv: Optional[Sequence[str]] = None, *,
         process_start = whole_process.process_start_time()
     _enable(options, clock, process_start)
     monitor_guard.arm()
+    workload_monitor.arm(clock)
     try:
         run(command)
     except BaseException as exc:  # propagating out of MaxText: a crash (or exit 0)

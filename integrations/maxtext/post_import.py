@@ -18,7 +18,7 @@ import sys
 import threading
 from typing import Any, Callable, Optional
 
-__all__ = ["PostImportHook", "when_imported"]
+__all__ = ["ModulePatch", "PostImportHook", "when_imported"]
 
 logger = logging.getLogger("goodput")
 
@@ -109,3 +109,39 @@ def when_imported(name: str, callback: Callable[[Any], None]) -> PostImportHook:
         return hook
     sys.meta_path.insert(0, hook)
     return hook
+
+
+class ModulePatch:
+    """A patch applied to a module when it is imported (:func:`when_imported`),
+    undone by :meth:`disarm`.
+
+    ``apply(module)`` patches and returns a function that undoes the patch (or
+    None when there was nothing to patch).
+    """
+
+    def __init__(self, name: str, apply: Callable[[Any], Optional[Callable[[], None]]]):
+        self.name = name
+        self._apply = apply
+        self._lock = threading.Lock()
+        self._hook: Optional[PostImportHook] = None
+        self._undo: Optional[Callable[[], None]] = None
+
+    def _fire(self, module: Any) -> None:
+        undo = self._apply(module)
+        if undo is not None:
+            self._undo = undo
+
+    def arm(self) -> None:
+        """Patches when the module is imported (at once if it is); idempotent."""
+        with self._lock:
+            if self._hook is None:
+                self._hook = when_imported(self.name, self._fire)
+
+    def disarm(self) -> None:
+        """Cancels the hook and undoes the patch."""
+        with self._lock:
+            if self._hook is not None:
+                self._hook.cancel()
+            if self._undo is not None:
+                self._undo()
+            self._hook = self._undo = None

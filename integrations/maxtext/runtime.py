@@ -66,6 +66,7 @@ _orbax_hook: Optional[PostImportHook] = None
 _orbax_patch: Any = None
 _hooks: Any = None  # the JAX adapter's DisruptionHooks
 _compiles: Any = None  # a JaxAdapter with only its compile listeners on
+_system_metrics: Any = None  # the SystemMetrics sampler of GOODPUT_SYSTEM_METRICS
 
 
 class _CurrentRecorderAdapter:
@@ -237,11 +238,31 @@ def record_crash(exc: BaseException, recorder: Any = None) -> bool:
     return True
 
 
+def sample_system_metrics(recorder: Any, clock: Any = None) -> None:
+    """``GOODPUT_SYSTEM_METRICS``: host, GPU and TPU utilisation every 10 s
+    into ``recorder``'s run, on a thread of its own (one sampler per
+    process: a new recorder takes the place of the previous one)."""
+    global _system_metrics
+    from goodput_core.compat.mldiagnostics.system_metrics import SystemMetrics
+
+    with _lock:
+        if _system_metrics is not None:
+            if _system_metrics.recorder is recorder:
+                return
+            _system_metrics.stop(0.0)
+        kwargs = {} if clock is None else {"clock": clock}
+        _system_metrics = SystemMetrics(recorder, **kwargs).start()
+
+
 def release() -> None:
-    """Removes the hooks, listeners and Orbax patch; forgets the recorder."""
-    global _recorder, _orbax_hook, _orbax_patch, _hooks
+    """Removes the hooks, listeners, Orbax patch and the patch of MaxText's
+    workload monitor; forgets the recorder."""
+    global _recorder, _orbax_hook, _orbax_patch, _hooks, _system_metrics
     with _lock:
         _stop_compiles()
+        if _system_metrics is not None:
+            _system_metrics.stop(_FLUSH_TIMEOUT_S)
+            _system_metrics = None
         if _orbax_hook is not None:
             _orbax_hook.cancel()
         if _orbax_patch is not None:
@@ -249,3 +270,6 @@ def release() -> None:
         if _hooks is not None:
             _hooks.uninstall()
         _recorder = _orbax_hook = _orbax_patch = _hooks = None
+    from goodput_integrations.maxtext import workload_monitor  # imports this module
+
+    workload_monitor.disarm()

@@ -170,6 +170,12 @@ def report(venv_bin: Path, run: str, store: str) -> dict:
     return json.loads(out)
 
 
+def goodput_cli(env: Dict[str, str], *args: str) -> str:
+    """The output of ``goodput ARGS`` of this environment."""
+    return subprocess.run([str(Path(sys.executable).parent / "goodput"), *args], env=env,
+                          check=True, capture_output=True, text=True).stdout
+
+
 def events(venv_bin: Path, run: str, store: str) -> List[dict]:
     out = subprocess.run([str(venv_bin / "goodput"), "events", run, "--store", store],
                          check=True, capture_output=True, text=True).stdout
@@ -241,27 +247,36 @@ def scenario(name: str, base_cmd: List[str], env: Dict[str, str], work: Path,
             "badput_seconds": {k: round(v, 3) for k, v in bad.items() if v}}
 
 
-def report_performance(base_cmd: List[str], env: Dict[str, str], work: Path) -> None:
-    """report_performance_metric_for_gcp_monitoring=true: MaxText's own monitor
-    helper writes to its read-only config; under the launcher the job goes on."""
+def report_performance(base_cmd: List[str], env: Dict[str, str], work: Path,
+                       store: str) -> None:
+    """report_performance_metric_for_gcp_monitoring=true (and the heartbeat, and
+    managed ML diagnostics): MaxText's own monitor helper writes to its read-only
+    config, its GCPWorkloadMonitor needs Google credentials, its diagnostics Google's
+    SDK; under the launcher the job completes, its step times and heartbeat become
+    metrics of the run, and the diagnostics run is in its group."""
     log = work / "launcher-report-performance.log"
-    attempt = Attempt([*base_cmd, CONFIG, *TINY, "run_name=e2e-report-performance",
+    run = "e2e-report-performance"
+    attempt = Attempt([*base_cmd, CONFIG, *TINY, f"run_name={run}",
                        f"base_output_directory={work / 'out'}",
                        f"jax_cache_dir={work / 'jax_cache'}", "steps=5",
-                       "report_performance_metric_for_gcp_monitoring=true"], env, log)
+                       "report_performance_metric_for_gcp_monitoring=true",
+                       "report_heartbeat_metric_for_gcp_monitoring=true",
+                       "managed_mldiagnostics=true",
+                       "managed_mldiagnostics_run_group=e2e-group",
+                       "managed_mldiagnostics_on_demand_profiling=false"], env, log)
     code = attempt.run()
     text = log.read_text()
     check("monitor did not start" in text, f"{log}: no line about the monitor")
-    # MaxText's own Cloud Monitoring performance reporter (metric_logger's
-    # GCPWorkloadMonitor) needs Google credentials, which this machine has not: that
-    # failure is MaxText's, after the goodput monitor was passed; any other fails the test
-    no_credentials = "DefaultCredentialsError" in text and "GCPWorkloadMonitor" in text
-    check(code == 0 or no_credentials, f"report_performance_metric_for_gcp_monitoring=true: "
-          f"the job failed (see {log})")
-    print("  report_performance_metric_for_gcp_monitoring=true: "
-          + ("completed" if code == 0 else "the goodput monitor was skipped with one warning; "
-             "MaxText's own GCP performance reporter then needs Google credentials"),
-          flush=True)
+    check(code == 0 and "DefaultCredentialsError" not in text,
+          f"report_performance_metric_for_gcp_monitoring=true: the job failed (see {log})")
+    rep = json.loads(goodput_cli(env, "report", run, "--store", store, "--json"))
+    for metric in ("workload_performance", "workload_heartbeat", "loss"):
+        check(metric in rep["metrics"], f"{run}: metric {metric} missing")
+    group = json.loads(goodput_cli(env, "runs", "--store", store, "--group", "e2e-group",
+                                   "--json"))
+    check([r["run"] for r in group["runs"]] == [run], f"e2e-group lists {group['runs']}")
+    print("  report_performance/heartbeat/managed_mldiagnostics=true: completed; metrics "
+          "and the run group recorded", flush=True)
 
 
 def make_fork(work: Path) -> Path:
@@ -296,7 +311,7 @@ def inside(args: argparse.Namespace) -> int:
         launcher = [sys.executable, "-m", "goodput_integrations.maxtext.launch",
                     "--goodput-store", store, "--", "python3", "-m", TRAIN_MODULE]
         results["launcher"] = scenario("launcher", launcher, env, work, store)
-        report_performance(launcher, env, work)
+        report_performance(launcher, env, work, store)
         fork = make_fork(work)
         subprocess.run([sys.executable, "-m", "pip", "uninstall", "-q", "-y",
                         "ml-goodput-measurement"], check=False)

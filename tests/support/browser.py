@@ -13,8 +13,9 @@ CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 DRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
 
 
-def chromium_or_skip() -> Any:
-    """A new headless Chromium session (quit it when done), or the test skips."""
+def chromium_or_skip(*extra_args: str) -> Any:
+    """A new headless Chromium session (quit it when done), or the test skips.
+    ``extra_args``: more Chromium switches (``--host-resolver-rules=...``)."""
     webdriver = pytest.importorskip("selenium.webdriver")
     from selenium.webdriver.chrome.service import Service
 
@@ -23,10 +24,30 @@ def chromium_or_skip() -> Any:
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
     for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                "--window-size=1280,1300", "--no-proxy-server", "--disable-extensions"):
+                "--window-size=1280,1300", "--no-proxy-server", "--disable-extensions",
+                *extra_args):
         options.add_argument(arg)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     return webdriver.Chrome(service=Service(DRIVER), options=options)
+
+
+def browser_fixtures(*extra_args: str):
+    """``(_driver, browser)``, the fixtures of a test module: one Chromium for the
+    module (``extra_args``: see :func:`chromium_or_skip`), each test starting and
+    ending on a blank page. Assign both at the module's top level."""
+    @pytest.fixture(scope="module")
+    def _driver():
+        driver = chromium_or_skip(*extra_args)
+        yield driver
+        driver.quit()
+
+    @pytest.fixture
+    def browser(_driver):
+        blank(_driver)
+        yield _driver
+        blank(_driver)  # before the test's server goes away
+
+    return _driver, browser
 
 
 def blank(driver: Any) -> None:

@@ -35,6 +35,10 @@ class FakeDeadlines(Deadlines):
         # short event waits: what the wait depends on runs on other threads
         while not event.wait(0.002):
             if timeout is not None and self.settled():
+                # the event may have been set just before the last thread that
+                # could set it finished: settled, yet no timeout was reached
+                if event.is_set():
+                    return True
                 self.now += timeout
                 self.expired.append(timeout)
                 return event.is_set()

@@ -13,8 +13,11 @@ without a restart by Ctrl-C or SIGKILL (rule 15)) is played through the public
 :class:`~goodput_core.record.recorder.Recorder` with a fake clock into a memory
 store (by one writer, or by three lockstep hosts that each record the job, as
 ``per_host`` recording does: the later hosts learn their index after their
-job start, one host's disruption stands for the job's, and a straggler's
-longer input stalls gate the job's steps; loads through the reference's
+job start, one host's disruption stands for the job's, and the stragglers'
+longer input stalls gate the job: in the steps, where each other host may
+block longer (in one interval or two) and the slowest sets the job's wait,
+and before the first step, where one host's first load runs on; loads
+through the reference's
 methods or the native context manager, blocking or overlapped), read back by a :class:`Calculator` (refreshed at random points, so
 the incremental path is exercised), and every bucket must equal the true
 duration to 1e-9 s.
@@ -92,8 +95,10 @@ class AttemptPlan:
     stop: str = ""        # last attempt, 'open': '', 'interrupt' (Ctrl-C) or 'kill' (SIGKILL)
     load_api: str = "reference"  # 'reference' (record_data_loading_*), 'blocking'
                                  # (with rec.data_loading()) or 'overlapped'
-    straggle: int = 0     # several writers: the last host's extra input stall in every
-                          # step followed by another (<= step - load)
+    straggle: int = 0     # several writers: the most a host's extra input stall takes in
+                          # a step followed by another (<= step - load)
+    first_straggle: int = 0  # one host's extra stall after the first load, before the
+                             # first step (every host waits for it)
 
 
 class Span:
@@ -125,6 +130,11 @@ class Hosts:
 
     def record_disruption(self, cause):
         self.last.record_disruption(cause)
+
+    def stall(self, host: int, a: float, b: float) -> None:
+        """Host ``host`` alone records an input stall ``[a, b)``."""
+        self.recorders[host].record_input_stall_start_time(a)
+        self.recorders[host].record_input_stall_end_time(b)
 
     def data_loading(self, overlapped=False):
         stack = contextlib.ExitStack()
@@ -232,7 +242,18 @@ class Simulator:
         if p.early_crash == "compile":  # compiled ahead of the first step
             self.phase("program_startup", p, p.compile, "PROGRAM_STARTUP", True)
             return
+        if p.first_straggle:  # one host's first load runs on: every host waits (rule 13)
+            host = self.rng.randrange(self.writers)
+            t = self.clock.t
+            if self.writers == 1:
+                self.rec.record_input_stall_start_time(t)
+                self.rec.record_input_stall_end_time(t + p.first_straggle * TICK)
+            else:
+                self.rec.stall(host, t, t + p.first_straggle * TICK)
+            self.spend(p.first_straggle, "DATA_LOADING_SYNC")
         self.maybe_refresh()
+        self.straggles = {h: self.rng.choice((0, p.straggle // 2, p.straggle))
+                          for h in range(1, self.writers)}
         seg = {"spans": [], "heuristic": p.compile_mode == "heuristic"}
         self.segments.append(seg)
         for i in range(p.n_steps):
@@ -279,15 +300,27 @@ class Simulator:
                 span.parts["DATA_LOADING_SYNC"] += self.spend(p.stall)
                 rec.record_input_stall_end_time()
         if self.writers > 1 and p.straggle and s < last_step and p.compile_mode != "heuristic":
-            # the last host's input stall runs on after the lead's load: the job
-            # waited for it (rule 13), in a span closed by the next step start
-            # (not with the startup heuristic: the simulator books its excess
-            # as if every step span had the same productive time)
-            t = self.clock.t
-            self.rec.last.record_input_stall_start_time(t)
-            self.rec.last.record_input_stall_end_time(t + p.straggle * TICK)
-            span.parts["DATA_LOADING_SYNC"] += p.straggle * TICK
-            span.parts[PROD] -= p.straggle * TICK
+            # the other hosts' input stalls run on after the lead's load, in one
+            # interval or two: the job waited for the slowest (rule 13), in a span
+            # closed by the next step start (not with the startup heuristic: the
+            # simulator books its excess as if every step span had the same
+            # productive time)
+            # (without explicit compile spans each host keeps its amount through
+            # the attempt: rule 6's heuristic compares the spans' productive time)
+            t, room, worst = self.clock.t, p.step - p.load, 0
+            for host in range(1, self.writers):
+                ticks = self.rng.choice((0, p.straggle // 2, p.straggle)) \
+                    if p.compile_mode == "explicit" else self.straggles[host]
+                first = ticks // 2 if ticks > 1 and self.rng.random() < 0.5 else ticks
+                gap = self.rng.randint(0, room - ticks) if first < ticks else 0
+                if first:
+                    self.rec.stall(host, t, t + first * TICK)
+                if ticks - first:
+                    a = t + (first + gap) * TICK
+                    self.rec.stall(host, a, a + (ticks - first) * TICK)
+                worst = max(worst, ticks)
+            span.parts["DATA_LOADING_SYNC"] += worst * TICK
+            span.parts[PROD] -= worst * TICK
         span.parts[PROD] += self.spend(p.step - p.load)
         if first and p.compile_mode == "heuristic":
             span.parts[HEUR] += self.spend(p.compile)
@@ -458,7 +491,8 @@ def _plan(draw, last: bool) -> AttemptPlan:
         open_phase=draw(st.sampled_from(["", "save", "eval"])) if last else "",
         stop=draw(st.sampled_from(["", "interrupt", "kill"])) if last else "",
         load_api=draw(st.sampled_from(["reference", "blocking", "overlapped"])),
-        straggle=draw(st.sampled_from([0, (step - load) // 2, step - load])))
+        straggle=draw(st.sampled_from([0, (step - load) // 2, step - load])),
+        first_straggle=draw(st.sampled_from([0, 0, 1, 16, 64])))
 
 
 @st.composite

@@ -1,30 +1,48 @@
 """The lead-stream pass as it was before it read events by columns (main at
-cedba5f, goodput_core/timeline/streams.py): the oracle of
+cedba5f, goodput_core/timeline/streams.py), amended only where issue 40
+changed rule 13 (items 4 and 5): the oracle of
 tests/core/timeline/test_lead_events_columns.py, which checks that the
-column-wise rewrite returns the same events in the same order. Kept only as
-a test oracle (no independent reference of rule 13 with stragglers is
-cheap to write); not imported by the package."""
+column-wise pass returns the same events in the same order. Kept only as a
+test oracle (no independent reference of rule 13 with stragglers is cheap to
+write; each clause is also pinned by hand-derived figures in
+tests/core/timeline/test_rule13_clauses.py); not imported by the package.
+
+The amendments (docs/semantics.md, rule 13), each marked "issue 40" below:
+
+- liveness-only rows (heartbeats, metrics, metadata) never place a piece:
+  its start and end are those of its other events, and a piece of nothing
+  else, or with neither a job start nor a step (an observer's disruption),
+  leads nothing;
+- a piece that recorded a disruption or a job end after its last step start
+  ends there (what it records later is its process shutting down);
+- two pieces of the lead index that overlap, both with steps, the later's
+  first step after the earlier's last: the later one takes over the lead at
+  its start (a restart overlapping the old process's shutdown);
+- a lead piece's events from the next lead piece's start on are not the
+  job's (its metrics and metadata excepted);
+- blocking time before an attempt's first step gates the job like a step's
+  (:func:`_first_step_stalls`)."""
 from __future__ import annotations
 
-import bisect
 import math
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from goodput_core.events import EventRecord, Kind
+from tests.support.stragglers_before import _first_step_stalls, _straggler_stalls, _t
 
 __all__ = ["writer_key", "writers_of", "lead_events", "stream_indices"]
 
 _JOB_START, _JOB_END = int(Kind.JOB_START), int(Kind.JOB_END)
 _STEP, _STEP_END = int(Kind.STEP_START), int(Kind.STEP_END)
 _DISRUPTION = int(Kind.DISRUPTION)
-_BLOCK_START = {int(Kind.INPUT_STALL_START): "stall", int(Kind.BLOCKING_LOAD_START): "bload"}
-_BLOCK_END = {int(Kind.INPUT_STALL_END): "stall", int(Kind.BLOCKING_LOAD_END): "bload"}
 _STALL_END = int(Kind.INPUT_STALL_END)
 _SCHEDULING = {int(Kind.JOB_SUBMITTED), int(Kind.RESOURCES_GRANTED)}
 # Model metrics and run metadata are no part of the partition: every host's
 # reach the run (``record_on_all_hosts=True`` points, a config only one host records).
 _SIDE = {int(Kind.METRIC), int(Kind.METADATA)}
-_EPS = 1e-9  # seconds: below this a straggler's excess is float noise
+# issue 40: rows that say a process is there, nothing of the attempt's time
+_LIVENESS = _SIDE | {int(Kind.HEARTBEAT)}
+_CLOSING = {_DISRUPTION, _JOB_END}
 
 
 def writer_key(e: EventRecord) -> Optional[Tuple[str, int]]:
@@ -43,25 +61,29 @@ def writers_of(events: Sequence[EventRecord]) -> set:
     return {k for k in map(writer_key, events) if k is not None}
 
 
-def _t(e: EventRecord) -> float:
-    """When an event happened: its time, else its write time (an Orbax entry
-    without a start), else 0."""
-    t = e[2]
-    if t == t and abs(t) != math.inf:
-        return t
-    w = e[10]
-    return w if w == w else 0.0
-
-
 class _Piece:
-    """One attempt of one writer process: its events in time order."""
+    """One attempt of one writer process: its events in time order; its
+    start and end (None: liveness-only rows, issue 40)."""
 
     __slots__ = ("key", "index", "events", "start", "end")
 
     def __init__(self, key, index: int, events: List[EventRecord]):
         self.key, self.index, self.events = key, index, events
-        self.start = _t(events[0])
-        self.end = max(_t(e) for e in events)
+        timed = [e for e in events if e[1] not in _LIVENESS]
+        if not any(e[1] in (_JOB_START, _STEP) for e in events):
+            timed = []  # issue 40: an observer's rows (a disruption): no attempt of its own
+        self.start = _t(timed[0]) if timed else None
+        self.end = _end(timed) if timed else None
+
+
+def _end(timed: List[EventRecord]) -> float:
+    """issue 40: the first disruption or job end at or after the last step
+    start, else the last event."""
+    steps = [i for i, e in enumerate(timed) if e[1] == _STEP]
+    for e in timed[steps[-1] if steps else 0:]:
+        if e[1] in _CLOSING:
+            return _t(e)
+    return max(_t(e) for e in timed)
 
 
 def _streams(events: Sequence[EventRecord]) -> Dict[Any, List[EventRecord]]:
@@ -99,6 +121,11 @@ def _pieces(key, evs: List[EventRecord]) -> List[_Piece]:
     return out
 
 
+def _piece_order(p: _Piece):
+    """Pieces in order of start, index and writer (liveness-only ones last)."""
+    return (p.start is None, 0 if p.start is None else p.start, p.index, repr(p.key))
+
+
 def _job_attempts(pieces: List[_Piece]) -> List[List[_Piece]]:
     """Pieces grouped by overlapping lifetimes, in time order."""
     groups: List[List[_Piece]] = []
@@ -126,11 +153,31 @@ def _lead_chain(group: List[_Piece]) -> List[_Piece]:
             # training leads (only process 0 writes, but every process
             # recorded its job start and end around the adapter)
             chain[-1] = p
+        elif _has_steps(p) and _step_times(p)[0] > _step_times(chain[-1])[-1]:
+            # issue 40: the new process trains after the old one stopped
+            if p.start > chain[-1].start:
+                chain.append(p)
+            else:
+                chain[-1] = p
     return chain
 
 
 def _has_steps(p: _Piece) -> bool:
     return any(e[1] == _STEP for e in p.events)
+
+
+def _step_times(p: _Piece) -> List[float]:
+    return [_t(e) for e in p.events if e[1] == _STEP]
+
+
+def _cut(p: _Piece, until: float) -> Tuple[Optional[_Piece], List[EventRecord]]:
+    """issue 40: ``p``'s events before ``until`` (None: none), and the
+    metrics and metadata from ``until`` on."""
+    kept = [e for e in p.events if _t(e) < until]
+    late = [e for e in p.events if _t(e) >= until and e[1] in _SIDE]
+    if len(kept) == len(p.events):
+        return p, []
+    return (_Piece(p.key, p.index, kept) if kept else None), late
 
 
 def lead_events(events: Sequence[EventRecord]) -> List[EventRecord]:
@@ -159,24 +206,41 @@ def lead_events(events: Sequence[EventRecord]) -> List[EventRecord]:
                 del streams[key]
     if len(streams) <= 1:
         return list(events)
-    pieces = [p for key, evs in streams.items() for p in _pieces(key, evs)]
+    # in order of start, index and writer, not of arrival (issue 40: a heartbeat
+    # that brought a writer's first row earlier must not change a tie)
+    pieces = sorted((p for key, evs in streams.items() for p in _pieces(key, evs)),
+                    key=_piece_order)
     leads: List[_Piece] = []
-    for group in _job_attempts(pieces):
+    others_of: List[List[_Piece]] = []
+    for group in _job_attempts([p for p in pieces if p.start is not None]):
         chain = _lead_chain(group)
         others = [p for p in group if not any(p is c for c in chain)]
-        for lead in chain:
-            stalls = _straggler_stalls(lead, others) if others else []
-            out.extend(_in_time_order(lead.events, stalls))
         leads += chain
+        others_of += [others] * len(chain)
+    # issue 40: each lead piece up to the next one's start
+    cut = []
+    for i, (lead, others) in enumerate(zip(leads, others_of)):
+        until = leads[i + 1].start if i + 1 < len(leads) else math.inf
+        kept, late = _cut(lead, until)
+        cut.append(kept)
+        if kept is not None:
+            stalls = []
+            if others:
+                stalls = _straggler_stalls(kept, others)
+                pairs = list(zip([e[2] for e in stalls[0::2]], [e[2] for e in stalls[1::2]]))
+                stalls = _first_step_stalls(kept, others, pairs) + stalls
+            out.extend(_in_time_order(kept.events, stalls))
+        out.extend(late)
     # a host's disruption may come after the lead's last event (the lead's
     # host was still waiting in a collective): each lead piece borrows from
     # every other writer up to the next lead piece's start
     lead_ids = {id(p) for p in leads}
     foreign = sorted((e for p in pieces if id(p) not in lead_ids for e in p.events
                       if e[1] == _DISRUPTION), key=_t)
-    for i, lead in enumerate(leads):
+    for i, lead in enumerate(cut):
         until = leads[i + 1].start if i + 1 < len(leads) else math.inf
-        out.extend(_borrowed_disruption(lead, foreign, until))
+        if lead is not None:
+            out.extend(_borrowed_disruption(lead, foreign, until))
     out.extend(e for p in pieces if id(p) not in lead_ids for e in p.events if e[1] in _SIDE)
     return out
 
@@ -203,140 +267,3 @@ def _borrowed_disruption(lead: _Piece, foreign: List[EventRecord], until: float
     ends = [_t(e) for e in lead.events if e[1] == _JOB_END]
     stop = min([until] + ends)
     return [e for e in foreign if lead.start <= _t(e) < stop][:1]
-
-
-# ------------------------------------------------------------------ stragglers
-def _step_spans(evs: List[EventRecord]) -> Dict[int, Tuple[float, float]]:
-    """``{step: (start, end)}`` of one piece: a step runs to the next step
-    start, the last one to its step end or the job end (rule 3; without
-    either it has no span yet)."""
-    starts = [(_t(e), e[3]) for e in evs if e[1] == _STEP and e[3] is not None]
-    ends = {e[3]: _t(e) for e in evs if e[1] == _STEP_END and e[3] is not None}
-    job_end = [_t(e) for e in evs if e[1] == _JOB_END]
-    spans: Dict[int, Tuple[float, float]] = {}
-    for (t, k), nxt in zip(starts, starts[1:] + [None]):
-        end = nxt[0] if nxt is not None else ends.get(k, job_end[0] if job_end else None)
-        if end is not None and end > t:
-            spans[k] = (t, end)
-    return spans
-
-
-def _blocking(evs: List[EventRecord]) -> List[Tuple[float, float]]:
-    """The union of a piece's input stalls and blocking loads, sorted."""
-    pending: Dict[str, Optional[float]] = {}
-    spans = []
-    for e in evs:
-        fam = _BLOCK_START.get(e[1])
-        if fam is not None:
-            pending[fam] = _t(e)
-            continue
-        fam = _BLOCK_END.get(e[1])
-        if fam is not None and pending.get(fam) is not None:
-            a, b = pending.pop(fam), _t(e)
-            if b > a:
-                spans.append((a, b))
-    spans.sort()
-    merged: List[List[float]] = []
-    for a, b in spans:
-        if merged and a <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], b)
-        else:
-            merged.append([a, b])
-    return [(a, b) for a, b in merged]
-
-
-class _Blocks:
-    """A host's merged blocking intervals (disjoint, in time order), with the
-    ones that meet a span found by bisection (runs have many steps)."""
-
-    __slots__ = ("spans", "ends")
-
-    def __init__(self, spans: List[Tuple[float, float]]):
-        self.spans = spans
-        self.ends = [y for _, y in spans]  # sorted too: the intervals are disjoint
-
-    def within(self, a: float, b: float) -> List[Tuple[float, float]]:
-        """The intervals that meet ``[a, b)``, clipped to it."""
-        out, spans = [], self.spans
-        for i in range(bisect.bisect_right(self.ends, a), len(spans)):
-            x, y = spans[i]
-            if x >= b:
-                break
-            out.append((max(x, a), min(y, b)))
-        return out
-
-
-def _inside(clipped: List[Tuple[float, float]]) -> float:
-    return sum(y - x for x, y in clipped)
-
-
-def _straggler_stalls(lead: _Piece, others: List[_Piece]) -> List[EventRecord]:
-    lead_spans = _step_spans(lead.events)
-    if not lead_spans:
-        return []
-    # step -> (the slowest host's blocking seconds, its blocking intervals moved
-    # into the lead's span: where the job most likely waited)
-    worst: Dict[int, Tuple[float, List[Tuple[float, float]]]] = {}
-    for p in others:
-        blocks = _Blocks(_blocking(p.events))
-        if not blocks.spans:
-            continue
-        for k, (a, b) in _step_spans(p.events).items():
-            if k in lead_spans:
-                mine = blocks.within(a, b)
-                w = _inside(mine)
-                if w > worst.get(k, (0.0, None))[0]:
-                    shift = lead_spans[k][0] - a
-                    worst[k] = (w, [(x + shift, y + shift) for x, y in mine])
-    if not worst:
-        return []
-    own = _Blocks(_blocking(lead.events))
-    host, pid = lead.key
-    out: List[EventRecord] = []
-    for k, (w, where) in sorted(worst.items()):
-        a, b = lead_spans[k]
-        own_k = own.within(a, b)
-        need = min(w, b - a) - _inside(own_k)
-        if need <= _EPS:
-            continue
-        for x, y in _free_time(own_k, where, a, b, need):
-            for kind, t in ((Kind.INPUT_STALL_START, x), (Kind.INPUT_STALL_END, y)):
-                out.append(EventRecord(lead.events[0][0], int(kind), t, None, None,
-                                       lead.index, host, pid, "straggler", 0, t))
-    return out
-
-
-def _gaps(blocks: List[Tuple[float, float]], a: float, b: float) -> List[Tuple[float, float]]:
-    """``[a, b)`` minus ``blocks``, in time order."""
-    gaps, cursor = [], a
-    for x, y in sorted((max(x, a), min(y, b)) for x, y in blocks if y > a and x < b) + [(b, b)]:
-        if x > cursor:
-            gaps.append((cursor, x))
-        cursor = max(cursor, y)
-    return gaps
-
-
-def _free_time(own: List[Tuple[float, float]], where: List[Tuple[float, float]], a: float,
-               b: float, need: float) -> List[Tuple[float, float]]:
-    """Intervals of the lead's span ``[a, b)`` outside its own blocking time,
-    totalling ``need``: first where the straggler blocked, then right after
-    the lead's own last blocking interval (where it would have computed),
-    then from ``a``."""
-    free = _gaps(own, a, b)
-    first = []
-    for x, y in sorted(where):
-        first += [(max(x, u), min(y, v)) for u, v in free if min(y, v) > max(x, u)]
-    inside = [(x, y) for x, y in own if y > a and x < b]
-    anchor = min(max(y for _, y in inside), b) if inside else a
-    rest = sorted((max(x, u), min(y, v)) for x, y in _gaps(first, a, b) for u, v in free
-                  if min(y, v) > max(x, u))
-    ordered = first + [g for g in rest if g[0] >= anchor] + [g for g in rest if g[0] < anchor]
-    out = []
-    for x, y in ordered:
-        take = min(y - x, need)
-        if take > 0:
-            out.append((x, x + take))
-            need -= take
-        if need <= _EPS:
-            break
-    return out

@@ -10,6 +10,12 @@ where everything is::
     goodput demo [--outdir goodput_demo_output] [--store URL] [--run NAME]
                  [--steps 240] [--save-every 20] [--crash-at 155]
     goodput demo --synthetic      # no jax needed: a backfilled synthetic job
+    goodput demo --torch          # PyTorch under torchrun: a rank killed, a restart
+
+``--torch`` trains the PyTorch example loop under real torchrun (two ranks
+over gloo, ``torch.compile``, DCP checkpoints): rank 1 kills itself with
+SIGKILL mid-run, torchrun restarts both ranks from the last checkpoint
+(:mod:`goodput_integrations.demo.torch_driver`). It needs torch.
 
 Without jax, flax, optax or orbax-checkpoint it says so in one line and plays
 the synthetic job (:mod:`goodput_core.cli.synthetic`) instead. This module never
@@ -49,16 +55,30 @@ def add_arguments(parser) -> None:
     parser.add_argument("--run", default=None, help="run name (default: demo-<time>)")
     parser.add_argument("--synthetic", action="store_true",
                         help="play a synthetic, backfilled job instead (instant; no jax needed)")
-    parser.add_argument("--steps", type=int, default=240, help="training steps (default 240)")
+    parser.add_argument("--steps", type=int, default=None,
+                        help="training steps (default 240; with --torch 120)")
     parser.add_argument("--save-every", type=int, default=20,
                         help="checkpoint every N steps (default 20)")
-    parser.add_argument("--crash-at", type=int, default=155,
-                        help="the first attempt kills itself after this step (default 155)")
+    parser.add_argument("--crash-at", type=int, default=None,
+                        help="the first attempt kills itself after this step (default 155; "
+                             "with --torch 75)")
+    parser.add_argument("--torch", action="store_true",
+                        help="train with PyTorch under torchrun instead (2 ranks; rank 1 is "
+                             "killed after --crash-at, default 75 of 120 steps)")
+    parser.add_argument("--compile", default="aot_eager", metavar="BACKEND",
+                        help="with --torch: the torch.compile backend (default aot_eager: "
+                             "compiles in seconds on a CPU; inductor, or none)")
     parser.add_argument("--keep-checkpoints", action="store_true",
                         help="keep the checkpoints (default: removed at the end)")
 
 
 def _check_arguments(args) -> None:
+    if args.steps is None:
+        args.steps = 120 if args.torch else 240
+    if args.crash_at is None:
+        args.crash_at = 75 if args.torch else 155
+    if args.torch and args.synthetic:
+        raise CliError("--torch and --synthetic exclude each other")
     if args.run is not None:
         check_run_name(args.run)
     if not 0 < args.steps or not 0 < args.save_every:
@@ -85,7 +105,12 @@ def run(args) -> int:
     store = args.store or os.path.join(outdir, "goodput.sqlite")
     run_name = args.run or _fresh_run_name(store)
     synthetic = args.synthetic
-    if not synthetic:
+    if args.torch:
+        from goodput_integrations.demo.torch_driver import torch_missing
+
+        if torch_missing():
+            raise CliError("goodput demo --torch needs torch: pip install torch")
+    elif not synthetic:
         from goodput_integrations.demo.driver import frameworks_missing
 
         missing = frameworks_missing()
@@ -99,7 +124,7 @@ def run(args) -> int:
         if str(store).startswith("memory:"):
             raise CliError("the demo trains in child processes: a memory:// store would "
                            "not outlive them; use a sqlite path")
-        _play_real(args, run_name, store, outdir)
+        (_play_torch if args.torch else _play_real)(args, run_name, store, outdir)
     _finish(run_name, store, outdir, synthetic)
     return 0
 
@@ -135,40 +160,83 @@ def _play_synthetic(run_name: str, store: str) -> None:
           f"{played['restart_step']}, {played['end'] - played['start']:.1f} s of job time.\n")
 
 
-def _play_real(args, run_name: str, store: str, outdir: str) -> None:
-    from goodput_integrations.demo.driver import DemoConfig, DemoError, run_crash_and_restart
-
-    parent = os.path.join(outdir, "checkpoints")
-    workdir = os.path.join(parent, run_name)
-    parent_existed = os.path.isdir(parent)
-    try:  # a fresh job: nothing to resume from; and the only directory we may delete
+def _fresh_workdir(outdir: str, run_name: str) -> str:
+    """``DIR/checkpoints/RUN``, created now: a fresh job has nothing to resume
+    from, and it is the only directory the demo may delete."""
+    workdir = os.path.join(outdir, "checkpoints", run_name)
+    try:
         os.makedirs(workdir, exist_ok=False)
     except FileExistsError:
         raise CliError(f"{workdir} already exists (checkpoints of an earlier demo?): "
                        "remove it or choose another --run") from None
     except OSError as exc:
         raise CliIOError(f"cannot create {workdir}: {exc.strerror or exc}") from None
-    cfg = DemoConfig(store=store, run=run_name, workdir=workdir, steps=args.steps,
-                     save_every=args.save_every, crash_at=args.crash_at,
-                     log_dir=os.path.join(outdir, "logs", run_name))
-    print(f"Training a small Flax MLP on CPU ({cfg.steps} steps, an Orbax checkpoint every "
-          f"{cfg.save_every}); the first attempt will crash (SIGKILL) after step "
-          f"{cfg.crash_at}, the second restarts from the last checkpoint.", flush=True)
-    bar = _Progress(cfg.steps, sys.stdout)
+    return workdir
+
+
+def _remove_workdir(outdir: str, workdir: str, parent_existed: bool = True) -> None:
+    shutil.rmtree(workdir, ignore_errors=True)  # created by _fresh_workdir, by this demo
+    if not parent_existed:
+        try:  # ours too, unless another demo put checkpoints there
+            os.rmdir(os.path.join(outdir, "checkpoints"))
+        except OSError:
+            pass
+
+
+def _play_real(args, run_name: str, store: str, outdir: str) -> None:
+    from goodput_integrations.demo.driver import DemoConfig, run_crash_and_restart
+
+    def play(workdir: str, on_message) -> Dict[str, Any]:
+        cfg = DemoConfig(store=store, run=run_name, workdir=workdir, steps=args.steps,
+                         save_every=args.save_every, crash_at=args.crash_at,
+                         log_dir=os.path.join(outdir, "logs", run_name))
+        return run_crash_and_restart(cfg, on_message=on_message)
+
+    print(f"Training a small Flax MLP on CPU ({args.steps} steps, an Orbax checkpoint every "
+          f"{args.save_every}); the first attempt will crash (SIGKILL) after step "
+          f"{args.crash_at}, the second restarts from the last checkpoint.", flush=True)
+    _train(args, run_name, outdir, play)
+
+
+def _play_torch(args, run_name: str, store: str, outdir: str) -> None:
+    from goodput_integrations.demo.torch_driver import (
+        TorchDemoConfig,
+        run_torchrun_crash_and_restart,
+    )
+
+    def play(workdir: str, on_message) -> Dict[str, Any]:
+        cfg = TorchDemoConfig(store=store, run=run_name, workdir=workdir, steps=args.steps,
+                              save_every=args.save_every, crash_at=args.crash_at,
+                              compile=args.compile,
+                              log_path=os.path.join(outdir, "logs", run_name, "torchrun.log"))
+        summary = run_torchrun_crash_and_restart(cfg, on_message=on_message)
+        summary["attempts"] = [1, 2]
+        return summary
+
+    print(f"Training a small PyTorch MLP under torchrun on CPU (2 ranks over gloo, "
+          f"torch.compile backend {args.compile}, {args.steps} steps, a DCP checkpoint every "
+          f"{args.save_every}); rank 1 will kill itself (SIGKILL) after step {args.crash_at}, "
+          f"torchrun restarts both ranks from the last checkpoint.", flush=True)
+    _train(args, run_name, outdir, play)
+
+
+def _train(args, run_name: str, outdir: str, play) -> None:
+    """Runs ``play(workdir, on_message)`` in a fresh checkpoint directory with a
+    progress bar; removes the directory after unless ``--keep-checkpoints``."""
+    from goodput_integrations.demo.driver import DemoError
+
+    parent_existed = os.path.isdir(os.path.join(outdir, "checkpoints"))
+    workdir = _fresh_workdir(outdir, run_name)
+    bar = _Progress(args.steps, sys.stdout)
     started = time.monotonic()
     try:
-        summary = run_crash_and_restart(cfg, on_message=bar)
+        summary = play(workdir, bar)
     except DemoError as exc:
         bar.close()
         raise CliError(str(exc)) from None
     finally:
         if not args.keep_checkpoints:
-            shutil.rmtree(workdir, ignore_errors=True)  # created above, by this demo
-            if not parent_existed:
-                try:
-                    os.rmdir(parent)  # ours too, unless another demo put checkpoints there
-                except OSError:
-                    pass
+            _remove_workdir(outdir, workdir, parent_existed)
     bar.close()
     loss = summary.get("final_loss")
     print(f"Trained in {time.monotonic() - started:.1f} s over {len(summary['attempts'])} "
@@ -288,9 +356,9 @@ def _finish(run_name: str, store: str, outdir: str, synthetic: bool) -> None:
 
 def _dashboard_url(run_name: str) -> str:
     """The run page of ``goodput serve`` on its default address."""
-    import urllib.parse
+    from goodput_core.cli.serve.security import run_segment
 
-    return f"http://127.0.0.1:8765/run/{urllib.parse.quote(run_name, safe='')}"
+    return f"http://127.0.0.1:8765/run/{run_segment(run_name)}"
 
 
 def _goodput_command() -> str:

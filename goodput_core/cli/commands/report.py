@@ -53,6 +53,11 @@ key                            value
                                ``with rec.data_loading():``, blocking (sync)
                                by default, and how to declare a prefetching
                                loader instead
+``checkpoint_save_storage``    ``{local, persistent}``: the seconds of
+                               ``UNPRODUCTIVE_CHECKPOINT_SAVE_TIME`` spent in
+                               saves to local paths and to persistent storage
+                               (Orbax entries whose directory is a URL such as
+                               ``gs://``); they add up to that bucket
 ``disruptions``                restarts whose segment began in the window
 ``max_productive_step``        the largest step whose progress was kept
 ``last_step``                  the last step recorded in the window
@@ -135,6 +140,7 @@ __all__ = ["add_arguments", "run", "build_report", "open_run", "resolve_window"]
 
 _ASYNC = BadputType.DATA_LOADING_ASYNC
 _CUSTOM = BadputType.CUSTOM_BADPUT_EVENTS
+_SAVE = BadputType.UNPRODUCTIVE_CHECKPOINT_SAVE_TIME
 
 
 def add_arguments(parser) -> None:
@@ -251,6 +257,9 @@ def build_report(calc, result, stats, *, store_url: str, window_spec: Optional[s
             "seconds": calc.blocking_load_seconds(*result.window, now=result.query_time)
             if has_life else 0.0,
             "how_to_change": HOW_TO_CHANGE},
+        "checkpoint_save_storage": calc.save_seconds_by_storage(
+            *result.window, now=result.query_time, exclude=exclude)
+        if has_life else {"local": 0.0, "persistent": 0.0},
         "disruptions": result.disruptions,
         "max_productive_step": result.max_productive_step,
         "last_step": result.last_step,
@@ -371,6 +380,12 @@ def format_table(rep: Dict[str, Any]) -> str:
         if name == _CUSTOM.name:
             for kind, v in rep["custom_badput_seconds"].items():
                 out.append(_row(f"  {kind}", v, rep["custom_badput_percent"][kind]))
+        storage = rep.get("checkpoint_save_storage") or {}
+        if name == _SAVE.name and storage.get("persistent"):  # local vs persistent saves
+            total = rep["total_seconds"]
+            for kind in ("local", "persistent"):
+                v = storage[kind]
+                out.append(_row(f"  {kind} saves", v, 100 * v / total if total > 0 else 0.0))
     out.append(_row("TOTAL", rep["total_seconds"], 100.0 if rep["total_seconds"] > 0 else 0.0))
     out.append(_row(_ASYNC.name, rep["data_loading_async_seconds"],
                     rep["data_loading_async_percent"], "   (overlapped by steps; not in total)"))

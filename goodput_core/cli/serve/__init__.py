@@ -2,9 +2,11 @@
 
 Parts: :mod:`.runs` (one incremental calculator per run looked at, in a
 bounded cache), :mod:`.views` (what the charts draw, with costs bounded by
-the pixels asked for), :mod:`.api` (the JSON API), :mod:`.http` (the server
-and its security rules) and ``static/`` (the pages, their script and style:
-no external resource, the dashboard works offline).
+the pixels asked for), :mod:`.api` (the JSON API), :mod:`.security` (the
+rules each request passes), :mod:`.app` (routing, as an ASGI application),
+:mod:`.http` (the server: uvicorn, the ``serve`` extra) and ``static/`` (the
+pages, their script and style: no external resource, the dashboard works
+offline).
 """
 
 from __future__ import annotations
@@ -15,11 +17,17 @@ __all__ = ["make_server"]
 
 
 def make_server(store: Any, host: str = "127.0.0.1", port: int = 8765,
-                token: Optional[str] = None, *, max_streams: int = 32, **cache_options: Any):
+                token: Optional[str] = None, *, max_streams: int = 32,
+                client_timeout: float = 60.0, max_connections: int = 512,
+                **cache_options: Any):
     """A :class:`~goodput_core.cli.serve.http.DashboardServer` over ``store``
-    (an open store); call ``serve_forever()`` on it, ``shutdown()`` to stop.
+    (an open store), its socket bound; call ``serve_forever()`` on it,
+    ``shutdown()`` to stop and ``server_close()`` to let the port go.
 
-    ``cache_options`` go to :class:`~goodput_core.cli.serve.runs.RunCache`.
+    ``client_timeout``: seconds a client may take to send a request, or stall
+    reading an answer, before it is disconnected; ``max_connections``: more
+    connections at once are closed as they come. ``cache_options`` go to
+    :class:`~goodput_core.cli.serve.runs.RunCache`.
     Cloud Logging is read less often (every 2 s per run, its run list every
     10 s): each read is an API call under a quota, and its logs arrive with a
     delay of their own.
@@ -27,6 +35,7 @@ def make_server(store: Any, host: str = "127.0.0.1", port: int = 8765,
     Raises:
       ValueError: a non-loopback ``host`` without a token.
       OSError: the port cannot be bound.
+      ImportError: uvicorn is missing (``pip install 'goodput-core[serve]'``).
     """
     from goodput_core.cli.serve.api import Api
     from goodput_core.cli.serve.http import DashboardServer
@@ -36,4 +45,5 @@ def make_server(store: Any, host: str = "127.0.0.1", port: int = 8765,
         cache_options.setdefault("min_interval", 2.0)
         cache_options.setdefault("names_max_age", 10.0)
     return DashboardServer(Api(RunCache(store, **cache_options)), host, port, token,
-                           max_streams=max_streams)
+                           max_streams=max_streams, client_timeout=client_timeout,
+                           max_connections=max_connections)

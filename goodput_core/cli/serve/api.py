@@ -29,6 +29,7 @@ from goodput_core.cli import CliError
 from goodput_core.cli.commands.report import _finite, build_report
 from goodput_core.cli.serve.runs import RunCache, run_state
 from goodput_core.cli.serve.views import SpanIndex, series, step_series, timeline_bins
+from goodput_core.queries.markers import duty_cycle_drops
 
 __all__ = ["Api", "NotFound", "BadRequest"]
 
@@ -138,8 +139,10 @@ class Api:
         index = self._span_index(entry, now)
         tl = entry.calc.timeline
         disruptions = tl.tables["disruption"]["t"] if len(tl.tables["disruption"]) else []
+        drops = [m.t for m in duty_cycle_drops(entry.calc)]
         markers = {"disruption": np.asarray(disruptions, np.float64),
-                   "job_start": np.asarray(tl.attempts.start, np.float64)}
+                   "job_start": np.asarray(tl.attempts.start, np.float64),
+                   "duty_cycle_drop": np.asarray(drops, np.float64)}
         out = timeline_bins(index, start, end, width, markers)
         out["run"] = run
         out["hangs"] = [{"step": h.step, "start": h.start, "end": h.end, "seconds": h.seconds}
@@ -165,8 +168,12 @@ class Api:
 
     def compare(self, params: Dict[str, str]) -> Dict[str, Any]:
         from goodput_core.cli.commands.compare import compare_reports
+        from goodput_core.queries.run_groups import check_run_group
 
-        group = params.get("group")
+        try:  # a group no run can have (too long, control characters) is the asker's error
+            group = check_run_group(params.get("group"), "group")
+        except ValueError as exc:
+            raise BadRequest(str(exc)) from None
         if not group:
             raise BadRequest("give ?group=G")
         with self.cache.io:  # compare reads every run of the store itself

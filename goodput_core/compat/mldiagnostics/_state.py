@@ -28,6 +28,7 @@ from goodput_core.compat.mldiagnostics.custom_types.mlrun_types import RunPhase
 logger = logging.getLogger("goodput")
 
 PENDING_MAX = 10_000
+_SYSTEM_METRICS_STOP_S = 5.0
 #: The SDK's system metrics: dropped unless the run has ``log_system_metrics``.
 SYSTEM_METRICS = frozenset(m.value for m in MetricType if m.name.startswith(
     ("TPU_", "HBM_", "GPU_", "VRAM_", "HOST_")))
@@ -118,6 +119,7 @@ class ActiveRun:
         self._last_step: Optional[int] = None
         self._step_lock = threading.Lock()
         self.xprof_server = False
+        self.system_metrics: Any = None  # the sampler of log_system_metrics
 
     def record(self, metric: Any, value: Any, step: Any = None, labels: Any = None,
                all_hosts: bool = False, when: Optional[float] = None) -> None:
@@ -169,14 +171,20 @@ class ActiveRun:
             self.recorder.record_step_start_time(step, when)
 
     def collect_hardware(self) -> None:
-        """Records jax's device facts once its backends exist (lead only)."""
+        """Records the framework's device facts once known (lead only): jax's
+        once its backends exist; torch's (``framework=PYTORCH``) at once."""
         from goodput_core.compat.mldiagnostics import _system
         from goodput_core.queries.diagnostics import jsonable
 
-        if "jax" not in sys.modules:  # not a JAX program (jax comes before the run)
+        if self.run.framework.value == "PYTORCH":
+            meta = _system.torch_metadata()
+            if not meta:  # not imported yet: asked again at the next metric
+                return
+        elif "jax" not in sys.modules:  # not a JAX program (jax comes before the run)
             self.hardware_pending = False
             return
-        meta = _system.jax_metadata()
+        else:
+            meta = _system.jax_metadata()
         if not meta:  # backends not up yet: asked again at the next metric
             return
         self.hardware_pending = False
@@ -234,8 +242,13 @@ def _safe(fn, what: str) -> None:
 
 
 def start(run: Any, configs: Any, *, store: Any, clock: Any, steps_from_metrics: bool,
-          record_job: bool, server_processes: Any, strict: bool) -> Any:
-    """Ends the active run, opens the new one, replays pending metrics."""
+          record_job: bool, server_processes: Any, strict: bool,
+          system_metrics: Any = (0.0, None)) -> Any:
+    """Ends the active run, opens the new one, replays pending metrics.
+
+    ``system_metrics``: ``(interval seconds, wait)`` of the sampler a run
+    with ``log_system_metrics`` starts on local rank 0 (interval <= 0: none).
+    """
     global _active
     from goodput_core import Recorder
     from goodput_core.compat.mldiagnostics.mlrun import install_exit_hooks
@@ -265,6 +278,7 @@ def start(run: Any, configs: Any, *, store: Any, clock: Any, steps_from_metrics:
         _pending.clear()
     for args in pending:
         active.record(*args)
+    _start_system_metrics(active, clock, *system_metrics)
     if run.on_demand_xprof and not run.metric_only_run:
         from goodput_core.compat.mldiagnostics import _xprof
 
@@ -272,6 +286,20 @@ def start(run: Any, configs: Any, *, store: Any, clock: Any, steps_from_metrics:
     logger.info("goodput: MLRun %r created (store %s, profiles in %s)", run.name, run.store,
                 run.profile_dir)
     return run
+
+
+def _start_system_metrics(active: ActiveRun, clock: Any, interval: float, wait: Any) -> None:
+    """As the SDK: the local master process of each host samples system
+    metrics when the run has ``log_system_metrics`` and a positive interval."""
+    from goodput_core.compat.mldiagnostics import _system
+
+    if not active.run.log_system_metrics or not interval > 0 or _system.local_rank() != 0:
+        return
+    from goodput_core.compat.mldiagnostics.system_metrics import SystemMetrics
+
+    active.system_metrics = SystemMetrics(active.recorder, interval_s=interval,
+                                          process_index=active.run.process_index,
+                                          clock=clock, wait=wait).start()
 
 
 def record_or_keep(metric: Any, value: Any, step: Any, labels: Any, all_hosts: bool) -> None:
@@ -322,4 +350,6 @@ def finish() -> None:
         from goodput_core.compat.mldiagnostics import _xprof
 
         _xprof.stop_on_demand()
+    if active.system_metrics is not None:
+        active.system_metrics.stop(_SYSTEM_METRICS_STOP_S)
     active.recorder.close()

@@ -44,10 +44,29 @@ def _jax_probe():
     return _probe
 
 
-def process_index() -> int:
-    """This process's index: jax's when known without starting a backend,
+def torch_rank() -> Optional[int]:
+    """``torch.distributed``'s rank when the program imported torch and started
+    a process group (as the SDK's PyTorch path), else None; never imports torch."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    try:
+        dist = torch.distributed
+        if dist.is_available() and dist.is_initialized():
+            return int(dist.get_rank())
+    except Exception:
+        pass
+    return None
+
+
+def process_index(framework: str = "JAX") -> int:
+    """This process's index: for ``framework="PYTORCH"`` the process group's
+    rank once it exists, else jax's when known without starting a backend;
     else the first of ``NODE_RANK``, ``GROUP_RANK``, ``RANK``,
     ``JOB_COMPLETION_INDEX`` that is set (as the SDK), else 0."""
+    if framework == "PYTORCH":
+        rank = torch_rank()
+        return rank if rank is not None else _first_int_env(_RANK_ENV)
     probe = _jax_probe()
     if probe is not None:
         try:
@@ -98,6 +117,21 @@ def jax_metadata() -> Dict[str, Any]:
         return run_metadata()
     except Exception:
         logger.warning("goodput: reading jax's devices failed; hardware configs unknown",
+                       exc_info=True)
+        return {}
+
+
+def torch_metadata() -> Dict[str, Any]:
+    """``goodput_integrations.torch.run_metadata()`` when the program imported
+    torch, else {} (torch is never imported here)."""
+    if "torch" not in sys.modules:
+        return {}
+    try:
+        from goodput_integrations.torch.metadata import run_metadata
+
+        return run_metadata()
+    except Exception:
+        logger.warning("goodput: reading torch's devices failed; hardware configs unknown",
                        exc_info=True)
         return {}
 

@@ -116,11 +116,15 @@ class Xprof:
             return None
         if self._capture is not None and self._capture_run is run:
             return self._capture
+        pytorch = getattr(run.framework, "value", None) == "PYTORCH"
         try:
-            from goodput_integrations.jax.xprof_sessions import XprofSessions
+            if pytorch:
+                from goodput_integrations.torch.profiling import TorchProfileSessions as Sessions
+            else:
+                from goodput_integrations.jax.xprof_sessions import XprofSessions as Sessions
         except Exception:
-            _warn_once("no-jax", "profiling needs jax (pip install 'goodput-core[jax]'); "
-                       "this block runs unprofiled")
+            _warn_once("no-framework", "profiling needs %s; this block runs unprofiled",
+                       "torch" if pytorch else "jax (pip install 'goodput-core[jax]')")
             return None
         remote = _uploader(run)
         on_session = None
@@ -128,8 +132,8 @@ class Xprof:
             from goodput_core.compat.mldiagnostics._gcs import upload_in_background
 
             on_session = functools.partial(upload_in_background, run.profile_dir, remote)
-        self._capture = XprofSessions(run.profile_dir, process_indices=self._process_index_list,
-                                      process_index=run.process_index, on_session=on_session)
+        self._capture = Sessions(run.profile_dir, process_indices=self._process_index_list,
+                                 process_index=run.process_index, on_session=on_session)
         self._capture_run, self._remote = run, remote
         return self._capture
 
@@ -204,6 +208,14 @@ def start_on_demand(processes: Optional[Sequence[int]], process_index: Optional[
     if processes is None and _system.local_rank() != 0:
         logger.info("goodput: on-demand profiler server skipped on local rank %d (it runs on "
                     "local rank 0 of each host)", _system.local_rank())
+        return False
+    from goodput_core.compat.mldiagnostics._state import current
+
+    active = current()
+    if active is not None and active.run.framework.value == "PYTORCH":
+        # the SDK's PyTorch server is torch_tpu's (TPUs only); nothing to start here
+        _warn_once("no-torch-server", "on_demand_xprof with framework=PYTORCH: the SDK serves "
+                   "it with torch_tpu's profiler server (TPUs only); not started")
         return False
     try:
         from goodput_integrations.jax import profiling

@@ -23,9 +23,10 @@ embedded sqlite file), under that run name:
   an unhandled exception (the SDK reports the run FAILED then);
 * run metadata: ``run_group``, ``configs`` (the user's, JSON-safe and nested;
   ``run.configs.userConfigs`` has them as strings, as the SDK's), ``software_configs`` and
-  ``hardware_configs`` (collected as the SDK does), and jax's device facts
-  (``device_kind``, ``num_devices``...: program goodput needs them) once
-  jax's backends exist;
+  ``hardware_configs`` (collected as the SDK does), and the framework's
+  device facts (``device_kind``, ``num_devices``...: program goodput needs
+  them) once jax's backends exist, or, with ``framework=PYTORCH``, from
+  torch (devices, world size, torchrun facts);
 * with ``steps_from_metrics`` (default), the first metric recorded with
   ``step=N`` (N above every step seen) marks step N's start: the SDK has no
   step timing, so the metric calls give it (turn it off when the program
@@ -156,6 +157,8 @@ def machinelearning_run(
     record_job: bool = True,
     on_demand_xprof_processes: Optional[Any] = None,
     strict: bool = False,
+    system_metrics_wait: Optional[Callable[[float], bool]] = None,
+    run_name: Optional[str] = None,
 ) -> MLRun:
     """Creates the run that ``metrics`` and ``xprof`` record into (call it first).
 
@@ -174,25 +177,35 @@ def machinelearning_run(
       on_demand_xprof: start jax's profiler server on port 9999 (it binds
         all interfaces) on local rank 0 of each host, as the SDK, or on the
         process indices in ``on_demand_xprof_processes``.
-      log_system_metrics: record the system metrics the program records
-        (``MetricType.TPU_DUTY_CYCLE``...); without it they are dropped, as
-        the SDK (which also collects them itself: not done here).
+      log_system_metrics: collect system metrics every
+        ``metrics_record_interval_sec`` seconds on local rank 0 of each host,
+        as the SDK (host CPU and memory, GPU or TPU utilisation:
+        :mod:`~goodput_core.compat.mldiagnostics.system_metrics`), and record
+        those the program records (``MetricType.TPU_DUTY_CYCLE``...); without
+        it both are dropped, as the SDK.
+      metrics_record_interval_sec: seconds between system-metric samples
+        (0 or less: none are collected, as the SDK).
       run_workload_id: the id that makes processes and restarts one run.
       metric_only_run: as the SDK, ``xprof`` captures nothing.
       framework, serving_engine, accelerator_orchestrator,
       application_framework, rl_orchestrator: the SDK's enums (ours in
         ``custom_types.mlrun_types`` or the SDK's own) or their names.
-      base_url, cluster_id, project, metrics_record_interval_sec,
-      environment, metrics_exporter_config:
+      base_url, cluster_id, project, environment, metrics_exporter_config:
         accepted for compatibility (validated as the SDK; no cloud is used).
       store: our store URL or path (default ``$GOODPUT_STORE`` or the embedded file).
       clock: the time source (tests inject a fake).
-      process_index: this process's index (default: jax's, else ``RANK``-like
-        variables, else 0).
+      process_index: this process's index (default: with ``framework=PYTORCH``
+        the ``torch.distributed`` rank once a process group exists, else
+        jax's; else ``RANK``-like variables, else 0).
       profile_dir: where traces go (default: see ``MLRun.profile_dir``).
       steps_from_metrics: mark step starts from metrics' ``step`` (module docstring).
       record_job: record job start/end and crashes on process 0.
       strict: raise on misuse during training instead of logging it (tests).
+      system_metrics_wait: the system-metric sampler's ``wait(seconds) ->
+        stop?`` (tests advance a fake clock instead of sleeping).
+      run_name: the run's name in the store, as given (default: made from
+        ``name`` by the SDK's rule); e.g. the MaxText shim joins the run of
+        MaxText's goodput recorder.
 
     Returns:
       The :class:`MLRun` (``recorder`` is our :class:`~goodput_core.Recorder`).
@@ -229,9 +242,18 @@ def machinelearning_run(
     if configs is not None and not isinstance(configs, (Mapping, str, os.PathLike)):
         raise MLRunConfigurationError(
             f"configs must be a dict (or a JSON/YAML file path), got {type(configs).__name__}")
+    try:
+        interval = float(metrics_record_interval_sec)
+    except (TypeError, ValueError):
+        raise MLRunConfigurationError(f"metrics_record_interval_sec must be a number of "
+                                      f"seconds, got {metrics_record_interval_sec!r}") from None
     gcs_path = _normalize_gcs_path(gcs_path)
-    run_name, orchestrator, details = _system.run_identity(name, clock(), run_workload_id)
-    index = _system.process_index() if process_index is None else int(process_index)
+    if run_name is not None and not (isinstance(run_name, str) and run_name.strip()):
+        raise MLRunConfigurationError(f"run_name must be a non-empty string, got {run_name!r}")
+    stored_name, orchestrator, details = _system.run_identity(name, clock(), run_workload_id)
+    run_name = run_name or stored_name
+    index = (_system.process_index(enums["framework"].value) if process_index is None
+             else int(process_index))
     run = MLRun(
         name=run_name, run_group=run_group, gcs_path=gcs_path, location=region or "",
         project=project, run_phase=RunPhase.PHASE_ACTIVE,
@@ -246,7 +268,8 @@ def machinelearning_run(
         **enums)
     return _state.start(run, configs, store=store, clock=clock,
                         steps_from_metrics=steps_from_metrics, record_job=record_job,
-                        server_processes=on_demand_xprof_processes, strict=strict)
+                        server_processes=on_demand_xprof_processes, strict=strict,
+                        system_metrics=(interval, system_metrics_wait))
 
 
 def end_run() -> None:

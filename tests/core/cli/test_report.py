@@ -81,7 +81,7 @@ JSON_KEYS = {
     "data_loading_blocking_default", "disruptions",
     "max_productive_step", "last_step", "step_time", "skipped", "program_goodput",
     "program_goodput_unusable", "slice_efficiency", "metrics", "insights",
-    "scheduling_seconds", "lifecycle", "incidents", "state",
+    "scheduling_seconds", "lifecycle", "incidents", "state", "checkpoint_save_storage",
 }
 
 

@@ -19,23 +19,12 @@ import pytest
 
 from goodput_core.stores import open_store
 from tests.core.cli.test_serve_api import _simple
-from tests.support.browser import blank, chromium_or_skip, console_errors, wait_for
+from tests.support.browser import browser_fixtures, console_errors, wait_for
 from tests.support.cli_process import goodput, synthetic_job_events
 from tests.support.dashboard import HOSTILE_RUN, dashboard
 
 
-@pytest.fixture(scope="module")
-def _driver():
-    driver = chromium_or_skip()
-    yield driver
-    driver.quit()
-
-
-@pytest.fixture
-def browser(_driver):
-    blank(_driver)
-    yield _driver
-    blank(_driver)  # before the test's server goes away
+_driver, browser = browser_fixtures()
 
 
 def _text(driver, css):
@@ -281,3 +270,32 @@ def test_mpg_from_submission_where_the_run_was_scheduled(browser, tmp_path):
         browser.get(srv.url + "run/queued")
         _loaded(browser)
         assert _text(browser, "#mpg") == f"MPG {100 * lc['mpg']:.2f} %"
+
+
+def test_system_metrics_and_a_duty_cycle_drop_are_shown(browser, tmp_path):
+    from goodput_core.events import EventRecord, Kind
+
+    events = synthetic_job_events("sysrun")
+    t0 = events[0].time
+    # what log_system_metrics records every 10 s: host CPU and memory, TPU duty cycle
+    for i, duty in enumerate([91, 90, 92, 12, 90]):
+        t = t0 + 10 * (i + 1)
+        for name, value in (("host_cpu_utilization", 30.0 + i), ("host_memory_utilization", 40.0),
+                            ("tpu_duty_cycle", float(duty))):
+            events.append(EventRecord("sysrun", int(Kind.METRIC), t, None,
+                                      {"metric_name": name, "metric_value": value}))
+    url = _store_with(tmp_path, events)
+    rep = json.loads(goodput("report", "sysrun", "--store", url, "--json").stdout)
+    with dashboard(url) as srv:
+        browser.get(srv.url + "run/sysrun")
+        _loaded(browser)
+        rows = {r.get_attribute("data-metric"): r.find_elements("css selector", "td")[1].text
+                for r in browser.find_elements("css selector", "#system-body tr")}
+        assert rows == {name: f"{rep['metrics'][name]['value']:.2f} %" for name in
+                        ("host_cpu_utilization", "host_memory_utilization", "tpu_duty_cycle")}
+        assert rows["host_cpu_utilization"] == "34.00 %"
+        # the drop to 12 % is marked on the timeline, where it happened
+        (drop,) = browser.find_elements("css selector", "#timeline .marker-duty-drop")
+        title = drop.find_element("css selector", "title").get_attribute("textContent")
+        assert title.startswith("accelerator duty cycle dropped at ")
+        assert console_errors(browser) == []

@@ -14,7 +14,7 @@ import pytest
 from goodput_core.stores import open_store
 from tests.core.cli.test_serve_api import _simple
 from tests.support.cli_process import goodput, synthetic_job_events
-from tests.support.dashboard import dashboard, get_json
+from tests.support.dashboard import dashboard, get, get_json
 from tests.support.postgres_server import PASSWORD, skip_without_postgres
 
 skip_without_postgres()
@@ -47,3 +47,15 @@ def test_the_dashboard_over_postgresql(postgres_url):
     assert served == printed
     assert before["last_step"] == 2 and after["last_step"] == 8
     assert after["goodput_percent"] == pytest.approx(90.0)  # by hand: 90 of 100 s
+
+
+def test_a_run_name_no_store_can_hold_is_not_found(postgres_url):
+    # PostgreSQL text cannot hold a NUL: such a name is never sent to the server
+    store = open_store(postgres_url)
+    store.append(_simple("r"))
+    store.close()
+    with dashboard(postgres_url) as srv:
+        for path in ("api/runs/a%00b/report", "api/runs/a%00b/timeline", "api/stream?run=a%00b"):
+            status, _, body = get(srv.url + path)
+            assert status == 404 and b"no run named" in body, (path, body)
+        assert get_json(srv.url + "api/runs/r/report")["goodput_percent"] == pytest.approx(90.0)

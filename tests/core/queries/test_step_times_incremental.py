@@ -292,3 +292,31 @@ def test_sorted_times_that_lost_track_are_sorted_afresh_not_failed_forever(monke
     full_steps, full_times = step_times(calc._tl)
     assert got.ideal_step_time == pytest.approx(ideal_step_time(full_times), rel=1e-12)
     np.testing.assert_array_equal(calc._step_times.sorted.sorted, np.sort(full_times))
+
+
+@pytest.mark.parametrize("removed", [1, 2, 5])
+def test_a_time_equal_to_its_blocks_largest_is_also_looked_for_in_the_next_block(removed):
+    """The monitor's blocked sorted step times (issue 40, item 6): block 0
+    ends with the only 1.0 it holds and the next blocks hold many more (a
+    run of 1 s steps). Removing ``removed`` times of 1.0 looks in block 0 and,
+    the value being its largest, in block 1: those two blocks are copied
+    (8 values less the removed), not the run's 24, and every figure equals
+    the one of a sort."""
+    from goodput_core.queries.sorted_times import SortedTimes
+
+    x = np.concatenate(([0.5, 0.6, 0.7], np.full(20, 1.0), [2.0]))
+    held = SortedTimes(4)
+    held.reset(x)
+    assert held._blocks[0].tolist() == [0.5, 0.6, 0.7, 1.0]  # the case: its largest, once
+    held.update(np.full(removed, 1.0), np.empty(0))
+    left = np.concatenate(([0.5, 0.6, 0.7], np.full(20 - removed, 1.0), [2.0]))
+    np.testing.assert_array_equal(held.sorted, left)
+    assert held.touched == 8 - removed
+    # each block's count, sum and largest kept with it
+    assert [len(b) for b in held._blocks] == held._counts.tolist()
+    assert [float(b.sum()) for b in held._blocks] == pytest.approx(held._sums.tolist())
+    assert [float(b[-1]) for b in held._blocks] == held._lasts.tolist()
+    assert len(held) == len(left)
+    assert held.ideal() == pytest.approx(ideal_step_time(left), rel=1e-12)
+    for pct in (0, 10, 50, 90, 100):
+        assert held.percentile(pct) == np.percentile(left, pct)

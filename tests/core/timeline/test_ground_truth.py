@@ -58,15 +58,18 @@ def test_every_bucket_equals_the_true_duration(job):
     check(plans, seed, writers)
 
 
-@pytest.mark.parametrize("writers, load_api, straggle", [
-    (1, "reference", 0), (1, "blocking", 0), (1, "overlapped", 0),
-    (3, "reference", 0), (3, "blocking", 0), (3, "overlapped", 24), (3, "blocking", 48)])
-def test_a_fixed_job_with_crash_restart_and_planned_stop(writers, load_api, straggle):
+@pytest.mark.parametrize("writers, load_api, straggle, first_straggle", [
+    (1, "reference", 0, 0), (1, "blocking", 0, 0), (1, "overlapped", 0, 16),
+    (3, "reference", 0, 0), (3, "blocking", 0, 0), (3, "overlapped", 24, 0),
+    (3, "blocking", 48, 0), (3, "reference", 48, 64), (3, "overlapped", 0, 96)])
+def test_a_fixed_job_with_crash_restart_and_planned_stop(writers, load_api, straggle,
+                                                         first_straggle):
     base = dict(gap=8, tpu=320, prep_a=64, restore=0, prep_b=64, sync_load=32,
                 compile_mode="heuristic", compile=256, step=64, load=16, eval_every=5, eval=128,
                 save_every=4, save=32, n_steps=10, ending="crash", partial=20,
                 disruption=True, gap_after=1280, resume_from_ckpt=False, orbax=True,
-                orbax_no_start=False, step_ends=False, load_api=load_api, straggle=straggle)
+                orbax_no_start=False, step_ends=False, load_api=load_api, straggle=straggle,
+                first_straggle=first_straggle)
     plans = [AttemptPlan(**base),
              AttemptPlan(**{**base, "restore": 96, "compile_mode": "explicit", "ending": "end",
                             "orbax": False, "step_ends": True, "resume_from_ckpt": True}),

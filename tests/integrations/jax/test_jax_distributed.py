@@ -1,8 +1,9 @@
 """A real ``jax.distributed`` job on CPU: three processes, gloo collectives,
 instrumented as the README shows, every host's job start recorded before
 JAX knows its index. The job's figures are process 0's; with
-``per_host=True`` and one host's loader 3x slower, that host is the outlier
-and its input stalls are the job's ``DATA_LOADING_SYNC`` (semantics rule 13).
+``per_host=True`` and one host's loader 3x slower (its first batch 1 s),
+that host is the outlier and its input stalls are the job's
+``DATA_LOADING_SYNC``, its first load before step 0 too (semantics rule 13).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import socket
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 pytest.importorskip("jax")
@@ -25,7 +27,7 @@ CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "distributed_ch
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(CHILD))))
 # 50 steps: each host's accelerator init (host-local time too, up to ~1 s on a
 # loaded machine) must not hide a loader 3x slower than the others
-HOSTS, SLOW, LOAD_S, STEPS = 3, 2, 0.05, 50
+HOSTS, SLOW, LOAD_S, STEPS, FIRST_S = 3, 2, 0.05, 50, 1.0
 
 
 def _free_port() -> int:
@@ -34,11 +36,13 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _job(store: str, run: str, per_host: bool, slow: int = SLOW, steps: int = STEPS) -> None:
+def _job(store: str, run: str, per_host: bool, slow: int = SLOW, steps: int = STEPS,
+         first_s: float = LOAD_S * 3) -> None:
     port = _free_port()
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": ROOT}
     procs = [subprocess.Popen([sys.executable, CHILD, store, run, str(i), str(HOSTS), str(port),
-                               "1" if per_host else "0", str(slow), str(LOAD_S), str(steps)],
+                               "1" if per_host else "0", str(slow), str(LOAD_S), str(steps),
+                               str(first_s)],
                               env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for i in range(HOSTS)]
     outs = []
@@ -55,34 +59,60 @@ def _job(store: str, run: str, per_host: bool, slow: int = SLOW, steps: int = ST
     assert codes == [0] * HOSTS, "\n".join(o[-2000:] for o in outs)
 
 
-def _process0_alone(store: str, run: str) -> Calculator:
-    """A calculator of process 0's own events only: its truth."""
+def _process_alone(store: str, run: str, index: int = 0) -> Calculator:
+    """A calculator of process ``index``'s own events only: its truth."""
     events, _ = open_store(store).read(run)
-    zero = [k for k, i in stream_indices(events).items() if i == 0]
-    assert len(zero) == 1
+    mine = [k for k, i in stream_indices(events).items() if i == index]
+    assert len(mine) == 1
     calc = Calculator(run)
-    calc.add([e for e in events if writer_key(e) == zero[0]])
+    calc.add([e for e in events if writer_key(e) == mine[0]])
     return calc
+
+
+def _sync_between(calc: Calculator, now: float, a: float, b: float) -> float:
+    """The calculator's DATA_LOADING_SYNC seconds inside ``[a, b)``."""
+    s, e = calc.span_arrays(now=now)["DATA_LOADING_SYNC"]
+    return float((np.clip(e, a, b) - np.clip(s, a, b)).sum())
+
+
+def _steps(calc: Calculator):
+    """The first two step starts of the calculator's timeline."""
+    return calc.timeline.tables["step_start"]["t"][:2].tolist()
 
 
 def test_real_jax_distributed_job_figures_and_straggler(tmp_path):
     store = f"sqlite:///{tmp_path / 'jax.sqlite'}"
-    _job(store, "per-host", per_host=True)
+    _job(store, "per-host", per_host=True, first_s=FIRST_S)
     calc = Calculator("per-host", store)
     calc.refresh()
     now = calc.lifetime()[1] + 100
     job = calc.cumulative(now=now)
-    p0 = _process0_alone(store, "per-host")
+    p0 = _process_alone(store, "per-host")
     alone = p0.cumulative(now=now)
     # the job's figures are process 0's: its lifetime, no restart, nothing skipped,
-    # its steps; only the straggler's stalls move productive time to sync loading
+    # its steps; only the straggler's waits move time to sync loading: from
+    # process 0's unlabelled time before its first step, and from productive time
     assert job.disruptions == 0 and job.skipped == {}
     assert job.total_seconds == pytest.approx(alone.total_seconds, abs=1e-9)
     assert len(calc.step_stats().step_times) == len(p0.step_stats().step_times) == STEPS - 1
     moved = job.badput_seconds[B.DATA_LOADING_SYNC] - alone.badput_seconds[B.DATA_LOADING_SYNC]
-    assert alone.productive_seconds - job.productive_seconds == pytest.approx(moved, abs=1e-6)
-    for b in (B.PROGRAM_STARTUP, B.TPU_INITIALIZATION, B.OTHER):
+    taken = (alone.productive_seconds - job.productive_seconds
+             + alone.badput_seconds[B.OTHER] - job.badput_seconds[B.OTHER])
+    assert taken == pytest.approx(moved, abs=1e-6)
+    for b in (B.PROGRAM_STARTUP, B.TPU_INITIALIZATION):
         assert job.badput_seconds[b] == pytest.approx(alone.badput_seconds[b], abs=1e-6)
+    # the straggler's first batch (1 s) is the job's: every host waited for it
+    # before, or at the collective of, its step 0. Its own sync loading before
+    # its first step (the load, less the compile inside it) is at least 1 s;
+    # the job's before process 0's step 1 holds all of it
+    slow = _process_alone(store, "per-host", SLOW)
+    slow_first = _steps(slow)[0]
+    slow_before = _sync_between(slow, now, slow.lifetime()[0], slow_first)
+    assert slow_before >= FIRST_S
+    job_first, job_second = _steps(calc)
+    own_before = _sync_between(p0, now, p0.lifetime()[0], job_first)
+    assert own_before < 0.5 * FIRST_S  # process 0's own first load is short
+    assert _sync_between(calc, now, calc.lifetime()[0], job_second) >= slow_before - 1e-6
     # the slow host waited ~3 x 0.05 s for each of its 50 batches, the others ~0.05 s:
     # the job's sync loading is the straggler's, not process 0's
     assert job.badput_seconds[B.DATA_LOADING_SYNC] > 0.8 * STEPS * 3 * LOAD_S

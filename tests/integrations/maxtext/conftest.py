@@ -15,7 +15,8 @@ from goodput_integrations.maxtext import alias, runtime
 
 
 _OUR_VARIABLES = ("GOODPUT_STORE", "GOODPUT_ROLLING_WINDOWS", "GOODPUT_PROMETHEUS_PORT",
-                  "GOODPUT_IDEAL_STEP_TIME", "GOODPUT_CHECKPOINT_STATS", "GOODPUT_RUN_GROUP")
+                  "GOODPUT_IDEAL_STEP_TIME", "GOODPUT_CHECKPOINT_STATS", "GOODPUT_RUN_GROUP",
+                  "GOODPUT_SYSTEM_METRICS")
 
 
 @pytest.fixture(autouse=True)
@@ -67,15 +68,19 @@ def make_config(tmp_path, clock, store_url):
     return make
 
 
+_ROOTS = (alias.ROOT, "google_cloud_mldiagnostics")
+
+
 def _reference_modules():
     return {n: m for n, m in sys.modules.items()
-            if n == alias.ROOT or n.startswith(alias.ROOT + ".")}
+            if any(n == r or n.startswith(r + ".") for r in _ROOTS)}
 
 
 @pytest.fixture
 def clean_reference(monkeypatch):
-    """No ml_goodput_measurement module is imported during the test; whatever
-    was imported before comes back afterwards, and the alias is off."""
+    """No ml_goodput_measurement (nor google_cloud_mldiagnostics) module is
+    imported during the test; whatever was imported before comes back
+    afterwards, and the alias is off."""
     before = _reference_modules()
     for name in before:
         monkeypatch.delitem(sys.modules, name)

@@ -211,7 +211,7 @@ def test_launcher_argument_split(monkeypatch):
          "--goodput-store=not-ours"])
     assert options == {"store": "sqlite:///x.sqlite", "checkpoint_stats": False,
                        "rolling_windows": (), "prometheus_port": None, "ideal_step_time": None,
-                       "run_group": ""}
+                       "run_group": "", "system_metrics": False}
     assert command == ["-m", "maxtext.trainers.pre_train.train", "base.yml",
                        "--goodput-store=not-ours"]
 
@@ -223,11 +223,13 @@ def test_launcher_options_come_from_the_environment_unless_given(monkeypatch):
     monkeypatch.setenv("GOODPUT_IDEAL_STEP_TIME", "0.5")
     monkeypatch.setenv("GOODPUT_CHECKPOINT_STATS", "false")
     monkeypatch.setenv("GOODPUT_RUN_GROUP", "sweep-1")
+    monkeypatch.setenv("GOODPUT_SYSTEM_METRICS", "true")
     options, _ = launch.parse_args(["--goodput-prometheus-port=9200",
                                     "--goodput-checkpoint-stats", "true", "train.py"])
     assert options == {"store": "sqlite:///env.sqlite", "rolling_windows": (60, 3600),
                        "prometheus_port": 9200, "ideal_step_time": 0.5,
-                       "checkpoint_stats": True, "run_group": "sweep-1"}
+                       "checkpoint_stats": True, "run_group": "sweep-1",
+                       "system_metrics": True}
     monkeypatch.setenv("GOODPUT_IDEAL_STEP_TIME", "fast")
     with pytest.raises(launch.UsageError, match="GOODPUT_IDEAL_STEP_TIME=fast"):
         launch.parse_args(["train.py"])

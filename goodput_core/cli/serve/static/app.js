@@ -25,6 +25,17 @@ function ago(t) {
   return C.fmtTime(t);
 }
 
+// A run name as one path segment. Browsers drop "." and ".." segments from an
+// address, even percent-encoded, so those names get a "~" before them, and so
+// does a name that starts with "~"; the server drops one leading "~".
+function runSegment(name) {
+  return encodeURIComponent(name === "." || name === ".." || name.startsWith("~") ? `~${name}` : name);
+}
+function runFromSegment(segment) {
+  const name = decodeURIComponent(segment);  // URIError: not percent-encoded UTF-8
+  return name.startsWith("~") ? name.slice(1) : name;
+}
+
 async function api(path) {
   const resp = await fetch(path, {headers: {Accept: "application/json"}});
   if (!resp.ok) {
@@ -90,7 +101,7 @@ function runsPage() {
       tr.dataset.run = r.run;
       const name = h("td");
       const a = h("a", r.run, "run-link");
-      a.href = `/run/${encodeURIComponent(r.run)}`;
+      a.href = `/run/${runSegment(r.run)}`;
       name.appendChild(a);
       tr.append(name, h("td", r.group || "-", "group"),
                 h("td", r.state || "…", `state state-${(r.state || "").replace(/ /g, "-")}`), h("td", pct(r.goodput_percent), "goodput"),
@@ -109,8 +120,14 @@ function runsPage() {
 
 // ------------------------------------------------------------------- run page
 function runPage() {
-  const run = decodeURIComponent(location.pathname.slice("/run/".length));
-  const base = `/api/runs/${encodeURIComponent(run)}`;
+  let run;
+  try {
+    run = runFromSegment(location.pathname.slice("/run/".length));
+  } catch (e) {
+    showError(new Error("this address names no run: it is not percent-encoded UTF-8"));
+    return;
+  }
+  const base = `/api/runs/${runSegment(run)}`;
   document.title = `${run} - goodput`;
   $("run-name").textContent = run;
   const view = {start: null, end: null, life: null};
@@ -195,6 +212,24 @@ function runPage() {
     }
   }
 
+  // the ML-diagnostics SDK's system metrics (log_system_metrics, GOODPUT_SYSTEM_METRICS)
+  const SYSTEM = ["host_cpu_utilization", "host_memory_utilization", "tpu_duty_cycle",
+    "tpu_tensorcore_utilization", "hbm_utilization", "gpu_duty_cycle",
+    "gpu_tensorcore_utilization", "vram_utilization"];
+  function system(rep) {
+    const body = $("system-body");
+    body.replaceChildren();
+    const metrics = rep.metrics || {};
+    const shown = SYSTEM.filter((n) => metrics[n]);
+    $("system-section").hidden = !shown.length;
+    for (const n of shown) {
+      const tr = h("tr");
+      tr.dataset.metric = n;
+      tr.append(h("td", n), h("td", pct(metrics[n].value), "pct"), h("td", C.fmtTime(metrics[n].time)));
+      body.appendChild(tr);
+    }
+  }
+
   async function drawTimeline() {
     const box = $("timeline");
     const width = Math.max(200, Math.floor(box.clientWidth || 800));
@@ -215,6 +250,7 @@ function runPage() {
     headline(rep, ser);
     breakdown(rep);
     insights(rep);
+    system(rep);
     const width = Math.max(300, $("series").clientWidth || 800);
     C.stackedSeries($("series"), ser, width, 180);
     C.stepChart($("steps"), ser.steps, width, 140);
@@ -272,7 +308,7 @@ function comparePage() {
     for (const r of cmp.runs) {
       const th = h("th");
       const a = h("a", r.run);
-      a.href = `/run/${encodeURIComponent(r.run)}`;
+      a.href = `/run/${runSegment(r.run)}`;
       th.appendChild(a);
       head.appendChild(th);
     }

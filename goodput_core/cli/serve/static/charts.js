@@ -149,6 +149,10 @@ function timelineStrip(container, data, width, height) {
     titled(el("path", {d: `M${x(t)},${barH} l-4,8 h8 z`, class: "marker-disruption"}, svg),
            `disruption at ${fmtTime(t)}`);
   }
+  for (const t of marks.duty_cycle_drop || []) {
+    titled(el("path", {d: `M${x(t)},${barH + 8} l-4,-8 h8 z`, class: "marker-duty-drop"}, svg),
+           `accelerator duty cycle dropped at ${fmtTime(t)}`);
+  }
   for (const h of data.hangs || []) {
     const b = h.end === null ? data.end : h.end;
     if (b < data.start || h.start > data.end) continue;

@@ -1,0 +1,159 @@
+"""P15: a PyTorch loop of ~1 ms steps with the PyTorch adapter (and an in-process monitor) on vs off.
+
+The loop: a small MLP (forward, backward, SGD step) on the CPU, one thread,
+fed by a real ``DataLoader`` (batches made ahead, in the loop's process: a
+worker's hand-over would cost more than the step), sized so that a step
+takes about a millisecond. "On" runs do what the README shows:
+``with rec.job(), gtorch.instrumented(rec):``, the loader wrapped with
+``gtorch.instrument_loader``, the step with ``gtorch.train_step`` (a step
+start and end per step, every load and its input stall recorded: six events
+a step into the default embedded SQLite store through the writer thread),
+and a ``Monitor`` on a thread of the same process (one cycle a second,
+TensorBoard files). "Off" runs are the same loop, bare.
+
+Runs alternate off/on (interleaved, so drift in the machine's speed hits
+both sides alike). The P15 figure is the ratio of the median loop times
+(each run's wall time over its steps, loads included); the per-step median
+ratio (the step function alone) and the spread of per-pair ratios are printed
+too, with the cost of the recording calls per step measured on their own.
+
+    python benchmarks/bench_torch.py [--pairs 10] [--steps 3000] [--hidden 96]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _machine import machine  # noqa: E402
+from goodput_core import Recorder  # noqa: E402
+import goodput_integrations.torch as gtorch  # noqa: E402
+
+
+class Batches(torch.utils.data.Dataset):
+    """Whole batches made ahead (a load costs the DataLoader's own work only)."""
+
+    def __init__(self, n, features):
+        self.x = torch.randn(n, 32, features, generator=torch.Generator().manual_seed(0))
+        self.y = (self.x.sum(dim=2) > 0).long()
+
+    def __len__(self):
+        return len(self.x)
+
+    def __getitem__(self, k):
+        return self.x[k], self.y[k]
+
+
+def one_run(on: bool, steps: int, hidden: int, store: str, tb: str, with_monitor: bool = True):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, hidden), torch.nn.ReLU(),
+                                torch.nn.Linear(hidden, hidden), torch.nn.ReLU(),
+                                torch.nn.Linear(hidden, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+
+    def step_fn(x, y):
+        opt.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    loader = torch.utils.data.DataLoader(Batches(steps, 64), batch_size=None)
+    step_times = []
+    pc = time.perf_counter
+    if not on:
+        it = iter(loader)
+        t0 = pc()
+        for x, y in it:
+            a = pc()
+            step_fn(x, y)
+            step_times.append(pc() - a)
+        return pc() - t0, step_times
+    from goodput_core.exporters.tensorboard import TensorBoardExporter
+    from goodput_core.monitor import Monitor
+
+    run = f"bench-{uuid.uuid4().hex[:8]}"
+    rec = Recorder(run, store)
+    with rec.job(), gtorch.instrumented(rec):
+        monitor = None
+        if with_monitor:
+            monitor = Monitor(run, store, [TensorBoardExporter(os.path.join(tb, run))],
+                              interval_s=1, recorder=rec, process=False)
+            monitor.start()
+        train_step = gtorch.train_step(step_fn)
+        it = iter(gtorch.instrument_loader(loader))
+        t0 = pc()
+        for x, y in it:
+            a = pc()
+            train_step(x, y)
+            step_times.append(pc() - a)
+        total = pc() - t0
+        if monitor is not None:
+            monitor.stop()
+    rec.close()
+    return total, step_times
+
+
+def hook_cost(n: int = 20000) -> float:
+    """Seconds per step of our code alone: a step start and end, a load and its
+    stall, recorded into memory through the adapter (no model, no loader)."""
+    rec = Recorder(f"hooks-{uuid.uuid4().hex[:6]}", f"memory://bench-{uuid.uuid4().hex}")
+    with gtorch.instrumented(rec):
+        step = gtorch.train_step(lambda: None)
+        it = iter(gtorch.instrument_loader(range(n)))
+        t0 = time.perf_counter()
+        for _ in it:
+            step()
+        cost = (time.perf_counter() - t0) / n
+    rec.close()
+    return cost
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--pairs", type=int, default=10)
+    p.add_argument("--steps", type=int, default=3000)
+    p.add_argument("--hidden", type=int, default=96)
+    p.add_argument("--no-monitor", action="store_true", help="the adapter alone")
+    args = p.parse_args()
+    torch.set_num_threads(1)
+    print(machine(), f"torch {torch.__version__}; load average {os.getloadavg()[0]:.1f}")
+    print(f"recording calls per step (start, end, load, stall into memory): "
+          f"{hook_cost() * 1e6:.1f} us")
+    tmp = tempfile.mkdtemp(prefix="bench-torch-")
+    store, tb = os.path.join(tmp, "g.sqlite"), os.path.join(tmp, "tb")
+    one_run(False, 300, args.hidden, store, tb)  # warm-up: imports, allocator
+    one_run(True, 300, args.hidden, store, tb)
+    loops = {False: [], True: []}
+    steps = {False: [], True: []}
+    pairs = []
+    for i in range(args.pairs):
+        order = (False, True) if i % 2 == 0 else (True, False)
+        got = {}
+        for on in order:
+            total, st = one_run(on, args.steps, args.hidden, store, tb, not args.no_monitor)
+            loops[on].append(total)
+            steps[on].extend(st)
+            got[on] = total
+        pairs.append(got[True] / got[False])
+    off, on = statistics.median(loops[False]), statistics.median(loops[True])
+    print(f"median step (step function alone): off {statistics.median(steps[False]) * 1e3:.3f} ms"
+          f", on {statistics.median(steps[True]) * 1e3:.3f} ms, ratio "
+          f"{statistics.median(steps[True]) / statistics.median(steps[False]):.4f}")
+    print(f"median loop over {args.steps} steps: off {off:.3f} s "
+          f"({off / args.steps * 1e3:.3f} ms/step), on {on:.3f} s; P15 ratio {on / off:.4f}")
+    print(f"per-pair ratios: min {min(pairs):.4f}, median {statistics.median(pairs):.4f}, "
+          f"max {max(pairs):.4f}; fastest runs: {min(loops[True]) / min(loops[False]):.4f}")
+    print(f"load average after: {os.getloadavg()[0]:.1f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,375 @@
+"""The PyTorch adapter: one object that switches every PyTorch hook on and off.
+
+Example::
+
+    from goodput_integrations import torch as gtorch
+
+    with rec.job(), gtorch.instrumented(rec):
+        dist.init_process_group("nccl")                 # accelerator init
+        loader = gtorch.instrument_loader(DataLoader(...))
+        train_step = gtorch.train_step(step_fn, first_step=start)
+        for x, y in loader:
+            train_step(x, y)
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Callable, Optional
+
+from goodput_core.events import Kind
+from goodput_integrations.jax.gate import ProcessGate
+from goodput_integrations.jax.stalls import record_stall
+from goodput_integrations.torch import _active, _probe
+from goodput_integrations.torch.accel import AcceleratorInitTimer
+from goodput_integrations.torch.checkpoints import DcpListener
+from goodput_integrations.torch.compile import CompileSpans
+from goodput_integrations.torch.data import instrument_loader
+from goodput_integrations.torch.metadata import run_metadata
+from goodput_integrations.torch.signals import LingeringHooks
+from goodput_integrations.torch.steps import SyncEvery, check_sync_every, gated_step, track_steps
+
+__all__ = ["TorchAdapter", "DEFAULT_CUDA_SYNC_EVERY"]
+
+#: ``sync_every="auto"`` on CUDA: one pipeline drain per this many steps.
+DEFAULT_CUDA_SYNC_EVERY = 100
+_DEVICES = ("auto", "cpu", "cuda")
+#: :meth:`TorchAdapter.load_started`'s token for a CPU load the recorder stamps the end of
+_STAMPED = object()
+
+
+def _record_load(recorder: Any, t0: float, t1: float) -> None:
+    recorder.record_data_loading_start_time(t0)
+    recorder.record_data_loading_end_time(t1)
+
+
+def _record_blocked_load(recorder: Any, t0: float, t1: float) -> None:
+    """A load the compute waited for entirely: the load and its stall."""
+    recorder.record_data_loading_start_time(t0)
+    recorder.record_input_stall_start_time(t0)
+    recorder.record_input_stall_end_time(t1)
+    recorder.record_data_loading_end_time(t1)
+
+
+def _recorder_clock(recorder: Any) -> Callable[[], float]:
+    clock = getattr(recorder, "clock", None)
+    return clock if callable(clock) else time.time
+
+
+class TorchAdapter:
+    """Instruments a PyTorch training job for one recorder.
+
+    ``instrument()`` turns on: accelerator-init spans (process-group init and
+    the first CUDA init), ``torch.compile`` compilations as program startup
+    (every recompile where it happened), ``torch.distributed.checkpoint``
+    save/load spans (the blocking part of ``async_save``), ``sigterm`` and
+    ``exception:<Type>`` disruptions, and run metadata. Loads and steps are
+    recorded by :meth:`wrap_loader` / :meth:`train_step` (or the module-level
+    ``instrument_loader`` / ``train_step``), which fall through while not
+    instrumented. No hook ever raises into the training loop.
+
+    Only rank 0 writes unless ``per_host``; the rank is read from the
+    process group once it exists, else from ``RANK`` (torchrun sets it
+    before the process starts); events recorded while it is unknown are
+    kept and replayed or dropped once it is known.
+
+    Args:
+      recorder: a :class:`goodput_core.Recorder`.
+      per_host: every rank writes, with its rank as the recorder's process
+        index (per-host figures, stragglers: semantics rule 13).
+      sync_every: on CUDA, wait for the GPU every N tracked steps and record
+        the step end there; ``"auto"``: every 100 on CUDA; None: never
+        (see steps.py). On the CPU every step ends at its return.
+      device: ``"auto"`` (CUDA when a CUDA context exists at the first
+        tracked step), ``"cpu"`` or ``"cuda"``.
+      clock: POSIX-seconds clock for the spans we time; default: the recorder's.
+      accelerator_init: time ``init_process_group`` and the first CUDA init.
+      compile_spans: record torch.compile compilations as program startup.
+      checkpoints: record ``torch.distributed.checkpoint`` save/load calls.
+      any_thread: also record compilations and DCP calls made on other
+        threads than the one that called ``instrument()``.
+      sigterm: record a ``sigterm`` disruption (handler chained; main thread only).
+      excepthook: record ``exception:<Type>`` for an uncaught exception.
+      metadata: record run metadata once this process knows whether it writes.
+      input_stalls: record the idle part of each load as an input stall
+        (CPU: the whole load; CUDA: observed with events, see stalls.py).
+      flush_timeout_s: how long a disruption hook waits for the store.
+
+    Raises:
+      AdapterUnavailable: torch is not installed.
+      ValueError: a bad option.
+    """
+
+    def __init__(self, recorder: Any, *, per_host: bool = False,
+                 sync_every: SyncEvery = "auto", device: str = "auto",
+                 clock: Optional[Callable[[], float]] = None, accelerator_init: bool = True,
+                 compile_spans: bool = True, checkpoints: bool = True, any_thread: bool = False,
+                 sigterm: bool = True, excepthook: bool = True, metadata: bool = True,
+                 input_stalls: bool = True, flush_timeout_s: float = 2.0):
+        _probe.require_torch()
+        if recorder is None:
+            raise ValueError("recorder is required (use NULL_RECORDER to record nothing)")
+        check_sync_every(sync_every)
+        if device not in _DEVICES:
+            raise ValueError(f"device must be one of {_DEVICES}, got {device!r}")
+        self.recorder = recorder
+        self.per_host = bool(per_host)
+        self.sync_every = sync_every
+        self.device = device
+        self.clock = clock or _recorder_clock(recorder)
+        # with the recorder's own clock, an event stamped "now" can leave the
+        # time to the recorder (one clock read and one conversion fewer)
+        self._recorder_stamps = clock is None
+        self.input_stalls = bool(input_stalls)
+        self._opts = dict(accelerator_init=accelerator_init, compile_spans=compile_spans,
+                          checkpoints=checkpoints, metadata=metadata)
+        self.active = False
+        self.train_thread: Optional[int] = None
+        self.last_step: Optional[int] = None
+        self._on_cuda: Optional[bool] = None if device == "auto" else device == "cuda"
+        self._every: Optional[int] = None
+        self._lock = threading.Lock()
+        self._accel = AcceleratorInitTimer(self)
+        self._compile = CompileSpans(self, any_thread=any_thread)
+        self._dcp = DcpListener(self, any_thread=any_thread)
+        self._hooks = LingeringHooks(self, sigterm=sigterm, excepthook=excepthook,
+                                      flush_timeout_s=flush_timeout_s)
+        self._metadata_done = False
+        self.stalls: Any = None  # a StallWatch on CUDA (created at the first CUDA step)
+        self.gate = ProcessGate(recorder, per_host=per_host, on_decided=self._on_decided,
+                                process_index=_probe.process_index)
+        if device != "auto":
+            self._set_device(device == "cuda")
+
+    # ------------------------------------------------------------- lifecycle
+    def instrument(self) -> "TorchAdapter":
+        """Turns every hook on (idempotent: a second call changes nothing)."""
+        with self._lock:
+            if self.active:
+                return self
+            self.train_thread = threading.get_ident()
+            self.active = True
+            opts = self._opts
+            try:
+                if opts["compile_spans"]:
+                    self._compile.install()
+                if opts["checkpoints"]:
+                    self._dcp.install()
+                if opts["accelerator_init"]:
+                    self._accel.install()
+                self._hooks.install()
+            except Exception:
+                self._teardown()
+                raise
+            _active.current = self
+        self.gate.decide()  # RANK is known before any process group: metadata goes out
+        return self
+
+    def uninstrument(self, linger: bool = False) -> None:
+        """Turns every hook off and removes callbacks, handlers and patches (idempotent).
+
+        Args:
+          linger: an exception is on its way out (``instrumented()`` passes
+            it): the SIGTERM and exception hooks stay until it was reported,
+            and flush the recorder first (see signals.py).
+        """
+        with self._lock:
+            if not self.active:
+                return
+            self._teardown(linger)
+
+    def _teardown(self, linger: bool = False) -> None:
+        self.active = False
+        self._compile.uninstall()
+        self._dcp.uninstall()
+        self._accel.uninstall()
+        if linger:
+            self._hooks.linger()
+        else:
+            self._hooks.uninstall()
+        if self.stalls is not None:
+            self.stalls.stop()
+        if _active.current is self:
+            _active.current = None
+
+    def __enter__(self) -> "TorchAdapter":
+        return self.instrument()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.uninstrument()
+
+    @property
+    def on_cuda(self) -> Optional[bool]:
+        """Whether tracked steps run on CUDA (None until the first tracked step)."""
+        return self._on_cuda
+
+    # ------------------------------------------------------------ recording
+    def emit(self, fn: Callable[..., None], *args: Any) -> None:
+        """Runs a record call on the writing process (buffered until known).
+
+        Hooks call this; it raises what ``fn`` raises (hooks guard it).
+        """
+        self.gate.submit(fn, *args)
+
+    def now(self) -> Optional[float]:
+        """The adapter's clock, or None if it fails (never raises)."""
+        try:
+            return self.clock()
+        except Exception:
+            _probe.log_once("torch-clock", "goodput: the clock failed")
+            return None
+
+    def _lazy_hooks(self) -> None:
+        """Hooks waiting for a torch module the program had not imported at
+        ``instrument()`` (TorchDynamo, DCP): attached once it is imported; the
+        compile callbacks again after a ``torch._dynamo.reset()``."""
+        self._compile.ensure()
+        if self._dcp.pending:
+            self._dcp.ensure()
+
+    def load_started(self, t0: float) -> Any:
+        """A load begins at ``t0``: a token for :meth:`loaded` (never raises)."""
+        try:
+            self._lazy_hooks()
+            if self._stamp_loads():  # CPU, this process writes: see loaded()
+                return _STAMPED
+        except Exception:
+            _probe.log_once("torch-lazy-hooks", "goodput: attaching torch hooks failed")
+        stalls = self.stalls
+        if stalls is None:
+            return None
+        try:
+            return stalls.begin(t0)
+        except Exception:
+            _probe.log_once("torch-stall-begin", "goodput: observing the GPU failed")
+            return None
+
+    def loaded(self, t0: float, token: Any = None) -> None:
+        """Records a load from ``t0`` to now with its input stall (never raises)."""
+        try:
+            if token is _STAMPED:  # nothing is recorded before the load returned a batch
+                rec = self.recorder
+                rec.record_data_loading_start_time(t0)
+                rec.record_input_stall_start_time(t0)
+                rec._record_now_pair(Kind.INPUT_STALL_END, Kind.DATA_LOADING_END)
+                return
+            t1 = self.clock()
+            if not self.input_stalls:
+                self.gate.submit(_record_load, self.recorder, t0, t1)
+            elif self._on_cuda:
+                self.gate.submit(_record_load, self.recorder, t0, t1)
+                if token is not None:
+                    self.stalls.end(token, t1, self.record_stall)
+            else:  # CPU (or no step yet: outside steps a load blocks anyway)
+                self.gate.submit(_record_blocked_load, self.recorder, t0, t1)
+        except Exception:
+            _probe.log_once("torch-data-record", "goodput: recording a data-loading span failed")
+
+    def _stamp_loads(self) -> bool:
+        """Whether a load is recorded as it happens with the recorder's own
+        stamps: on the CPU (a load is a stall), once this process knows it
+        writes, with the recorder's clock, which has the fast now-pair call."""
+        return (self.input_stalls and self._on_cuda is False and self._recorder_stamps
+                and self.gate.decision is True
+                and hasattr(self.recorder, "_record_now_pair"))
+
+    def record_stall(self, start: float, end: float) -> None:
+        """Records an input stall ``[start, end)`` (raises what the recorder raises)."""
+        self.gate.submit(record_stall, self.recorder, start, end)
+
+    def step_started(self, step: int) -> None:
+        """Records the start of ``step`` now (never raises)."""
+        try:
+            self.last_step = step
+            if self._on_cuda is None:
+                self._decide_device()
+            self._lazy_hooks()
+            if self.gate.decision and self._recorder_stamps:
+                self.recorder.record_step_start_time(step)
+            else:
+                self.gate.submit(self.recorder.record_step_start_time, step, self.clock())
+        except Exception:
+            _probe.log_once("torch-step-start", "goodput: recording a step start failed")
+
+    def step_returned(self, step: int, count: int, result: Any, sync_every: SyncEvery) -> None:
+        """The step function of ``step`` (the ``count``-th tracked call) returned:
+        on the CPU its end now; on CUDA an event for the stall watch, and at a
+        sync point a wait for the GPU and the end (never raises)."""
+        try:
+            if not self._on_cuda:
+                if self.gate.decision and self._recorder_stamps:
+                    self.recorder.record_step_end_time(step)
+                else:
+                    self.gate.submit(self.recorder.record_step_end_time, step, self.clock())
+                return
+            if self.stalls is not None:
+                self.stalls.dispatched(result)
+            every = self._every if sync_every == "auto" else sync_every
+            if every and count % every == 0:
+                import torch
+
+                torch.cuda.synchronize()
+                self.gate.submit(self.recorder.record_step_end_time, step, self.clock())
+        except Exception:
+            _probe.log_once("torch-step-end", "goodput: recording a step end failed")
+
+    def step_ended(self, step: int) -> None:
+        """Records the end of ``step`` now (never raises)."""
+        try:
+            self.gate.submit(self.recorder.record_step_end_time, step, self.clock())
+        except Exception:
+            _probe.log_once("torch-step-end", "goodput: recording a step end failed")
+
+    def _decide_device(self) -> None:
+        torch = _probe.imported_torch()
+        on_cuda = False
+        if torch is not None:
+            try:
+                on_cuda = bool(torch.cuda.is_available() and torch.cuda.is_initialized())
+            except Exception:
+                on_cuda = False
+        self._set_device(on_cuda)
+
+    def _set_device(self, on_cuda: bool) -> None:
+        self._on_cuda = on_cuda
+        if on_cuda:
+            every = self.sync_every
+            self._every = DEFAULT_CUDA_SYNC_EVERY if every == "auto" else every
+            if self.input_stalls and self.stalls is None:
+                from goodput_integrations.torch.stalls import cuda_stall_watch
+
+                self.stalls = cuda_stall_watch(self.now)
+
+    def on_process_group(self) -> None:
+        """Called after ``init_process_group``: the rank is known (metadata follows)."""
+        decided = self.gate.decide()
+        if decided:
+            self._metadata_done = False  # the world size is known now: record it again
+            self._on_decided(True)
+
+    def _on_decided(self, writes: bool) -> None:
+        if not writes or not self._opts["metadata"]:
+            return
+        with self._lock:
+            if self._metadata_done:
+                return
+            self._metadata_done = True
+        try:
+            self.recorder.record_metadata(**run_metadata())
+        except Exception:
+            _probe.log_once("torch-metadata", "goodput: recording run metadata failed")
+
+    # ------------------------------------------------------ user-facing API
+    def wrap_loader(self, loader: Any) -> Any:
+        """Wraps a DataLoader: each ``next()`` is a data-loading span (see data.py)."""
+        return instrument_loader(loader, adapter=self)
+
+    def train_step(self, fn: Optional[Callable] = None, *, first_step: int = 0,
+                   sync_every: SyncEvery = "auto") -> Any:
+        """Wraps the step function: each call is the next step (see steps.py)."""
+        return track_steps(fn, first_step=first_step, sync_every=sync_every, adapter=self)
+
+    def step(self, step: int) -> Any:
+        """Context manager: ``recorder.step(k)`` through this adapter's process gate."""
+        return gated_step(self, step)

@@ -1,0 +1,114 @@
+"""Training steps: a wrapper that numbers each call and times it from completed work.
+
+* **CPU**: PyTorch runs a step synchronously; when the step function
+  returns its work is done. Every return is therefore a sync point and
+  records the step's end: step times are exact, at no cost.
+* **CUDA**: the function returns once its kernels are queued. The step's
+  start is its launch (as JAX's dispatch); every ``sync_every`` steps the
+  wrapper waits for the GPU (``torch.cuda.synchronize()`` of the current
+  device) and records the step end there, so the time between two sync
+  points is work the GPU completed, shared by the steps between them.
+  With ``sync_every=None`` nothing waits and no step end is recorded:
+  steps then run from launch to launch, which the bounded CUDA launch queue
+  keeps close to the GPU's pace but not exact. Default (``"auto"``): 100
+  on CUDA (one pipeline drain per 100 steps), every step on the CPU.
+
+Which device a step runs on is decided at its first call (a CUDA context
+exists: CUDA; else the CPU) unless the adapter was told (``device=``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from typing import Any, Callable, Iterator, Optional, Union
+
+from goodput_integrations.torch import _active
+
+__all__ = ["StepCounter", "track_steps", "gated_step", "check_sync_every"]
+
+SyncEvery = Union[int, str, None]
+
+
+class StepCounter:
+    """The number the next call of a tracked step function records.
+
+    Set ``next_step`` after restoring a checkpoint to resume the numbering.
+    """
+
+    __slots__ = ("next_step", "first_step")
+
+    def __init__(self, first_step: int):
+        self.first_step = self.next_step = int(first_step)
+
+
+def check_sync_every(sync_every: SyncEvery) -> SyncEvery:
+    """Validates a ``sync_every`` option (``"auto"``, None or a positive int)."""
+    if sync_every is None or sync_every == "auto":
+        return sync_every
+    if isinstance(sync_every, bool) or not isinstance(sync_every, int) or sync_every < 1:
+        raise ValueError(f"sync_every must be a positive int, 'auto' or None, got {sync_every!r}")
+    return sync_every
+
+
+def track_steps(fn: Optional[Callable] = None, *, first_step: int = 0,
+                sync_every: SyncEvery = "auto", adapter: Optional[Any] = None) -> Any:
+    """Wraps a train-step function: each call is the next step.
+
+    The counter advances on every call, recorded or not, so numbering stays
+    right when instrumentation is switched on later. The wrapper exposes
+    ``.counter`` (a :class:`StepCounter`) and ``__wrapped__``.
+
+    Args:
+      fn: the step function (forward, backward, optimizer step; compiled or
+        not); omit to get a decorator.
+      first_step: the number of the first call (the step restored from a
+        checkpoint: steps done so far).
+      sync_every: on CUDA, wait for the GPU every N steps and record the
+        step end (module docstring); ``"auto"``: the adapter's setting.
+      adapter: a specific :class:`TorchAdapter`; default: the instrumented one.
+
+    Returns:
+      The wrapped function (same arguments and results).
+
+    Example::
+
+        train_step = gtorch.train_step(step_fn, first_step=restored_step)
+        for x, y in loader:
+            loss = train_step(x, y)
+    """
+    check_sync_every(sync_every)
+
+    def decorate(func: Callable) -> Callable:
+        counter = StepCounter(first_step)
+
+        @functools.wraps(func)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            k = counter.next_step
+            counter.next_step = k + 1
+            active = adapter or _active.current
+            if active is None or not active.active:
+                return func(*args, **kwargs)
+            active.step_started(k)
+            result = func(*args, **kwargs)
+            active.step_returned(k, k + 1 - counter.first_step, result, sync_every)
+            return result
+
+        wrapper.counter = counter  # type: ignore[attr-defined]
+        return wrapper
+
+    return decorate if fn is None else decorate(fn)
+
+
+@contextlib.contextmanager
+def gated_step(adapter: Any, step: int) -> Iterator[None]:
+    """``recorder.step(k)`` through the adapter's process gate: start on
+    enter, end on a clean exit (on CUDA, synchronize inside the block for a
+    true end)."""
+    active = _active.get(adapter)
+    if active is None:
+        yield
+        return
+    active.step_started(step)
+    yield
+    active.step_ended(step)
