@@ -33,8 +33,9 @@ from goodput_core.events import Kind
 from goodput_core.timeline.carve import carve, carve_small
 from goodput_core.timeline.run_columns import RunColumns
 from goodput_core.timeline.lead_columns import (
-    Structure, _as_step, _page_of, borrowed, carves_of, first_changed_step, job_pages, records_page,
-    small_blocking, step_blocking, structure_of)
+    Structure, _as_step, _page_of, _sorted, borrowed, carves_of, first_changed_step, job_pages,
+    lead_carve, records_page, small_blocking, step_blocking, structure_of)
+from goodput_core.timeline.host_columns import t_of
 from goodput_core.timeline.spans import Timeline
 
 __all__ = ["ManyHosts"]
@@ -103,10 +104,12 @@ class ManyHosts:
                 if _interleaved(tl, starts, ends):
                     cols.odd = "a lead stall event next to a carved stall"
                 tl.set_carved(-math.inf, starts, ends)
+            _check_ties(cols, structure)
         self._signature = _signature(structure)
         self._records_fed = {k: len(s.arrivals) for k, s in cols.streams.items()}
         self._merges = {k: s.merges() for k, s in cols.streams.items()}
-        self._rows_fed = {(p.key, p.number): dict(p.hi) for p in structure.leads}
+        self._rows_fed = {(p.key, p.number): dict(v.hi)
+                          for p, v in zip(structure.leads, structure.views) if v is not None}
         self._rows_fed.update(((k, None), s.counts()) for k, s in cols.streams.items())
         self._borrowed = borrowed(structure) if not structure.single else []
         return tl
@@ -128,7 +131,8 @@ class ManyHosts:
         run, tl = self.run or "", self._tl
         pages = []
         side: List[Any] = list(lent[len(old):])
-        leads = {(p.key, p.number): p for p in structure.leads}
+        leads = {(p.key, p.number): (v, u) for p, v, u in
+                 zip(structure.leads, structure.views, structure.untils)}
         for s in changed:
             new = s.arrivals[self._records_fed.get(s.key, 0):]
             self._records_fed[s.key] = len(s.arrivals)
@@ -143,13 +147,16 @@ class ManyHosts:
                 pages.append(records_page(run, sched))
             for p in s.pieces():
                 mine = [e for e in p.records if id(e) in fresh] if fresh else []
-                lead = leads.get((p.key, p.number))
-                if lead is None:
+                view, until = leads.get((p.key, p.number), (None, -math.inf))
+                if view is None:
                     side += [e for e in mine if e[1] in _SIDE]
                     continue
-                lo = self._rows_fed.get((p.key, p.number)) or p.lo
-                pages.append(_page_of(run, s, lo, p.hi, mine))
-                self._rows_fed[(p.key, p.number)] = dict(p.hi)
+                if until < math.inf:  # (cut at its successor's start: later, its side rows)
+                    side += [e for e in mine if t_of(e) >= until and e[1] in _SIDE]
+                    mine = [e for e in mine if t_of(e) < until]
+                lo = self._rows_fed.get((p.key, p.number)) or view.lo
+                pages.append(_page_of(run, s, lo, view.hi, mine))
+                self._rows_fed[(p.key, p.number)] = dict(view.hi)
         if side:
             pages.append(records_page(run, side))
         for page in pages:
@@ -162,7 +169,11 @@ class ManyHosts:
         return True
 
     def _carve(self, tl: Timeline, structure: Structure, since: Dict[Any, float]) -> None:
-        """Carves again the lead steps a change can have touched, per attempt."""
+        """Carves again the lead steps a change can have touched, per attempt
+        (each lead piece's whole carve when the change can reach its first
+        step or the time before it)."""
+        cut = {id(p): (v, u) for p, v, u in zip(structure.leads, structure.views,
+                                                 structure.untils)}
         for chain, others in structure.groups:
             if not others:
                 continue
@@ -170,27 +181,50 @@ class ManyHosts:
                       if p.key in since), default=math.inf)
             if k0 == math.inf:
                 continue
+            early = any(since.get(p.key, math.inf) <= _horizon(p) for p in others)
             small = [small_blocking(p, k0) for p in others]
             if any(b is None for b in small):
                 small = None
             makers = [functools.partial(step_blocking, p, k0) for p in others]
             for lead in chain:
-                lead_small = small_blocking(lead, k0) if small is not None else None
-                if lead_small is not None:  # a few steps again: in Python
-                    x, y = carve_small(lead_small, small)
+                view, until = cut[id(lead)]
+                if view is None:
+                    continue
+                t, k = view.column("steps")
+                if early or k0 == -math.inf or not view.steps_increase() or not len(k) or \
+                        k0 <= k[0] or since.get(lead.key, math.inf) <= _horizon(view):
+                    x, y = lead_carve(view, others)  # its first step's carve may change
+                    from_t = view.start
                 else:
-                    x, y = carve(step_blocking(lead, k0), makers)
-                t, k = lead.column("steps")
-                if k0 > -math.inf and lead.steps_increase():
                     r0 = int(np.searchsorted(k, _as_step(k0), side="left"))
                     if r0 == len(t):
                         continue  # no lead step from k0 on: no carve there, before or now
                     from_t = float(t[r0])
-                else:
-                    from_t = lead.start
+                    lead_small = small_blocking(view, k0) if small is not None else None
+                    if lead_small is not None:  # a few steps again: in Python
+                        x, y = carve_small(lead_small, small)
+                    else:
+                        x, y = carve(step_blocking(view, k0), makers)
+                    x, y = _sorted(x, y)
                 if len(x) and _interleaved(tl, x, y):
                     self.columns.odd = "a lead stall event next to a carved stall"
-                tl.set_carved(from_t, x, y, lead.end)
+                tl.set_carved(from_t, x, y, until)
+        _check_ties(self.columns, structure)
+
+
+def _horizon(p) -> float:
+    """Up to where a piece's rows decide the carve before its first step:
+    its second step start (inf: it has none)."""
+    t = p.column("steps")[0]
+    return float(t[1]) if len(t) > 1 else math.inf
+
+
+def _check_ties(columns: RunColumns, structure: Structure) -> None:
+    """A lead piece's step end or job end at the instant of its first step
+    start makes the run odd (:func:`~goodput_core.timeline.lead_columns.prefix_of`)."""
+    if columns.odd is None and any(v is not None and v.cache.get("tie")
+                                   for v in structure.views):
+        columns.odd = "a step end or job end at the instant of the lead's first step start"
 
 
 def _signature(structure: Structure) -> tuple:
@@ -199,7 +233,8 @@ def _signature(structure: Structure) -> tuple:
     def ids(pieces):
         return tuple((p.key, p.number) for p in pieces)
 
-    return structure.single, tuple((ids(c), ids(o)) for c, o in structure.groups)
+    return (structure.single, tuple((ids(c), ids(o)) for c, o in structure.groups),
+            tuple(structure.untils), tuple(v is None for v in structure.views))
 
 
 def _interleaved(tl: Timeline, starts: np.ndarray, ends: np.ndarray) -> bool:

@@ -26,7 +26,7 @@ reader keeps the per-event pass for it.
 from __future__ import annotations
 
 import math
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right, insort
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
@@ -42,6 +42,10 @@ FAMILIES = {"stall": (int(Kind.INPUT_STALL_START), int(Kind.INPUT_STALL_END)),
             "dl": (int(Kind.DATA_LOADING_START), int(Kind.DATA_LOADING_END))}
 _FAMILY_NAMES = tuple(FAMILIES)
 _STEP, _JOB_START = int(Kind.STEP_START), int(Kind.JOB_START)
+_CLOSING = frozenset({int(Kind.DISRUPTION), int(Kind.JOB_END)})
+_SIDE = frozenset({int(Kind.METRIC), int(Kind.METADATA)})
+# rows that say a process is there, nothing of its attempt's time (rule 13)
+_LIVENESS = _SIDE | {int(Kind.HEARTBEAT)}
 _SCHEDULING = (int(Kind.JOB_SUBMITTED), int(Kind.RESOURCES_GRANTED))
 _STEPS = len(FAMILIES)  # the columns a page's rows go to: the families,
 _RECORDS = _STEPS + 1   # step starts with a step, records
@@ -215,7 +219,7 @@ class Stream:
         if pieces is None:
             return
         last = pieces[-1] if pieces else None
-        if last is None or changed < last.start or any(e[1] == _JOB_START for e in new) \
+        if last is None or last.start is None or changed < last.start or any(e[1] == _JOB_START for e in new) \
                 or self.merges() != last.cache.get("merges", self.merges()):
             self._pieces = None
             return
@@ -232,67 +236,137 @@ class Piece:
     """One attempt of one writer process (rule 13): the rows of its stream
     between two of its job starts (the events before the first one belong to
     the first piece), with what the rules code reads of it (``key``, ``index``,
-    ``start``, ``end``, ``kinds``: the kinds it holds, as a set)."""
+    ``start``, ``end``, ``kinds``: the kinds it holds, as a set).
+
+    ``start``/``end`` are where it runs (:func:`~goodput_core.timeline.streams._extent`):
+    its first and last events, liveness-only rows (heartbeats, metrics,
+    metadata) apart, ending at its first disruption or job end after its last
+    step start; None for a piece of liveness-only rows or with neither a job
+    start nor a step (an observer's). ``tie``: a disruption or job end at the
+    very instant of its last step start (their order is then a matter of
+    sequence numbers the columns do not keep: the run is odd)."""
 
     __slots__ = ("stream", "number", "key", "start", "end", "kinds", "lo", "hi",
-                 "records", "cache")
+                 "records", "cache", "tmax", "tie", "_first", "_last", "_steps", "_closing")
 
     def __init__(self, stream: Stream, number: int, lo: Dict[str, int], hi: Dict[str, int],
                  records: List[EventRecord]):
         self.stream, self.number = stream, number
         self.key = stream.key
         self.lo, self.hi, self.records = lo, hi, records
-        times = [t_of(e) for e in records]
-        kinds = {e[1] for e in records}
-        if hi["steps"] > lo["steps"]:
-            kinds.add(_STEP)
-            a = stream.steps.t.a
-            times += [float(a[lo["steps"]]), float(a[hi["steps"] - 1])]
-        for name, (s, e) in FAMILIES.items():
-            if hi[name] > lo[name]:
-                col = stream.families[name]
-                ends = col.v.a[lo[name]:hi[name]]
-                if ends.any():
-                    kinds.add(e)
-                if not ends.all():
-                    kinds.add(s)
-                times += [float(col.t.a[lo[name]]), float(col.t.a[hi[name] - 1])]
-        self.kinds = kinds
-        self.start = min(times)
-        self.end = max(times)
+        self.kinds = {e[1] for e in records}
+        self._first, self._last = math.inf, -math.inf  # its rows that are not liveness-only
+        self._steps = (math.inf, -math.inf)  # its first and last step starts
+        self._closing: List[float] = []  # the times of its disruptions and job ends
+        self.tmax = -math.inf
+        self._take_records(records)
+        self._take_columns(lo)
         self.cache: Dict[str, Any] = {"merges": stream.merges()}
+
+    def _take_records(self, records: List[EventRecord]) -> None:
+        for e in records:
+            k, t = e[1], t_of(e)
+            self.tmax = max(self.tmax, t)
+            if k in _LIVENESS:
+                continue
+            self._first, self._last = min(self._first, t), max(self._last, t)
+            if k == _STEP:
+                self._steps = (min(self._steps[0], t), max(self._steps[1], t))
+            elif k in _CLOSING:
+                insort(self._closing, t)
+
+    def _take_columns(self, lo: Dict[str, int], kinds: Optional[set] = None) -> None:
+        """Its column rows from ``lo`` (to ``hi``; ``kinds``: theirs, when
+        known) and its extent after them."""
+        s, hi = self.stream, self.hi
+        if hi["steps"] > lo["steps"]:
+            self.kinds.add(_STEP)
+            a = s.steps.t.a
+            t0, t1 = float(a[lo["steps"]]), float(a[hi["steps"] - 1])
+            self._steps = (min(self._steps[0], t0), max(self._steps[1], t1))
+            self._first, self._last = min(self._first, t0), max(self._last, t1)
+        for name, (start, end) in FAMILIES.items():
+            if hi[name] > lo[name]:
+                col = s.families[name]
+                if kinds is None:
+                    ends = col.v.a[lo[name]:hi[name]]
+                    if ends.any():
+                        self.kinds.add(end)
+                    if not ends.all():
+                        self.kinds.add(start)
+                t0, t1 = float(col.t.a[lo[name]]), float(col.t.a[hi[name] - 1])
+                self._first, self._last = min(self._first, t0), max(self._last, t1)
+        self.tmax = max(self.tmax, self._last)
+        self._settle_extent()
+
+    def _settle_extent(self) -> None:
+        self.tie = False
+        if (_JOB_START not in self.kinds and _STEP not in self.kinds) or \
+                self._first == math.inf:
+            self.start = self.end = None
+            return
+        self.start, end = self._first, self._last
+        closing = self._closing
+        if _STEP in self.kinds:
+            last_step = self._steps[1]
+            i = bisect_left(closing, last_step)
+            self.tie = i < len(closing) and closing[i] == last_step
+            i = bisect_right(closing, last_step)
+            if i < len(closing):
+                end = min(end, closing[i])
+        elif closing:
+            end = min(end, closing[0])
+        self.end = end
 
     @property
     def index(self) -> int:
         """The index its writer settles on (that of its latest event)."""
         return self.stream.index
 
+    def first_step_time(self) -> float:
+        """When its first step started (it has one)."""
+        return self._steps[0]
+
+    def last_step_time(self) -> float:
+        """When its last step started (it has one)."""
+        return self._steps[1]
+
     def grow(self, tmax: float, new: List[EventRecord], kinds: Optional[set] = None) -> None:
         """Takes the rows its stream got since (all in this piece, the last;
         ``kinds``: those of its new column rows, when the caller knows them)."""
         s = self.stream
+        old = dict(self.hi)
         for name, n in s.counts().items():
-            if n > self.hi[name]:
-                old, self.hi[name] = self.hi[name], n
-                if kinds is not None:
-                    continue
-                if name == "steps":
-                    self.kinds.add(_STEP)
-                else:
-                    start, end = FAMILIES[name]
-                    flags = s.families[name].v.a[old:n]
-                    if flags.any():
-                        self.kinds.add(end)
-                    if not flags.all():
-                        self.kinds.add(start)
-        if kinds:
-            self.kinds.update(kinds)
+            self.hi[name] = max(n, self.hi[name])
         mine = [e for e in new if e[1] not in _SCHEDULING]
         if mine:
             self.records = [e for e in self.records] + mine
             self.records.sort(key=lambda e: (t_of(e), e[9]))  # (stable: arrival among equals)
             self.kinds.update(e[1] for e in mine)
-        self.end = max(self.end, tmax)
+            self._take_records(mine)
+        if kinds:
+            self.kinds.update(kinds)
+        self._take_columns(old, kinds)
+
+    def cut(self, until: float) -> Tuple[Optional["Piece"], List[EventRecord]]:
+        """Its rows before ``until`` (itself when all are; None when none is)
+        and its metrics and metadata from ``until`` on (a lead piece cut at
+        its successor's start, as the per-event pass's ``_Piece.cut``)."""
+        if self.tmax < until:
+            return self, []
+        s = self.stream
+        hi = {}
+        for name in self.hi:
+            col = s.steps if name == "steps" else s.families[name]
+            hi[name] = self.lo[name] + int(np.searchsorted(
+                col.t.a[self.lo[name]:self.hi[name]], until, side="left"))
+        j = bisect_left([t_of(e) for e in self.records], until)
+        late = [e for e in self.records[j:] if e[1] in _SIDE]
+        if not j and all(hi[n] == self.lo[n] for n in hi):
+            return None, late
+        view = Piece(s, self.number, self.lo, hi, self.records[:j])
+        view.cache.update(cut=until)
+        return view, late
 
     def identity(self) -> tuple:
         """What the rules read of it (equal identities: the same structure)."""

@@ -21,16 +21,18 @@ import numpy as np
 
 from goodput_core.events import EventRecord, Kind
 from goodput_core.stores.columns import EventPage
+from goodput_core.timeline.first_step import first_step_carve
 from goodput_core.timeline.carve import SmallBlocking, StepBlocking, carve, union_of_pairs
 from goodput_core.timeline.host_columns import FAMILIES, Piece, Stream, t_of
 from goodput_core.timeline.run_columns import RunColumns
-from goodput_core.timeline.streams import _job_attempts, _lead_chain
+from goodput_core.timeline.streams import _job_attempts, _lead_chain, _piece_order
 
-__all__ = ["Structure", "structure_of", "step_blocking", "piece_page", "records_page", "_as_step",
+__all__ = ["Structure", "structure_of", "step_blocking", "lead_carve", "prefix_of", "piece_page", "records_page", "_as_step",
            "stream_page", "borrowed", "carves_of"]
 
 _DISRUPTION, _JOB_END = int(Kind.DISRUPTION), int(Kind.JOB_END)
 _STEP, _STEP_END = int(Kind.STEP_START), int(Kind.STEP_END)
+_JOB_START = int(Kind.JOB_START)
 _SIDE = (int(Kind.METRIC), int(Kind.METADATA))
 _SCHEDULING = (int(Kind.JOB_SUBMITTED), int(Kind.RESOURCES_GRANTED))
 _E = np.empty(0)
@@ -44,7 +46,12 @@ class Structure:
         writer's and the scheduler's events): every event is the job's.
       groups: per attempt of the job, ``(chain, others)``: its lead pieces in
         order, and the others in the rules' order.
-      leads: every lead piece, in order; followers: the other pieces.
+      leads: every lead piece, in order; followers: the other pieces (those
+        that place no attempt too: liveness-only and observers' pieces).
+      untils: where each lead piece is cut (the next one's start; inf).
+      views: each lead piece cut there (:meth:`Piece.cut`; None: nothing
+        left), late: its metrics and metadata from there on.
+      others_of: the other pieces of each lead piece's attempt.
       key: what identifies the structure (equal keys: equal structures).
     """
 
@@ -52,21 +59,30 @@ class Structure:
                  pieces: List[Piece]):
         self.single, self.groups = single, groups
         self.leads = [p for chain, _ in groups for p in chain]
+        self.others_of = [others for chain, others in groups for _ in chain]
         lead_ids = {id(p) for p in self.leads}
         self.followers = [p for p in pieces if id(p) not in lead_ids]
+        self.untils = [p.start for p in self.leads[1:]] + [math.inf]
+        cuts = [p.cut(u) for p, u in zip(self.leads, self.untils)]
+        self.views = [c[0] for c in cuts]
+        self.late = [c[1] for c in cuts]
         self.key = (single, tuple((tuple(p.identity() for p in chain),
                                    tuple(p.identity() for p in others))
                                   for chain, others in groups))
 
 
 def structure_of(run: RunColumns) -> Structure:
-    """The structure of the run's events so far."""
+    """The structure of the run's events so far (the per-event pass's rules:
+    pieces in order of start, index and writer; those that place no attempt
+    apart)."""
     streams = [s for s in run.writers() if s.pieces()]
     if len(streams) <= 1:
         return Structure(True, [], [])
-    pieces = [p for s in streams for p in s.pieces()]
+    pieces = sorted((p for s in streams for p in s.pieces()), key=_piece_order)
+    if run.odd is None and any(p.tie for p in pieces):
+        run.odd = "a disruption or job end at the instant of its writer's last step start"
     groups = []
-    for group in _job_attempts(pieces):
+    for group in _job_attempts([p for p in pieces if p.start is not None]):
         chain = _lead_chain(group)
         ids = {id(p) for p in chain}
         groups.append((chain, [p for p in group if id(p) not in ids]))
@@ -171,35 +187,102 @@ def first_changed_step(p: Piece, since: float) -> float:
 def carves_of(structure: Structure) -> Tuple[np.ndarray, np.ndarray]:
     """Every carved stall of the job, ``(starts, ends)`` sorted by start."""
     xs, ys = [], []
-    for chain, others in structure.groups:
-        if not others:
+    for view, others in zip(structure.views, structure.others_of):
+        if view is None or not others:
             continue
-        makers = [functools.partial(step_blocking, p) for p in others]
-        for lead in chain:
-            x, y = carve(step_blocking(lead), makers)
-            xs.append(x)
-            ys.append(y)
+        x, y = lead_carve(view, others)
+        xs.append(x)
+        ys.append(y)
     if not xs:
         return _E, _E
-    x, y = np.concatenate(xs), np.concatenate(ys)
-    order = np.argsort(x, kind="stable")
-    return x[order], y[order]
+    return _sorted(np.concatenate(xs), np.concatenate(ys))
+
+
+def lead_carve(view: Piece, others: List[Piece]) -> Tuple[np.ndarray, np.ndarray]:
+    """The stalls carved from one lead piece (cut at its successor's start):
+    in its steps (:func:`.carve.carve`) and before its first step
+    (:func:`.first_step.first_step_carve`), sorted by start."""
+    makers = [functools.partial(step_blocking, p) for p in others]
+    x, y = carve(step_blocking(view), makers)
+    first = first_step_carve(prefix_of(view), [prefix_of(p) for p in others],
+                             list(zip(x.tolist(), y.tolist())))
+    if first:
+        x = np.concatenate((np.fromiter((a for a, _ in first), np.float64, len(first)), x))
+        y = np.concatenate((np.fromiter((b for _, b in first), np.float64, len(first)), y))
+    return _sorted(x, y)
+
+
+class _Prefix:
+    """A piece's events up to its second step start (its job start even
+    later), as :mod:`.first_step` reads a piece: ``kinds``, ``events``,
+    ``times`` in time order (column rows before records at one instant),
+    ``start``, ``cache``."""
+
+    __slots__ = ("key", "index", "events", "times", "kinds", "start", "cache")
+
+
+def prefix_of(p: Piece) -> _Prefix:
+    """A piece's :class:`_Prefix`, kept on it while no row at or before its
+    second step start arrived. A step end or job end at the instant of its
+    first step start marks ``cache["tie"]`` (their order decides where a
+    lead's first step ends, and the columns keep no sequence numbers: the
+    run is odd)."""
+    s = p.stream
+    kept = p.cache.get("prefix")
+    if kept is not None and s.changed_since(kept[0]) > kept[1]:
+        return kept[2]
+    t, k = p.column("steps")
+    horizon = float(t[1]) if len(t) > 1 else math.inf
+    rows = []
+    if len(t):
+        n = int(np.searchsorted(t, horizon, side="right"))
+        rows += [(x, 0, i, (None, _STEP, x, step, None))
+                 for i, (x, step) in enumerate(zip(t[:n].tolist(), k[:n].tolist()))]
+    for name, (start, end) in FAMILIES.items():
+        ft, fe = p.column(name)
+        n = int(np.searchsorted(ft, horizon, side="right"))
+        base = len(rows)
+        rows += [(x, 0, base + i, (None, end if v else start, x, None, None))
+                 for i, (x, v) in enumerate(zip(ft[:n].tolist(), fe[:n].tolist()))]
+    base = len(rows)
+    for i, e in enumerate(p.records):
+        x = t_of(e)
+        if x <= horizon or e[1] == _JOB_START:
+            rows.append((x, 1, base + i, e))
+    rows.sort(key=lambda r: r[:3])
+    out = _Prefix()
+    out.key, out.index, out.start, out.cache = p.key, p.index, p.start, {}
+    out.times = [r[0] for r in rows]
+    out.events = [r[3] for r in rows]
+    out.kinds = [e[1] for e in out.events]
+    if len(t):
+        b = float(t[0])
+        if any(e[1] in (_STEP_END, _JOB_END) and t_of(e) == b for e in p.records):
+            p.cache["tie"] = True
+    p.cache["prefix"] = (s.version, horizon, out)
+    return out
+
+
+def _sorted(x: np.ndarray, y: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    if len(x) > 1 and not (x[1:] >= x[:-1]).all():
+        order = np.argsort(x, kind="stable")
+        return x[order], y[order]
+    return x, y
 
 
 def borrowed(structure: Structure) -> List[EventRecord]:
-    """The disruption each lead piece that recorded none takes from the other
-    writers (the earliest before the next lead piece's start and its own job
-    end; one per restart: it keeps its writer)."""
-    leads = structure.leads
+    """The disruption each lead piece (cut at its successor's start) that
+    recorded none takes from the other pieces (the earliest before the next
+    lead piece's start and its own job end; one per restart: it keeps its
+    writer)."""
     foreign = sorted((e for p in structure.followers for e in p.of_kind(_DISRUPTION)),
                      key=t_of)
     out = []
-    for i, lead in enumerate(leads):
-        if _DISRUPTION in lead.kinds:
+    for view, until in zip(structure.views, structure.untils):
+        if view is None or _DISRUPTION in view.kinds:
             continue
-        until = leads[i + 1].start if i + 1 < len(leads) else math.inf
-        stop = min([until] + [t_of(e) for e in lead.records if e[1] == _JOB_END])
-        out += [e for e in foreign if lead.start <= t_of(e) < stop][:1]
+        stop = min([until] + [t_of(e) for e in view.records if e[1] == _JOB_END])
+        out += [e for e in foreign if view.start <= t_of(e) < stop][:1]
     return out
 
 
@@ -282,8 +365,11 @@ def job_pages(run: str, columns: RunColumns, structure: Structure) -> List[Event
     sched = [e for s in columns.writers() for e in s.records if e[1] in _SCHEDULING]
     if sched:
         pages.append(records_page(run, sched))
-    for p in structure.leads:
-        pages.append(piece_page(run, p))
+    for view, late in zip(structure.views, structure.late):
+        if view is not None:
+            pages.append(piece_page(run, view))
+        if late:
+            pages.append(records_page(run, late))
     side = borrowed(structure)
     side += [e for p in structure.followers for e in p.records if e[1] in _SIDE]
     if side:
