@@ -109,8 +109,16 @@ class EventPage:
         page.writers = tuple({w for p in pages for w in p.writers})
         rows = [p for p in pages if len(p)]  # (an empty page read with writers may have none)
         if rows and all(p.writer is not None for p in rows):
-            page.writer = np.concatenate([p.writer for p in rows])
-            page.seq = np.concatenate([p.seq for p in rows])
+            # each page's writer codes are its own: coded again over the pages
+            codes: dict = {}
+            parts = []
             for p in rows:
-                page.writer_keys.update(p.writer_keys)
+                top = max(p.writer_keys, default=0)
+                lut = np.zeros(top + 1, np.int64)
+                for c, key in p.writer_keys.items():
+                    lut[c] = codes.setdefault(key, len(codes))
+                parts.append(lut[p.writer])
+            page.writer = np.concatenate(parts)
+            page.seq = np.concatenate([p.seq for p in rows])
+            page.writer_keys = {c: key for key, c in codes.items()}
         return page

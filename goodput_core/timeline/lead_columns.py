@@ -309,11 +309,19 @@ def _with_writers(page: EventPage, records: Sequence[EventRecord]) -> None:
     page.writer_keys = {c: k for k, c in codes.items()}
 
 
-def _column_page(run: str, t: np.ndarray, kind: np.ndarray, step: Optional[np.ndarray]
-                 ) -> EventPage:
+def _column_page(run: str, s: Stream, t: np.ndarray, kind: np.ndarray,
+                 step: Optional[np.ndarray]) -> EventPage:
+    """Column rows of stream ``s`` as a page, with their writer (the
+    stream's; rows of the unknown writer: none)."""
     n = len(t)
-    return EventPage(run, kind, t, step if step is not None else np.zeros(n, np.int64),
+    page = EventPage(run, kind, t, step if step is not None else np.zeros(n, np.int64),
                      np.full(n, step is not None), t)
+    if s.key is not None:
+        host, pid = s.key if s.key[0] or s.key[1] >= 0 else ("", 0)
+        page.writer = np.zeros(n, np.int32)
+        page.seq = np.zeros(n, np.int64)
+        page.writer_keys = {0: (s.index, host, pid, "")}
+    return page
 
 
 def piece_page(run: str, p: Piece, records: bool = True) -> EventPage:
@@ -337,12 +345,12 @@ def _page_of(run: str, s: Stream, lo: Dict[str, int], hi: Dict[str, int],
         parts.append(records_page(run, records))
     if hi["steps"] > lo["steps"]:
         t, k = s.steps.t.a[lo["steps"]:hi["steps"]], s.steps.v.a[lo["steps"]:hi["steps"]]
-        parts.append(_column_page(run, t, np.full(len(t), _STEP, np.int64), k))
+        parts.append(_column_page(run, s, t, np.full(len(t), _STEP, np.int64), k))
     for name, (start, end) in FAMILIES.items():
         if hi[name] > lo[name]:
             col = s.families[name]
             t, e = col.t.a[lo[name]:hi[name]], col.v.a[lo[name]:hi[name]]
-            parts.append(_column_page(run, t, np.where(e == 1, end, start).astype(np.int64),
+            parts.append(_column_page(run, s, t, np.where(e == 1, end, start).astype(np.int64),
                                       None))
     if not parts:
         return EventPage.empty(run)

@@ -4,14 +4,17 @@ pass kept as the oracle (tests/support/lead_events_before.py).
 
 A run: 2-6 hosts, each a process index (some hosts restarted under a new pid
 or the same one, some joining late), steps on a coarse time grid (ties
-between hosts), input stalls and blocking loads before the first step and
-inside steps (the last host often the straggler), loads, step ends,
-metrics, heartbeats from index 0 (on or off, some written while the process
-shuts down beside its successor), disruptions recorded by one host (the
-lead borrows them), job ends, and now and then times in the past (a
-backfill). Each writer's events get sequence numbers in the order it records
-them; :func:`deliveries` interleaves the writers' batches as a store
-receives them.
+between hosts), input stalls, blocking loads and loads before the first step
+(the first load of a restarted attempt too) and inside steps (the last host
+often the straggler), init, startup and evaluation phases before the first
+step, step ends, step starts without a number, metrics, heartbeats from
+index 0 (on or off; some stamped *now* beside explicit past times), restarts
+that overlap the old process's shutdown (its heartbeats, a save, a late job
+end while the new process trains), disruptions recorded by one host (the
+lead borrows them) or by an observer that records nothing else, job ends,
+and now and then times in the past (a backfill). Each writer's events get
+sequence numbers in the order it records them; :func:`deliveries`
+interleaves the writers' batches as a store receives them.
 """
 
 from __future__ import annotations
@@ -43,26 +46,44 @@ class _Writer:
                                        self.pid, f"a{self.pid}", seq, float(t)))
 
 
+_FIRST_LOADS = _BLOCKS + [(Kind.DATA_LOADING_START, Kind.DATA_LOADING_END)]
+_PHASES = [(Kind.TPU_INIT_START, Kind.TPU_INIT_END, None),
+           (Kind.PROGRAM_STARTUP_START, Kind.PROGRAM_STARTUP_END, None),
+           (Kind.CUSTOM_BADPUT_START, Kind.CUSTOM_BADPUT_END, {"custom_badput_event_type": "eval"})]
+NOW = 1000.0  # "now" for heartbeats stamped beside explicit past times
+
+
 def _host(rnd: random.Random, index: int, n_hosts: int, heartbeats: bool) -> List[_Writer]:
     writers = []
     pid = 100 * index + rnd.randrange(1, 5)
     t = rnd.choice((0.0, 0.0, 0.25, 3.0))  # a late joiner now and then
     step = 0
     slow = 2.0 if index == n_hosts - 1 and rnd.random() < 0.6 else 1.0
+    beats = heartbeats and index == 0
     for attempt in range(rnd.randint(1, 3)):
         w = _Writer(index, f"h{index}", pid)
         writers.append(w)
         start = t + 0.125
         w.ev(Kind.JOB_START, start, index=0 if rnd.random() < 0.2 else None)
+        if beats and rnd.random() < 0.15:  # explicit past times, a heartbeat stamped now
+            w.ev(Kind.HEARTBEAT, NOW + rnd.random(), extra={"heartbeat_seconds": 1.0})
         if rnd.random() < 0.5:  # blocking before the first step (the first batch)
-            kind = rnd.choice(_BLOCKS)
+            kind = rnd.choice(_FIRST_LOADS)
             w.ev(kind[0], start + 0.25)
             w.ev(kind[1], start + 0.25 + slow * rnd.choice((0.25, 0.5, 1.0)))
+        if rnd.random() < 0.25:  # init, startup, an evaluation before the first step
+            s_kind, e_kind, extra = rnd.choice(_PHASES)
+            a = start + rnd.choice((0.0, 0.125, 0.5))
+            w.ev(s_kind, a, extra=extra)
+            w.ev(e_kind, a + rnd.choice((0.125, 0.5)), extra=extra)
         t = start + rnd.choice((1.0, 2.0))
         if attempt and rnd.random() < 0.7:
             step = max(0, step - rnd.randrange(0, 4))  # resumed from a checkpoint
-        for _ in range(rnd.randint(0, 10)):
-            w.ev(Kind.STEP_START, t, step)
+        for n in range(rnd.randint(0, 10)):
+            w.ev(Kind.STEP_START, t, None if rnd.random() < 0.03 else step)
+            if attempt and not n and rnd.random() < 0.3:  # a restarted pipeline's first load
+                w.ev(Kind.DATA_LOADING_START, t + 0.125)
+                w.ev(Kind.DATA_LOADING_END, t + 0.125 + slow * 0.5)
             for start_k, end_k in rnd.sample(_BLOCKS, rnd.randint(0, 2)):
                 a = t + rnd.choice((0.0, 0.25, 0.5))
                 w.ev(start_k, a)
@@ -86,8 +107,19 @@ def _host(rnd: random.Random, index: int, n_hosts: int, heartbeats: bool) -> Lis
             ended = False
         if ended:
             w.ev(Kind.JOB_END, t + 0.375)
-        if heartbeats and index == 0 and rnd.random() < 0.5:  # shutting down, still beating
+        if beats and rnd.random() < 0.5:  # shutting down, still beating
             w.ev(Kind.HEARTBEAT, t + 1.375, extra={"heartbeat_seconds": 1.0})
+        if rnd.random() < 0.25:  # the next process starts while this one shuts down
+            for k in range(rnd.randint(1, 4) if beats else 0):
+                w.ev(Kind.HEARTBEAT, t + 3.0 + k, extra={"heartbeat_seconds": 1.0})
+            if rnd.random() < 0.5:
+                w.ev(Kind.CHECKPOINT_SAVE_START, t + 3.5, step)
+                w.ev(Kind.CHECKPOINT_SAVE_END, t + 5.0, step)
+            if not ended or rnd.random() < 0.3:
+                w.ev(Kind.JOB_END, t + 6.0)
+            pid += 7
+            t += rnd.choice((1.0, 4.0))
+            continue
         t += rnd.choice((0.0, 1.0, 5.0, 20.0))
         if rnd.random() < 0.7:
             pid += 7
@@ -112,6 +144,11 @@ def random_run(rnd: random.Random) -> List[List[EventRecord]]:
         else:
             merged[key] = w
     out = [w.events for w in merged.values()]
+    for n in range(rnd.choice((0, 0, 0, 1, 2))):  # an observer: disruptions only
+        watch = _Writer(0, "watch", 7 + n)
+        watch.ev(Kind.DISRUPTION, rnd.choice((1.0, 4.0, 8.0, 15.0)),
+                 extra={"disruption_cause": "watchdog"})
+        out.append(watch.events)
     if rnd.random() < 0.2:  # a launcher's scheduler times
         out.append([EventRecord(RUN, int(Kind.JOB_SUBMITTED), -5.0, None, None, 0, "launcher", 9,
                                 "l", 1, -5.0),
