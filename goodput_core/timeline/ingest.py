@@ -59,6 +59,8 @@ _TABLE_COLUMNS = {
 # Scheduling times change no span: they are read at query time (lifecycle).
 # Heartbeats change no span either (liveness, rule 15; but see _commit).
 SIDE_TABLES = frozenset({"slices", "metric", "submitted", "granted", "heartbeat"})
+# side tables that are no sign of the process's life (the scheduler's times)
+_NO_SIGN_OF_LIFE = frozenset({"submitted", "granted"})
 _SLICE_KEYS = ("active_slices", "available_slices", "total_slices")
 _SIDE_KINDS = {int(Kind.METADATA), int(Kind.METRIC), int(Kind.ELASTIC_SLICE_COUNTS),
                int(Kind.HEARTBEAT)}
@@ -209,9 +211,11 @@ class EventTables:
                 parts = arrays[name][k] + [np.asarray(rows[name][k], dtype=_DTYPES[k])]
                 batch[k] = np.concatenate(parts).astype(_DTYPES[k], copy=False)
             t0, dups = table.insert(batch)
-            # side kinds do not change any span; a heartbeat may end the open
-            # phases of an attempt that later restarted (open_phases.py)
-            if name not in SIDE_TABLES or name == "heartbeat":
+            # side kinds change no span by themselves, but every one the process
+            # records (a heartbeat, a metric point, slice counts: not the
+            # scheduler's) is a sign of life that may end the open phases of
+            # an attempt that later restarted (open_phases.py, liveness.py)
+            if name not in _NO_SIGN_OF_LIFE:
                 earliest = min(earliest, t0)
             stored += len(batch["t"]) - dups
             if dups:

@@ -168,6 +168,23 @@ def test_a_step_that_arrives_in_a_disrupted_attempt_moves_its_recovery():
     assert recovery == 14.375 - 4.25
 
 
+def test_a_metric_point_that_arrives_late_ends_an_open_phase_of_a_restarted_attempt():
+    # Found by the many-hosts refresh property (tests/core/queries/test_many_hosts.py):
+    # attempt 1's program startup began at 0.5 and never ended; attempt 2
+    # started at 10. The startup runs to attempt 1's last sign of life (rules
+    # 14, 15): its metric point at 4, once that arrives. A metric point is a
+    # side row (no span of its own), and the monitor did not look at the
+    # spans again when one came.
+    first = [_ev(K.JOB_START, 0.0), _ev(K.PROGRAM_STARTUP_START, 0.5), _ev(K.JOB_START, 10.0),
+             _ev(K.STEP_START, 11.0, 0), _ev(K.JOB_END, 12.0)]
+    second = [_ev(K.METRIC, 4.0, None, {"metric_name": "loss", "metric_value": 1.0})]
+    arrival = [e.time for e in first] + [13.0]
+    monitor, one_shot, end = _replay(first + second, arrival, [len(first)])
+    assert _summary(monitor.cumulative(now=end)) == _summary(one_shot.cumulative(now=end))
+    # the startup [0.5, 4): 3.5 s
+    assert one_shot.cumulative(now=end).badput_seconds[BadputType.PROGRAM_STARTUP] == 3.5
+
+
 @SETTINGS
 @given(arrivals())
 def test_any_split_into_refreshes_gives_the_one_shot_result(case):
