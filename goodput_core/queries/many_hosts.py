@@ -181,7 +181,7 @@ class ManyHosts:
                       if p.key in since), default=math.inf)
             if k0 == math.inf:
                 continue
-            early = any(since.get(p.key, math.inf) <= _horizon(p) for p in others)
+            early = any(p.key in since and since[p.key] <= _horizon(p) for p in others)
             small = [small_blocking(p, k0) for p in others]
             if any(b is None for b in small):
                 small = None
@@ -214,9 +214,15 @@ class ManyHosts:
 
 def _horizon(p) -> float:
     """Up to where a piece's rows decide the carve before its first step:
-    its second step start (inf: it has none)."""
-    t = p.column("steps")[0]
-    return float(t[1]) if len(t) > 1 else math.inf
+    its second step start (inf: it has none; kept on the piece once known:
+    a row that moves it makes new pieces)."""
+    h = p.cache.get("horizon")
+    if h is None:
+        t = p.column("steps")[0]
+        h = float(t[1]) if len(t) > 1 else math.inf
+        if h < math.inf:
+            p.cache["horizon"] = h
+    return h
 
 
 def _check_ties(columns: RunColumns, structure: Structure) -> None:
