@@ -19,7 +19,7 @@ from typing import Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from goodput_core.timeline.free_time import EPS, free_time, free_time_by_columns
+from goodput_core.timeline.free_time import EPS, carved_per_row, free_time
 from goodput_core.timeline.stragglers import _MEETS
 
 __all__ = ["StepBlocking", "SmallBlocking", "carve", "carve_small", "union_of_pairs",
@@ -267,17 +267,7 @@ def _by_columns(lead: StepBlocking, rows: np.ndarray, worst_w: np.ndarray, win: 
     wx, wy = win["x"][rows] + shift, win["y"][rows] + shift
     fits = (own_meets <= 1) & (win_meets[rows] == 1)
     fits &= wy > wx  # a shifted interval that rounding emptied: one by one
-    emit, xs, ys = free_time_by_columns(a, b, np.where(own_meets == 1, ox, a),
-                                        np.where(own_meets == 1, oy, a), wx, wy, need)
-    emit &= fits[:, None]
-    counts = emit.sum(axis=1)[fits].tolist()
-    xs, ys = xs[emit].tolist(), ys[emit].tolist()
-    out: List[Optional[list]] = [None] * len(rows)
-    done = 0
-    for j, c in zip(np.flatnonzero(fits).tolist(), counts):
-        out[j] = list(zip(xs[done:done + c], ys[done:done + c]))
-        done += c
-    return out
+    return carved_per_row(a, b, own_meets, ox, oy, wx, wy, need, fits)
 
 
 class SmallBlocking:

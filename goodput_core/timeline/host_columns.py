@@ -33,6 +33,7 @@ import numpy as np
 
 from goodput_core.events import EventRecord, Kind
 from goodput_core.timeline.intervals import Growable
+from goodput_core.timeline.streams import _t
 
 __all__ = ["FAMILIES", "Stream", "Piece", "t_of"]
 
@@ -62,14 +63,9 @@ _CAT_LIST, _END_LIST = _CAT_LUT.tolist(), _END.tolist()
 _SMALL_PAGE = 16384  # rows: a page this small is routed row by row
 
 
-def t_of(e: EventRecord) -> float:
-    """When an event happened (the per-event pass's ``_t``): its time, else
-    its write time (an Orbax entry without a start), else 0."""
-    t = e[2]
-    if t == t and abs(t) != math.inf:
-        return t
-    w = e[10]
-    return w if w == w else 0.0
+#: When an event happened (the per-event pass's own): its time, else its
+#: write time (an Orbax entry without a start), else 0.
+t_of = _t
 
 
 class _Column:

@@ -100,6 +100,13 @@ def step_blocking(p: Piece, k0: float = -math.inf) -> StepBlocking:
         since = float(t[0]) if len(t) else math.inf
     else:
         since = -math.inf
+    ends, job_end = _step_ends(p)
+    xs, ys = union_of_pairs([_from(p.column("stall"), since), _from(p.column("bload"), since)])
+    return StepBlocking.of(t, k, ends, job_end, xs, ys)
+
+
+def _step_ends(p: Piece) -> Tuple[Dict[int, float], Optional[float]]:
+    """A piece's step ends (``{step: time}``, the last of each) and its first job end."""
     ends: Dict[int, float] = {}
     job_end = None
     for e in p.records:
@@ -107,8 +114,7 @@ def step_blocking(p: Piece, k0: float = -math.inf) -> StepBlocking:
             ends[e[3]] = t_of(e)
         elif e[1] == _JOB_END and job_end is None:
             job_end = t_of(e)
-    xs, ys = union_of_pairs([_from(p.column("stall"), since), _from(p.column("bload"), since)])
-    return StepBlocking.of(t, k, ends, job_end, xs, ys)
+    return ends, job_end
 
 
 def _as_step(k0: float) -> int:
@@ -138,13 +144,7 @@ def small_blocking(p: Piece, k0: float) -> Optional[SmallBlocking]:
         if len(ft) > 4 * SMALL_TAIL:
             return None
         families.append((ft.tolist(), fe.tolist()))
-    ends: Dict[int, float] = {}
-    job_end = None
-    for e in p.records:
-        if e[1] == _STEP_END and e[3] is not None:
-            ends[e[3]] = t_of(e)
-        elif e[1] == _JOB_END and job_end is None:
-            job_end = t_of(e)
+    ends, job_end = _step_ends(p)
     return SmallBlocking(t.tolist(), k.tolist(), ends, job_end, families)
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import pytest
 
 from goodput_core.events import Kind
-from goodput_core.queries.calculator import Calculator
 from goodput_core.timeline.buckets import BadputType as B
 from goodput_core.timeline.streams import stream_indices
 from tests.support.writers import Writer, calculator_of, job
