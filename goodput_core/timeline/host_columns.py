@@ -215,8 +215,9 @@ class Stream:
         if pieces is None:
             return
         last = pieces[-1] if pieces else None
-        if last is None or last.start is None or changed < last.start or any(e[1] == _JOB_START for e in new) \
-                or self.merges() != last.cache.get("merges", self.merges()):
+        merges = self.merges()
+        if last is None or last.start is None or changed < last.start or \
+                any(e[1] == _JOB_START for e in new) or merges != last.cache.get("merges", merges):
             self._pieces = None
             return
         last.grow(tmax, new, kinds)
@@ -271,9 +272,8 @@ class Piece:
             elif k in _CLOSING:
                 insort(self._closing, t)
 
-    def _take_columns(self, lo: Dict[str, int], kinds: Optional[set] = None) -> None:
-        """Its column rows from ``lo`` (to ``hi``; ``kinds``: theirs, when
-        known) and its extent after them."""
+    def _take_columns(self, lo: Dict[str, int]) -> None:
+        """Its column rows from ``lo`` (to ``hi``) and its extent after them."""
         s, hi = self.stream, self.hi
         if hi["steps"] > lo["steps"]:
             self.kinds.add(_STEP)
@@ -284,12 +284,11 @@ class Piece:
         for name, (start, end) in FAMILIES.items():
             if hi[name] > lo[name]:
                 col = s.families[name]
-                if kinds is None:
-                    ends = col.v.a[lo[name]:hi[name]]
-                    if ends.any():
-                        self.kinds.add(end)
-                    if not ends.all():
-                        self.kinds.add(start)
+                ends = col.v.a[lo[name]:hi[name]]
+                if ends.any():
+                    self.kinds.add(end)
+                if not ends.all():
+                    self.kinds.add(start)
                 t0, t1 = float(col.t.a[lo[name]]), float(col.t.a[hi[name] - 1])
                 self._first, self._last = min(self._first, t0), max(self._last, t1)
         self.tmax = max(self.tmax, self._last)
@@ -331,9 +330,27 @@ class Piece:
         """Takes the rows its stream got since (all in this piece, the last;
         ``kinds``: those of its new column rows, when the caller knows them)."""
         s = self.stream
-        old = dict(self.hi)
+        lo, hi = self.lo, self.hi
         for name, n in s.counts().items():
-            self.hi[name] = max(n, self.hi[name])
+            old = hi[name]
+            if n <= old:
+                continue
+            hi[name] = n
+            # (rows appended in time order: a piece's first row stays, its last is new)
+            col = s.steps if name == "steps" else s.families[name]
+            t0 = col.t.item(old) if old == lo[name] else math.inf
+            t1 = col.t.item(n - 1)
+            self._first, self._last = min(self._first, t0), max(self._last, t1)
+            if name == "steps":
+                self.kinds.add(_STEP)
+                self._steps = (min(self._steps[0], t0), max(self._steps[1], t1))
+            elif kinds is None:
+                start, end = FAMILIES[name]
+                flags = col.v.a[old:n]
+                if flags.any():
+                    self.kinds.add(end)
+                if not flags.all():
+                    self.kinds.add(start)
         mine = [e for e in new if e[1] not in _SCHEDULING]
         if mine:
             self.records = [e for e in self.records] + mine
@@ -342,7 +359,8 @@ class Piece:
             self._take_records(mine)
         if kinds:
             self.kinds.update(kinds)
-        self._take_columns(old, kinds)
+        self.tmax = max(self.tmax, self._last)
+        self._settle_extent()
 
     def cut(self, until: float) -> Tuple[Optional["Piece"], List[EventRecord]]:
         """Its rows before ``until`` (itself when all are; None when none is)
