@@ -382,10 +382,6 @@ class Piece:
         view.cache.update(cut=until)
         return view, late
 
-    def identity(self) -> tuple:
-        """What the rules read of it (equal identities: the same structure)."""
-        return (self.key, self.number, self.index, self.start, self.end, _STEP in self.kinds)
-
     def steps_increase(self) -> bool:
         """True when its step numbers increase (in time order)."""
         lo, hi = self.lo["steps"], self.hi["steps"]

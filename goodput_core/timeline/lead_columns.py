@@ -52,7 +52,6 @@ class Structure:
       views: each lead piece cut there (:meth:`Piece.cut`; None: nothing
         left), late: its metrics and metadata from there on.
       others_of: the other pieces of each lead piece's attempt.
-      key: what identifies the structure (equal keys: equal structures).
     """
 
     def __init__(self, single: bool, groups: List[Tuple[List[Piece], List[Piece]]],
@@ -66,9 +65,6 @@ class Structure:
         cuts = [p.cut(u) for p, u in zip(self.leads, self.untils)]
         self.views = [c[0] for c in cuts]
         self.late = [c[1] for c in cuts]
-        self.key = (single, tuple((tuple(p.identity() for p in chain),
-                                   tuple(p.identity() for p in others))
-                                  for chain, others in groups))
 
 
 def structure_of(run: RunColumns) -> Structure:
