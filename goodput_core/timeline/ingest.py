@@ -59,8 +59,6 @@ _TABLE_COLUMNS = {
 # Scheduling times change no span: they are read at query time (lifecycle).
 # Heartbeats change no span either (liveness, rule 15; but see _commit).
 SIDE_TABLES = frozenset({"slices", "metric", "submitted", "granted", "heartbeat"})
-# side tables that are no sign of the process's life (the scheduler's times)
-_NO_SIGN_OF_LIFE = frozenset({"submitted", "granted"})
 _SLICE_KEYS = ("active_slices", "available_slices", "total_slices")
 _SIDE_KINDS = {int(Kind.METADATA), int(Kind.METRIC), int(Kind.ELASTIC_SLICE_COUNTS),
                int(Kind.HEARTBEAT)}
@@ -90,6 +88,9 @@ class EventTables:
         # run metadata: key -> (time, arrival order, value), the latest wins
         self.metadata: Dict[str, Tuple[float, int, Any]] = {}
         self._side_stored = 0
+        # the earliest metric point of the last rows added (a sign of life:
+        # it may end an open phase after the freeze point)
+        self.signs_from = _INF
         self._codes: Dict[str, Dict[str, int]] = {k: {} for k in self.names}
         self.elastic_seen = False
         #: Hangs as the watchdog saw them: dicts with ``detected``, ``start``
@@ -204,6 +205,7 @@ class EventTables:
     def _commit(self, rows, arrays, side0: int) -> Tuple[float, int]:
         """Inserts the routed rows and arrays into their tables."""
         earliest, stored = _INF, self._side_stored - side0
+        self.signs_from = _INF
         for name in set(rows) | set(arrays):
             table = self.tables[name]
             batch = {}
@@ -211,12 +213,14 @@ class EventTables:
                 parts = arrays[name][k] + [np.asarray(rows[name][k], dtype=_DTYPES[k])]
                 batch[k] = np.concatenate(parts).astype(_DTYPES[k], copy=False)
             t0, dups = table.insert(batch)
-            # side kinds change no span by themselves, but every one the process
-            # records (a heartbeat, a metric point, slice counts: not the
-            # scheduler's) is a sign of life that may end the open phases of
-            # an attempt that later restarted (open_phases.py, liveness.py)
-            if name not in _NO_SIGN_OF_LIFE:
+            # side kinds change no span by themselves; a heartbeat may end the
+            # open phases of an attempt that later restarted (open_phases.py),
+            # and so may a metric point (a sign of life, liveness.py: only one
+            # at or after the freeze point can, Timeline.add)
+            if name not in SIDE_TABLES or name == "heartbeat":
                 earliest = min(earliest, t0)
+            elif name == "metric":
+                self.signs_from = min(self.signs_from, t0)
             stored += len(batch["t"]) - dups
             if dups:
                 self.skipped["duplicate"] += dups

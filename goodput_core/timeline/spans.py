@@ -107,15 +107,24 @@ class Timeline:
         """Validates and stores events; returns how many were stored."""
         earliest, stored = self.tables.add(events, run)
         if stored:
-            self.dirty_from = min(self.dirty_from, earliest)
+            self._dirty(earliest)
         return stored
 
     def add_page(self, page) -> int:
         """Stores a page of columns read from a store (:class:`EventPage`)."""
         earliest, stored = self.tables.add_page(page)
         if stored:
-            self.dirty_from = min(self.dirty_from, earliest)
+            self._dirty(earliest)
         return stored
+
+    def _dirty(self, earliest: float) -> None:
+        """The spans change from ``earliest``, and from the metric points just
+        added where they lie at or after the freeze point (signs of life that
+        may end an open phase there; earlier ones cannot)."""
+        signs = self.tables.signs_from
+        if signs >= self.F:
+            earliest = min(earliest, signs)
+        self.dirty_from = min(self.dirty_from, earliest)
 
     def set_carved(self, from_t: float, starts: np.ndarray, ends: np.ndarray,
                    to_t: float = _INF) -> None:
