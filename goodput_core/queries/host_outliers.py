@@ -33,16 +33,12 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
 
 import numpy as np
 
+from goodput_core.queries.host_figures import HOST_LOCAL_BUCKETS, HostFigures, host_figures
 from goodput_core.timeline.buckets import BadputType as B
 from goodput_core.timeline.streams import stream_indices, writer_key
 
-__all__ = ["HOST_LOCAL_BUCKETS", "HostStats", "HostBreakdown", "HostTracker", "breakdown_of"]
-
-#: Buckets that measure time spent by one host on its own (data loading
-#: counts overlapped loads too: a slow loader makes the others wait).
-HOST_LOCAL_BUCKETS = ("DATA_LOADING", B.UNPRODUCTIVE_CHECKPOINT_SAVE_TIME.name,
-                      B.UNPRODUCTIVE_CHECKPOINT_RESTORE_TIME.name, B.TPU_INITIALIZATION.name,
-                      B.TRAINING_PREP.name)
+__all__ = ["HOST_LOCAL_BUCKETS", "HostStats", "HostBreakdown", "HostTracker", "breakdown_of",
+           "breakdown_of_stats"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,10 +93,21 @@ def _host_stats(index: int, calc: Any, now: float) -> HostStats:
                      calc.step_stats().count, median, p90)
 
 
+def _stats_of(index: int, fig: HostFigures) -> HostStats:
+    seconds, total, steps, median, p90 = fig
+    return HostStats(index, seconds, float(sum(seconds.values())), total, steps, median, p90)
+
+
 def breakdown_of(calculators: Dict[int, Any], now: float, *, ratio: float = 2.0,
                  min_share: float = 0.01) -> HostBreakdown:
     """The breakdown of per-host calculators (``{process_index: Calculator}``)."""
-    hosts = [_host_stats(i, c, now) for i, c in sorted(calculators.items())]
+    return breakdown_of_stats([_host_stats(i, c, now) for i, c in sorted(calculators.items())],
+                              ratio=ratio, min_share=min_share)
+
+
+def breakdown_of_stats(hosts: List[HostStats], *, ratio: float = 2.0,
+                       min_share: float = 0.01) -> HostBreakdown:
+    """The breakdown of the hosts' figures (by process index)."""
     if not hosts:
         return HostBreakdown([], {}, [])
     median = {name: float(np.median([h.seconds[name] for h in hosts]))
@@ -151,6 +158,8 @@ class HostTracker:
         self._records: List[Any] = []  # every event read (multi-host runs only)
         self._settled: Dict[Any, int] = {}  # (host, pid) -> settled process index
         self.multi_host = store is None  # fed by add(): always per host
+        self._columns: Any = None  # the run's columns, when the calculator holds them
+        self._engine_hosts: Dict[int, Any] = {}
 
     def add(self, events: Iterable[Any]) -> None:
         """Routes EventRecords to their host's calculator.
@@ -196,10 +205,20 @@ class HostTracker:
             self._seen.update(indices)
             self.multi_host = len(self._seen) > 1
 
+    def use_columns(self, columns: Any) -> None:
+        """Takes each host's figures from the run's columns
+        (:class:`~goodput_core.timeline.host_columns.RunColumns`, which the
+        run's calculator keeps up to date) instead of reading the store; None:
+        read the store again (from its start, on the next refresh)."""
+        with self._lock:
+            self._columns = columns
+            self._engine_hosts = {}
+            self._cursor, self._records, self._hosts, self._settled = None, [], {}, {}
+
     def refresh(self) -> int:
         """Reads what the store got since the last refresh (multi-host runs
         only); returns how many events."""
-        if self._store is None or not self.multi_host:
+        if self._store is None or not self.multi_host or self._columns is not None:
             return 0
         events, self._cursor = self._store.read(self.run, since=self._cursor)
         self.add(events)
@@ -207,10 +226,17 @@ class HostTracker:
 
     def breakdown(self, now: Optional[float] = None, **kwargs: Any) -> HostBreakdown:
         """The breakdown at ``now`` (see :func:`breakdown_of`)."""
-        with self._lock:
-            hosts = dict(self._hosts)
         if now is None:
             now = (self._clock or time.time)()
         if not math.isfinite(float(now)):
             raise ValueError(f"now must be finite, got {now!r}")
+        with self._lock:
+            columns = self._columns
+            if columns is not None:
+                if not self.multi_host:
+                    return breakdown_of_stats([], **kwargs)
+                figures = host_figures(columns, float(now), self._engine_hosts)
+                return breakdown_of_stats([_stats_of(i, f) for i, f in figures.items()],
+                                          **kwargs)
+            hosts = dict(self._hosts)
         return breakdown_of(hosts, float(now), **kwargs)

@@ -3,10 +3,13 @@ is fed, from a store (``refresh``, ``pull``) or by the caller (``add``,
 ``add_payloads``), into one job timeline.
 
 One writer process: the timeline is built incrementally. Several writer
-processes on one run (``docs/semantics.md``, many writers): every event is
-kept with its writer and the job timeline is the lead stream's
-(:mod:`goodput_core.queries.many_writers`). Every page read is shown to the
-run's :class:`~goodput_core.queries.host_outliers.HostTracker`, which builds
+processes on one run (``docs/semantics.md``, many writers): the run is read
+again with each row's writer and held as columns per writer, and the job
+timeline is the lead stream's (:mod:`goodput_core.queries.many_hosts`); a
+run those columns cannot hold exactly, and events given to :meth:`add`, keep
+every event with its writer (:mod:`goodput_core.queries.many_writers`).
+Every page read is shown to the run's
+:class:`~goodput_core.queries.host_outliers.HostTracker`, which builds
 per-host calculators once a second process index appears.
 """
 
@@ -18,8 +21,10 @@ from typing import Any, Callable, Iterable, Optional, Tuple
 
 from goodput_core.events import SkipReason, from_payload
 from goodput_core.queries.host_outliers import HostTracker
+from goodput_core.queries.many_hosts import ManyHosts
 from goodput_core.queries.many_writers import ManyWriters
 from goodput_core.record.hooks import flush_before_read
+from goodput_core.timeline.lead_columns import records_page
 from goodput_core.timeline.payload_columns import payload_page
 from goodput_core.timeline.spans import Timeline
 
@@ -63,8 +68,11 @@ class RunFeed:
         self.tl = Timeline()
         self.tl.liveness = liveness
         self.host_tracker = self._new_host_tracker()
-        # Several writer processes on one run: job figures from the lead stream
+        # Several writer processes on one run: job figures from the lead stream,
+        # from the run's columns (hosts), or from every event (many: odd runs, add())
         self.many = ManyWriters(run)
+        self.hosts = ManyHosts(run, liveness)
+        self._by_records = False
 
     def _new_host_tracker(self) -> HostTracker:
         return HostTracker(self.run or "", self.store, clock=self._clock,
@@ -157,13 +165,35 @@ class RunFeed:
     def pull(self, store: Any, cursor: Any = None) -> Tuple[int, Any]:
         """:meth:`Calculator.pull <goodput_core.queries.calculator.Calculator.pull>`:
         pages of records, or of numpy columns where the store has them
-        (``read_columns``); records once a second writer appears."""
+        (``read_columns``); once a second writer appears, pages with each
+        row's writer (columns per writer), or records for an odd run."""
         read_columns = getattr(store, "read_columns", None)
         total = 0
         many = self.many
         with self._lock:
             while True:
-                if many.active:  # several writers: every event, with its writer
+                if many.active and not self._by_records:  # several writers: by columns
+                    if self.host_tracker._columns is None:
+                        self.host_tracker.use_columns(self.hosts.columns)
+                    page, cursor, limit = self._writers_page(store, cursor)
+                    self.hosts.add_page(page)
+                    self.host_tracker.observe_indices(page.process_indices)
+                    if self.hosts.odd is not None:  # not for columns: every event instead
+                        self._to_records()
+                        cursor, total = None, 0
+                        continue
+                    total += len(page)
+                    if len(page) >= limit:
+                        continue
+                    if total:
+                        tl = self.hosts.timeline()
+                        if self.hosts.odd is not None:  # found while building it
+                            self._to_records()
+                            cursor, total = None, 0
+                            continue
+                        self.tl = tl
+                    return total, cursor
+                elif many.active:  # several writers, an odd run: every event, with its writer
                     page, cursor = store.read(self.run, since=cursor, limit=_PAGE)
                     many.extend(page)
                     self.host_tracker.observe(page)
@@ -172,7 +202,7 @@ class RunFeed:
                     self.tl.add_page(page)  # also counts the corrupt rows skipped
                     self.host_tracker.observe_indices(page.process_indices)
                     if many.note_writers(page.writers):
-                        cursor, total = None, 0  # a second writer: read again, as records
+                        cursor, total = None, 0  # a second writer: read again, with writers
                         continue
                 else:
                     page, cursor = store.read(self.run, since=cursor, limit=_PAGE)
@@ -187,6 +217,25 @@ class RunFeed:
                     if many.active and total:
                         self.tl = self._lead_timeline(many)
                     return total, cursor
+
+    def _to_records(self) -> None:
+        """An odd run (``ManyHosts.odd``): read again, every event as a record."""
+        self._by_records = True
+        self.many.reset()
+        self.hosts = ManyHosts(self.run, self._liveness)  # (its columns are freed)
+        self.host_tracker.use_columns(None)
+
+    def _writers_page(self, store: Any, cursor: Any) -> Tuple[Any, Any, int]:
+        """The next page of the run with each row's writer (and the most it
+        could have held): columns where the store reads them so, else its
+        records as columns."""
+        if getattr(store, "columns_with_writers", False):
+            # larger pages for many writers: the routing's per-writer work per page
+            limit = max(_PAGE, 4096 * len(self.hosts.columns.streams))
+            return (*store.read_columns(self.run, since=cursor, limit=limit, writers=True),
+                    limit)
+        records, cursor = store.read(self.run, since=cursor, limit=_PAGE)
+        return records_page(self.run or "", records), cursor, _PAGE
 
     def _lead_timeline(self, many: Any) -> Timeline:
         """The job timeline of a run written by several processes (rule 13),

@@ -49,10 +49,16 @@ class EventPage:
       corrupt: ``{reason: count}`` of stored rows the read skipped as corrupt.
       process_indices: the distinct process indices of the writers of these
         events (what tells a multi-host run), where the store knows them.
+      writer, seq: per row, the writer's code in ``writer_keys`` (int32) and
+        the event's sequence number (int64): only in pages read with
+        ``writers=True`` (None otherwise); what a run written by many hosts
+        is read with (:mod:`goodput_core.timeline.host_columns`).
+      writer_keys: ``{code: (process_index, host, pid, attempt)}`` of the
+        codes in ``writer``.
     """
 
     __slots__ = ("run", "kind", "time", "step", "has_step", "write_time", "extra", "corrupt",
-                 "process_indices", "writers")
+                 "process_indices", "writers", "writer", "seq", "writer_keys")
 
     def __init__(self, run: str, kind: np.ndarray, time: np.ndarray, step: np.ndarray,
                  has_step: np.ndarray, write_time: np.ndarray,
@@ -65,15 +71,24 @@ class EventPage:
         self.corrupt = corrupt or {}
         self.process_indices: tuple = ()
         self.writers: tuple = ()  # distinct (host, pid) of the writers, where known
+        self.writer: Optional[np.ndarray] = None
+        self.seq: Optional[np.ndarray] = None
+        self.writer_keys: Dict[int, Tuple[int, str, int, str]] = {}
 
     def __len__(self) -> int:
         return len(self.kind)
 
     def record(self, i: int) -> EventRecord:
-        """Row ``i`` as an EventRecord (writer metadata left at defaults)."""
+        """Row ``i`` as an EventRecord (writer metadata left at defaults unless
+        the page carries writers)."""
         step = int(self.step[i]) if self.has_step[i] else None
+        if self.writer is None:
+            return EventRecord(self.run, int(self.kind[i]), float(self.time[i]), step,
+                               self.extra.get(i), write_time=float(self.write_time[i]))
+        index, host, pid, attempt = self.writer_keys[int(self.writer[i])]
         return EventRecord(self.run, int(self.kind[i]), float(self.time[i]), step,
-                           self.extra.get(i), write_time=float(self.write_time[i]))
+                           self.extra.get(i), index, host, pid, attempt, int(self.seq[i]),
+                           float(self.write_time[i]))
 
     @classmethod
     def empty(cls, run: str) -> "EventPage":
@@ -92,4 +107,18 @@ class EventPage:
                    cat("write_time"), extra, dict(corrupt))
         page.process_indices = tuple({i for p in pages for i in p.process_indices})
         page.writers = tuple({w for p in pages for w in p.writers})
+        rows = [p for p in pages if len(p)]  # (an empty page read with writers may have none)
+        if rows and all(p.writer is not None for p in rows):
+            # each page's writer codes are its own: coded again over the pages
+            codes: dict = {}
+            parts = []
+            for p in rows:
+                top = max(p.writer_keys, default=0)
+                lut = np.zeros(top + 1, np.int64)
+                for c, key in p.writer_keys.items():
+                    lut[c] = codes.setdefault(key, len(codes))
+                parts.append(lut[p.writer])
+            page.writer = np.concatenate(parts)
+            page.seq = np.concatenate([p.seq for p in rows])
+            page.writer_keys = {c: key for key, c in codes.items()}
         return page

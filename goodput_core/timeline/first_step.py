@@ -36,7 +36,7 @@ from goodput_core.timeline.free_time import EPS, fill, free_time
 from goodput_core.timeline.kind_routes import PAIR_FAMILIES
 from goodput_core.timeline.stragglers import _Blocks, _inside, _stall_events, _union
 
-__all__ = ["first_step_stalls"]
+__all__ = ["first_step_stalls", "first_step_carve"]
 
 _STEP, _STEP_END = int(Kind.STEP_START), int(Kind.STEP_END)
 _JOB_START, _JOB_END = int(Kind.JOB_START), int(Kind.JOB_END)
@@ -179,6 +179,14 @@ def first_step_stalls(lead, others, step_stalls: Sequence[Interval] = ()) -> Lis
     same attempt of the job) with the same first step blocked longer before
     it (module docstring). ``step_stalls``: the straggler stalls already
     carved from the lead's steps (not carved again)."""
+    carved = first_step_carve(lead, others, step_stalls)
+    return _stall_events(lead, carved) if carved else []
+
+
+def first_step_carve(lead, others, step_stalls: Sequence[Interval] = ()) -> List[Interval]:
+    """:func:`first_step_stalls` as intervals, in order. A piece is read
+    through ``kinds``, ``events``, ``times`` (in time order), ``start`` and
+    ``cache`` (its events up to its second step start suffice)."""
     mine = _before(lead)
     if mine is None:
         return []
@@ -201,7 +209,7 @@ def first_step_stalls(lead, others, step_stalls: Sequence[Interval] = ()) -> Lis
     need -= _inside(carved)
     if need > EPS:
         carved += _in_first_step(lead, step_stalls, need)
-    return _stall_events(lead, carved)
+    return carved
 
 
 def _in_first_step(lead, step_stalls: Sequence[Interval], need: float) -> List[Interval]:

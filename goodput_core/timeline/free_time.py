@@ -11,11 +11,11 @@ operations (``max``/``min`` of the same values, ``x + take``)."""
 
 from __future__ import annotations
 
-from typing import List, Tuple
+from typing import List, Optional, Tuple
 
 import numpy as np
 
-__all__ = ["EPS", "free_time", "free_time_by_columns", "fill"]
+__all__ = ["EPS", "free_time", "free_time_by_columns", "fill", "carved_per_row"]
 
 EPS = 1e-9  # seconds: below this a straggler's excess is float noise
 
@@ -106,3 +106,23 @@ def free_time_by_columns(a, b, ox, oy, wx, wy, need):
         need = np.where(on, need - take, need)
         active &= need > EPS
     return emit, xs, ys
+
+
+def carved_per_row(a: np.ndarray, b: np.ndarray, own_meets: np.ndarray, ox: np.ndarray,
+                   oy: np.ndarray, wx: np.ndarray, wy: np.ndarray, need: np.ndarray,
+                   fits: np.ndarray) -> List[Optional[List[Tuple[float, float]]]]:
+    """:func:`free_time_by_columns` of spans ``[a, b)`` where the lead blocked
+    at most once (``own_meets``; its interval ``ox``/``oy``) and the slowest
+    host once (``wx``/``wy``, shifted to the lead's span), as one list of
+    carved intervals per row where ``fits`` (None elsewhere: one by one)."""
+    emit, xs, ys = free_time_by_columns(a, b, np.where(own_meets == 1, ox, a),
+                                        np.where(own_meets == 1, oy, a), wx, wy, need)
+    emit &= fits[:, None]
+    counts = emit.sum(axis=1)[fits].tolist()
+    xs, ys = xs[emit].tolist(), ys[emit].tolist()  # row by row
+    out: List[Optional[List[Tuple[float, float]]]] = [None] * len(a)
+    done = 0
+    for j, c in zip(np.flatnonzero(fits).tolist(), counts):
+        out[j] = list(zip(xs[done:done + c], ys[done:done + c]))
+        done += c
+    return out

@@ -79,12 +79,18 @@ class EventTables:
             # no dedup here: back-to-back zero-length intervals legitimately
             # repeat (kind, time); a duplicated start or end is merely unmatched
             self.tables[fam] = Table(("e", "key") if fam in KEYED_FAMILIES else ("e",), dedup=False)
+        # rule 13: the stragglers' stalls carved from the lead's steps (a run
+        # written by many hosts), as intervals: set by replace_carved, not events
+        self.tables["carved"] = Table(("end",), dedup=False)
         self.skipped: collections.Counter = collections.Counter()
         self.names: Dict[str, List[str]] = {"custom": [], "wait": [], "disruption": [],
                                             "metric": []}
         # run metadata: key -> (time, arrival order, value), the latest wins
         self.metadata: Dict[str, Tuple[float, int, Any]] = {}
         self._side_stored = 0
+        # the earliest metric point of the last rows added (a sign of life:
+        # it may end an open phase after the freeze point)
+        self.signs_from = _INF
         self._codes: Dict[str, Dict[str, int]] = {k: {} for k in self.names}
         self.elastic_seen = False
         #: Hangs as the watchdog saw them: dicts with ``detected``, ``start``
@@ -166,9 +172,40 @@ class EventTables:
             self._add_one(page.record(i), None, base + i, rows)
         return self._commit(rows, arrays, side0)
 
+    def replace_carved(self, from_t: float, starts: np.ndarray, ends: np.ndarray,
+                       to_t: float = _INF) -> float:
+        """Replaces the carved stalls that start in ``[from_t, to_t)`` by
+        ``(starts, ends)`` (sorted, all starting in that range); returns the
+        earliest start that changed (inf: nothing did)."""
+        table = self.tables["carved"]
+        t_all, e_all = table["t"], table["end"]
+        i = int(np.searchsorted(t_all, from_t, side="left"))
+        j = len(t_all) if to_t == _INF else int(np.searchsorted(t_all, to_t, side="left"))
+        old_s, old_e = t_all[i:j], e_all[i:j]
+        n = min(len(old_s), len(starts))
+        differ = np.flatnonzero((old_s[:n] != starts[:n]) | (old_e[:n] != ends[:n]))
+        if len(differ):
+            k = int(differ[0])
+        elif len(old_s) == len(starts):
+            return _INF
+        else:
+            k = n
+        changed = min(float(old_s[k]) if k < len(old_s) else _INF,
+                      float(starts[k]) if k < len(starts) else _INF)
+        if j == len(t_all):
+            table.cols["t"].truncate(i + k)
+            table.cols["end"].truncate(i + k)
+            table.cols["t"].extend(starts[k:])
+            table.cols["end"].extend(ends[k:])
+        else:
+            table.cols["t"].replace(np.concatenate((t_all[:i], starts, t_all[j:])))
+            table.cols["end"].replace(np.concatenate((e_all[:i], ends, e_all[j:])))
+        return changed
+
     def _commit(self, rows, arrays, side0: int) -> Tuple[float, int]:
         """Inserts the routed rows and arrays into their tables."""
         earliest, stored = _INF, self._side_stored - side0
+        self.signs_from = _INF
         for name in set(rows) | set(arrays):
             table = self.tables[name]
             batch = {}
@@ -176,10 +213,14 @@ class EventTables:
                 parts = arrays[name][k] + [np.asarray(rows[name][k], dtype=_DTYPES[k])]
                 batch[k] = np.concatenate(parts).astype(_DTYPES[k], copy=False)
             t0, dups = table.insert(batch)
-            # side kinds do not change any span; a heartbeat may end the open
-            # phases of an attempt that later restarted (open_phases.py)
+            # side kinds change no span by themselves; a heartbeat may end the
+            # open phases of an attempt that later restarted (open_phases.py),
+            # and so may a metric point (a sign of life, liveness.py: only one
+            # at or after the freeze point can, Timeline.add)
             if name not in SIDE_TABLES or name == "heartbeat":
                 earliest = min(earliest, t0)
+            elif name == "metric":
+                self.signs_from = min(self.signs_from, t0)
             stored += len(batch["t"]) - dups
             if dups:
                 self.skipped["duplicate"] += dups

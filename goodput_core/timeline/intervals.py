@@ -41,6 +41,10 @@ class Growable:
     def __len__(self) -> int:
         return self.n
 
+    def item(self, i: int):
+        """Element ``i`` (0 <= i < n) as a Python scalar."""
+        return self._buf.item(i)
+
     def _reserve(self, need: int) -> None:
         if need > len(self._buf):
             cap = max(need, int(len(self._buf) * _GROWTH) + 16)

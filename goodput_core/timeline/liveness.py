@@ -41,7 +41,8 @@ _NAN = math.nan
 # event tables that are not the last event's sign of life: heartbeats and
 # disruptions are read apart, Orbax entries by their end; a scheduler's
 # submissions and grants are not the process's
-_SKIP = ("heartbeat", "disruption", "orbax", "submitted", "granted")
+# (and the stalls carved from the lead's steps: no event of the lead's)
+_SKIP = ("heartbeat", "disruption", "orbax", "submitted", "granted", "carved")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -107,15 +107,33 @@ class Timeline:
         """Validates and stores events; returns how many were stored."""
         earliest, stored = self.tables.add(events, run)
         if stored:
-            self.dirty_from = min(self.dirty_from, earliest)
+            self._dirty(earliest)
         return stored
 
     def add_page(self, page) -> int:
         """Stores a page of columns read from a store (:class:`EventPage`)."""
         earliest, stored = self.tables.add_page(page)
         if stored:
-            self.dirty_from = min(self.dirty_from, earliest)
+            self._dirty(earliest)
         return stored
+
+    def _dirty(self, earliest: float) -> None:
+        """The spans change from ``earliest``, and from the metric points just
+        added where they lie at or after the freeze point (signs of life that
+        may end an open phase there; earlier ones cannot)."""
+        signs = self.tables.signs_from
+        if signs >= self.F:
+            earliest = min(earliest, signs)
+        self.dirty_from = min(self.dirty_from, earliest)
+
+    def set_carved(self, from_t: float, starts: np.ndarray, ends: np.ndarray,
+                   to_t: float = _INF) -> None:
+        """Replaces the stragglers' stalls carved from the lead's steps that
+        start in ``[from_t, to_t)`` (rule 13, a run written by many hosts:
+        painted as input stalls; ``starts`` sorted)."""
+        changed = self.tables.replace_carved(from_t, np.asarray(starts, np.float64),
+                                             np.asarray(ends, np.float64), to_t)
+        self.dirty_from = min(self.dirty_from, changed)
 
     def update(self) -> None:
         """Brings the spans up to date with the events added so far."""
@@ -207,8 +225,11 @@ class Timeline:
         # native context manager (rule 16) and the first load of every attempt
         # after the first (rule 7: a restarted input pipeline is cold; the
         # reference 0.2.4's rule); the rest of a load stays overlapped
+        cv = T["carved"]  # rule 13: the stragglers' stalls (none on one writer's runs)
+        k = int(np.searchsorted(cv["t"], F, side="left"))
         sts, ste = union(*_cat(pairs["stall"][:2], pairs["bload"][:2],
-                               _first_loads_after_restarts(T["dl"], att, F)))
+                               _first_loads_after_restarts(T["dl"], att, F),
+                               (cv["t"][k:], cv["end"][k:])))
         if len(sts):
             ins, ine = split_by_regions(ins, ine, sts, ste)[2:]
             outs, oute = _cat((outs, oute), (sts, ste))
@@ -263,9 +284,16 @@ class Timeline:
                     c = trailing_start(t, e, F)
                     if c < F:
                         F, changed = c, True
-            cross = (ob["t"] < F) & (ob["end"] > F)
+            for iv in (ob, T["carved"]):  # intervals that cross F
+                cross = (iv["t"] < F) & (iv["end"] > F)
+                if cross.any():
+                    F, changed = float(iv["t"][cross].min()), True
+            # rule 2: a disrupted attempt without steps, restarted after F: a
+            # step that arrives in it moves its recovery (painted from the disruption)
+            d0, restart = self.stepless_restarts
+            cross = (d0 < F) & (restart > F)
             if cross.any():
-                F, changed = float(ob["t"][cross].min()), True
+                F, changed = float(d0[cross].min()), True
         return F
 
     def _split_skips(self, skip_times: Dict[str, List[np.ndarray]], F: float) -> None:

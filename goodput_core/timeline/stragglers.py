@@ -24,7 +24,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 from goodput_core.events import EventRecord, Kind
-from goodput_core.timeline.free_time import EPS, free_time, free_time_by_columns
+from goodput_core.timeline.free_time import EPS, carved_per_row, free_time
 
 __all__ = ["straggler_stalls"]
 
@@ -355,14 +355,4 @@ def _carved_by_columns(lead, others, steps: list, rows: List[int], worst_w: np.n
         wx[mine], wy[mine] = x + shift, y + shift
         fits[mine] &= meets == 1
     fits &= wy > wx  # a shifted interval that rounding emptied: one by one
-    emit, xs, ys = free_time_by_columns(a, b, np.where(own_meets == 1, ox, a),
-                                        np.where(own_meets == 1, oy, a), wx, wy, need)
-    emit &= fits[:, None]
-    counts = emit.sum(axis=1)[fits].tolist()
-    xs, ys = xs[emit].tolist(), ys[emit].tolist()  # row by row: steps, then pieces
-    out: List[Optional[list]] = [None] * len(steps)
-    done = 0
-    for j, c in zip(np.flatnonzero(fits).tolist(), counts):
-        out[j] = list(zip(xs[done:done + c], ys[done:done + c]))
-        done += c
-    return out
+    return carved_per_row(a, b, own_meets, ox, oy, wx, wy, need, fits)

@@ -131,9 +131,13 @@ class _Piece:
         """This piece's events of ``kind``, in time order."""
         return list(compress(self.events, map(eq, self.kinds, repeat(kind))))
 
-    def step_times(self) -> List[float]:
-        """Its step starts' times."""
-        return list(compress(self.times, map(eq, self.kinds, repeat(_STEP))))
+    def first_step_time(self) -> float:
+        """When its first step started (it has one)."""
+        return self.times[self.kinds.index(_STEP)]
+
+    def last_step_time(self) -> float:
+        """When its last step started (it has one)."""
+        return self.times[len(self.kinds) - 1 - self.kinds[::-1].index(_STEP)]
 
     def cut(self, until: float) -> Tuple[Optional["_Piece"], List[EventRecord]]:
         """Its events before ``until`` (itself when all are; None when none
@@ -288,7 +292,7 @@ def _lead_chain(group: List[_Piece]) -> List[_Piece]:
             # training leads (only process 0 writes, but every process
             # recorded its job start and end around the adapter)
             chain[-1] = p
-        elif _STEP in p.kinds and p.step_times()[0] > chain[-1].step_times()[-1]:
+        elif _STEP in p.kinds and p.first_step_time() > chain[-1].last_step_time():
             # the new process trains after the old one stopped: a restart
             # while the old process shuts down (it leads up to the new start)
             if p.start > chain[-1].start:

@@ -32,3 +32,16 @@ def postgres_url(postgres_server, tmp_path, monkeypatch):
     name = "t_" + uuid.uuid4().hex[:12]
     postgres_server.create_database(name)
     return postgres_server.url(name)
+
+
+@pytest.fixture(params=["records", "store"])
+def read_path(request, tmp_path, monkeypatch):
+    """Runs a test of rule 13 built with :func:`tests.support.writers.job`
+    twice: its events given to the calculator as records (the per-event
+    pass), and written to a SQLite store read by columns per writer (the
+    many-hosts path)."""
+    from tests.support import writers
+
+    monkeypatch.setattr(writers, "STORE_DIR", None if request.param == "records" else
+                        str(tmp_path))
+    return request.param

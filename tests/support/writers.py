@@ -5,6 +5,7 @@ seconds from 0, for tests that derive the job's figures by hand."""
 from __future__ import annotations
 
 import itertools
+import os
 from typing import Iterable, List, Optional
 
 from goodput_core.events import EventRecord, Kind
@@ -52,10 +53,37 @@ class Writer:
         return self.ev(Kind.HEARTBEAT, t, extra={"heartbeat_seconds": seconds})
 
 
+#: Where :func:`job` reads the events from: None, records given to the
+#: calculator (the per-event pass); a directory, a SQLite store there read by
+#: columns per writer (docs/large-runs.md, "Many hosts"). Set by the
+#: ``read_path`` fixture (tests/core/conftest.py) for the tests run both ways.
+STORE_DIR: Optional[str] = None
+
+
 def job(*writers: Writer, heartbeats: bool = True) -> Calculator:
     """A calculator holding every writer's events (heartbeats left out when
     ``heartbeats`` is False: the same run with them turned off)."""
-    calc = Calculator(RUN)
-    for w in writers:
-        calc.add([e for e in w.events if heartbeats or e.kind != int(Kind.HEARTBEAT)])
+    return calculator_of(*([e for e in w.events if heartbeats or e.kind != int(Kind.HEARTBEAT)]
+                           for w in writers))
+
+
+def calculator_of(*batches: List[EventRecord]) -> Calculator:
+    """A calculator of ``batches`` of events, given to it in order
+    (:data:`STORE_DIR` None) or appended in order to a fresh SQLite store
+    it reads (one batch per writer: as a recorder writes its events)."""
+    if STORE_DIR is None:
+        calc = Calculator(RUN)
+        for batch in batches:
+            calc.add(batch)
+        return calc
+    from goodput_core.stores.sqlite import SqliteStore
+
+    store = SqliteStore(os.path.join(STORE_DIR, f"{next(_STORES)}.sqlite"))
+    for batch in batches:
+        store.append(batch)
+    calc = Calculator(RUN, store)
+    calc.refresh()
     return calc
+
+
+_STORES = itertools.count()

@@ -209,19 +209,22 @@ def _chunk_columns(conn: Any, sql: Dict[str, str], run_id: int, since: int, limi
 def read_chunks(conn: Any, sql: Dict[str, str], run: str, run_id: int, since: int,
                 limit: int, chunk_events: int,
                 writer_of: Callable[[int], Tuple[int, str, int, str]],
-                skipped: Dict[str, int]) -> Tuple[EventPage, int, str]:
+                skipped: Dict[str, int], with_writers: bool = False
+                ) -> Tuple[EventPage, int, str]:
     """Up to ``limit`` events of ``run`` after id ``since`` from its packed
-    chunks, as a page (fewer when the cursor is inside a chunk).
+    chunks, as a page (fewer when the cursor is inside a chunk; ``with_writers``:
+    each row's writer and sequence number too).
 
     Returns:
       ``(page, the last id read or since, what may follow)``: ``MORE_CHUNKS``,
       ``ROWS_AFTER`` or ``NOTHING_AFTER``.
     """
     col, extras, after = _chunk_columns(conn, sql, run_id, since, limit, chunk_events,
-                                        ENGINE_BYTES)
+                                        PACKED_BYTES if with_writers else ENGINE_BYTES)
     if col is None:
         return EventPage.empty(run), since, after
-    return (*page_of(conn, sql, run, run_id, since, col, writer_of, skipped, extras), after)
+    return (*page_of(conn, sql, run, run_id, since, col, writer_of, skipped, extras,
+                     with_writers), after)
 
 
 def read_chunk_records(conn: Any, sql: Dict[str, str], run: str, run_id: int, since: int,

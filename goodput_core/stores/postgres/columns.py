@@ -73,10 +73,15 @@ INDEX_WALK = "SET LOCAL enable_sort = off"
 
 def column_statements(s: str) -> Dict[str, str]:
     """The two queries of a page (``s``: the quoted schema, as in postgres/sql.py)."""
-    aggs = ", ".join(f"string_agg({expr}, ''::bytea)" for _, expr, _ in _COLUMNS)
+    def columns(names) -> str:
+        aggs = ", ".join(f"string_agg({expr}, ''::bytea)" for _, expr, _ in names)
+        return (f"SELECT count(*), {aggs} FROM (SELECT * FROM {s}.events"
+                " WHERE run_id = %s AND id > %s ORDER BY id LIMIT %s) AS page")
+
     return {
-        "columns": f"SELECT count(*), {aggs} FROM (SELECT * FROM {s}.events"
-                   " WHERE run_id = %s AND id > %s ORDER BY id LIMIT %s) AS page",
+        "columns": columns(_COLUMNS),
+        # with the sequence numbers too (pages read with their writers)
+        "columns_seq": columns(_PACKED_COLUMNS),
         "extras": f"SELECT id, extra FROM {s}.events WHERE run_id = %s AND id > %s"
                   " AND id <= %s AND extra IS NOT NULL ORDER BY id",
     }
@@ -84,17 +89,21 @@ def column_statements(s: str) -> Dict[str, str]:
 
 def read_page(conn: Any, sql: Dict[str, str], run: str, run_id: int, since: int, limit: int,
               writer_of: Callable[[int], Tuple[int, str, int, str]],
-              skipped: Dict[str, int]) -> Tuple[EventPage, int]:
-    """Up to ``limit`` events of ``run`` after id ``since``, as columns, from rows.
+              skipped: Dict[str, int], with_writers: bool = False) -> Tuple[EventPage, int]:
+    """Up to ``limit`` events of ``run`` after id ``since``, as columns, from rows
+    (``with_writers``: each row's writer and sequence number too).
 
     Returns:
       ``(page, the last id read, or since when none)``.
     """
-    n, *blobs = conn.execute(sql["columns"], (run_id, since, limit), binary=True).fetchone()
+    names = _PACKED_COLUMNS if with_writers else _COLUMNS
+    n, *blobs = conn.execute(sql["columns_seq" if with_writers else "columns"],
+                             (run_id, since, limit), binary=True).fetchone()
     if not n:
         return EventPage.empty(run), since
-    col = {name: np.frombuffer(blob, dtype) for (name, _, dtype), blob in zip(_COLUMNS, blobs)}
-    return page_of(conn, sql, run, run_id, since, col, writer_of, skipped)
+    col = {name: np.frombuffer(blob, dtype) for (name, _, dtype), blob in zip(names, blobs)}
+    return page_of(conn, sql, run, run_id, since, col, writer_of, skipped,
+                   with_writers=with_writers)
 
 
 #: Bytes per event of the engine's columns: a packed chunk's first ``n`` times
@@ -138,11 +147,13 @@ def in_id_order(col: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
 def page_of(conn: Any, sql: Dict[str, str], run: str, run_id: int, since: int,
             col: Dict[str, np.ndarray], writer_of: Callable[[int], Tuple[int, str, int, str]],
             skipped: Dict[str, int],
-            extras: Optional[Iterable[Tuple[int, str]]] = None) -> Tuple[EventPage, int]:
+            extras: Optional[Iterable[Tuple[int, str]]] = None,
+            with_writers: bool = False) -> Tuple[EventPage, int]:
     """The page of the columns ``col`` (big-endian, as sent; events after id
     ``since``): ordered by id, with the extras of the rows that have one
     parsed (``extras``: their ``(id, text)``, at least those of the page;
-    None: fetched here), and its writers.
+    None: fetched here), and its writers (``with_writers``: per row, with the
+    sequence numbers, which ``col`` then holds).
 
     Returns:
       ``(page, the last id in it)``.
@@ -165,7 +176,12 @@ def page_of(conn: Any, sql: Dict[str, str], run: str, run_id: int, since: int,
                 skipped["bad_extra"] += 1  # kept without its payload, as read() does
     page = EventPage(run, *(_native(col[name], name) for name in
                             ("kind", "time", "step", "has_step", "wt")), extra)
-    writers = [writer_of(w) for w in distinct(col["writer"])]
+    codes = distinct(col["writer"])
+    writers = [writer_of(w) for w in codes]
     page.process_indices = tuple({w[0] for w in writers})
     page.writers = tuple({tuple(w[1:3]) for w in writers})
+    if with_writers:
+        page.writer = col["writer"].astype(np.int32)
+        page.seq = _native(col["seq"], "seq")
+        page.writer_keys = dict(zip(codes, writers))
     return page, int(ids[-1])

@@ -62,6 +62,9 @@ def _in_id_order(conn):
 class PostgresReadMixin:
     """Reads of the PostgreSQL store (see the module docstring)."""
 
+    #: ``read_columns`` takes ``writers=True`` (each row's writer and sequence number)
+    columns_with_writers = True
+
     def _connection(self) -> "psycopg.Connection":
         """This thread's reading connection (opened on first use in each thread and
         process; writes go through the process's shared slot instead)."""
@@ -126,16 +129,18 @@ class PostgresReadMixin:
         with gc_paused():  # a million records: repeated collections otherwise
             return self._query(lambda conn: self._select(conn, run, since, limit))
 
-    def read_columns(self, run: str, since: Cursor = None,
-                     limit: Optional[int] = None) -> Tuple[EventPage, Cursor]:
+    def read_columns(self, run: str, since: Cursor = None, limit: Optional[int] = None,
+                     writers: bool = False) -> Tuple[EventPage, Cursor]:
         """As :meth:`read`, but the events as numpy columns (no Python object
         per event; :mod:`goodput_core.stores.postgres.columns`): what the
-        engine reads."""
+        engine reads. ``writers``: each row's writer and sequence number too
+        (``EventPage.writer``, ``seq``, ``writer_keys``)."""
         if limit is not None and limit <= 0:
             return EventPage.empty(run), since
-        return self._query(lambda conn: self._select_columns(conn, run, since, limit))
+        return self._query(lambda conn: self._select_columns(conn, run, since, limit, writers))
 
-    def _select_columns(self, conn, run: str, since: Cursor, limit: Optional[int]):
+    def _select_columns(self, conn, run: str, since: Cursor, limit: Optional[int],
+                        writers: bool = False):
         row = conn.execute(self._sql["run_id"], (run,)).fetchone()
         if row is None:
             return EventPage.empty(run), since
@@ -152,12 +157,12 @@ class PostgresReadMixin:
             if packed:  # the packed prefix of the run first, then its rows
                 page, last, after = read_chunks(conn, self._sql, run, row[0], last, n,
                                                 self._chunk_events or CHUNK_EVENTS,
-                                                writer_of, self.skipped)
+                                                writer_of, self.skipped, writers)
                 packed, done = after == MORE_CHUNKS, after == NOTHING_AFTER
             else:
                 with _in_id_order(conn):
                     page, last = read_page(conn, self._sql, run, row[0], last, n,
-                                           writer_of, self.skipped)
+                                           writer_of, self.skipped, writers)
                 done = len(page) < n
             if len(page) or not pages:
                 pages.append(page)

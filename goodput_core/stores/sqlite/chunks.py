@@ -62,8 +62,12 @@ ROW_COLUMNS = "id, kind, time, step, extra, writer_id, seq, write_time"
 _LAYOUT = (("id", "<i8"), ("kind", "<u1"), ("time", "<f8"), ("step", "<i8"),
            ("has_step", "<u1"), ("writer", "<i4"), ("seq", "<i8"), ("wt", "<f8"))
 ENGINE_COLUMNS = ("id", "kind", "time", "step", "has_step", "writer", "wt")
+# what a read with each row's writer needs (the cursor is kept apart)
+WRITER_COLUMNS = ("kind", "time", "step", "has_step", "writer", "seq", "wt")
 _ROW_BYTES = sum(np.dtype(d).itemsize for _, d in _LAYOUT)
 _KNOWN_KINDS = np.array(sorted(int(k) for k in Kind), np.int64)
+_KNOWN_LUT = np.zeros(256, bool)  # kind codes are one byte in a chunk
+_KNOWN_LUT[_KNOWN_KINDS] = True
 _I32 = 2 ** 31
 
 
@@ -81,7 +85,7 @@ class Raw:
         self.corrupt = corrupt if corrupt is not None else collections.Counter()
 
     def __len__(self) -> int:
-        return len(self.id)
+        return len(self.kind)
 
     def cols(self) -> Dict[str, np.ndarray]:
         return {name: getattr(self, name) for name, _ in _LAYOUT
@@ -128,19 +132,26 @@ class Raw:
                 self.corrupt["corrupt_extra"] += 1
         return out, keep
 
-    def page(self, run: str) -> EventPage:
+    def page(self, run: str, with_writers: bool = False) -> EventPage:
         """The columns the engine reads (corrupt extras dropped and counted;
-        rows with the same extra text share its parsed dict)."""
+        rows with the same extra text share its parsed dict); ``with_writers``:
+        also each row's writer id and sequence number."""
         extra, keep = self.parsed_extras(share=True)
         has_step = self.has_step.astype(bool)
         if not keep.all():
             where = np.cumsum(keep) - 1
             extra = {int(where[i]): x for i, x in extra.items()}
-            return EventPage(run, self.kind[keep].astype(np.int64), self.time[keep],
+            page = EventPage(run, self.kind[keep].astype(np.int64), self.time[keep],
                              self.step[keep], has_step[keep], self.wt[keep], extra,
                              dict(self.corrupt))
-        return EventPage(run, self.kind.astype(np.int64), self.time, self.step, has_step,
-                         self.wt, extra, dict(self.corrupt))
+        else:
+            keep = slice(None)
+            page = EventPage(run, self.kind.astype(np.int64), self.time, self.step, has_step,
+                             self.wt, extra, dict(self.corrupt))
+        if with_writers:
+            page.writer = self.writer[keep].astype(np.int32, copy=False)
+            page.seq = self.seq[keep].astype(np.int64, copy=False)
+        return page
 
     def records(self, run: str, writers) -> List[EventRecord]:
         """EventRecords (``writers``: writer id -> (process_index, host, pid, attempt))."""
@@ -241,7 +252,7 @@ def _unpack(row: tuple, since: int) -> Tuple[Raw, List[Tuple[str, int]]]:
             offset += n * np.dtype(d).itemsize
         extra = {int(i): str(x) for i, x in json.loads(extra_json or "[]")}
         odd = json.loads(odd_json or "[]")
-        bad_kind = ~np.isin(cols["kind"], _KNOWN_KINDS)
+        bad_kind = ~_KNOWN_LUT[cols["kind"]]
     except (ValueError, TypeError, RecursionError):
         corrupt["corrupt_chunk"] += max(int(n) if isinstance(n, int) else 0, 1)
         return Raw({name: np.empty(0, d) for name, d in _LAYOUT}, {}, corrupt), []
@@ -368,11 +379,11 @@ def check_format(conn: sqlite3.Connection) -> None:
 
 
 def read_raw(conn: sqlite3.Connection, run_id: int, since: int, limit: int,
-             engine_only: bool = False) -> Tuple[Raw, Optional[int]]:
+             engine_only: Any = False) -> Tuple[Raw, Optional[int]]:
     """Events of a run with an id above ``since``, at most ``limit`` (< 0: all),
     from chunks and rows in one snapshot; also the last id returned (None: none).
     Corrupt rows are left out and counted in ``Raw.corrupt``. ``engine_only``:
-    only the columns :meth:`Raw.page` needs."""
+    only the columns :meth:`Raw.page` needs (True), or those named (a tuple)."""
     parts: List[Raw] = []
     got, last = 0, None
     conn.execute("BEGIN")  # one snapshot for both tables
@@ -410,4 +421,6 @@ def read_raw(conn: sqlite3.Connection, run_id: int, since: int, limit: int,
         conn.execute("COMMIT")
     if not parts:
         parts.append(from_rows([])[0])
-    return Raw.join(parts, ENGINE_COLUMNS if engine_only else ()), last
+    names = engine_only if isinstance(engine_only, tuple) else \
+        (ENGINE_COLUMNS if engine_only else ())
+    return Raw.join(parts, names), last

@@ -11,7 +11,7 @@ from __future__ import annotations
 import collections
 import logging
 import sqlite3
-from typing import List, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 from urllib.parse import quote
 
 import numpy as np
@@ -36,8 +36,20 @@ def is_busy(exc: sqlite3.OperationalError) -> bool:
     return "locked" in str(exc) or "busy" in str(exc)
 
 
+def _distinct(w: np.ndarray) -> np.ndarray:
+    """The distinct writer ids of a page (small integers: counted, not sorted)."""
+    if not len(w):
+        return w
+    if w.min() >= 0 and w.max() < 4 * len(w) + 65536:
+        return np.flatnonzero(np.bincount(w))
+    return np.unique(w)
+
+
 class ReadPath:
     """Reading events (records or columns) and read-only connections."""
+
+    #: ``read_columns`` takes ``writers=True`` (each row's writer and sequence number)
+    columns_with_writers = True
 
     def _connect_readonly(self) -> sqlite3.Connection:
         """``mode=ro``; when the WAL index cannot be opened (no -shm file and a
@@ -80,25 +92,31 @@ class ReadPath:
             return raw.records(run, h.writers), cursor
 
     @_gated
-    def read_columns(self, run: str, since: Cursor = None,
-                     limit: Optional[int] = None) -> Tuple[EventPage, Cursor]:
+    def read_columns(self, run: str, since: Cursor = None, limit: Optional[int] = None,
+                     writers: bool = False) -> Tuple[EventPage, Cursor]:
         """As :meth:`read`, but the events as numpy columns (no Python object
-        per event): what the engine reads (:meth:`EventTables.add_page`)."""
+        per event): what the engine reads (:meth:`EventTables.add_page`).
+        ``writers``: each row's writer and sequence number too
+        (``EventPage.writer``, ``seq``, ``writer_keys``)."""
         if limit is not None and limit <= 0:
             return EventPage.empty(run), since
         h = self._handle()
-        raw, cursor = self._read_raw(h, run, since, limit, True)
+        raw, cursor = self._read_raw(h, run, since, limit,
+                                     chunks.WRITER_COLUMNS if writers else True)
         if raw is None:
             return EventPage.empty(run), cursor
-        page = raw.page(run)
-        w = raw.writer
-        distinct = w[:1] if len(w) and (w == w[0]).all() else np.unique(w)
-        page.process_indices = tuple({h.writers[x][0] for x in distinct.tolist()})
-        page.writers = tuple({h.writers[x][1:3] for x in distinct.tolist()})
+        page = raw.page(run, with_writers=writers)
+        w = page.writer if writers else raw.writer
+        distinct = w[:1] if len(w) and (w == w[0]).all() else _distinct(w)
+        keys = {x: h.writers[x] for x in distinct.tolist()}
+        page.process_indices = tuple({k[0] for k in keys.values()})
+        page.writers = tuple({k[1:3] for k in keys.values()})
+        if writers:
+            page.writer_keys = keys
         return page, cursor
 
     def _read_raw(self, h, run: str, since: Cursor, limit: Optional[int],
-                  engine_only: bool):
+                  engine_only: Any):
         """``(Raw or None for an unknown run, cursor)``; counts corrupt rows."""
         run_id = h.run_ids.get(run)
         if run_id is None:

@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from goodput_core.queries.calculator import Calculator
 from goodput_core.events import EventRecord, Kind
+from goodput_core.timeline.buckets import BadputType
 
 SETTINGS = settings(max_examples=int(os.environ.get("GOODPUT_HYPOTHESIS_EXAMPLES", 300)),
                     deadline=None, suppress_health_check=list(HealthCheck))
@@ -143,6 +144,45 @@ def test_a_late_job_end_after_the_next_job_start_is_not_a_crash():
     monitor, one_shot, end = _replay(stream, arrival, [12])
     assert _summary(monitor.cumulative(now=end)) == _summary(one_shot.cumulative(now=end))
     assert one_shot.cumulative(now=end).productive_seconds == 13.5
+
+
+def test_a_step_that_arrives_in_a_disrupted_attempt_moves_its_recovery():
+    # Found by the many-hosts refresh property (tests/core/queries/test_many_hosts.py):
+    # attempt 2 (job start 2.25) recorded a disruption at 2.25 and no step yet,
+    # so its restart at 14.375 made [2.25, 14.375) recovery (rule 2); the
+    # monitor's freeze point had moved past 2.25 (a load pending from 2.5), so
+    # when step 0 arrived at 4.25 the recovery before it was never repainted.
+    first = [_ev(K.JOB_START, 0.125), _ev(K.BLOCKING_LOAD_START, 0.375),
+             _ev(K.BLOCKING_LOAD_END, 0.875),
+             _ev(K.DISRUPTION, 2.25, extra={"disruption_cause": "crash"}),
+             _ev(K.JOB_START, 2.25), _ev(K.BLOCKING_LOAD_START, 2.5), _ev(K.JOB_START, 14.375)]
+    second = [_ev(K.STEP_START, 4.25, 0), _ev(K.BLOCKING_LOAD_END, 3.0)]
+    stream = first + second
+    arrival = [e.time for e in first] + [15.0, 15.0]
+    monitor, one_shot, end = _replay(stream, arrival, [len(first)])
+    assert _summary(monitor.cumulative(now=19.25)) == _summary(one_shot.cumulative(now=19.25))
+    # attempt 2 crashed after its step 0: recovery from that step's start (4.25)
+    # to the restart, 10.125 s; not from the disruption (12.125 s)
+    recovery = one_shot.cumulative(now=19.25).badput_seconds[
+        BadputType.INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION]
+    assert recovery == 14.375 - 4.25
+
+
+def test_a_metric_point_that_arrives_late_ends_an_open_phase_of_a_restarted_attempt():
+    # Found by the many-hosts refresh property (tests/core/queries/test_many_hosts.py):
+    # attempt 1's program startup began at 0.5 and never ended; attempt 2
+    # started at 10. The startup runs to attempt 1's last sign of life (rules
+    # 14, 15): its metric point at 4, once that arrives. A metric point is a
+    # side row (no span of its own), and the monitor did not look at the
+    # spans again when one came.
+    first = [_ev(K.JOB_START, 0.0), _ev(K.PROGRAM_STARTUP_START, 0.5), _ev(K.JOB_START, 10.0),
+             _ev(K.STEP_START, 11.0, 0), _ev(K.JOB_END, 12.0)]
+    second = [_ev(K.METRIC, 4.0, None, {"metric_name": "loss", "metric_value": 1.0})]
+    arrival = [e.time for e in first] + [13.0]
+    monitor, one_shot, end = _replay(first + second, arrival, [len(first)])
+    assert _summary(monitor.cumulative(now=end)) == _summary(one_shot.cumulative(now=end))
+    # the startup [0.5, 4): 3.5 s
+    assert one_shot.cumulative(now=end).badput_seconds[BadputType.PROGRAM_STARTUP] == 3.5
 
 
 @SETTINGS

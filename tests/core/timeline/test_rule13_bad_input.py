@@ -9,14 +9,17 @@ from __future__ import annotations
 import pytest
 
 from goodput_core.events import Kind
-from goodput_core.queries.calculator import Calculator
 from goodput_core.timeline.buckets import BadputType as B
 from goodput_core.timeline.streams import stream_indices
-from tests.support.writers import RUN, Writer, job
+from tests.support.writers import Writer, calculator_of, job
 
 NOW = 1000.0
 SYNC, REC, WASTED = B.DATA_LOADING_SYNC, B.INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION, \
     B.WASTED_PROGRESS_FROM_DISRUPTION
+
+# each test twice: records given to the calculator, and a SQLite store read by
+# columns per writer (tests/core/conftest.py, read_path)
+pytestmark = pytest.mark.usefixtures("read_path")
 
 
 def _figures(calc):
@@ -48,9 +51,7 @@ def test_one_process_writing_under_two_indices_is_one_host():
             w.pair(Kind.BLOCKING_LOAD_START, Kind.BLOCKING_LOAD_END, 1.5 + k, 1.5 + k + load)
     for w in (a, b):
         w.ev(Kind.JOB_END, 11.0)
-    calc = Calculator(RUN)
-    calc.add(_lead().events)
-    calc.add(sorted(a.events + b.events, key=lambda e: e.time))
+    calc = calculator_of(_lead().events, sorted(a.events + b.events, key=lambda e: e.time))
     r, bad = _figures(calc)
     # the lead's 10 spans of 1 s, 0.1 s loading each (hx's paired 0.1 s is no
     # longer): sync 1, productive 9; OTHER [0, 1) = 1; the job never restarted

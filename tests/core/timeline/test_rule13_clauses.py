@@ -21,6 +21,10 @@ NOW = 1000.0
 SYNC, REC, WASTED = B.DATA_LOADING_SYNC, B.INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION, \
     B.WASTED_PROGRESS_FROM_DISRUPTION
 
+# each test twice: records given to the calculator, and a SQLite store read by
+# columns per writer (tests/core/conftest.py, read_path)
+pytestmark = pytest.mark.usefixtures("read_path")
+
 
 def _figures(calc, now=NOW):
     r = calc.cumulative(now=now)
