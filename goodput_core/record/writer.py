@@ -37,6 +37,7 @@ from goodput_core.events import EventRecord
 from goodput_core.record.handover import Handover
 from goodput_core.record.heartbeat import Heartbeat
 from goodput_core.record.ring import Fence, new_ring
+from goodput_core.stores import schemes
 from goodput_core.stores.base import StoreError
 from goodput_core.stores.deferred import DeferredStore
 
@@ -55,17 +56,11 @@ def _may_pass(error: BaseException) -> bool:
 
     Anything else (TypeError, OverflowError, UnicodeError, ValueError...) comes
     from the batch's content and would fail the same way forever; so does a
-    store error that SQLite raised about the data itself (a constraint, a
-    value too big, a type it cannot bind).
+    store error that its backend says is about the data itself (SQLite: a
+    constraint, a value too big, a type it cannot bind).
     """
     if isinstance(error, StoreError):
-        sqlite3 = sys.modules.get("sqlite3")
-        cause = error.__cause__
-        if sqlite3 is not None and isinstance(cause, sqlite3.ProgrammingError) and \
-                "binding parameter" in str(cause):
-            return False  # a value of a type SQLite cannot bind: the event's own
-        return sqlite3 is None or not isinstance(
-            cause, (sqlite3.IntegrityError, sqlite3.DataError, sqlite3.InterfaceError))
+        return not schemes.refuses_content(error)
     return isinstance(error, OSError)
 
 
