@@ -152,13 +152,12 @@ class Recorder(PhaseMixin):
                 isinstance(process_index, int) or hasattr(process_index, "__index__")) \
                 or not INT64_MIN <= int(process_index) <= INT64_MAX:
             raise ValueError(f"process_index must be a 64-bit integer, got {process_index!r}")
-        self._heartbeat_s = heartbeat_seconds_of(heartbeat_seconds)
+        heartbeat_s = heartbeat_seconds_of(heartbeat_seconds)
         self.run = run
         self.job_name = run  # the reference's attribute name
         self._clock = clock
         self._strict = strict
-        self._cap = int(queue_size)
-        self._interval = float(flush_interval_s)
+        capacity, interval = int(queue_size), float(flush_interval_s)
         self.process_index = int(process_index)
         self._cloud_logger = cloud_logger
         self.enabled = bool(enabled)
@@ -170,13 +169,12 @@ class Recorder(PhaseMixin):
         watchdog = (watchdog_for(self, hang_detection)
                     if enabled and cloud_logger is None else None)
         self._rejected: Dict[str, int] = collections.Counter()
-        self._durable = bool(durable)
         self._dropped_closed = 0  # record_* calls after close()
         self._closed = False
-        self._writer = Writer(run, self._store, capacity=self._cap, interval=self._interval,
-                              durable=self._durable, clock=clock,
+        self._writer = Writer(run, self._store, capacity=capacity,
+                              interval=interval, durable=bool(durable), clock=clock,
                               process_index=lambda: self.process_index,
-                              watchdog=watchdog, heartbeat_s=self._heartbeat_s)
+                              watchdog=watchdog, heartbeat_s=heartbeat_s)
         self._zone_warned = False
         self._init_process_state()
         if cloud_logger is not None:
