@@ -173,7 +173,7 @@ class Recorder(PhaseMixin):
         self._closed = False
         self._writer = Writer(run, self._store, capacity=capacity,
                               interval=interval, durable=bool(durable), clock=clock,
-                              process_index=lambda: self.process_index,
+                              process_index=self._process_index_now,
                               watchdog=watchdog, heartbeat_s=heartbeat_s)
         self._zone_warned = False
         self._init_process_state()
@@ -194,6 +194,10 @@ class Recorder(PhaseMixin):
         if self._store is not None:
             self._emit = self._ring.emitter(self)  # type: ignore[method-assign]
             writer.start()
+
+    def _process_index_now(self) -> int:
+        """The process index in force now (adapters set it once they know it)."""
+        return self.process_index
 
     def _after_fork_in_child(self) -> None:
         watchdog = self._writer.watchdog
