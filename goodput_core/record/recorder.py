@@ -34,7 +34,6 @@ import logging
 import math
 import os
 import socket
-import threading
 import time
 import uuid
 from typing import Any, Callable, Dict, Optional
