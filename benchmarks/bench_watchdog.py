@@ -79,7 +79,7 @@ for k in range(steps):
 rec.record_step_end_time(steps - 1)
 rec.record_job_end_time()
 wall = time.perf_counter() - t0
-dog = rec._watchdog
+dog = rec._writer.watchdog
 threshold = dog.threshold() if dog is not None else None
 rec.close()
 calc = Calculator("w", store)

@@ -79,9 +79,8 @@ def _store_url(store: Any) -> Optional[str]:
         store = getattr(store, "url", None)  # an open Store
         if store is None:
             return None
-    from goodput_core.stores import canonical_store_url, check_store_url
+    from goodput_core.stores import check_store_url, schemes
 
-    url, scheme, _ = check_store_url(store)
-    if scheme == "sqlite":  # absolute: the same file whatever the child's directory
-        return canonical_store_url(url)
-    return None if scheme == "memory" else url
+    url, _, _ = check_store_url(store)
+    # sqlite: the path made absolute (the same file whatever the child's directory)
+    return schemes.scheme_of(url)[0].url_elsewhere(url)

@@ -48,19 +48,17 @@ def deliver_left_events(store_url: Any, timeout: float = 10.0) -> bool:
       True when nothing is left to deliver.
     """
     from goodput_core.record.recorder import Recorder
-    from goodput_core.stores import canonical_store_url, check_store_url
+    from goodput_core.stores import check_store_url, schemes
 
     try:
-        url, scheme, rest = check_store_url(store_url)
+        url, _, _ = check_store_url(store_url)
     except Exception:  # noqa: BLE001 - the command reports a bad URL itself
         return False
-    if scheme == "memory" or not has_left_events(url):
+    scheme = schemes.scheme_of(url)[0]
+    if not scheme.shared or not has_left_events(url):
         return True
-    if scheme == "sqlite":
-        path = canonical_store_url(url)[len("sqlite://"):]
-        if (os.path.exists(path) and not os.access(path, os.R_OK | os.W_OK)) or \
-                not os.access(os.path.dirname(path), os.W_OK | os.X_OK):
-            return False  # a reader that may not write leaves them to a writer
+    if not scheme.may_write(url):
+        return False  # a reader that may not write leaves them to a writer
     # A writer of no run: it adopts and delivers what was left, and records nothing.
     rec = Recorder("goodput-adopter", url, durable=False, hang_detection=False,
                    heartbeat_seconds=0)

@@ -70,22 +70,23 @@ class Heartbeat:
         elif kind == _JOB_END:
             self.active = False
 
-    def beat(self, rec: Any) -> None:
+    def beat(self, writer: Any) -> None:
         """Appends a heartbeat when one is due (called by the writer thread
-        after each drain; never raises)."""
-        if not self.active or rec._pending is not None or rec.process_index != 0:
+        after each drain, with its :class:`~goodput_core.record.writer.Writer`;
+        never raises)."""
+        if not self.active or writer.pending is not None or writer.process_index() != 0:
             return
         try:
-            now = float(rec._clock())
+            now = float(writer.clock())
         except Exception:  # a broken clock is the events' problem, not ours
             return
         if self.last is not None and now - self.last < self.interval:
             return
-        event = EventRecord(rec.run, int(Kind.HEARTBEAT), now, None,
-                            {HEARTBEAT_SECONDS: self.interval}, rec.process_index, rec._host,
-                            rec._pid, rec._attempt, rec._ring.nothing(), now)
+        event = EventRecord(writer.run, int(Kind.HEARTBEAT), now, None,
+                            {HEARTBEAT_SECONDS: self.interval}, writer.process_index(),
+                            writer.host, writer.pid, writer.attempt, writer.ring.nothing(), now)
         try:
-            rec._store.append([event])
+            writer.store.append([event])
         except Exception as exc:  # noqa: BLE001 - the next one will tell
             logger.debug("goodput: heartbeat not stored: %s", exc)
             return

@@ -82,7 +82,12 @@ class _Job(_Phase):
 
 
 class PhaseMixin:
-    """Typed ``record_*`` methods and phase context managers."""
+    """Typed ``record_*`` methods and phase context managers.
+
+    Each calls ``self._record``: :meth:`goodput_core.record.recorder.Recorder._record`
+    (validates, then the ring's producer; docs/architecture.md, "An event's
+    path"), or nothing for a :class:`~goodput_core.record.recorder.NullRecorder`.
+    """
 
     def _record(self, kind: Kind, when: Any, step: Any = None,
                 extra: Optional[dict] = None) -> None:  # pragma: no cover - abstract

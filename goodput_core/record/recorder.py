@@ -34,7 +34,6 @@ import logging
 import math
 import os
 import socket
-import threading
 import time
 import uuid
 from typing import Any, Callable, Dict, Optional
@@ -43,19 +42,15 @@ from goodput_core.events import EventRecord, Kind, to_timestamp
 from goodput_core.record import hooks
 # re-exported: callers and tests written before the hooks moved read them here
 from goodput_core.record.hooks import _LIVE, flush_all, flush_before_read  # noqa: F401
-from goodput_core.record.heartbeat import Heartbeat
 from goodput_core.record.heartbeat import heartbeat_seconds as heartbeat_seconds_of
-from goodput_core.record.handover import Handover
 from goodput_core.record.phases import PhaseMixin
-from goodput_core.record.ring import Ring, new_ring
 from goodput_core.record.stats import empty_stats, recorder_stats
 from goodput_core.record.storable import (
     INT64_MAX, INT64_MIN, check_extra, check_int, check_text, describe_error)
 from goodput_core.stores import Store, check_store_url
 from goodput_core.stores.deferred import DeferredStore
 from goodput_core.record.watchdog import watchdog_for
-from goodput_core.record.wakeup import Wakeup
-from goodput_core.record.writer import WriterMixin
+from goodput_core.record.writer import Writer
 from goodput_core.record.zone_offset import MIN_OFFSET_S, zone_offset_hours
 
 __all__ = ["Recorder", "NullRecorder", "NULL_RECORDER", "flush_all", "flush_before_read"]
@@ -86,8 +81,13 @@ def _bad_step(step: Any) -> int:
     return as_int
 
 
-class Recorder(PhaseMixin, WriterMixin):
+class Recorder(PhaseMixin):
     """Records the events of one run into a store, off the caller's thread.
+
+    The typed ``record_*`` methods (:class:`PhaseMixin`) call :meth:`_record`,
+    which validates and calls ``_emit``: the producer of the writer's ring,
+    bound once per process. The recorder *has* a :class:`Writer`
+    (``_writer``): its thread takes the events from the ring to the store.
 
     Args:
       run: the run (job) name; events of every attempt of a job share it.
@@ -151,13 +151,12 @@ class Recorder(PhaseMixin, WriterMixin):
                 isinstance(process_index, int) or hasattr(process_index, "__index__")) \
                 or not INT64_MIN <= int(process_index) <= INT64_MAX:
             raise ValueError(f"process_index must be a 64-bit integer, got {process_index!r}")
-        self._heartbeat_s = heartbeat_seconds_of(heartbeat_seconds)
+        heartbeat_s = heartbeat_seconds_of(heartbeat_seconds)
         self.run = run
         self.job_name = run  # the reference's attribute name
         self._clock = clock
         self._strict = strict
-        self._cap = int(queue_size)
-        self._interval = float(flush_interval_s)
+        capacity, interval = int(queue_size), float(flush_interval_s)
         self.process_index = int(process_index)
         self._cloud_logger = cloud_logger
         self.enabled = bool(enabled)
@@ -166,18 +165,15 @@ class Recorder(PhaseMixin, WriterMixin):
             self._record = self._emit = _noop  # type: ignore[method-assign]
         self._store: Optional[Store] = (
             _store_for_writer(store) if enabled and cloud_logger is None else None)
-        self._watchdog = (watchdog_for(self, hang_detection)
-                          if enabled and cloud_logger is None else None)
+        watchdog = (watchdog_for(self, hang_detection)
+                    if enabled and cloud_logger is None else None)
         self._rejected: Dict[str, int] = collections.Counter()
-        self._durable = bool(durable)
-        self._journal_error: Optional[str] = None
         self._dropped_closed = 0  # record_* calls after close()
-        self._written = 0
-        self._write_errors = 0
-        self._unstorable = 0  # events the store refused for their content (writer.py)
-        self._spill_errors = 0  # failed writes of the spill file (writer.py)
-        self._spill_error: Optional[str] = None  # the last one's reason
         self._closed = False
+        self._writer = Writer(run, self._store, capacity=capacity,
+                              interval=interval, durable=bool(durable), clock=clock,
+                              process_index=self._process_index_now,
+                              watchdog=watchdog, heartbeat_s=heartbeat_s)
         self._zone_warned = False
         self._init_process_state()
         if cloud_logger is not None:
@@ -186,44 +182,26 @@ class Recorder(PhaseMixin, WriterMixin):
 
     # ----------------------------------------------------------------- state
     def _init_process_state(self) -> None:
-        """Per-process state: rebuilt in a forked child (which never writes into
-        the parent's journal: it gets one of its own)."""
-        self._wake = Wakeup()  # not threading.Event: see record/wakeup.py
-        self._backoff = threading.Event()  # set by close(): ends the writer's backoff wait
+        """Per-process state: rebuilt in a forked child (a new attempt id; the
+        writer's ring, journal and thread are new too)."""
         self._pid = os.getpid()
         self._host = socket.gethostname()
         self._attempt = uuid.uuid4().hex[:16]
-        self._pending = None
-        self._pending_upto = 0  # the last ticket of the pending batch's part of the ring
-        self._adopt_said = False
-        self._draining = False
-        self._spill_lock = threading.Lock()  # the failed batch and the queue vs the spill file
-        self._outbox = None  # this writer's spill file (record/spill.py), made on first need
-        self._adopt_due = True  # look for earlier processes' spill files once the store opens
-        self._spill_released = False  # exit or close released the spill files
-        self._drops_said = 0
-        self._drops_said_at_exit = False
-        self._ring = self._new_ring()
-        self._handover = Handover(self._store, self._ring, self._outbox_for)
+        writer = self._writer
+        writer.new_process(self._host, self._pid, self._attempt)
+        self._ring = writer.ring  # this side produces into it, the writer drains it
         if self._store is not None:
             self._emit = self._ring.emitter(self)  # type: ignore[method-assign]
-        self._writer: Optional[threading.Thread] = None
-        self._heartbeat = (Heartbeat(self._heartbeat_s)
-                           if self._store is not None and self._heartbeat_s > 0 else None)
-        if self._store is not None:
-            self._writer = threading.Thread(
-                target=self._writer_main, name=f"goodput-writer-{self.run}", daemon=True)
-            self._writer.start()
+            writer.start()
 
-    def _new_ring(self) -> Ring:
-        ring = new_ring(self._store, self._durable, self._cap,
-                        (self.run, self._host, self._pid, self._attempt), self._wake)
-        self._journal_error = ring.journal_error
-        return ring
+    def _process_index_now(self) -> int:
+        """The process index in force now (adapters set it once they know it)."""
+        return self.process_index
 
     def _after_fork_in_child(self) -> None:
-        if self._watchdog is not None:
-            self._watchdog.after_fork_in_child()
+        watchdog = self._writer.watchdog
+        if watchdog is not None:
+            watchdog.after_fork_in_child()
         if isinstance(self._store, DeferredStore):  # before the child's writer starts
             self._store.after_fork_in_child()
         journal = self._ring.journal
@@ -232,32 +210,6 @@ class Recorder(PhaseMixin, WriterMixin):
         self._init_process_state()
 
     # ------------------------------------------------- the store, off-thread
-    def _writer_main(self) -> None:
-        """The writer thread: opens the store at its first wake-up (never on
-        the caller's thread, quality.md P9), then drains the queue until closed.
-
-        The first wake-up is one flush interval after construction, or at
-        once when flushed or half full: the open's CPU work (imports, schema)
-        then does not compete for the GIL with the statements that follow
-        the constructor."""
-        journal = self._ring.journal
-        if journal is not None:
-            journal.prefault()  # here, not on the recording calls' first lap of the ring
-        store = self._store
-        if isinstance(store, DeferredStore):
-            self._wake.wait(self._interval)  # not cleared: the loop drains right after
-            try:
-                store.open()
-            except Exception:  # noqa: BLE001 - logged by the store; stats(), flush(); retried
-                pass
-        self._writer_loop()
-
-    def _store_error(self) -> Optional[str]:
-        store = self._store
-        if isinstance(store, DeferredStore) and not store.is_open and store.error is not None:
-            return f"cannot open the store {store.url}: {store.error}"
-        return None
-
     def flush(self, timeout: Optional[float] = 10.0, wait_for_delivery: bool = True) -> bool:
         """Blocks until every event recorded before this call is stored.
 
@@ -265,9 +217,26 @@ class Recorder(PhaseMixin, WriterMixin):
         the writer thread only. While the store cannot be opened or refuses
         writes, the events go to the spill file and this returns False as
         soon as the writer tried (see :meth:`stats`). Otherwise as
-        :meth:`WriterMixin.flush`.
+        :meth:`Writer.flush`. With a ``cloud_logger``: its ``flush()``, if any.
         """
-        return super().flush(timeout, wait_for_delivery)
+        if self._store is None:
+            flush = getattr(self._cloud_logger, "flush", None)
+            if callable(flush):
+                try:
+                    flush()
+                except Exception:
+                    logger.exception("goodput: cloud_logger.flush failed")
+                    return False
+            return True
+        return self._writer.flush(timeout, wait_for_delivery)
+
+    def has_unstored(self) -> bool:
+        """True while events recorded so far may not all be in the store yet."""
+        return self._writer.has_unstored()
+
+    def _leave_spilled(self, say: Optional[Callable[[str], Any]] = None) -> int:
+        """The exit hook's part (:meth:`Writer.leave_spilled`)."""
+        return self._writer.leave_spilled(say)
 
     @property
     def clock(self) -> Callable[[], float]:
@@ -306,10 +275,10 @@ class Recorder(PhaseMixin, WriterMixin):
         try:
             self._cloud_logger.write_cloud_logging_entry(
                 to_payload(EventRecord(self.run, kind, t, step, extra)))
-            self._written += 1
+            self._writer.written += 1
         except Exception:  # the logger owns its I/O; never raise into the loop
-            self._write_errors += 1
-            if self._write_errors == 1:
+            self._writer.write_errors += 1
+            if self._writer.write_errors == 1:
                 logger.exception("goodput: cloud_logger.write_cloud_logging_entry failed")
 
     def _reject(self, kind: Kind, error: Exception) -> None:
@@ -453,20 +422,7 @@ class Recorder(PhaseMixin, WriterMixin):
         self._closed = True
         if self._store is not None:
             self._emit = self._emit_after_close  # type: ignore[method-assign]
-        self._backoff.set()
-        self._wake.set()
-        if not ok and self._outbox is not None and self._outbox.own_pending():
-            logger.warning("goodput: run %r: %d events not stored in %s wait in %s; a later "
-                           "flush() or the next process that opens that store delivers them",
-                           self.run, self._outbox.own_pending(),
-                           getattr(self._store, "url", "the store"),
-                           self._outbox.stats()["spill_file"])
-        if ok:  # everything stored: the journal and the spill files go
-            self._release_journal()
-            if self._outbox is not None and self._pid == os.getpid():
-                with self._spill_lock:
-                    self._spill_released = True
-                    self._outbox.close()
+        self._writer.close(ok)
         checkpoint = getattr(self._store, "checkpoint", None)
         if ok and callable(checkpoint):
             try:

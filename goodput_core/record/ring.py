@@ -34,6 +34,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Set, Tuple
 
 from goodput_core.events import EventRecord
 from goodput_core.record import journal as jr
+from goodput_core.stores import schemes
 
 __all__ = ["Ring", "Fence", "encode_extra", "new_ring"]
 
@@ -61,7 +62,7 @@ def new_ring(store: Any, durable: bool, capacity: int, identity: Tuple[str, str,
     a full disk) is said once per directory; the ring's ``journal_error`` says why."""
     journal, error = None, None
     url = getattr(store, "url", "") or ""
-    if store is not None and durable and url and not url.startswith("memory://"):
+    if store is not None and durable and url and schemes.shared(url):
         directory = jr.default_spill_dir()
         run, host, pid, attempt = identity
         try:

@@ -33,7 +33,7 @@ from goodput_core.events import EventRecord, Kind
 # where spill files and journals live, and how a store's files are named
 from goodput_core.record.journal import SPILL_DIR_ENV, default_spill_dir, tag_of
 from goodput_core.record.storable import check_event
-from goodput_core.stores import canonical_store_url
+from goodput_core.stores import canonical_store_url, schemes
 from goodput_core.stores.spill_buffer import SpillFile, adopt_files, new_spill_file
 from goodput_core.stores.strict_json import dumps
 
@@ -127,7 +127,7 @@ class Outbox:
         self.tag = tag_of(self.url)
         # An in-process store dies with its process: no later process can
         # take its events, and its URL names no one place (tests share it).
-        self.in_process = self.url.startswith("memory://")
+        self.in_process = not schemes.shared(self.url)
         self.max_bytes = _max_bytes()
         self._lock = threading.RLock()
         self._own: Optional[SpillFile] = None

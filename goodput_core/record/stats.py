@@ -51,26 +51,28 @@ def empty_stats() -> Dict[str, Any]:
 
 
 def recorder_stats(rec: Any) -> Dict[str, Any]:
-    """The counters of ``rec`` (a :class:`~goodput_core.record.recorder.Recorder`)."""
-    outbox = rec._outbox
-    pending = rec._pending
-    ring = rec._ring
+    """The counters of ``rec`` (a :class:`~goodput_core.record.recorder.Recorder`:
+    its writer's, :class:`~goodput_core.record.writer.Writer`, and its own)."""
+    writer = rec._writer
+    outbox = writer.outbox
+    pending = writer.pending
+    ring = writer.ring
     queued = ring.waiting()
     journal = ring.journal
     out = {
-        "written": rec._written,
+        "written": writer.written,
         "dropped": ring.dropped + rec._dropped_closed,
         "overflowed": ring.overflowed,
         "journal": None if journal is None or journal.released else journal.path,
-        "journal_error": rec._journal_error,
+        "journal_error": writer.journal_error,
         "rejected": dict(rec._rejected),
-        "unstorable": rec._unstorable,
-        "write_errors": rec._write_errors,
+        "unstorable": writer.unstorable,
+        "write_errors": writer.write_errors,
         "queued": queued,
         "waiting": queued + len(pending or ()),
-        "spill_errors": rec._spill_errors,
-        "spill_error": rec._spill_error,
-        "store_error": rec._store_error(),
+        "spill_errors": writer.spill_errors,
+        "spill_error": writer.spill_error,
+        "store_error": writer.store_error(),
     }
     out.update(outbox.stats() if outbox is not None else _NO_SPILL)
     store_stats = getattr(rec._store, "stats", None)

@@ -1,8 +1,11 @@
-"""The recorder's background writer: drains the queue into the store in batches.
+"""The recorder's writer: a thread that drains the ring into the store in batches.
 
-Mixed into :class:`goodput_core.record.recorder.Recorder`, which owns the state it
-uses (``_ring``: the recorded events, :mod:`goodput_core.record.ring`; ``_wake``,
-``_store``, writer metadata, counters). A batch
+A :class:`~goodput_core.record.recorder.Recorder` *has* one :class:`Writer`
+(``rec._writer``), made at construction and reset per process after a fork
+(:meth:`Writer.new_process`). The recorder produces into the writer's
+:attr:`Writer.ring` (:mod:`goodput_core.record.ring`: the journal's
+memory-mapped ring, or memory); everything else here runs on the writer
+thread, or in a flush or the exit hook. A batch
 that fails to write for a reason that may pass (the store's own errors:
 cannot be opened, disk full, locked, read-only, unreachable) is moved, with
 everything queued behind it, to this writer's spill file
@@ -10,12 +13,13 @@ everything queued behind it, to this writer's spill file
 spilled events are delivered first, in order, once the store answers, and a
 process that ends before that leaves them to the next one. Nothing is lost
 or written twice; the backoff is a real wait that neither
-:meth:`WriterMixin.flush` nor a filling queue cuts short (only ``close()``
+:meth:`Writer.flush` nor a filling queue cuts short (only ``close()``
 does), so a failing store never makes the writer spin. A batch that fails
-because of its content (an event the store cannot encode) is split in halves
-until the events that fail alone are isolated: those are dropped and counted
-(``stats()["unstorable"]``), every other event is written.
-:meth:`WriterMixin.flush` puts a fence in the queue and waits until the
+because of its content (an event the store cannot encode: the store's
+scheme says which errors those are, :mod:`goodput_core.stores.schemes`) is
+split in halves until the events that fail alone are isolated: those are
+dropped and counted (``stats()["unstorable"]``), every other event is written.
+:meth:`Writer.flush` puts a fence in the queue and waits until the
 writer has stored everything before it, never longer than its timeout.
 """
 
@@ -30,10 +34,15 @@ import time
 from typing import Any, Callable, List, Optional
 
 from goodput_core.events import EventRecord
-from goodput_core.record.ring import Fence
+from goodput_core.record.handover import Handover
+from goodput_core.record.heartbeat import Heartbeat
+from goodput_core.record.ring import Fence, new_ring
+from goodput_core.record.wakeup import Wakeup
+from goodput_core.stores import schemes
 from goodput_core.stores.base import StoreError
+from goodput_core.stores.deferred import DeferredStore
 
-__all__ = ["WriterMixin"]
+__all__ = ["Writer"]
 
 logger = logging.getLogger("goodput")
 
@@ -48,33 +57,138 @@ def _may_pass(error: BaseException) -> bool:
 
     Anything else (TypeError, OverflowError, UnicodeError, ValueError...) comes
     from the batch's content and would fail the same way forever; so does a
-    store error that SQLite raised about the data itself (a constraint, a
-    value too big, a type it cannot bind).
+    store error that its backend says is about the data itself (SQLite: a
+    constraint, a value too big, a type it cannot bind).
     """
     if isinstance(error, StoreError):
-        sqlite3 = sys.modules.get("sqlite3")
-        cause = error.__cause__
-        if sqlite3 is not None and isinstance(cause, sqlite3.ProgrammingError) and \
-                "binding parameter" in str(cause):
-            return False  # a value of a type SQLite cannot bind: the event's own
-        return sqlite3 is None or not isinstance(
-            cause, (sqlite3.IntegrityError, sqlite3.DataError, sqlite3.InterfaceError))
+        return not schemes.refuses_content(error)
     return isinstance(error, OSError)
 
 
-class WriterMixin:
-    """Batching, retrying, fencing: the writer-thread half of the recorder."""
+class Writer:
+    """Batching, retrying, spilling, fencing: the consumer side of one recorder.
+
+    Args:
+      run: the run name (thread name, messages).
+      store: the store the events go to (a :class:`DeferredStore` is opened by
+        the writer thread), or None (a cloud logger or a disabled recorder:
+        the ring is made, no thread ever runs).
+      capacity: the recorder's ``queue_size``.
+      interval: how often the thread drains when nothing wakes it (seconds).
+      durable: keep the events in a journal (see :func:`new_ring`).
+      clock: the recorder's clock (heartbeat times).
+      process_index: returns the recorder's process index in force now.
+      watchdog: the recorder's hang watchdog, shown every batch, or None.
+      heartbeat_s: the lead writer's heartbeat interval (0: none).
+    """
+
+    def __init__(self, run: str, store: Any, *, capacity: int, interval: float,
+                 durable: bool, clock: Callable[[], float],
+                 process_index: Callable[[], int], watchdog: Any, heartbeat_s: float):
+        self.run = run
+        self.store = store
+        self.capacity = capacity
+        self.interval = interval
+        self.durable = durable
+        self.clock = clock
+        self.process_index = process_index
+        self.watchdog = watchdog
+        self.heartbeat_s = heartbeat_s
+        self.closed = False  # set by close(): the thread ends once the ring is empty
+        # Counters of the recorder's life (kept across a fork, as its stats()).
+        self.written = 0
+        self.write_errors = 0
+        self.unstorable = 0  # events the store refused for their content
+        self.spill_errors = 0  # failed writes of the spill file
+        self.spill_error: Optional[str] = None  # the last one's reason
+
+    def new_process(self, host: str, pid: int, attempt: str) -> None:
+        """Per-process state: made at construction and again in a forked child
+        (which never writes into the parent's journal: it gets one of its own)."""
+        self.host, self.pid, self.attempt = host, pid, attempt
+        self.wake = Wakeup()  # not threading.Event: see record/wakeup.py
+        self.backoff = threading.Event()  # set by close(): ends the backoff wait
+        self.pending: Optional[List[EventRecord]] = None
+        self.pending_upto = 0  # the last ticket of the pending batch's part of the ring
+        self._adopt_said = False
+        self._draining = False
+        self.spill_lock = threading.Lock()  # the failed batch and the queue vs the spill file
+        self.outbox = None  # this writer's spill file (record/spill.py), made on first need
+        self._adopt_due = True  # look for earlier processes' spill files once the store opens
+        self._spill_released = False  # exit or close released the spill files
+        self._drops_said = 0
+        self._drops_said_at_exit = False
+        self.ring = new_ring(self.store, self.durable, self.capacity,
+                             (self.run, host, pid, attempt), self.wake)
+        self.journal_error = self.ring.journal_error
+        self.handover = Handover(self.store, self.ring, self.outbox_for)
+        self.heartbeat = (Heartbeat(self.heartbeat_s)
+                          if self.store is not None and self.heartbeat_s > 0 else None)
+        self.thread: Optional[threading.Thread] = None
+
+    def start(self) -> None:
+        """Starts this process's writer thread (a writer with a store only)."""
+        self.thread = threading.Thread(target=self._main, name=f"goodput-writer-{self.run}",
+                                       daemon=True)
+        self.thread.start()
+
+    def _main(self) -> None:
+        """The writer thread: opens the store at its first wake-up (never on
+        the caller's thread), then drains the ring until closed.
+
+        The first wake-up is one flush interval after construction, or at
+        once when flushed or half full: the open's CPU work (imports, schema)
+        then does not compete for the GIL with the statements that follow
+        the constructor."""
+        journal = self.ring.journal
+        if journal is not None:
+            journal.prefault()  # here, not on the recording calls' first lap of the ring
+        store = self.store
+        if isinstance(store, DeferredStore):
+            self.wake.wait(self.interval)  # not cleared: the loop drains right after
+            try:
+                store.open()
+            except Exception:  # noqa: BLE001 - logged by the store; stats(), flush(); retried
+                pass
+        self._loop()
+
+    def store_error(self) -> Optional[str]:
+        """Why the store cannot be opened, or None."""
+        store = self.store
+        if isinstance(store, DeferredStore) and not store.is_open and store.error is not None:
+            return f"cannot open the store {store.url}: {store.error}"
+        return None
+
+    def close(self, stored: bool) -> None:
+        """Ends the thread's waits; ``stored``: the last flush stored everything,
+        so the journal and the spill files go (else they stay, said once)."""
+        self.closed = True
+        self.backoff.set()
+        self.wake.set()
+        outbox = self.outbox
+        if not stored and outbox is not None and outbox.own_pending():
+            logger.warning("goodput: run %r: %d events not stored in %s wait in %s; a later "
+                           "flush() or the next process that opens that store delivers them",
+                           self.run, outbox.own_pending(),
+                           getattr(self.store, "url", "the store"),
+                           outbox.stats()["spill_file"])
+        if stored:
+            self.release_journal()
+            if outbox is not None and self.pid == os.getpid():
+                with self.spill_lock:
+                    self._spill_released = True
+                    outbox.close()
 
     def _drain_batch(self, limit: int = 10_000):
         """Takes up to ``limit`` events in recording order (the caller holds the
         spill lock); returns (records, fences reached)."""
-        items, fences = self._ring.take(limit)
-        heartbeat = self._heartbeat
+        items, fences = self.ring.take(limit)
+        heartbeat = self.heartbeat
         if heartbeat is not None:
             for item in items:
                 heartbeat.observe(item[1])
-        batch = self._ring.records(items)
-        watchdog = self._watchdog
+        batch = self.ring.records(items)
+        watchdog = self.watchdog
         if watchdog is not None and batch:
             try:
                 watchdog.observe(batch)
@@ -87,10 +201,10 @@ class WriterMixin:
         try:
             # Fork safety of the store's own I/O is the store's job (the sqlite
             # store holds forks back while any thread is inside SQLite).
-            self._store.append(batch)
+            self.store.append(batch)
         except Exception as exc:
             return exc
-        self._written += len(batch)
+        self.written += len(batch)
         return None
 
     def _write(self, batch: List[EventRecord],
@@ -109,17 +223,17 @@ class WriterMixin:
             if error is None:
                 continue
             if _may_pass(error):
-                self._write_errors += 1
-                if (self._write_errors == 1 or self._write_errors % 100 == 0) and \
+                self.write_errors += 1
+                if (self.write_errors == 1 or self.write_errors % 100 == 0) and \
                         not getattr(error, "said", False):  # a failed open says it once
                     logger.error("goodput: writing %d events to %s failed (will retry): %s",
-                                 len(part), getattr(self._store, "url", "the store"), error)
+                                 len(part), getattr(self.store, "url", "the store"), error)
                 return part + [e for p in reversed(parts) for e in p]
             if len(part) == 1:
-                self._unstorable += 1
+                self.unstorable += 1
                 if refused is not None:
                     refused.append(part[0])
-                if self._unstorable == 1:
+                if self.unstorable == 1:
                     logger.error("goodput: dropped an event the store cannot hold (%s: %s); "
                                  "further ones are counted in stats()['unstorable']",
                                  type(error).__name__, error)
@@ -146,45 +260,45 @@ class WriterMixin:
 
     def has_unstored(self) -> bool:
         """True while events recorded so far may not all be in the store yet."""
-        outbox = self._outbox
-        ring = self._ring
+        outbox = self.outbox
+        ring = self.ring
         return (ring.issued() > ring.drained or bool(ring.memory) or self._draining
-                or self._pending is not None
+                or self.pending is not None
                 or (outbox is not None and outbox.own_pending() > 0))
 
     def _drain_queue(self, deadline: Optional[float]) -> None:
         backoff = _FIRST_BACKOFF_S
         while True:
             fences: list = []
-            if self._ring.dropped and not self._drops_said:
+            if self.ring.dropped and not self._drops_said:
                 self._say_drops()  # at the time: before a flush waiting on it returns
             self._confirm()
             if self._deliver_spilled():
-                with self._spill_lock:
-                    pending = self._pending
+                with self.spill_lock:
+                    pending = self.pending
                     if pending is None:
                         pending, fences = self._drain_batch()
-                        self._pending = pending or None  # visible to an exit spill in flight
-                        self._pending_upto = self._ring.drained
-                    upto = self._pending_upto
+                        self.pending = pending or None  # visible to an exit spill in flight
+                        self.pending_upto = self.ring.drained
+                    upto = self.pending_upto
                 if not pending and not fences:
-                    with self._spill_lock:
+                    with self.spill_lock:
                         self._stored_through(upto)  # tickets that held no event
                     return
                 left = self._write(pending) if pending else []
-                with self._spill_lock:
-                    if self._pending is not pending:
+                with self.spill_lock:
+                    if self.pending is not pending:
                         left = []  # the exit hook spilled this batch meanwhile
                     else:
-                        self._pending = left or None
+                        self.pending = left or None
                         self._stored_through(left[0].seq - 1 if left else upto)
                 if not left:
-                    if fences and self._heartbeat is not None:
+                    if fences and self.heartbeat is not None:
                         # a due heartbeat goes before the fence: flush() then shows it
                         self._writer_beat()
-                    own = self._outbox.own_pending() if self._outbox is not None else 0
+                    own = self.outbox.own_pending() if self.outbox is not None else 0
                     for f in fences:
-                        f.ok = self._ring.fence_ok(f) and own == 0
+                        f.ok = self.ring.fence_ok(f) and own == 0
                         f.done.set()
                     continue
             # The store cannot take events now: they go to the spill file (not
@@ -194,33 +308,33 @@ class WriterMixin:
             fences += self._spill_memory()
             if self._store_open():
                 for f in fences:  # passed again once the spilled events are delivered
-                    self._ring.nothing(f)
+                    self.ring.nothing(f)
             else:
                 for f in fences:
                     f.done.set()
             wait = backoff if deadline is None else min(backoff, deadline - time.monotonic())
-            if self._closed or wait <= 0:
+            if self.closed or wait <= 0:
                 return
-            # Not self._wake: flush() and a filling queue set it, and a wait
+            # Not self.wake: flush() and a filling queue set it, and a wait
             # on it would return at once and retry in a tight loop.
-            self._backoff.wait(wait)
+            self.backoff.wait(wait)
             backoff = min(backoff * 2, _MAX_BACKOFF_S)
 
     def _stored_through(self, upto: int) -> None:
         """Every event up to ticket ``upto`` was appended (the caller holds the
         spill lock): the journal forgets them once the store holds them
         (:mod:`goodput_core.record.handover`)."""
-        self._handover.stored_through(upto)
+        self.handover.stored_through(upto)
 
     def _confirm(self) -> None:
         """Frees the journal up to what a background store delivered."""
-        if self._handover.pending():
-            with self._spill_lock:
-                self._handover.confirm()
+        if self.handover.pending():
+            with self.spill_lock:
+                self.handover.confirm()
 
     # ------------------------------------------------------------ spilling
     def _store_open(self) -> bool:
-        return bool(getattr(self._store, "is_open", True))
+        return bool(getattr(self.store, "is_open", True))
 
     def _deliver_spilled(self) -> bool:
         """Delivers spilled events (earlier processes' first, then ours), in order.
@@ -229,21 +343,21 @@ class WriterMixin:
           True when none is waiting any more, False when the store failed.
         """
         if self._spill_released:  # exit or close took the files: nothing more here
-            return self._outbox is None or not self._outbox.pending()
+            return self.outbox is None or not self.outbox.pending()
         if self._adopt_due and self._store_open():
             self._adopt_due = False
             try:
-                self._outbox_for().adopt()
+                self.outbox_for().adopt()
             except OSError as exc:  # a spill directory refused, or unreadable
                 if not self._adopt_said:
                     self._adopt_said = True
                     logger.error("goodput: could not look for spilled events: %s", exc)
             except Exception:  # noqa: BLE001 - never stop the writer
                 logger.exception("goodput: could not look for spilled events")
-        outbox = self._outbox
+        outbox = self.outbox
         # A store that delivers in the background batches on its own side:
         # larger hand-overs, one wait each for its confirmation.
-        handover = self._handover
+        handover = self.handover
         size = _SPILL_BATCH if handover.mark() is None else 5 * _SPILL_BATCH
         while outbox is not None:
             events = outbox.peek(size)
@@ -270,12 +384,12 @@ class WriterMixin:
             outbox.commit(len(events))
         return True
 
-    def _outbox_for(self):
-        if self._outbox is None:
+    def outbox_for(self):
+        if self.outbox is None:
             from goodput_core.record.spill import Outbox
 
-            self._outbox = Outbox(getattr(self._store, "url", "") or "")
-        return self._outbox
+            self.outbox = Outbox(getattr(self.store, "url", "") or "")
+        return self.outbox
 
     def _spill_memory(self) -> list:
         """Moves the failed batch and the queue into the spill file; returns the fences met.
@@ -284,14 +398,14 @@ class WriterMixin:
         memory (retried as before) and the queue keeps its bound.
         """
         fences: list = []
-        ring = self._ring
-        with self._spill_lock:
+        ring = self.ring
+        with self.spill_lock:
             try:
-                outbox = self._outbox_for()
-                if self._pending:
-                    outbox.put(self._pending)
-                    self._pending = None
-                    ring.release(self._pending_upto)
+                outbox = self.outbox_for()
+                if self.pending:
+                    outbox.put(self.pending)
+                    self.pending = None
+                    ring.release(self.pending_upto)
                 while True:
                     before = ring.drained
                     batch, met = self._drain_batch()
@@ -300,52 +414,52 @@ class WriterMixin:
                         try:
                             outbox.put(batch)
                         except OSError:
-                            self._pending = batch
-                            self._pending_upto = ring.drained
+                            self.pending = batch
+                            self.pending_upto = ring.drained
                             raise
                     ring.release(ring.drained)
                     if ring.drained == before and not batch:
                         break
             except OSError as exc:
-                self._spill_errors += 1
-                self._spill_error = f"{type(exc).__name__}: {exc}"
-                if self._spill_errors == 1:
+                self.spill_errors += 1
+                self.spill_error = f"{type(exc).__name__}: {exc}"
+                if self.spill_errors == 1:
                     logger.error("goodput: cannot spill unstored events to %s (%s); they "
-                                 "wait in memory", self._outbox_for().directory, exc)
+                                 "wait in memory", self.outbox_for().directory, exc)
         return fences
 
-    def _leave_spilled(self, say: Optional[Callable[[str], Any]] = None) -> int:
+    def leave_spilled(self, say: Optional[Callable[[str], Any]] = None) -> int:
         """Spills what is still unstored and releases the spill files and the
         journal (exit, close); says on stderr what was left, and any drops.
 
         Returns:
           Events left in this writer's spill file for a later process.
         """
-        if self._store is None or self._pid != os.getpid():
+        if self.store is None or self.pid != os.getpid():
             return 0
         say = say or sys.stderr.write
-        url = getattr(self._store, "url", "the store")
-        ring = self._ring
+        url = getattr(self.store, "url", "the store")
+        ring = self.ring
         lost = 0
         self._confirm()
-        if self._queued() or self._pending:
+        if self._queued() or self.pending:
             self._spill_memory()
-            with self._spill_lock:
-                lost = len(self._pending or ())
+            with self.spill_lock:
+                lost = len(self.pending or ())
                 items, fences = ring.take(1 << 62)  # the spill file failed too
                 for f in fences:  # flushes are answered now
                     f.done.set()
                 lost += len(items)
-        with self._spill_lock:
-            self._handover.hold()
+        with self.spill_lock:
+            self.handover.hold()
         self._say_drops(say, at_exit=True)
-        outbox = self._outbox
+        outbox = self.outbox
         left, path = 0, None
         if outbox is not None:
-            with self._spill_lock:
+            with self.spill_lock:
                 self._spill_released = True
                 left, path = outbox.close()
-        kept = self._release_journal()
+        kept = self.release_journal()
         if left or lost:
             if left and path:
                 say(f"goodput: run {self.run!r}: {left} events not stored in {url} are kept "
@@ -361,10 +475,10 @@ class WriterMixin:
                     f"{url} nor spilled; they are lost\n")
         return left
 
-    def _release_journal(self) -> Optional[str]:
+    def release_journal(self) -> Optional[str]:
         """Deletes the journal when it holds nothing undelivered; else leaves it
         for the next process and returns its path."""
-        ring = self._ring
+        ring = self.ring
         journal = ring.journal
         if journal is None or journal.released:
             return None
@@ -372,44 +486,44 @@ class WriterMixin:
 
     def _queued(self) -> bool:
         """True while recorded events wait for the writer."""
-        ring = self._ring
+        ring = self.ring
         return ring.issued() > ring.drained or bool(ring.memory)
 
     def _say_drops(self, say: Optional[Callable[[str], Any]] = None,
                    at_exit: bool = False) -> None:
         """One stderr line at the first drop of a full queue, and one at exit."""
-        dropped = self._ring.dropped
+        dropped = self.ring.dropped
         if not dropped or (self._drops_said if not at_exit else self._drops_said_at_exit):
             return
         self._drops_said = dropped
         self._drops_said_at_exit = at_exit
         (say or sys.stderr.write)(
             f"goodput: run {self.run!r}: {dropped} events dropped{' so far' if not at_exit else ''}"
-            f": more than queue_size={self._cap} events waited for the writer "
+            f": more than queue_size={self.capacity} events waited for the writer "
             f"(stats()['dropped']); record less often or raise queue_size\n")
 
     def _writer_beat(self) -> None:
         """A due heartbeat (rule 15), on the writer thread only: never on the
         caller's thread, not even when flush() drains inline at exit."""
-        if threading.current_thread() is self._writer:
-            self._heartbeat.beat(self)
+        if threading.current_thread() is self.thread:
+            self.heartbeat.beat(self)
 
-    def _writer_loop(self) -> None:
-        my_pid = self._pid
-        hb = self._heartbeat
-        wait = self._interval if hb is None else min(self._interval, max(hb.interval, 0.05))
+    def _loop(self) -> None:
+        my_pid = self.pid
+        hb = self.heartbeat
+        wait = self.interval if hb is None else min(self.interval, max(hb.interval, 0.05))
         while True:
-            self._wake.wait(wait)
-            self._wake.clear()
+            self.wake.wait(wait)
+            self.wake.clear()
             if os.getpid() != my_pid:  # a fork copied this thread's owner: not ours
                 return
             try:
                 self._drain()
-                if self._heartbeat is not None:
+                if self.heartbeat is not None:
                     self._writer_beat()
             except Exception:  # keep the writer alive whatever happens
                 logger.exception("goodput: writer error")
-            if self._closed and not self._queued():
+            if self.closed and not self._queued():
                 return
 
     def _drain_within(self, deadline: Optional[float], timeout: Optional[float]) -> None:
@@ -439,30 +553,21 @@ class WriterMixin:
           the store failed and the events went to the spill file instead
           (``stats()`` says how many; they are delivered later).
         """
-        if self._store is None:
-            flush = getattr(self._cloud_logger, "flush", None)
-            if callable(flush):
-                try:
-                    flush()
-                except Exception:
-                    logger.exception("goodput: cloud_logger.flush failed")
-                    return False
-            return True
         if timeout is not None and not math.isfinite(timeout):
             timeout = None if timeout > 0 else 0.0  # inf: no limit (NaN, -inf: none)
         deadline = None if timeout is None else time.monotonic() + timeout
         fence = Fence()
-        self._ring.nothing(fence)
-        writer = self._writer
-        if writer is None or not writer.is_alive():
+        self.ring.nothing(fence)
+        thread = self.thread
+        if thread is None or not thread.is_alive():
             self._drain_within(deadline, timeout)  # no writer (closed, dead thread)
         else:
-            self._wake.set()
+            self.wake.set()
             fence.done.wait(timeout)
         if not fence.ok or not wait_for_delivery:
             return fence.ok
         # Stores that deliver in the background (Cloud Logging) have a fence too.
-        store_flush = getattr(self._store, "flush", None)
+        store_flush = getattr(self.store, "flush", None)
         if callable(store_flush):
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             try:

@@ -14,7 +14,8 @@ URL                                        store
 ``sqlite:///path.sqlite?mode=ro``          read-only (refused for writers)
 ========================================  =====================================
 
-Store URLs are shown through :func:`goodput_core.redact.redact` only (no
+Each backend declares its URLs (:mod:`goodput_core.stores.schemes`, the
+registry). Store URLs are shown through :func:`goodput_core.redact.redact` only (no
 password in any message). A ``sqlite://`` URL's query is parsed, never part
 of the file name: only ``mode=ro`` is understood; any other parameter is refused.
 A bare ``keyword=value ...`` string naming a libpq keyword is a PostgreSQL DSN,
@@ -30,8 +31,11 @@ import os
 from pathlib import Path
 from typing import Tuple, Union
 
-from goodput_core.redact import is_keyword_dsn, redact
+from goodput_core.redact import redact
+from goodput_core.stores import schemes
 from goodput_core.stores.base import Cursor, Store, StoreError
+# re-exported: a sqlite URL's file, asked by the CLI's sqlite commands
+from goodput_core.stores.sqlite.location import sqlite_location
 
 __all__ = ["Store", "StoreError", "Cursor", "open_store", "check_store_url", "default_store_url",
            "canonical_store_url", "sqlite_location"]
@@ -72,82 +76,12 @@ def check_store_url(url: Union[str, os.PathLike, None] = None, *,
     url = os.fspath(url)
     if not isinstance(url, str) or not url.strip():
         raise StoreError(f"empty store URL {url!r}")
-    scheme, sep, rest = url.partition("://")
-    if not sep:
-        scheme, rest = ("postgresql", url) if is_keyword_dsn(url) else ("sqlite", url)
-    if scheme == "sqlite" and not rest:
-        raise StoreError(f"store URL {url!r} names no file: use sqlite:///path/to/file.sqlite")
-    if scheme == "sqlite":
-        _, readonly = sqlite_location(url)
-        if readonly and writer:
-            raise StoreError(f"store URL {url!r} asks for mode=ro: a recorder and the "
-                             "commands that change a store need it writable")
-    elif scheme == "cloud-logging":
-        from goodput_core.stores.cloud_logging import wire
-
-        project, _, log = rest.partition("/")
-        if not project or not log or "/" in log:
-            raise StoreError(
-                f"store URL {redact(url)!r} is not cloud-logging://PROJECT/LOG_NAME")
-        try:
-            wire.validate_names(project, log)
-        except ValueError as exc:  # a malformed project id or log name
-            raise StoreError(f"store URL {redact(url)!r}: {exc}") from exc
-        if not _importable("google.cloud.logging_v2"):
-            raise StoreError("the cloud-logging store needs the 'gcp' extra: "
-                             "pip install 'goodput-core[gcp]'")
-    elif scheme in _POSTGRES:
-        from goodput_core.stores.postgres.sql import parse_url
-
-        try:
-            parse_url(url)
-        except ValueError as exc:  # the message shows the URL without its password
-            raise StoreError(str(exc)) from None
-        if not _importable("psycopg"):
-            raise StoreError("the postgresql store needs the 'postgres' extra: "
-                             "pip install 'goodput-core[postgres]'")
-    elif scheme != "memory":
-        raise StoreError(f"unknown store scheme {redact(scheme)!r} in {redact(url)!r}: use "
-                         "sqlite://, memory://, cloud-logging:// or postgresql://")
-    return url, scheme, rest
-
-
-_POSTGRES = ("postgresql", "postgres")
-#: The parameters a ``sqlite://`` URL may carry, and the values each may take.
-_SQLITE_PARAMETERS = {"mode": ("ro",)}
-
-
-def sqlite_location(url: str) -> Tuple[str, bool]:
-    """``(path, read only)`` of an embedded store's URL or bare path (no I/O).
-
-    A ``sqlite://`` URL's query is parsed, never part of the file name: its
-    only parameter is ``mode=ro`` (open read-only; refused for writers). A
-    bare path is taken literally (a file name with ``?`` in it is written
-    as a path, not as a URL). ``~`` is expanded; the path is not made absolute.
-
-    Raises:
-      StoreError: an unknown parameter or value.
-    """
-    url = os.fspath(url)
-    if not url.startswith("sqlite://"):
-        return os.path.expanduser(url), False
-    rest = url[len("sqlite://"):]
-    path, _, query = rest.partition("?")
-    readonly = False
-    for pair in query.split("&") if query else ():
-        key, _, value = pair.partition("=")
-        if value not in _SQLITE_PARAMETERS.get(key, ()):
-            raise StoreError(
-                f"store URL {redact(url)!r}: the parameter {redact(pair)!r} is not understood "
-                "(a sqlite:// URL takes only mode=ro; a file name with '?' in it is given "
-                "as a plain path)")
-        readonly = True
-    if not path:
-        raise StoreError(f"store URL {redact(url)!r} names no file: use "
-                         "sqlite:///path/to/file.sqlite")
-    if path.startswith("//"):  # sqlite:////x: POSIX keeps a leading "//"; one is meant
-        path = "/" + path.lstrip("/")
-    return os.path.expanduser(path), readonly
+    scheme, name, rest = schemes.scheme_of(url)
+    if scheme is None:
+        raise StoreError(f"unknown store scheme {redact(name)!r} in {redact(url)!r}: use "
+                         f"{schemes.known()}")
+    scheme.check(url, rest, writer)
+    return url, name, rest
 
 
 def canonical_store_url(url: str) -> str:
@@ -156,23 +90,8 @@ def canonical_store_url(url: str) -> str:
     does (its parameters dropped); other URLs as they are, a password
     replaced by ``***``."""
     url = str(url)
-    scheme, sep, _ = url.partition("://")
-    if (scheme == "sqlite" and sep) or not (sep or is_keyword_dsn(url)):
-        try:
-            path, _ = sqlite_location(url)
-        except StoreError:
-            return redact(url)
-        return "sqlite:///" + os.path.abspath(path).lstrip("/")
-    return redact(url)
-
-
-def _importable(module: str) -> bool:
-    import importlib.util
-
-    try:
-        return importlib.util.find_spec(module) is not None
-    except ImportError:  # a parent package is missing
-        return False
+    scheme = schemes.scheme_of(url)[0]
+    return redact(url) if scheme is None else scheme.canonical(url)
 
 
 def open_store(url: Union[str, os.PathLike, Store, None] = None, *, create: bool = True) -> Store:
@@ -192,31 +111,6 @@ def open_store(url: Union[str, os.PathLike, Store, None] = None, *, create: bool
     """
     if isinstance(url, Store):
         return url
-    url, scheme, rest = check_store_url(url, writer=create)
-    if scheme == "memory":
-        from goodput_core.stores.memory import open_named
-
-        return open_named(rest)
-    if scheme == "sqlite":
-        from goodput_core.stores.sqlite import SqliteStore
-
-        path, _ = sqlite_location(url)
-        if not create and not os.path.exists(path):
-            raise StoreError(f"no goodput store at {path!r}: record a run first or pass "
-                             "--store with the path of an existing store")
-        return SqliteStore(path, readonly=not create)
-    if scheme in _POSTGRES:
-        from goodput_core.stores.postgres import PostgresStore
-
-        return PostgresStore(url)
-    project, _, log = rest.partition("/")
-    try:
-        from goodput_core.stores.cloud_logging import CloudLoggingStore
-    except ImportError as exc:
-        raise StoreError(
-            f"the cloud-logging store needs the 'gcp' extra: pip install 'goodput-core[gcp]' ({exc})"
-        ) from exc
-    try:
-        return CloudLoggingStore(project=project, log_name=log)
-    except ValueError as exc:  # a malformed project id or log name
-        raise StoreError(f"store URL {redact(url)!r}: {exc}") from exc
+    url, _, rest = check_store_url(url, writer=create)
+    scheme = schemes.scheme_of(url)[0]
+    return scheme.open(url, rest, create)

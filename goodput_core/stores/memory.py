@@ -10,7 +10,7 @@ import threading
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from goodput_core.events import EventRecord
-from goodput_core.stores.base import Cursor, Store
+from goodput_core.stores.base import Cursor, Store, StoreScheme
 
 __all__ = ["MemoryStore", "open_named"]
 
@@ -57,3 +57,16 @@ def open_named(name: str) -> MemoryStore:
         if store is None:
             store = _NAMED[name] = MemoryStore(name)
         return store
+
+
+def _check(url: str, rest: str, writer: bool) -> None:
+    return None  # any name
+
+
+def _open(url: str, rest: str, create: bool) -> MemoryStore:
+    return open_named(rest)
+
+
+#: ``memory://NAME``, for the registry (:mod:`goodput_core.stores.schemes`): in
+#: this process only (no journal or spill file outlives it, no monitor process).
+SCHEME = StoreScheme(("memory",), _check, _open, shared=False)

@@ -42,6 +42,8 @@ import threading
 import time
 from typing import Any, Optional, Sequence
 
+from goodput_core.stores import schemes
+
 __all__ = ["SHUTDOWN", "process_start_time", "track"]
 
 logger = logging.getLogger("goodput")
@@ -146,8 +148,10 @@ def _watch(recorder: Any, since: float) -> Optional[subprocess.Popen]:
     """Starts the watcher for ``recorder``'s run, or None where it cannot
     record (a store other processes cannot write, a clock that is not time.time)."""
     url = getattr(getattr(recorder, "_store", None), "url", None)
-    if (recorder.clock is not time.time or not isinstance(url, str)
-            or not url.startswith(("sqlite:", "postgres:", "postgresql:"))):
+    if recorder.clock is not time.time or not isinstance(url, str) or "://" not in url:
+        return None  # a keyword DSN: none (as before the registry)
+    scheme = schemes.scheme_of(url)[0]
+    if scheme is None or not scheme.exit_watcher:
         return None
     try:
         return subprocess.Popen(

@@ -22,6 +22,7 @@ import goodput_core
 import goodput_integrations
 from goodput_core import gcp
 from goodput_core.compat import goodput_utils
+from goodput_core.stores.schemes import SCHEMES
 
 ENGINE = os.path.dirname(os.path.abspath(goodput_core.__file__))
 INTEGRATIONS = os.path.dirname(os.path.abspath(goodput_integrations.__file__))
@@ -125,10 +126,14 @@ def test_the_scan_sees_a_planted_wrong_way_import(rule, tmp_path, monkeypatch):
 
 
 # ------------------------------------------------------------ stores/
-BACKENDS = {"sqlite", "postgres", "cloud_logging"}
-# Shared store modules that name a backend: the URL dispatch validates and opens
-# each (on use), and the deferred store registers its fork hooks after sqlite's.
-STORE_ALLOWED = {("__init__.py", b) for b in BACKENDS} | {("deferred.py", "sqlite")}
+# The backends of the registry (stores/schemes.py) that are subpackages (memory is a module).
+BACKENDS = {module for module in (s.open.__module__.split(".")[2] for s in SCHEMES)
+            if os.path.isdir(os.path.join(ENGINE, "stores", module))}
+# Shared store modules that name a backend: the registry lists them, the stores'
+# package re-exports sqlite_location, the deferred store registers its fork hooks
+# after sqlite's.
+STORE_ALLOWED = ({("schemes.py", b) for b in BACKENDS}
+                 | {("__init__.py", "sqlite"), ("deferred.py", "sqlite")})
 
 
 def _store_violations():
@@ -162,6 +167,68 @@ def test_each_store_backend_is_a_subpackage_and_imports_no_other():
             and any(n.startswith(b + "_") for b in BACKENDS)]
     assert flat == [], "a backend's module belongs in its subpackage"
     assert _store_violations() == []
+
+
+# ------------------------------------------------------------ store schemes
+# What depends on the kind of store asks the registry (stores/schemes.py); only a
+# backend names its own schemes. Declared exceptions: redact.py imports nothing of
+# goodput (the database schemes whose user name is a role, not a secret), and the
+# AXLearn spec parser takes the schemes it documents (not PostgreSQL's).
+SCHEME_TEXT_ALLOWED = {"redact.py", os.path.join("axlearn", "spec.py")}
+
+
+def _scheme_texts():
+    """A string constant in code (not a docstring) that is a scheme name or a
+    scheme prefix (``sqlite``, ``sqlite:``, ``sqlite://``): a comparison with a
+    scheme outside the backend that owns it."""
+    forms = {f for s in SCHEMES for n in s.names for f in (n, n + ":", n + "://")}
+    found = []
+    for root, label in ((ENGINE, "goodput_core"), (INTEGRATIONS, "integrations")):
+        for base, dirs, files in os.walk(root):
+            dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+            for name in sorted(f for f in files if f.endswith(".py")):
+                path = os.path.join(base, name)
+                rel = os.path.relpath(path, root)
+                parts = rel.split(os.sep)
+                if rel in SCHEME_TEXT_ALLOWED or (
+                        label == "goodput_core" and parts[0] == "stores" and (
+                            parts[1] in BACKENDS or parts[1] == "memory.py")):
+                    continue
+                with open(path, encoding="utf-8") as f:
+                    tree = ast.parse(f.read(), path)
+                docs = {id(n.body[0].value) for n in ast.walk(tree)
+                        if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef,
+                                          ast.AsyncFunctionDef))
+                        and n.body and isinstance(n.body[0], ast.Expr)
+                        and isinstance(n.body[0].value, ast.Constant)}
+                for node in ast.walk(tree):
+                    if isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                            and node.value in forms and id(node) not in docs:
+                        found.append(f"{label}/{rel}:{node.lineno} {node.value!r}")
+    return found
+
+
+def test_only_the_registry_and_the_backends_know_store_schemes():
+    assert _scheme_texts() == []
+
+
+def test_the_scheme_check_sees_a_planted_comparison(tmp_path, monkeypatch):
+    for backend in BACKENDS:
+        (tmp_path / "stores" / backend).mkdir(parents=True)
+        (tmp_path / "stores" / backend / "__init__.py").write_text(
+            'SCHEME = ("sqlite", "postgresql")\n')  # a backend's own: allowed
+    (tmp_path / "monitor").mkdir()
+    (tmp_path / "monitor" / "planted.py").write_text(
+        '"""Reads sqlite:// stores."""\n'
+        'def child(url, scheme):\n'
+        '    return scheme == "memory" or url.startswith(("sqlite:", "cloud-logging://"))\n')
+    module = __import__(__name__, fromlist=["_"])
+    monkeypatch.setattr(module, "ENGINE", str(tmp_path))
+    monkeypatch.setattr(module, "INTEGRATIONS", str(tmp_path / "none"))
+    assert _scheme_texts() == [
+        "goodput_core/monitor/planted.py:3 'memory'",
+        "goodput_core/monitor/planted.py:3 'sqlite:'",
+        "goodput_core/monitor/planted.py:3 'cloud-logging://'"]
 
 
 # ------------------------------------------------------------ queries/

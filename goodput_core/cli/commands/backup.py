@@ -26,9 +26,10 @@ def sqlite_path(store: str, other: str = "back up a PostgreSQL store with pg_dum
     (``other``: what to do instead), and so is a ``?mode=ro`` URL for a ``writer``."""
     from goodput_core.redact import redact
     from goodput_core.stores import check_store_url, sqlite_location
+    from goodput_core.stores.sqlite import SCHEME as SQLITE
 
     _, scheme, _ = check_store_url(store, writer=writer)
-    if scheme != "sqlite":
+    if scheme not in SQLITE.names:
         raise CliError(f"{redact(store)!r} is not an embedded (sqlite) store; {other}")
     path, _ = sqlite_location(store)
     path = os.path.abspath(path)

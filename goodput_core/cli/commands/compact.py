@@ -29,9 +29,10 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     from goodput_core.stores import check_store_url, default_store_url
+    from goodput_core.stores.postgres import SCHEME as POSTGRES
 
     url, scheme, _ = check_store_url(args.store or default_store_url(), writer=True)
-    if scheme.startswith("postgres"):  # postgresql:// or postgres://
+    if scheme in POSTGRES.names:  # postgresql://, postgres:// or a keyword DSN
         return _compact_postgres(url)
     from goodput_core.stores.sqlite.admin import compact
 

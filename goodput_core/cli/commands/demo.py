@@ -40,6 +40,7 @@ from typing import Any, Dict, Optional, TextIO
 from goodput_core.cli import CliError, CliIOError
 from goodput_core.redact import redact
 from goodput_core.events import Kind
+from goodput_core.stores import schemes
 
 __all__ = ["add_arguments", "run"]
 
@@ -122,7 +123,7 @@ def run(args) -> int:
     if synthetic:
         _play_synthetic(run_name, store)
     else:
-        if str(store).startswith("memory:"):
+        if not schemes.shared(str(store)):
             raise CliError("the demo trains in child processes: a memory:// store would "
                            "not outlive them; use a sqlite path")
         (_play_torch if args.torch else _play_real)(args, run_name, store, outdir)

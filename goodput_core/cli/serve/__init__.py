@@ -41,9 +41,11 @@ def make_server(store: Any, host: str = "127.0.0.1", port: int = 8765,
     from goodput_core.cli.serve.http import DashboardServer
     from goodput_core.cli.serve.runs import RunCache
 
-    if str(getattr(store, "url", "")).startswith("cloud-logging://"):
-        cache_options.setdefault("min_interval", 2.0)
-        cache_options.setdefault("names_max_age", 10.0)
+    from goodput_core.stores import schemes
+
+    scheme = schemes.scheme_of(str(getattr(store, "url", "")))[0]
+    for key, value in (scheme.read_cache if scheme is not None else {}).items():
+        cache_options.setdefault(key, value)  # a slow remote log is read less often
     return DashboardServer(Api(RunCache(store, **cache_options)), host, port, token,
                            max_streams=max_streams, client_timeout=client_timeout,
                            max_connections=max_connections)

@@ -46,12 +46,12 @@ from typing import Dict, NamedTuple, Tuple
 from urllib.parse import unquote, urlsplit
 
 from goodput_core.redact import is_keyword_dsn, keyword_dsn, redact, remember, secrets_of
+from goodput_core.stores.postgres import SCHEME
 
 __all__ = ["SCHEMA_VERSION", "DEFAULT_SCHEMA", "PostgresUrl", "parse_url", "statements"]
 
 SCHEMA_VERSION = 1
 DEFAULT_SCHEMA = "goodput"
-_SCHEMES = ("postgresql", "postgres")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]{0,62}$")
 
 
@@ -107,7 +107,7 @@ def parse_url(url: str) -> PostgresUrl:
             parts = urlsplit(url)
         except ValueError as exc:
             raise ValueError(f"store URL {redacted!r} is malformed ({redact(exc)})") from None
-        if parts.scheme not in _SCHEMES:
+        if parts.scheme not in SCHEME.names:
             raise ValueError(f"store URL {redacted!r} is not a postgresql:// URL (e.g. "
                              "postgresql://USER:PASSWORD@HOST:PORT/DATABASE)")
         schema, kept = DEFAULT_SCHEMA, []

@@ -146,7 +146,7 @@ def test_r7_fork_while_the_writer_shows_the_hang_watchdog_a_batch(tmp_path):
     rec = Recorder("r7w", db, strict=True, flush_interval_s=0.001)
     rec.record_job_start_time()
     assert rec.flush(30)
-    watchdog = rec._watchdog
+    watchdog = rec._writer.watchdog
     assert watchdog is not None  # on by default
     held, release = threading.Event(), threading.Event()
 

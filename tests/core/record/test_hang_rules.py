@@ -38,7 +38,7 @@ def _watched(settings):
     store = MemoryStore()
     rec = Recorder("w", store, clock=clock, hang_detection=False)
     dog = HangWatchdog(rec, settings, monotonic=mono, wait=lambda s: True)
-    rec._watchdog = dog  # the writer shows it every batch it drains (flush)
+    rec._writer.watchdog = dog  # the writer shows it every batch it drains (flush)
     return rec, store, clock, mono, dog
 
 

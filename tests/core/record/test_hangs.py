@@ -99,7 +99,7 @@ def _watched(settings=HangSettings(min_seconds=30.0, factor=10.0)):
     store = MemoryStore()
     rec = Recorder("w", store, clock=clock, hang_detection=False)
     dog = HangWatchdog(rec, settings, monotonic=mono, wait=lambda s: True)
-    rec._watchdog = dog
+    rec._writer.watchdog = dog
     return rec, store, clock, mono, dog
 
 
@@ -302,11 +302,11 @@ def test_default_threshold_is_ten_steps_but_never_under_two_minutes_and_a_warnin
 
 def test_the_environment_switches_the_watchdog_and_sets_its_numbers(monkeypatch):
     monkeypatch.setenv("GOODPUT_HANG_DETECTION", "0")
-    assert Recorder("env-off", MemoryStore())._watchdog is None
+    assert Recorder("env-off", MemoryStore())._writer.watchdog is None
     monkeypatch.setenv("GOODPUT_HANG_DETECTION", "1")
     monkeypatch.setenv("GOODPUT_HANG_FACTOR", "4")
     monkeypatch.setenv("GOODPUT_HANG_MIN_SECONDS", "45")
-    dog = Recorder("env-on", MemoryStore())._watchdog
+    dog = Recorder("env-on", MemoryStore())._writer.watchdog
     assert dog is not None and (dog.settings.factor, dog.settings.min_seconds) == (4.0, 45.0)
     monkeypatch.setenv("GOODPUT_HANG_FACTOR", "often")
     with pytest.raises(ValueError, match="GOODPUT_HANG_FACTOR"):
@@ -314,5 +314,5 @@ def test_the_environment_switches_the_watchdog_and_sets_its_numbers(monkeypatch)
     monkeypatch.delenv("GOODPUT_HANG_DETECTION")
     monkeypatch.delenv("GOODPUT_HANG_FACTOR")
     monkeypatch.delenv("GOODPUT_HANG_MIN_SECONDS")
-    dog = Recorder("env-default", MemoryStore())._watchdog
+    dog = Recorder("env-default", MemoryStore())._writer.watchdog
     assert (dog.settings.factor, dog.settings.min_seconds) == (10.0, 120.0)

@@ -158,7 +158,7 @@ def test_a_background_store_frees_the_ring_only_once_it_delivered(tmp_path, monk
     for k in range(30, 90):
         rec.record_step_start_time(k)
     assert rec.flush(30, wait_for_delivery=False)
-    held = rec._outbox._held
+    held = rec._writer.outbox._held
     assert held is not None and held.unread >= 60  # kept on disk, out of the ring
     assert rec._ring.freed >= 90 and rec.stats()["overflowed"] == 0
     store.confirmed = store.appended  # delivered at last

@@ -41,7 +41,7 @@ def test_first_record_returns_while_the_store_open_is_blocked(blocked_sqlite, tm
         rec.record_step_start_time(0)
         assert blocked_sqlite.opening.wait(10)  # the open started...
         assert not blocked_sqlite.release.is_set()  # ...and is still blocked: we got here
-        assert blocked_sqlite.threads == [rec._writer.ident]
+        assert blocked_sqlite.threads == [rec._writer.thread.ident]
         assert blocked_sqlite.threads[0] != threading.get_ident()
         assert rec.stats()["queued"] == 2 and rec.stats()["store_error"] is None
 

@@ -44,7 +44,7 @@ def test_compat_calculator_sees_the_last_steps_and_the_job_end(url):
     clock = FakeClock(T0)
     rec = compat.GoodputRecorder("job", "log", True, store=url, clock=clock,
                                  background_max_latency_s=HOUR)
-    rec._interval = HOUR  # pylint: disable=protected-access  (no timed drain)
+    rec._writer.interval = HOUR  # pylint: disable=protected-access  (no timed drain)
     record_job(rec, clock)
     assert rec.has_unstored()
     calc = compat.GoodputCalculator("job", "log", store=url, clock=lambda: T0 + 1000)

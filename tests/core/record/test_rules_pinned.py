@@ -122,7 +122,7 @@ def test_waiting_counts_the_batch_being_written():
     rec = Recorder("r", store)
     for k in range(7):
         rec.record_step_start_time(k)
-    rec._wake.set()
+    rec._writer.wake.set()
     assert store.entered.wait(60)  # the writer holds the 7 events in its append now
     for k in range(7, 10):
         rec.record_step_start_time(k)  # and 3 more wait in the queue

@@ -176,7 +176,7 @@ class RecordingWait:
 def test_r10_the_writer_backs_off_for_real_while_the_store_fails():
     store = FailingStore()
     rec = Recorder("r10", store, queue_size=400, flush_interval_s=60)
-    backoff = rec._backoff = RecordingWait()
+    backoff = rec._writer.backoff = RecordingWait()
     rec.record_step_start_time(0, 1.0)
     assert not rec.flush(0)  # wakes the writer, which fails and starts backing off
     backoff.wait_for_waits(1)
