@@ -27,7 +27,7 @@ from goodput_core.timeline.buckets import BadputType
 from goodput_core.queries.calculator import Calculator
 from goodput_core.events import Kind
 from goodput_core.stores.sqlite import SqliteStore
-from goodput_integrations.demo.driver import Attempt, DemoConfig, child_env, frameworks_missing
+from goodput_core.cli.demo_attempts import Attempt, DemoConfig, child_env, frameworks_missing
 
 pytestmark = [
     pytest.mark.reliability,
