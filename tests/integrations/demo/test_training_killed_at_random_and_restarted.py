@@ -1,4 +1,4 @@
-"""quality.md R1: a real training process recording to the embedded store is
+"""docs/quality.md R1: a real training process recording to the embedded store is
 killed with SIGKILL at random points, 10+ times, and restarted from its last
 checkpoint.
 
