@@ -22,7 +22,7 @@ exporter. With the goodput part come slice efficiency, program goodput
 and new model-metric points; with the rolling part, per-window slice
 efficiency (:mod:`goodput_core.monitor.cycle`; each can be switched off).
 
-Reliability (quality.md R5): every exporter runs on its own worker thread
+Reliability (docs/quality.md R5): every exporter runs on its own worker thread
 and each cycle waits for them only up to ``export_timeout_s``. An exporter
 that raises is logged once per error kind and then only counted; one that
 hangs is skipped by later cycles until it returns (the step deviations it

@@ -1,8 +1,11 @@
 """The layer rules of docs/architecture.md, checked on the source.
 
-Data flows record -> stores -> timeline -> queries -> monitor -> exporters, with
-the command line on top and the compat layer beside: a module may import what
-comes before it, never what comes after, and nothing but compat imports compat.
+The layers, bottom up: stores -> record -> timeline -> queries -> exporters ->
+monitor, the command line on top and the compat layer beside (the recorder
+imports the store it writes into, the monitor the exporters it feeds): a
+module may import what comes before it, never what comes after, and nothing
+but compat imports compat. The engine imports no adapter, and nothing, engine
+or adapters, imports in a circle.
 Inside the groups: each store backend is a subpackage of ``stores/`` that
 imports no other backend (what they share sits beside them and imports none);
 ``queries/`` reads downward (no import circle; only the modules that compose

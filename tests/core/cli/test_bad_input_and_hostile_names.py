@@ -1,4 +1,4 @@
-"""R12 of quality.md and the CLI items of the security list, with the real ``goodput``.
+"""R12 of docs/quality.md and the CLI items of the security list, with the real ``goodput``.
 
 Every subcommand is run as a real process with bad arguments, an unwritable
 output and a closed pipe (``| head -0``): each must print exactly one error
