@@ -16,9 +16,9 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
-import tempfile
 
 sys.path.insert(1, os.path.dirname(os.path.abspath(__file__)))
 
@@ -50,11 +50,17 @@ def write(path: str, n_events: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--events", type=int, default=1_000_000)
+    parser.add_argument("--dir", default="/tmp/goodput-report-digest",
+                        help="a folder for the store, emptied first and removed after (the "
+                             "report names the store, so both trees must use the same path)")
+    parser.add_argument("--out", default=None, help="also write the report here")
     args = parser.parse_args()
     import goodput_core
 
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "goodput.db")
+    shutil.rmtree(args.dir, ignore_errors=True)
+    os.makedirs(args.dir)
+    path = os.path.join(args.dir, "goodput.db")
+    try:
         write(path, args.events)
         digests = set()
         for _ in range(2):
@@ -62,6 +68,11 @@ def main() -> None:
                                   "--store", path, "--json"], capture_output=True, check=True,
                                  env=dict(os.environ, TZ="UTC")).stdout
             digests.add((hashlib.sha256(out).hexdigest(), len(out)))
+        if args.out:
+            with open(args.out, "wb") as f:
+                f.write(out)
+    finally:
+        shutil.rmtree(args.dir, ignore_errors=True)
     print(f"{os.path.dirname(goodput_core.__file__)} events={args.events} "
           f"report --json: {sorted(digests)}")
 
