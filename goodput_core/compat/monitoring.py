@@ -61,6 +61,8 @@ from goodput_core.compat.goodput_utils import (  # noqa: F401  (reached as monit
 from goodput_core.exporters import registry as exporter_registry
 from goodput_core.exporters.base import Exporter
 from goodput_core.monitor import Monitor
+from goodput_core.monitor.placement import child_spec
+from goodput_core.stores import open_store
 
 __all__ = ["BadputType", "GCPOptions", "GoodputMonitor"]
 
@@ -196,7 +198,6 @@ class GoodputMonitor:
         # in a monitor process when it can run in one (as Monitor decides: not
         # with an injected clock or wait, a memory store...); else on a thread
         # here, reading through our calculator
-        from goodput_core.monitor.placement import child_spec
 
         here = child_spec(None, self.job_name, self._store, exporters, options={},
                           custom=self._clock is not time.time or self._wait is not None) is None
@@ -325,6 +326,4 @@ class GoodputMonitor:
 
 
 def _open(store: Any) -> Any:
-    from goodput_core.stores import open_store
-
     return open_store(store)

@@ -39,6 +39,7 @@ from typing import Any, Dict, Optional
 
 from goodput_core.exit_bound import exit_timeout_s
 from goodput_core.monitor.priority import lower as lower_priority
+from goodput_core.redact import redact
 
 __all__ = ["main"]
 
@@ -81,7 +82,6 @@ def main() -> int:
     # import, inherit the lowered priority only if they start after it
     from goodput_core.exporters.registry import from_spec
     from goodput_core.monitor.loop import Monitor
-    from goodput_core.redact import redact
 
     recorder = _Dropped()
     exporters = []

@@ -11,6 +11,8 @@ import os
 import sys
 
 from goodput_core.cli import CliError, CliIOError
+from goodput_core.redact import redact
+from goodput_core.stores import check_store_url, sqlite_location
 
 __all__ = ["add_arguments", "run"]
 
@@ -24,9 +26,6 @@ def sqlite_path(store: str, other: str = "back up a PostgreSQL store with pg_dum
                 *, writer: bool = False) -> str:
     """The file of an embedded store URL or path; other stores are refused
     (``other``: what to do instead), and so is a ``?mode=ro`` URL for a ``writer``."""
-    from goodput_core.redact import redact
-    from goodput_core.stores import check_store_url, sqlite_location
-
     _, scheme, _ = check_store_url(store, writer=writer)
     if scheme != "sqlite":
         raise CliError(f"{redact(store)!r} is not an embedded (sqlite) store; {other}")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import sys
 
 from goodput_core.cli.commands.backup import sqlite_path
+from goodput_core.stores import check_store_url, default_store_url, open_store
 
 __all__ = ["add_arguments", "run"]
 
@@ -28,8 +29,6 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from goodput_core.stores import check_store_url, default_store_url
-
     url, scheme, _ = check_store_url(args.store or default_store_url(), writer=True)
     if scheme.startswith("postgres"):  # postgresql:// or postgres://
         return _compact_postgres(url)
@@ -42,7 +41,6 @@ def run(args) -> int:
 
 
 def _compact_postgres(url: str) -> int:
-    from goodput_core.stores import open_store
     from goodput_core.stores.postgres.admin import compact
 
     store = open_store(url)

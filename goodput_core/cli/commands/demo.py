@@ -40,6 +40,8 @@ from typing import Any, Dict, Optional, TextIO
 from goodput_core.cli import CliError, CliIOError
 from goodput_core.redact import redact
 from goodput_core.events import Kind
+from goodput_core.record.recorder import Recorder
+from goodput_core.stores import open_store
 
 __all__ = ["add_arguments", "run"]
 
@@ -133,8 +135,6 @@ def run(args) -> int:
 def _run_name(store: str, given: Optional[str]) -> str:
     """``given``, or a fresh name; the store is opened here first, so one it
     refuses (not a goodput store, newer) is one error before anything plays."""
-    from goodput_core.stores import open_store
-
     opened = open_store(store)
     try:
         taken = set(opened.runs())
@@ -152,7 +152,6 @@ def _run_name(store: str, given: Optional[str]) -> str:
 
 # ------------------------------------------------------------------ jobs
 def _play_synthetic(run_name: str, store: str) -> None:
-    from goodput_core.record.recorder import Recorder
     from goodput_core.cli.synthetic import SyntheticJob, record_synthetic_job
 
     rec = Recorder(run_name, store)

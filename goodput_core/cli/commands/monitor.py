@@ -13,9 +13,11 @@ import signal
 import sys
 import threading
 
+from goodput_core.cli import CliError, CliIOError
 from goodput_core.cli.commands.common import add_store_argument
 from goodput_core.exporters.registry import EXPORTERS
 from goodput_core.monitor.loop import Monitor, parse_windows
+from goodput_core.stores import open_store, StoreError
 
 _FINAL_TIMEOUT_S = 30.0
 _SIGNAL_CHECK_S = 0.25  # how late a signal may be handled at most
@@ -66,8 +68,6 @@ class _Stdout:
 
 def _exporters(args, stdout: "_Stdout") -> list:
     """The console line (unless --quiet), then each kind's exporters its flags ask for."""
-    from goodput_core.cli import CliError, CliIOError
-
     out = [] if args.quiet else [EXPORTERS["console"].build(stdout)]
     for kind in EXPORTERS.values():
         if not kind.cli:
@@ -84,15 +84,11 @@ def _exporters(args, stdout: "_Stdout") -> list:
 
 
 def run(args) -> int:
-    from goodput_core.cli import CliError
-
     windows = parse_windows(args.rolling) if args.rolling else ()
     done = threading.Event()
     stdout = _Stdout(done.set)
     exporters = _exporters(args, stdout)
     try:
-        from goodput_core.stores import StoreError, open_store
-
         try:
             store = open_store(args.store, create=False)  # read-only: it only reads
         except StoreError:

@@ -19,12 +19,15 @@ import threading
 import time
 from typing import Any, Dict, Mapping, Optional
 
+from goodput_core import Recorder
+from goodput_core.compat.mldiagnostics import _system
 from goodput_core.compat.mldiagnostics.custom_types.exceptions import (
     MLRunConfigurationError,
     RecordingError,
 )
 from goodput_core.compat.mldiagnostics.custom_types.metric_types import MetricType
-from goodput_core.compat.mldiagnostics.custom_types.mlrun_types import RunPhase
+from goodput_core.compat.mldiagnostics.custom_types.mlrun_types import ConfigDict, RunPhase
+from goodput_core.stores import StoreError
 
 logger = logging.getLogger("goodput")
 
@@ -207,7 +210,6 @@ class ActiveRun:
     def collect_hardware(self) -> None:
         """Records the framework's device facts once known (lead only): jax's
         once its backends exist; torch's (``framework=PYTORCH``) at once."""
-        from goodput_core.compat.mldiagnostics import _system
         from goodput_core.queries.diagnostics import jsonable
 
         if self.run.framework.value == "PYTORCH":
@@ -233,8 +235,6 @@ class ActiveRun:
 
 def _record_start_metadata(active: ActiveRun, configs: Any) -> None:
     """Run metadata of a new run (lead only); bad configs raise MLRunConfigurationError."""
-    from goodput_core.compat.mldiagnostics import _system
-    from goodput_core.compat.mldiagnostics.custom_types.mlrun_types import ConfigDict
     from goodput_core.queries.diagnostics import load_config, record_config
 
     run, rec = active.run, active.recorder
@@ -286,8 +286,6 @@ def start(run: Any, configs: Any, *, store: Any, clock: Any, steps_from_metrics:
     (``start()`` says whether it started; ``stop()`` runs when the run ends).
     """
     global _active
-    from goodput_core import Recorder
-    from goodput_core.stores import StoreError
 
     finish()
     try:
@@ -325,8 +323,6 @@ def start(run: Any, configs: Any, *, store: Any, clock: Any, steps_from_metrics:
 def _start_system_metrics(active: ActiveRun, clock: Any, interval: float, wait: Any) -> None:
     """As the SDK: the local master process of each host samples system
     metrics when the run has ``log_system_metrics`` and a positive interval."""
-    from goodput_core.compat.mldiagnostics import _system
-
     if not active.run.log_system_metrics or not interval > 0 or _system.local_rank() != 0:
         return
     from goodput_core.compat.mldiagnostics.system_metrics import SystemMetrics

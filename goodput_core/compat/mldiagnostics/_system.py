@@ -19,6 +19,7 @@ from importlib import metadata as _pkg
 from typing import Any, Dict, Optional
 
 from goodput_core.compat.mldiagnostics._frameworks import adapter
+from goodput_core.compat.mldiagnostics.custom_types.mlrun_types import Orchestrator
 
 logger = logging.getLogger("goodput")
 
@@ -170,8 +171,6 @@ def run_identity(name: str, now: float, workload_id: Optional[str]):
       off GKE): every call is a new run, so running a script twice gives
       two runs.
     """
-    from goodput_core.compat.mldiagnostics.custom_types.mlrun_types import Orchestrator
-
     gke = gke_suffix()
     workload_id = workload_id or os.environ.get("RUN_WORKLOAD_ID") or None
     job = os.environ.get("SLURM_JOB_ID")

@@ -40,7 +40,7 @@ import sys
 import threading
 from typing import Any, Optional, Sequence
 
-from goodput_core.compat.mldiagnostics import _state
+from goodput_core.compat.mldiagnostics import _state, _system
 from goodput_core.compat.mldiagnostics._frameworks import adapter
 from goodput_core.compat.mldiagnostics.custom_types.exceptions import ProfilingError
 
@@ -201,8 +201,6 @@ def start_on_demand(processes: Optional[Sequence[int]], process_index: Optional[
     (as the SDK: processes sharing a host would clash on the port). It
     listens on all interfaces (jax has no bind-address option). Returns
     whether it started; never raises."""
-    from goodput_core.compat.mldiagnostics import _system
-
     if processes is None and _system.local_rank() != 0:
         logger.info("goodput: on-demand profiler server skipped on local rank %d (it runs on "
                     "local rank 0 of each host)", _system.local_rank())
