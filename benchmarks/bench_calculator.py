@@ -1,6 +1,6 @@
 """P2, P3, P7: the calculator's cold computation, incremental update and memory.
 
-The workload is quality.md's: 1,000,000 events of a job whose steps each
+The workload is docs/quality.md's: 1,000,000 events of a job whose steps each
 overlap one data load, with a custom (evaluation) event every 100 steps and
 100 restarts (each a crash, a new job start, init, preparation, a sync load
 and the steps again from the last checkpoint). Events are EventRecords as a

@@ -1,6 +1,6 @@
 """P8 (and P4 with packed chunks): the commands end to end over large runs.
 
-The workload is bench_calculator's (quality.md's P2 job: steps with an
+The workload is bench_calculator's (docs/quality.md's P2 job: steps with an
 overlapped load, a custom event every 100 steps, 100 restarts), written into
 a fresh embedded store through ``SqliteStore.append`` in batches of 10,000
 (the recorder's writer batch), which also measures ingest with the chunk

@@ -1,6 +1,6 @@
 """P12: ``goodput serve`` over a 1,000,000-event run.
 
-The workload is bench_calculator's (quality.md's P2 job: steps with an
+The workload is bench_calculator's (docs/quality.md's P2 job: steps with an
 overlapped load, a custom event every 100 steps, 100 restarts), in a fresh
 embedded store (bench_report's ``build_store``). The dashboard runs as a
 real process (``python -m goodput_core.cli serve``) and is asked over HTTP

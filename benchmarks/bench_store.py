@@ -12,7 +12,7 @@ store's GC pause switched off (to show what it buys). Events are step starts and
 step ends from one writer, with a custom badput event (an ``extra`` dict) every
 100 steps. Prints the machine and the median (min-max) of each rate.
 
-Targets (quality.md, P4): ingest >= 200,000 events/s, read >= 500,000 events/s.
+Targets (docs/quality.md, P4): ingest >= 200,000 events/s, read >= 500,000 events/s.
 """
 
 from __future__ import annotations

@@ -58,9 +58,11 @@ from goodput_core.compat.goodput_utils import (  # noqa: F401  (reached as monit
     MonitoringWindowType,
     WorkloadMetricDetails,
 )
-from goodput_core.exporters.base import Exporter, MonitorSnapshot
-from goodput_core.exporters.otlp import otel_from_env
+from goodput_core.exporters import registry as exporter_registry
+from goodput_core.exporters.base import Exporter
 from goodput_core.monitor import Monitor
+from goodput_core.monitor.placement import child_spec
+from goodput_core.stores import open_store
 
 __all__ = ["BadputType", "GCPOptions", "GoodputMonitor"]
 
@@ -73,70 +75,7 @@ _TENSORBOARD_GOODPUT_LABEL = "goodput"
 _TENSORBOARD_BADPUT_LABEL = "badput"
 _TENSORBOARD_STEP_DEVIATION_LABEL = "step_deviation"
 _DEL_STOP_TIMEOUT_S = 1.0
-
-
-class _LazyExporter(Exporter):
-    """Builds its exporter on first use, on the monitor's exporter thread.
-
-    A failure to import or build it is logged once; the exporter then does
-    nothing, so the other exporters go on.
-    """
-
-    def __init__(self, name: str, factory: Callable[[], Exporter],
-                 on_failure: Optional[Callable[[], None]] = None, wants_trace: bool = False,
-                 spec: Optional[dict] = None):
-        self.name = name
-        self.wants_trace = wants_trace
-        self._spec = spec
-        self._factory = factory
-        self._on_failure = on_failure
-        self._inner: Optional[Exporter] = None
-        self._failed = False
-
-    @property
-    def inner(self) -> Optional[Exporter]:
-        """The built exporter (None before the first export or after a failure)."""
-        return self._inner
-
-    def export(self, snapshot: MonitorSnapshot) -> None:
-        if self._inner is None and not self._failed:
-            try:
-                self._inner = self._factory()
-            except Exception as exc:  # noqa: BLE001 - optional exporter: continue without it
-                self._failed = True
-                if self._on_failure is not None:
-                    self._on_failure()
-                logger.warning("goodput monitoring: %s export unavailable, continuing without "
-                               "it (%s: %s)", self.name, type(exc).__name__, exc)
-                return
-        if self._inner is not None:
-            self._inner.export(snapshot)
-
-    def close(self) -> None:
-        if self._inner is not None:
-            self._inner.close()
-
-    def process_spec(self) -> Optional[dict]:
-        """How a monitor process builds the same lazy exporter (None: only here)."""
-        return self._spec
-
-
-def lazy_cloud_monitoring(run: str, options: dict) -> _LazyExporter:
-    """The Cloud Monitoring exporter of a GoodputMonitor, in a monitor process:
-    built lazily on its exporter thread there, as here."""
-    from goodput_core.exporters.cloud_monitoring import CloudMonitoringExporter
-
-    return _LazyExporter("Cloud Monitoring", lambda: CloudMonitoringExporter(
-        run, GCPOptions(**options), include_badput_breakdown=True, include_step_deviation=True))
-
-
-def lazy_otel(signal: str) -> _LazyExporter:
-    """A ``GOODPUT_OTEL`` exporter (``metrics`` or ``traces``), in a monitor
-    process: built lazily there from the standard ``OTEL_*`` variables it inherits."""
-    factory = dict(otel_from_env({"GOODPUT_OTEL": signal}))[signal]
-    return _LazyExporter(f"OpenTelemetry {signal}", factory, wants_trace=signal == "traces",
-                         spec={"factory": "goodput_core.compat.monitoring:lazy_otel",
-                               "kwargs": {"signal": signal}})
+_GCM_FAMILIES = dict(include_badput_breakdown=True, include_step_deviation=True)
 
 
 class GoodputMonitor:
@@ -221,7 +160,7 @@ class GoodputMonitor:
         self._wait = wait
         self._prometheus_port = prometheus_port
         self._extra_exporters = list(exporters or ())
-        self._otel = otel_from_env()  # a bad GOODPUT_OTEL fails here, at construction
+        self._otel = exporter_registry.otel_from_env()  # a bad GOODPUT_OTEL fails here, at construction
         self._rolling_windows: List[Any] = []
         self._gcm_failed = False
         self._lock = threading.RLock()
@@ -238,30 +177,27 @@ class GoodputMonitor:
         return getattr(self, "_monitor", None)
 
     def _new_monitor(self) -> Monitor:
-        from goodput_core.exporters.tensorboard import TensorBoardExporter
-
-        exporters: List[Any] = [TensorBoardExporter(
+        kinds = exporter_registry.EXPORTERS
+        exporters: List[Any] = [kinds["tensorboard"].build(
             self.tensorboard_dir, subdir=_TENSORBOARD_GCS_SUBDIR,
             include_badput_breakdown=self._include_badput_breakdown)]
         opts = self._gcp_options
         if (opts.enable_gcp_goodput_metrics or opts.enable_gcp_step_deviation_metrics) \
                 and not self._gcm_failed:  # a failure is reported once per GoodputMonitor
-            spec = {"factory": "goodput_core.compat.monitoring:lazy_cloud_monitoring",
-                    "kwargs": {"run": self.job_name,
-                               "options": dataclasses.asdict(self._gcp_options)}}
-            exporters.append(_LazyExporter("Cloud Monitoring", self._make_gcm,
-                                           on_failure=self._gcm_failure, spec=spec))
+            # the reference always sends the badput breakdown to Cloud Monitoring
+            # (its flag governs TensorBoard only); the options gate each family
+            exporters.append(exporter_registry.lazy(
+                "gcm", factory=self._make_gcm, on_failure=self._gcm_failure,
+                run=self.job_name, options=dataclasses.asdict(self._gcp_options),
+                **_GCM_FAMILIES))
         if self._prometheus_port is not None:
-            from goodput_core.exporters.prometheus import PrometheusExporter
-
-            exporters.append(PrometheusExporter(self._prometheus_port))
-        for signal, _ in self._otel:  # GOODPUT_OTEL: built on the monitor's exporter thread
-            exporters.append(lazy_otel(signal))
+            exporters.append(kinds["prometheus"].build(self._prometheus_port))
+        for kind in self._otel:  # GOODPUT_OTEL: built on the monitor's exporter thread
+            exporters.append(exporter_registry.lazy(kind.name))
         exporters.extend(self._extra_exporters)
         # in a monitor process when it can run in one (as Monitor decides: not
         # with an injected clock or wait, a memory store...); else on a thread
         # here, reading through our calculator
-        from goodput_core.monitor.placement import child_spec
 
         here = child_spec(None, self.job_name, self._store, exporters, options={},
                           custom=self._clock is not time.time or self._wait is not None) is None
@@ -281,13 +217,8 @@ class GoodputMonitor:
         self._gcm_failed = True
 
     def _make_gcm(self) -> Exporter:
-        from goodput_core.exporters.cloud_monitoring import CloudMonitoringExporter
-
-        # The reference always sends the badput breakdown to Cloud Monitoring
-        # (its flag governs TensorBoard only); the options gate each family.
-        return CloudMonitoringExporter(self.job_name, copy.copy(self._gcp_options),
-                                       include_badput_breakdown=True,
-                                       include_step_deviation=True)
+        return exporter_registry.EXPORTERS["gcm"].build(
+            self.job_name, copy.copy(self._gcp_options), **_GCM_FAMILIES)
 
     def _ensure_monitor(self) -> Monitor:
         if self._monitor is None:  # every uploader was stopped: start afresh
@@ -395,6 +326,4 @@ class GoodputMonitor:
 
 
 def _open(store: Any) -> Any:
-    from goodput_core.stores import open_store
-
     return open_store(store)

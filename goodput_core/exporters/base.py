@@ -146,8 +146,9 @@ class Exporter(abc.ABC):
         """Flushes and releases resources (called once, at monitor stop)."""
 
     def process_spec(self) -> Optional[Dict[str, Any]]:
-        """How a monitor process rebuilds this exporter:
-        ``{"factory": "module:Class", "kwargs": {JSON-able}}``; None (the
+        """How a monitor process rebuilds this exporter: a spec of its kind in
+        :mod:`goodput_core.exporters.registry` (``registry.spec(name,
+        **JSON-able kwargs)``); None (the
         default) when it can only run in this process (the monitor then
         runs on a thread here; :mod:`goodput_core.monitor.process`)."""
         return None

@@ -401,3 +401,33 @@ class CloudMonitoringExporter(Exporter):
             logger.info("Cloud Monitoring: writes succeed again after %d failed calls",
                         self._failing)
             self._failing = 0
+
+
+def from_settings(run: str, options: Dict[str, Any], **flags: Any) -> CloudMonitoringExporter:
+    """The exporter from plain values (a monitor process rebuilds it so):
+    ``options`` as the fields of :class:`~goodput_core.gcp.GCPOptions`."""
+    return CloudMonitoringExporter(run, gcp.GCPOptions(**options), **flags)
+
+
+def cli_arguments(parser: Any) -> None:
+    """``goodput monitor --gcm [--project P] [--location L] [--accelerator-type T]``."""
+    gcm = parser.add_argument_group("Google Cloud Monitoring")
+    gcm.add_argument("--gcm", action="store_true", help="also write to Cloud Monitoring")
+    gcm.add_argument("--project", help="project id (default: from the metadata server)")
+    gcm.add_argument("--location", help="zone or region (default: from the metadata server)")
+    gcm.add_argument("--accelerator-type", help="accelerator type label (default: detected)")
+
+
+def from_cli(args: Any) -> List[Exporter]:
+    """The exporter ``--gcm`` asks for (none without it).
+
+    Raises:
+      ValueError: its options without ``--gcm``.
+    """
+    if not args.gcm:
+        if args.project or args.location or args.accelerator_type:
+            raise ValueError("--project, --location and --accelerator-type go with --gcm")
+        return []
+    options = gcp.GCPOptions(project_id=args.project, location=args.location,
+                             acc_type=args.accelerator_type)
+    return [CloudMonitoringExporter(args.run, options)]

@@ -18,6 +18,7 @@ import sys
 from typing import Any, List, Optional, TextIO
 
 from goodput_core.timeline.buckets import BadputType
+from goodput_core.exporters import registry
 from goodput_core.exporters.base import Exporter, MonitorSnapshot
 from goodput_core.text import printable
 
@@ -113,8 +114,7 @@ class ConsoleExporter(Exporter):
         by the monitor process); a logger or another stream stays here."""
         for name in ("stdout", "stderr"):
             if self._stream is not None and self._stream is getattr(sys, name):
-                return {"factory": "goodput_core.exporters.console:to_standard_stream",
-                        "kwargs": {"name": name}}
+                return registry.spec("console", name=name)
         return None
 
 

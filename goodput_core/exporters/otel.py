@@ -60,7 +60,10 @@ from __future__ import annotations
 import logging
 from typing import Any, Dict, Iterable, Mapping, Optional, Sequence, Tuple
 
+from goodput_core.exporters import registry
 from goodput_core.exporters.base import Exporter, MonitorSnapshot, portable_settings
+from goodput_core.exporters.otlp import export_timeout, otlp_exporter, resource
+from goodput_core.exporters.otlp_guard import OtlpGuard, quiet_sdk, reason_of
 from goodput_core.redact import redact
 from goodput_core.exporters.latest import LatestFigures, figures
 
@@ -150,8 +153,6 @@ class OtelExporter(Exporter):
         from opentelemetry.sdk.metrics import MeterProvider
         from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-        from goodput_core.exporters.otlp import export_timeout, otlp_exporter, resource
-        from goodput_core.exporters.otlp_guard import OtlpGuard
 
         self._settings = None if exporter is not None else portable_settings(
             endpoint=endpoint, protocol=protocol, headers=headers, timeout_s=timeout_s,
@@ -204,7 +205,6 @@ class OtelExporter(Exporter):
     def _send(self, deadline: Optional[float] = None) -> None:
         from opentelemetry.sdk.metrics.export import MetricExportResult
 
-        from goodput_core.exporters.otlp_guard import quiet_sdk, reason_of
 
         data = self._reader.get_metrics_data()
         if data is None:
@@ -237,7 +237,7 @@ class OtelExporter(Exporter):
         supplied SDK exporter, or settings that are not plain values)."""
         if self._settings is None:
             return None
-        return {"factory": "goodput_core.exporters.otel:OtelExporter", "kwargs": self._settings}
+        return registry.spec("otel", **self._settings)
 
     def close(self) -> None:
         """Shuts the exporter down (idempotent; no final export: the monitor's
@@ -245,7 +245,6 @@ class OtelExporter(Exporter):
         if self._closed:
             return
         self._closed = True
-        from goodput_core.exporters.otlp_guard import quiet_sdk
 
         with quiet_sdk():  # (nothing is sent at shutdown: it need not wait long)
             try:

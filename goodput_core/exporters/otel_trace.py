@@ -20,7 +20,10 @@ from __future__ import annotations
 import logging
 from typing import Any, Iterable, List, Mapping, Optional, Set
 
+from goodput_core.exporters import registry
 from goodput_core.exporters.base import Exporter, MonitorSnapshot, portable_settings
+from goodput_core.exporters.otlp import otlp_exporter, resource
+from goodput_core.exporters.otlp_guard import PROBE_TIMEOUT_S, OtlpGuard, quiet_sdk
 from goodput_core.queries.run_trace import TraceSpan, attempt_spans, phase_spans, trace_id
 
 __all__ = ["OtelTraceExporter", "export_run", "to_readable_spans", "BATCH"]
@@ -65,7 +68,6 @@ def _send(exporter: Any, spans: List[Any], guard: Any = None) -> int:
     of them, untried, when ``guard`` finds it refusing connections)."""
     from opentelemetry.sdk.trace.export import SpanExportResult
 
-    from goodput_core.exporters.otlp_guard import PROBE_TIMEOUT_S, quiet_sdk
 
     if guard is not None and guard.unreachable(PROBE_TIMEOUT_S) is not None:
         return len(spans)  # refused: no send, no retries until the timeout
@@ -85,7 +87,6 @@ def _send(exporter: Any, spans: List[Any], guard: Any = None) -> int:
 
 def _span_exporter(endpoint: Optional[str], protocol: Optional[str],
                    headers: Optional[Mapping[str, str]], timeout_s: Optional[float]) -> Any:
-    from goodput_core.exporters.otlp import otlp_exporter
 
     return otlp_exporter("traces", endpoint=endpoint, protocol=protocol, headers=headers,
                          timeout_s=timeout_s)
@@ -104,8 +105,6 @@ def export_run(calc: Any, now: float, *, endpoint: Optional[str] = None,
       ValueError: an unsupported protocol or a bad timeout.
       ImportError: OpenTelemetry is not installed.
     """
-    from goodput_core.exporters.otlp import resource
-    from goodput_core.exporters.otlp_guard import OtlpGuard
 
     own = exporter is None
     if own:
@@ -138,8 +137,6 @@ class OtelTraceExporter(Exporter):
                  headers: Optional[Mapping[str, str]] = None,
                  timeout_s: Optional[float] = None,
                  resource_attributes: Optional[Mapping[str, Any]] = None, exporter: Any = None):
-        from goodput_core.exporters.otlp import resource
-        from goodput_core.exporters.otlp_guard import OtlpGuard
 
         self._settings = None if exporter is not None else portable_settings(
             endpoint=endpoint, protocol=protocol, headers=headers, timeout_s=timeout_s,
@@ -178,15 +175,13 @@ class OtelTraceExporter(Exporter):
         supplied SDK exporter, or settings that are not plain values)."""
         if self._settings is None:
             return None
-        return {"factory": "goodput_core.exporters.otel_trace:OtelTraceExporter",
-                "kwargs": self._settings}
+        return registry.spec("otel-trace", **self._settings)
 
     def close(self) -> None:
         """Shuts the span exporter down (idempotent)."""
         if self._closed:
             return
         self._closed = True
-        from goodput_core.exporters.otlp_guard import quiet_sdk
 
         with quiet_sdk():
             try:

@@ -18,16 +18,14 @@ from __future__ import annotations
 
 import os
 import socket
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional
 
+from goodput_core.exporters.registry import kind_of_signal
 from goodput_core.redact import guard_loggers, redact, remember, secrets_of
+from goodput_core.settings import parse_otel_signals
 
-__all__ = ["PROTOCOLS", "DEFAULT_TIMEOUT_S", "ENV", "export_timeout", "keep_secret",
-           "otel_from_env", "otlp_exporter", "protocol_of", "resource"]
-
-#: The variable that turns the OpenTelemetry exporters on in monitors built by the
-#: compatible GoodputMonitor (MaxText, AXLearn): ``metrics``, ``traces`` or both.
-ENV = "GOODPUT_OTEL"
+__all__ = ["PROTOCOLS", "DEFAULT_TIMEOUT_S", "cli_arguments", "export_timeout", "from_cli",
+           "keep_secret", "otlp_exporter", "protocol_of", "resource"]
 
 #: The OTLP transports the official Python exporters implement.
 PROTOCOLS = ("http/protobuf", "grpc")
@@ -38,32 +36,6 @@ DEFAULT_TIMEOUT_S = 5.0
 _PATHS = {"metrics": "/v1/metrics", "traces": "/v1/traces"}
 #: The loggers whose lines may show an endpoint or a header: the SDK's and ours.
 _GUARDED = ("opentelemetry", "goodput_core.exporters")
-
-
-def otel_from_env(environ: Optional[Mapping[str, str]] = None) -> list:
-    """``[(signal, factory), ...]`` for the signals ``GOODPUT_OTEL`` asks for.
-
-    Each factory builds the exporter (endpoint, protocol and the rest from the
-    standard ``OTEL_*`` variables); nothing is imported until it is called.
-
-    Raises:
-      ValueError: ``GOODPUT_OTEL`` is not ``metrics``, ``traces``, both or a boolean.
-    """
-    from goodput_core.settings import parse_otel_signals
-
-    env = os.environ if environ is None else environ
-    out = []
-    for signal in parse_otel_signals(env.get(ENV), ENV):
-        if signal == "metrics":
-            def factory() -> Any:
-                from goodput_core.exporters.otel import OtelExporter
-                return OtelExporter()
-        else:
-            def factory() -> Any:
-                from goodput_core.exporters.otel_trace import OtelTraceExporter
-                return OtelTraceExporter()
-        out.append((signal, factory))
-    return out
 
 
 def protocol_of(signal: str, protocol: Optional[str] = None) -> str:
@@ -183,3 +155,30 @@ def resource(extra: Optional[Mapping[str, Any]] = None) -> Any:
     if service:
         env = env.merge(Resource({SERVICE_NAME: service}))
     return Resource.create(ours).merge(env)
+
+
+def cli_arguments(parser: Any) -> None:
+    """``goodput monitor --otel [SIGNALS] [--otel-endpoint URL] [--otel-protocol P]``."""
+    otel = parser.add_argument_group("OpenTelemetry (the OTEL_* variables configure the rest)")
+    otel.add_argument("--otel", metavar="SIGNALS", nargs="?", const="metrics",
+                      help="send over OTLP: metrics (the default), traces (each phase "
+                           "as a span once it ends) or metrics,traces")
+    otel.add_argument("--otel-endpoint", metavar="URL",
+                      help="the collector's base URL (default: $OTEL_EXPORTER_OTLP_ENDPOINT)")
+    otel.add_argument("--otel-protocol", choices=PROTOCOLS,
+                      help="default: $OTEL_EXPORTER_OTLP_PROTOCOL, else http/protobuf")
+
+
+def from_cli(args: Any) -> List[Any]:
+    """The exporters ``--otel`` asks for, one per signal (none without it).
+
+    Raises:
+      ValueError: bad signals, a bad endpoint, or the options without ``--otel``.
+    """
+    signals = parse_otel_signals(args.otel, "--otel")
+    if not signals:
+        if args.otel_endpoint or args.otel_protocol:
+            raise ValueError("--otel-endpoint and --otel-protocol go with --otel")
+        return []
+    return [kind_of_signal(s).build(args.otel_endpoint, protocol=args.otel_protocol)
+            for s in signals]

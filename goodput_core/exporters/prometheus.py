@@ -55,8 +55,9 @@ from __future__ import annotations
 import os
 import socket
 import threading
-from typing import Any, Iterator, Optional, Sequence, Tuple
+from typing import Any, Iterator, List, Optional, Sequence, Tuple
 
+from goodput_core.exporters import registry
 from goodput_core.exporters.base import Exporter, MonitorSnapshot
 from goodput_core.exporters.latest import LatestFigures, figures
 from goodput_core.settings import ORBAX_PROMETHEUS_PORT
@@ -209,9 +210,8 @@ class PrometheusExporter(Exporter):
 
     def process_spec(self) -> Optional[dict]:
         """Rebuilt in a monitor process, serving on this exporter's socket."""
-        return {"factory": "goodput_core.exporters.prometheus:PrometheusExporter",
-                "kwargs": {"port": self.port, "addr": self.addr,
-                           "quantiles": list(self.quantiles)}}
+        return registry.spec("prometheus", port=self.port, addr=self.addr,
+                             quantiles=list(self.quantiles))
 
     def hand_over(self) -> int:
         """Stops serving here (the socket stays open: connections wait in its
@@ -252,3 +252,28 @@ class PrometheusExporter(Exporter):
             self._server.shutdown()
         self._server.server_close()
         self._thread.join(timeout=5.0)
+
+
+def cli_arguments(parser: Any) -> None:
+    """``goodput monitor --prometheus PORT [--prometheus-addr ADDR]``."""
+    parser.add_argument("--prometheus", metavar="PORT", type=int,
+                        help="serve Prometheus metrics on 127.0.0.1:PORT (0: a free port)")
+    parser.add_argument("--prometheus-addr", metavar="ADDR", default="127.0.0.1",
+                        help="address the Prometheus endpoint binds (default 127.0.0.1)")
+
+
+def from_cli(args: Any) -> List[Exporter]:
+    """The exporter ``--prometheus`` asks for (none without it); says its URL.
+
+    Raises:
+      ValueError: a bad port, or one that cannot be served.
+    """
+    if args.prometheus is None:
+        return []
+    try:
+        exporter = PrometheusExporter(args.prometheus, args.prometheus_addr)
+    except OSError as exc:
+        raise ValueError(f"cannot serve Prometheus metrics on port {args.prometheus}: "
+                         f"{exc}") from None
+    print(f"Serving Prometheus metrics on {exporter.url}", flush=True)
+    return [exporter]

@@ -54,9 +54,10 @@ import math
 import os
 import struct
 import time
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from goodput_core.timeline.buckets import BadputType
+from goodput_core.exporters import registry
 from goodput_core.exporters.base import Exporter, MonitorSnapshot
 
 __all__ = ["TensorBoardExporter", "SUBDIR", "efficiency_tags", "metric_tag", "window_tag",
@@ -305,10 +306,9 @@ class TensorBoardExporter(Exporter):
         """Rebuilt in a monitor process unless writing through a supplied writer."""
         if not self._owns_writer or self._file is not None:
             return None
-        return {"factory": "goodput_core.exporters.tensorboard:TensorBoardExporter",
-                "kwargs": {"tensorboard_dir": os.fspath(self.tensorboard_dir),
-                           "subdir": self.subdir,
-                           "include_badput_breakdown": self.include_badput_breakdown}}
+        return registry.spec("tensorboard", tensorboard_dir=os.fspath(self.tensorboard_dir),
+                             subdir=self.subdir,
+                             include_badput_breakdown=self.include_badput_breakdown)
 
     def _scalar(self, tag: str, value: float, step: int, wall: float,
                 display: bool = True) -> None:
@@ -399,3 +399,24 @@ class TensorBoardExporter(Exporter):
             self._file.close()
         else:
             self._file.flush()
+
+
+def cli_arguments(parser: Any) -> None:
+    """``goodput monitor --tensorboard DIR``."""
+    parser.add_argument("--tensorboard", metavar="DIR",
+                        help="write TensorBoard scalars into DIR/goodput")
+
+
+def from_cli(args: Any) -> List[Exporter]:
+    """The exporter ``--tensorboard`` asks for (none without it).
+
+    Raises:
+      OSError: DIR cannot be written (the message says which).
+    """
+    if not args.tensorboard:
+        return []
+    try:
+        return [TensorBoardExporter(args.tensorboard)]
+    except OSError as exc:
+        raise OSError(f"cannot write TensorBoard files to {args.tensorboard}: "
+                      f"{exc.strerror or exc}") from None

@@ -2,7 +2,7 @@
 
 Building a monitor imports TensorBoard and Prometheus clients, opens the
 store and creates directories: hundreds of milliseconds that, on the
-training thread, would be badput the tool itself creates (quality.md P9).
+training thread, would be badput the tool itself creates (docs/quality.md P9).
 The framework shims start their monitors through :class:`BackgroundStart`:
 the caller pays for one thread start; the work and its errors (logged, not
 raised) happen on that thread, and the stop waits for it, bounded.

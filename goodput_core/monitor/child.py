@@ -7,8 +7,9 @@ over two pipes, one JSON object per line.
 stdin, from the training process: first the settings::
 
     {"run": ..., "store": URL or null, "monitor": {Monitor keyword arguments},
-     "exporters": [{"factory": "goodput_core.exporters.tensorboard:TensorBoardExporter",
-                    "kwargs": {...}}, ...], "reply_fd": N}
+     "exporters": [{"exporter": "tensorboard", "kwargs": {...}}, ...], "reply_fd": N}
+
+(each exporter a spec of :mod:`goodput_core.exporters.registry`)
 
 then commands: ``{"dropped": n}`` (the recorder's dropped-event count),
 ``{"configure": {...}}`` (``Monitor.configure``), ``{"flush": seconds or null,
@@ -29,7 +30,6 @@ process (the idle class, else ``nice`` +10: :mod:`goodput_core.monitor.priority`
 
 from __future__ import annotations
 
-import importlib
 import json
 import logging
 import os
@@ -39,12 +39,12 @@ from typing import Any, Dict, Optional
 
 from goodput_core.exit_bound import exit_timeout_s
 from goodput_core.monitor.priority import lower as lower_priority
+from goodput_core.redact import redact
 
 __all__ = ["main"]
 
 logger = logging.getLogger("goodput")
 
-_FACTORY_PREFIXES = ("goodput_core.", "goodput_integrations.")
 _PARENT_CHECK_S = 1.0
 
 
@@ -58,13 +58,6 @@ class _Dropped:
         if self.dropped is None:
             raise LookupError("not forwarded yet")
         return {"dropped": self.dropped}
-
-
-def _build(spec: Dict[str, Any]) -> Any:
-    module, _, name = spec["factory"].partition(":")
-    if not module.startswith(_FACTORY_PREFIXES):
-        raise ValueError(f"refusing to build an exporter from {module!r}")
-    return getattr(importlib.import_module(module), name)(**spec.get("kwargs", {}))
 
 
 def _reply(fd: int, message: Dict[str, Any]) -> None:
@@ -85,17 +78,19 @@ def main() -> int:
         return 0
     reply_fd = int(settings["reply_fd"])
     parent = os.getppid()
+    # imported after lower_priority(): numpy's BLAS threads, started at its
+    # import, inherit the lowered priority only if they start after it
+    from goodput_core.exporters.registry import from_spec
     from goodput_core.monitor.loop import Monitor
-    from goodput_core.redact import redact
 
     recorder = _Dropped()
     exporters = []
     for spec in settings["exporters"]:
         try:
-            exporters.append(_build(spec))
+            exporters.append(from_spec(spec))
         except Exception as exc:  # noqa: BLE001 - the other exporters still run
             logger.warning("goodput monitor %s: exporter %s could not start here (%s: %s)",
-                           settings["run"], spec.get("factory"), type(exc).__name__,
+                           settings["run"], spec.get("exporter"), type(exc).__name__,
                            redact(exc))
     options = dict(settings["monitor"])
     options["rolling_windows"] = tuple(options.get("rolling_windows", ()))

@@ -2,7 +2,7 @@
 
 Each exporter runs on its own :class:`~goodput_core.monitor.runner.Runner`;
 :func:`dispatch` submits the snapshot to every free one and waits for them only
-until the cycle's deadline (quality.md R5). Exporters write metric points and
+until the cycle's deadline (docs/quality.md R5). Exporters write metric points and
 step deviations once: an exporter that was still busy when a cycle was handed
 out would miss them, so :func:`keep_carry` keeps them on its runner and
 :func:`with_carry` hands them over with its next snapshot (bounded: the newest

@@ -22,7 +22,7 @@ exporter. With the goodput part come slice efficiency, program goodput
 and new model-metric points; with the rolling part, per-window slice
 efficiency (:mod:`goodput_core.monitor.cycle`; each can be switched off).
 
-Reliability (quality.md R5): every exporter runs on its own worker thread
+Reliability (docs/quality.md R5): every exporter runs on its own worker thread
 and each cycle waits for them only up to ``export_timeout_s``. An exporter
 that raises is logged once per error kind and then only counted; one that
 hangs is skipped by later cycles until it returns (the step deviations it
@@ -60,6 +60,7 @@ from goodput_core.monitor.process import ProcessMonitor
 from goodput_core.monitor.snapshots import SnapshotBuilder
 from goodput_core.monitor.arguments import (  # parse_windows: the command line's
     DEFAULT as _DEFAULT, parse_windows, positive as _positive, windows as _windows)
+from goodput_core.stores import open_store
 
 __all__ = ["Monitor", "PARTS", "parse_windows"]
 
@@ -212,7 +213,6 @@ class Monitor:
 
     def _new_calculator(self, clock: Callable[[], float]) -> Any:
         from goodput_core.queries.calculator import Calculator
-        from goodput_core.stores import open_store
 
         return Calculator(self.run, open_store(self._store), clock=clock,
                           liveness=self._liveness)

@@ -42,6 +42,8 @@ import threading
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from goodput_core.monitor.runner import Deadlines
+from goodput_core.record.hooks import flush_before_read
+from goodput_core.stores import canonical_store_url
 
 __all__ = ["ProcessMonitor"]
 
@@ -351,11 +353,7 @@ class ProcessMonitor:
 
     def _flush_recorder(self, timeout: Optional[float]) -> None:
         """Stores this process's events of the run: the final cycle reads the store."""
-        from goodput_core.record.hooks import flush_before_read
-
         try:
-            from goodput_core.stores import canonical_store_url
-
             # recorders are matched by the URL their open store reports
             flush_before_read(self.run, _Url(canonical_store_url(self._spec["store"])), timeout)
         except Exception:  # noqa: BLE001 - the final cycle reads what is there

@@ -1,7 +1,7 @@
 """Deadline time and the per-exporter worker thread of the monitor.
 
 Each exporter runs on its own :class:`Runner` so that one that hangs or
-raises never delays the others or the monitor loop (quality.md R5).
+raises never delays the others or the monitor loop (docs/quality.md R5).
 """
 
 from __future__ import annotations

@@ -1,15 +1,17 @@
-"""The Cloud Logging store's background sender: batches, backoff, fences.
+"""The background sender of the stores that deliver from a thread of their own
+(Cloud Logging, PostgreSQL): batches, backoff, fences.
 
 One daemon thread takes entries from the head of a
 :class:`~goodput_core.stores.spill_buffer.SpillBuffer`, sends them with
-one call of ``write(batch)`` (one RPC) and removes them only once the call
-succeeded, so a failure keeps them at the head, in order. Failures are retried
+one call of ``write(batch)`` (one RPC to Cloud Logging, one transaction in
+PostgreSQL) and removes them only once the call succeeded, so a failure keeps them at the head, in order. Failures are retried
 after ``sleep(delay)``, the delay doubling up to a maximum, with +-20 % jitter
 (hosts of one job that lost the service together do not retry in lockstep).
 Errors listed as ``permanent`` (a request the service will never accept) drop
 the batch instead of blocking everything behind it.
 
-No Google import here: the store passes ``write`` and the error classes in.
+No client library is imported here: the store passes ``write`` and the error
+classes in.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Opening a store costs real time (the sqlite module's import, the file, its
 schema check; a Cloud Logging client and its credentials). A recorder is
 built on the training thread, so it validates the URL there
 (:func:`goodput_core.stores.check_store_url`: no I/O) and hands the opening
-to its writer, which calls :meth:`DeferredStore.append` first (quality.md P9:
+to its writer, which calls :meth:`DeferredStore.append` first (docs/quality.md P9:
 the first ``record_*`` costs what any other does).
 
 An open that fails raises :class:`StoreError` from that call and is logged

@@ -1,15 +1,19 @@
-"""The Cloud Logging store's send buffer: bounded memory, then a local JSONL file.
+"""The send buffer of the stores that deliver from a thread of their own (Cloud
+Logging, PostgreSQL): bounded memory, then a local JSONL file.
 
-While Google Cloud Logging is unreachable the store keeps accepting events.
-The first ``max_memory`` pending entries stay in memory; beyond that, new
-entries are appended to a per-process *spill file* (one JSON object per line)
-and read back, in order, once the service answers again. So memory stays
-bounded however long the outage lasts, and a process that exits (or is
-killed) during an outage leaves its spill file behind: the next store opened
-on the same project and log *adopts* it and delivers it first. Entries carry
-deterministic insert ids, so replaying a file whose entries were partly
-delivered does not duplicate them (Cloud Logging drops entries with the same
-``insertId`` and timestamp).
+While the service is unreachable the store keeps accepting events. The first
+``max_memory`` pending entries stay in memory; beyond that, new entries are
+appended to a per-process *spill file* (one JSON object per line) and read
+back, in order, once the service answers again. So memory stays bounded
+however long the outage lasts, and a process that exits (or is killed)
+during an outage leaves its spill file behind: the next store opened on the
+same destination (the ``tag``: :func:`spill_tag` of a Cloud Logging project
+and log, of a PostgreSQL database and schema) *adopts* it and delivers it first.
+Entries carry ids the destination deduplicates on, so replaying a file whose
+entries were partly delivered duplicates nothing (Cloud Logging drops entries
+with the same ``insertId`` and timestamp; PostgreSQL keeps one row per
+writer id and sequence number). The recorder's own spill file
+(:mod:`goodput_core.record.spill`) reuses :class:`SpillFile` and the adoption.
 
 Each live spill file is locked with ``flock``; a file nobody holds is an
 orphan. Files are created ``0600`` in a ``0700`` directory (the default is the
@@ -83,7 +87,8 @@ def private_dir(directory: str) -> str:
 
 
 def spill_tag(project: str, log_name: str) -> str:
-    """A file-name-safe tag naming one (project, log) pair."""
+    """A file-name-safe tag naming one destination: a (project, log) pair of
+    Cloud Logging, a (database, schema) of PostgreSQL."""
     import hashlib  # not at import: OpenSSL takes milliseconds to load
 
     return hashlib.sha1(f"{project}\0{log_name}".encode()).hexdigest()[:16]

@@ -9,7 +9,7 @@ the run's store. Prometheus, when asked, is served by the first one only.
 They are built and started on a thread of their own
 (:class:`goodput_core.monitor.background_start.BackgroundStart`): entering
 ``maybe_monitor_all()`` costs the training thread one thread start
-(quality.md P9). A monitor that cannot be built (an unwritable directory, a
+(docs/quality.md P9). A monitor that cannot be built (an unwritable directory, a
 port in use) is logged there and the run goes on without it.
 """
 

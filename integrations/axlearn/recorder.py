@@ -218,7 +218,7 @@ class GoodputSuiteRecorder(_base.RecorderBase):
 
     # ------------------------------------------------------------ engine
     # The engine (imports, recorder, store) is built on a thread of its own at
-    # the first event: the first record costs what any other does (quality.md
+    # the first event: the first record costs what any other does (docs/quality.md
     # P9). Events recorded meanwhile wait in ``_early``, already time-stamped.
     def _build_engine(self) -> None:
         # Not at once: the statements after the first record run before the

@@ -45,6 +45,7 @@ from typing import Any, Dict, Iterable, Optional, Sequence, Tuple
 from goodput_core import settings
 from goodput_core.queries.run_groups import check_run_group
 from goodput_core.redact import redact
+from goodput_integrations.axlearn._base import parse_flags
 
 __all__ = ["AXLEARN_KEYS", "OUR_KEYS", "RecorderSpec", "config_items", "parse_spec",
            "spec_items"]
@@ -210,8 +211,6 @@ def spec_items(fv: Any) -> Sequence[str]:
         return [f"{k}={v}" for k, v in fv.items()]
     if isinstance(fv, (list, tuple)):
         if any(str(item).startswith("-") for item in fv):
-            from goodput_integrations.axlearn._base import parse_flags
-
             return parse_flags(fv).recorder_spec
         return list(fv)
     items = getattr(fv, "recorder_spec", None)

@@ -7,13 +7,15 @@ recording to the embedded store; one run of it is one *attempt*:
   entry point (``python -m goodput_integrations.demo.train ...``). It resumes
   from the latest checkpoint when there is one and can kill itself with
   SIGKILL at a chosen step (a real crash: no job end, no ``atexit``).
-* :mod:`goodput_integrations.demo.driver` starts attempts from a parent
-  process and reads what they report (:class:`Attempt`), and
-  :func:`~goodput_integrations.demo.driver.run_crash_and_restart` plays the
-  demo: a crash, then a restart from the last checkpoint to the end.
+* :mod:`goodput_core.cli.demo_attempts` (the ``goodput demo`` command's side,
+  which runs this one as a program and never imports it) starts attempts
+  from a parent process and reads what they report (``Attempt``), and its
+  ``run_crash_and_restart`` plays the demo: a crash, then a restart from the
+  last checkpoint to the end (``goodput demo --torch``:
+  :mod:`goodput_core.cli.demo_torchrun`, with :mod:`.torch_train`).
 
 The child reports on stdout, one JSON object per line after
-:data:`PROTOCOL_PREFIX` (other output of the child is ignored), so a parent
+``PROTOCOL_PREFIX`` (other output of the child is ignored), so a parent
 can draw a progress bar or kill it at a known point without sleeping.
 Messages (the ``event`` key):
 
@@ -33,12 +35,3 @@ Messages (the ``event`` key):
 
 Importing this package imports neither jax nor the training module.
 """
-
-from __future__ import annotations
-
-__all__ = ["PROTOCOL_PREFIX", "TRAIN_MODULE"]
-
-#: Every protocol line of the child starts with this.
-PROTOCOL_PREFIX = "@goodput-demo "
-#: ``python -m`` target of one attempt.
-TRAIN_MODULE = "goodput_integrations.demo.train"

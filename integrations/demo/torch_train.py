@@ -102,7 +102,7 @@ class Truth:
 def say(enabled, event, **fields):
     """One protocol line for ``goodput demo --torch`` (see goodput_integrations.demo)."""
     if enabled:
-        from goodput_integrations.demo import PROTOCOL_PREFIX
+        from goodput_core.cli.demo_attempts import PROTOCOL_PREFIX
 
         print(PROTOCOL_PREFIX + json.dumps({"event": event, **fields}), flush=True)
 

@@ -1,7 +1,7 @@
 """One attempt of the demo job: a small Flax MLP trained on CPU with Orbax.
 
 Usage (normally started by ``goodput demo`` or
-:mod:`goodput_integrations.demo.driver`)::
+:mod:`goodput_core.cli.demo_attempts`)::
 
     python -m goodput_integrations.demo.train --store S --run R --workdir D \\
         [--steps 240] [--save-every 20] [--crash-at K] [--flush-every N] ...
@@ -38,7 +38,7 @@ import sys
 import time
 from typing import Any, List, Optional
 
-from goodput_integrations.demo import PROTOCOL_PREFIX
+from goodput_core.cli.demo_attempts import PROTOCOL_PREFIX
 
 __all__ = ["main", "parse_args"]
 

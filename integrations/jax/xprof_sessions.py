@@ -22,6 +22,7 @@ import os
 import shutil
 from typing import Callable, List, Optional
 
+from goodput_integrations.jax import _probe
 from goodput_integrations.jax.profiling import ProfileCapture, _this_process
 
 __all__ = ["XprofSessions", "TRACE_SUFFIXES"]
@@ -79,8 +80,6 @@ class XprofSessions(ProfileCapture):
             try:
                 self._on_session(dst, moved)
             except Exception:
-                from goodput_integrations.jax import _probe
-
                 _probe.log_once("xprof-on-session", "goodput: handing a profile session on "
                                 "failed (the files stay in %s)", dst)
         return dst

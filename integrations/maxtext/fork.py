@@ -38,6 +38,7 @@ from goodput_integrations.maxtext.helpers import (
     maybe_record_goodput,
     record_goodput,
 )
+from goodput_integrations.maxtext.mldiagnostics import sdk_module
 
 #: MaxText's flag for "ml_goodput_measurement is missing, goodput is a no-op".
 _GOODPUT_STUB = False
@@ -48,8 +49,6 @@ def mldiagnostics_modules():
     returns them: the SDK's names over our compat, never a stub
     (:mod:`goodput_integrations.maxtext.mldiagnostics`)."""
     import os
-
-    from goodput_integrations.maxtext.mldiagnostics import sdk_module
 
     return sdk_module(store=os.environ.get("GOODPUT_STORE") or None), False
 

@@ -317,7 +317,7 @@ def maybe_monitor_goodput(config: Any) -> Iterator[Optional[Any]]:
 
     The monitor is built and started on a thread of its own (imports,
     directories, the store): entering the block costs the training thread
-    one thread start (quality.md P9). A monitor that cannot be built is
+    one thread start (docs/quality.md P9). A monitor that cannot be built is
     logged there and training goes on without it.
 
     Yields:

@@ -25,6 +25,7 @@ import logging
 import sys
 from typing import Any, Callable, Iterator, Optional
 
+from goodput_integrations.maxtext import alias, helpers
 from goodput_integrations.maxtext.post_import import ModulePatch
 
 __all__ = ["MODULE", "arm", "disarm"]
@@ -92,8 +93,6 @@ def _enter_fallback(config: Any) -> Optional[Any]:
     """Our helper's monitor context for ``config``, entered; None if it fails
     (a bad flag value: logged, never the job's end)."""
     try:
-        from goodput_integrations.maxtext import alias, helpers
-
         manager = helpers.maybe_monitor_goodput(
             _WithLauncherSettings(config, alias.active_session()))
         manager.__enter__()

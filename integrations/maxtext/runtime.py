@@ -36,7 +36,7 @@ import logging
 import sys
 import threading
 import weakref
-from typing import Any, Optional
+from typing import Any, Callable, List, Optional
 
 from goodput_integrations.maxtext.post_import import PostImportHook, when_imported
 
@@ -62,6 +62,8 @@ _FLUSH_TIMEOUT_S = 2.0
 
 _lock = threading.RLock()
 _recorder: Optional[weakref.ReferenceType] = None
+# undone by release(): patches armed by the modules above this one (workload_monitor)
+_on_release: List[Callable[[], None]] = []
 _orbax_hook: Optional[PostImportHook] = None
 _orbax_patch: Any = None
 _hooks: Any = None  # the JAX adapter's DisruptionHooks
@@ -254,6 +256,13 @@ def sample_system_metrics(recorder: Any, clock: Any = None) -> None:
         _system_metrics = SystemMetrics(recorder, **kwargs).start()
 
 
+def on_release(undo: Callable[[], None]) -> None:
+    """Has :func:`release` call ``undo`` (once registered, at every release)."""
+    with _lock:
+        if undo not in _on_release:
+            _on_release.append(undo)
+
+
 def release() -> None:
     """Removes the hooks, listeners, Orbax patch and the patch of MaxText's
     workload monitor; forgets the recorder."""
@@ -270,6 +279,6 @@ def release() -> None:
         if _hooks is not None:
             _hooks.uninstall()
         _recorder = _orbax_hook = _orbax_patch = _hooks = None
-    from goodput_integrations.maxtext import workload_monitor  # imports this module
-
-    workload_monitor.disarm()
+        undos = list(_on_release)
+    for undo in undos:
+        undo()

@@ -156,6 +156,7 @@ def arm(clock: Optional[Callable[[], float]] = None) -> None:
     source (tests)."""
     global _clock
     _clock = clock or time.time
+    runtime.on_release(disarm)  # the recorder's release puts MaxText's methods back
     _PATCH.arm()
 
 

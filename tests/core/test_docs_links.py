@@ -90,7 +90,7 @@ def test_semantics_page_covers_every_rule():
 
 @pytest.mark.parametrize("doc", DOCS)
 def test_docs_cite_only_pages_users_have(doc):
-    """A page named in the docs (``quality.md``, ``events.md``...) is one of ours:
+    """A page named in the docs (``events.md``, ``specs.md``...) is one of ours:
     the design notes the code was built from, and the team's issue numbers,
     are not shipped, so citing them sends readers nowhere."""
     with open(os.path.join(ROOT, doc), encoding="utf-8") as f:
@@ -108,3 +108,23 @@ def test_every_named_test_file_exists(doc):
     with open(os.path.join(ROOT, doc), encoding="utf-8") as f:
         named = set(re.findall(r"\btests/[\w/]+\.py\b", f.read()))
     assert sorted(p for p in named if not os.path.exists(os.path.join(ROOT, p))) == []
+
+
+def test_every_quality_bar_the_code_cites_is_in_docs_quality_md():
+    """The code and the tests cite the bars of docs/quality.md by id ("docs/quality.md
+    P9", "R8 and R10 of docs/quality.md"): each id cited there is one of its rows."""
+    with open(os.path.join(ROOT, "docs", "quality.md"), encoding="utf-8") as f:
+        defined = set(re.findall(r"^\| ([PRS]\d+) \|", f.read(), re.M))
+    assert {"P1", "P9", "R1", "R5", "R20", "S1", "S12"} <= defined
+    cited = {}
+    for path in repository_text_files():
+        if not path.endswith(".py"):
+            continue
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        for sentence in re.split(r"(?<=[.;:)])\s", text):
+            if "quality.md" in sentence:
+                for bar in re.findall(r"\b([PRS]\d+)\b", sentence):
+                    cited.setdefault(bar, os.path.relpath(path, ROOT))
+    assert cited, "the code cites its bars"
+    assert {bar: path for bar, path in cited.items() if bar not in defined} == {}

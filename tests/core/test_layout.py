@@ -1,8 +1,11 @@
 """The layer rules of docs/architecture.md, checked on the source.
 
-Data flows record -> stores -> timeline -> queries -> monitor -> exporters, with
-the command line on top and the compat layer beside: a module may import what
-comes before it, never what comes after, and nothing but compat imports compat.
+The layers, bottom up: stores -> record -> timeline -> queries -> exporters ->
+monitor, the command line on top and the compat layer beside (the recorder
+imports the store it writes into, the monitor the exporters it feeds): a
+module may import what comes before it, never what comes after, and nothing
+but compat imports compat. The engine imports no adapter, and nothing, engine
+or adapters, imports in a circle.
 Inside the groups: each store backend is a subpackage of ``stores/`` that
 imports no other backend (what they share sits beside them and imports none);
 ``queries/`` reads downward (no import circle; only the modules that compose
@@ -322,6 +325,117 @@ def test_the_store_check_sees_a_planted_cross_backend_import(tmp_path, monkeypat
     assert sorted(_store_violations()) == [
         "goodput_core/stores/postgres/store.py:1 imports goodput_core.stores.sqlite",
         "goodput_core/stores/shared.py:1 imports goodput_core.stores.postgres.sql"]
+
+
+# ------------------------------------------------------------ adapters
+# The engine sits below the adapters: it never imports goodput_integrations, and
+# names an adapter module (as text) only in these declared places.
+ADAPTER_NAMES_ALLOWED = {
+    # the ML-diagnostics SDK's table of the adapter parts it runs, imported on use
+    os.path.join("compat", "mldiagnostics", "_frameworks.py"),
+    # the demo's training programs, run as ``python -m``, never imported
+    os.path.join("cli", "demo_attempts.py"), os.path.join("cli", "demo_torchrun.py"),
+    # finds the adapters' folder (find_spec) to tell our frames from the user's
+    os.path.join("record", "stacks.py"),
+}
+
+
+def _docstrings(tree):
+    """The nodes of the docstrings in ``tree`` (module, classes, functions)."""
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                yield body[0].value
+
+
+def _adapter_violations():
+    found = []
+    for path in _engine_files():
+        rel = os.path.relpath(path, ENGINE)
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), path)
+        for line, module in _imported(tree):
+            if module.split(".")[0] == "goodput_integrations":
+                found.append(f"goodput_core/{rel}:{line} imports {module}")
+        if rel in ADAPTER_NAMES_ALLOWED:
+            continue
+        docs = {id(n) for n in _docstrings(tree)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                    and id(node) not in docs \
+                    and node.value.startswith("goodput_integrations"):
+                found.append(f"goodput_core/{rel}:{node.lineno} names {node.value}")
+    return found
+
+
+def test_the_engine_never_imports_an_adapter():
+    assert _adapter_violations() == []
+
+
+def test_the_adapter_check_sees_a_planted_import_and_a_module_named_by_text(tmp_path,
+                                                                           monkeypatch):
+    (tmp_path / "compat").mkdir()
+    (tmp_path / "compat" / "planted.py").write_text(
+        "def later():\n    from goodput_integrations.jax import profiling\n")
+    (tmp_path / "cli").mkdir()
+    (tmp_path / "cli" / "named.py").write_text(
+        '"""Uses goodput_integrations.jax (a docstring may say so)."""\n'
+        "import importlib\nx = importlib.import_module('goodput_integrations.jax')\n")
+    (tmp_path / "cli" / "demo_attempts.py").write_text("M = 'goodput_integrations.demo.train'\n")
+    monkeypatch.setattr(__import__(__name__, fromlist=["_"]), "ENGINE", str(tmp_path))
+    assert sorted(_adapter_violations()) == [
+        f"goodput_core/{os.path.join('cli', 'named.py')}:3 names goodput_integrations.jax",
+        f"goodput_core/{os.path.join('compat', 'planted.py')}:2 imports "
+        "goodput_integrations.jax"]
+
+
+# ------------------------------------------------------------ no circle
+def _module_graph(roots):
+    """{dotted module: the modules of ``roots`` it imports}, every import
+    statement counted (inside functions too); ``roots``: (package, folder)."""
+    files = {}
+    for package, root in roots:
+        for base, dirs, names in os.walk(root):
+            dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+            for name in sorted(n for n in names if n.endswith(".py")):
+                rel = os.path.relpath(os.path.join(base, name), root)[:-3].split(os.sep)
+                if rel[-1] == "__init__":
+                    rel = rel[:-1]
+                files[".".join([package] + rel)] = os.path.join(base, name)
+    graph = {}
+    for module, path in files.items():
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), path)
+        here = module.split(".") if path.endswith("__init__.py") else module.split(".")[:-1]
+        deps = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                deps.update(a.name for a in node.names if a.name in files)
+            elif isinstance(node, ast.ImportFrom):
+                base = ".".join(here[:len(here) - node.level + 1] + [node.module or ""]
+                                if node.level else [node.module or ""]).strip(".")
+                for alias in node.names:
+                    target = f"{base}.{alias.name}"
+                    deps.add(target if target in files else base)
+        graph[module] = {d for d in deps if d in files} - {module}
+    return graph
+
+
+def test_no_import_circle_in_the_engine_or_the_adapters():
+    """No module imports, directly or through others, a module that imports it
+    (structure drawers then show the layers as they are)."""
+    assert _a_circle(_module_graph([("goodput_core", ENGINE),
+                                    ("goodput_integrations", INTEGRATIONS)])) is None
+
+
+def test_the_circle_check_sees_a_planted_circle_through_a_function_level_import(tmp_path):
+    (tmp_path / "__init__.py").write_text("")
+    (tmp_path / "a.py").write_text("from pkg import b\n")
+    (tmp_path / "b.py").write_text("def later():\n    from pkg.c import x\n")
+    (tmp_path / "c.py").write_text("from . import a\n")
+    assert _a_circle(_module_graph([("pkg", str(tmp_path))])) == [
+        "pkg.a", "pkg.b", "pkg.c", "pkg.a"]
 
 
 # ------------------------------------------------------------ sys.modules

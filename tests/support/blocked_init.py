@@ -1,4 +1,4 @@
-"""Constructors that block until the test releases them (quality.md P9 tests).
+"""Constructors that block until the test releases them (docs/quality.md P9 tests).
 
 ``gate = block_constructor(monkeypatch, module, "ClassName")`` replaces the
 class in ``module`` by a subclass whose ``__init__`` records its thread, sets

@@ -1,4 +1,4 @@
-"""Off Google Cloud, nothing may probe the GCE metadata server (quality.md P9).
+"""Off Google Cloud, nothing may probe the GCE metadata server (docs/quality.md P9).
 
 :func:`off_google_cloud` makes this machine look like one that is not a
 Google Cloud VM (no ``GCE_METADATA_HOST``, DMI data of a plain PC) and spies

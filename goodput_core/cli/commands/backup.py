@@ -11,6 +11,8 @@ import os
 import sys
 
 from goodput_core.cli import CliError, CliIOError
+from goodput_core.redact import redact
+from goodput_core.stores import check_store_url, sqlite_location
 
 __all__ = ["add_arguments", "run"]
 

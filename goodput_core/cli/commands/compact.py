@@ -17,6 +17,7 @@ from __future__ import annotations
 import sys
 
 from goodput_core.cli.commands.backup import sqlite_path
+from goodput_core.stores import check_store_url, default_store_url, open_store
 
 __all__ = ["add_arguments", "run"]
 
@@ -43,7 +44,6 @@ def run(args) -> int:
 
 
 def _compact_postgres(url: str) -> int:
-    from goodput_core.stores import open_store
     from goodput_core.stores.postgres.admin import compact
 
     store = open_store(url)

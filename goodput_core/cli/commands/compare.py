@@ -34,6 +34,7 @@ from goodput_core.cli.commands.report import build_report, state_line, state_rep
 from goodput_core.queries.run_groups import RUN_GROUP_KEY, group_of
 from goodput_core.queries.summaries import runs_in_group
 from goodput_core.cli.timespec import format_duration
+from goodput_core.stores import open_store
 
 __all__ = ["add_arguments", "run", "compare_reports", "format_comparison", "list_group"]
 
@@ -183,8 +184,6 @@ def format_comparison(cmp: Dict[str, Any]) -> str:
 
 
 def run(args) -> int:
-    from goodput_core.stores import open_store
-
     store = open_store(args.store, create=False)
     cmp = compare_reports(store, args.runs, args.group)
     if args.json:

@@ -15,7 +15,7 @@ where everything is::
 ``--torch`` trains the PyTorch example loop under real torchrun (two ranks
 over gloo, ``torch.compile``, DCP checkpoints): rank 1 kills itself with
 SIGKILL mid-run, torchrun restarts both ranks from the last checkpoint
-(:mod:`goodput_integrations.demo.torch_driver`). It needs torch.
+(:mod:`goodput_core.cli.demo_torchrun`). It needs torch.
 
 Without jax, flax, optax or orbax-checkpoint it says so in one line and plays
 the synthetic job (:mod:`goodput_core.cli.synthetic`) instead. This module never
@@ -41,6 +41,8 @@ from goodput_core.cli import CliError, CliIOError
 from goodput_core.redact import redact
 from goodput_core.events import Kind
 from goodput_core.stores import schemes
+from goodput_core.record.recorder import Recorder
+from goodput_core.stores import open_store
 
 __all__ = ["add_arguments", "run"]
 
@@ -108,12 +110,12 @@ def run(args) -> int:
     run_name = _run_name(store, args.run)
     synthetic = args.synthetic
     if args.torch:
-        from goodput_integrations.demo.torch_driver import torch_missing
+        from goodput_core.cli.demo_torchrun import torch_missing
 
         if torch_missing():
             raise CliError("goodput demo --torch needs torch: pip install torch")
     elif not synthetic:
-        from goodput_integrations.demo.driver import frameworks_missing
+        from goodput_core.cli.demo_attempts import frameworks_missing
 
         missing = frameworks_missing()
         if missing:
@@ -134,8 +136,6 @@ def run(args) -> int:
 def _run_name(store: str, given: Optional[str]) -> str:
     """``given``, or a fresh name; the store is opened here first, so one it
     refuses (not a goodput store, newer) is one error before anything plays."""
-    from goodput_core.stores import open_store
-
     opened = open_store(store)
     try:
         taken = set(opened.runs())
@@ -153,7 +153,6 @@ def _run_name(store: str, given: Optional[str]) -> str:
 
 # ------------------------------------------------------------------ jobs
 def _play_synthetic(run_name: str, store: str) -> None:
-    from goodput_core.record.recorder import Recorder
     from goodput_core.cli.synthetic import SyntheticJob, record_synthetic_job
 
     rec = Recorder(run_name, store)
@@ -194,7 +193,7 @@ def _remove_workdir(outdir: str, workdir: str, parent_existed: bool = True) -> N
 
 
 def _play_real(args, run_name: str, store: str, outdir: str) -> None:
-    from goodput_integrations.demo.driver import DemoConfig, run_crash_and_restart
+    from goodput_core.cli.demo_attempts import DemoConfig, run_crash_and_restart
 
     def play(workdir: str, on_message) -> Dict[str, Any]:
         cfg = DemoConfig(store=store, run=run_name, workdir=workdir, steps=args.steps,
@@ -209,7 +208,7 @@ def _play_real(args, run_name: str, store: str, outdir: str) -> None:
 
 
 def _play_torch(args, run_name: str, store: str, outdir: str) -> None:
-    from goodput_integrations.demo.torch_driver import (
+    from goodput_core.cli.demo_torchrun import (
         TorchDemoConfig,
         run_torchrun_crash_and_restart,
     )
@@ -233,7 +232,7 @@ def _play_torch(args, run_name: str, store: str, outdir: str) -> None:
 def _train(args, run_name: str, outdir: str, play) -> None:
     """Runs ``play(workdir, on_message)`` in a fresh checkpoint directory with a
     progress bar; removes the directory after unless ``--keep-checkpoints``."""
-    from goodput_integrations.demo.driver import DemoError
+    from goodput_core.cli.demo_attempts import DemoError
 
     parent_existed = os.path.isdir(os.path.join(outdir, "checkpoints"))
     workdir = _fresh_workdir(outdir, run_name)

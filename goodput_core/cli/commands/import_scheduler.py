@@ -13,8 +13,10 @@ import sys
 
 from goodput_core.cli import CliError, CliIOError
 from goodput_core.cli.commands.common import add_store_argument
+from goodput_core.record.recorder import Recorder
 from goodput_core.record.schedulers import (
     SchedulerFormatError, parse_k8s_events, parse_sacct_json, record_schedule)
+from goodput_core.stores import open_store
 
 __all__ = ["add_arguments", "run"]
 
@@ -51,9 +53,6 @@ def _read(args) -> str:
 
 
 def run(args) -> int:
-    from goodput_core.record.recorder import Recorder
-    from goodput_core.stores import open_store
-
     text = _read(args)
     try:
         times = (parse_sacct_json(text, args.job) if args.scheduler == "slurm"

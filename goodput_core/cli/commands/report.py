@@ -141,6 +141,7 @@ from goodput_core.cli.timespec import (
     parse_interval,
     parse_window,
 )
+from goodput_core.stores import open_store
 
 __all__ = ["add_arguments", "run", "build_report", "open_run", "resolve_window"]
 
@@ -167,7 +168,6 @@ def open_run(run_name: str, store_url: Any):
     unknown run, StoreError for an unusable store. Also used by ``goodput timeline``.
     """
     from goodput_core.queries.calculator import Calculator
-    from goodput_core.stores import open_store
 
     store = open_store(store_url, create=False)
     # One event first (cheap in every store; runs() reads a whole Cloud Logging

@@ -12,6 +12,8 @@ import sys
 
 from goodput_core.cli import CliError
 from goodput_core.cli.commands.backup import sqlite_path
+from goodput_core.record.journal import default_spill_dir, live_journals, tag_of
+from goodput_core.stores import default_store_url
 from goodput_core.text import printable
 
 __all__ = ["manage"]
@@ -29,9 +31,6 @@ def _confirm(question: str, yes: bool) -> bool:
 
 def _refuse_live_writer(path: str, run: str) -> None:
     """CliError when a live process of this host records ``run`` into ``path``."""
-    from goodput_core.record.journal import live_journals
-    from goodput_core.record.journal import default_spill_dir, tag_of
-
     for ident in live_journals(default_spill_dir(), tag_of("sqlite:///" + path.lstrip("/"))):
         if ident.get("run") == run:
             raise CliError(f"run {printable(run)!r} is being recorded by process "
@@ -41,7 +40,6 @@ def _refuse_live_writer(path: str, run: str) -> None:
 
 def manage(args) -> int:
     """Runs ``delete`` or ``rename``; returns the exit code (1: not confirmed)."""
-    from goodput_core.stores import default_store_url
     from goodput_core.stores.sqlite import admin
 
     want = {"delete": 1, "rename": 2}[args.action]

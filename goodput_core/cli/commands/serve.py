@@ -22,7 +22,9 @@ from typing import Optional
 
 from goodput_core.cli import CliError
 from goodput_core.cli.commands.common import add_store_argument
+from goodput_core.cli.serve import make_server
 from goodput_core.cli.serve.security import TOKEN_ENV
+from goodput_core.stores import open_store
 
 __all__ = ["add_arguments", "run", "read_token"]
 
@@ -95,9 +97,6 @@ def _log_to_stderr() -> None:
 
 
 def run(args) -> int:
-    from goodput_core.cli.serve import make_server
-    from goodput_core.stores import open_store
-
     token = read_token(args)
     store = open_store(args.store, create=False)
     try:

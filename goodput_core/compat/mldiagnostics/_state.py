@@ -8,6 +8,7 @@ the caller unless the run is ``strict``.
 
 from __future__ import annotations
 
+import atexit
 import collections
 import enum
 import logging
@@ -18,12 +19,15 @@ import threading
 import time
 from typing import Any, Dict, Mapping, Optional
 
+from goodput_core import Recorder
+from goodput_core.compat.mldiagnostics import _system
 from goodput_core.compat.mldiagnostics.custom_types.exceptions import (
     MLRunConfigurationError,
     RecordingError,
 )
 from goodput_core.compat.mldiagnostics.custom_types.metric_types import MetricType
-from goodput_core.compat.mldiagnostics.custom_types.mlrun_types import RunPhase
+from goodput_core.compat.mldiagnostics.custom_types.mlrun_types import ConfigDict, RunPhase
+from goodput_core.stores import StoreError
 
 logger = logging.getLogger("goodput")
 
@@ -56,6 +60,38 @@ def stats() -> Dict[str, int]:
 
 def current() -> Optional["ActiveRun"]:
     return _active
+
+
+def active_run() -> Any:
+    """The active run's ``MLRun``, or None."""
+    active = _active
+    return None if active is None else active.run
+
+
+_hooks_lock = threading.Lock()
+_hooks_installed = False
+
+
+def install_exit_hooks() -> None:
+    """atexit: end the run (job end); sys.excepthook: a crash is a disruption.
+
+    Installed once, at the first run; the previous excepthook is called after ours.
+    """
+    global _hooks_installed
+    with _hooks_lock:
+        if _hooks_installed:
+            return
+        _hooks_installed = True
+    previous = sys.excepthook
+
+    def hook(exc_type, exc, tb):
+        try:
+            crashed(exc_type)
+        finally:
+            previous(exc_type, exc, tb)
+
+    sys.excepthook = hook
+    atexit.register(finish)
 
 
 def metric_name(metric: Any, labels: Any) -> str:
@@ -119,6 +155,7 @@ class ActiveRun:
         self._last_step: Optional[int] = None
         self._step_lock = threading.Lock()
         self.xprof_server = False
+        self.stop_server: Any = None
         self.system_metrics: Any = None  # the sampler of log_system_metrics
 
     def record(self, metric: Any, value: Any, step: Any = None, labels: Any = None,
@@ -173,7 +210,6 @@ class ActiveRun:
     def collect_hardware(self) -> None:
         """Records the framework's device facts once known (lead only): jax's
         once its backends exist; torch's (``framework=PYTORCH``) at once."""
-        from goodput_core.compat.mldiagnostics import _system
         from goodput_core.queries.diagnostics import jsonable
 
         if self.run.framework.value == "PYTORCH":
@@ -199,8 +235,6 @@ class ActiveRun:
 
 def _record_start_metadata(active: ActiveRun, configs: Any) -> None:
     """Run metadata of a new run (lead only); bad configs raise MLRunConfigurationError."""
-    from goodput_core.compat.mldiagnostics import _system
-    from goodput_core.compat.mldiagnostics.custom_types.mlrun_types import ConfigDict
     from goodput_core.queries.diagnostics import load_config, record_config
 
     run, rec = active.run, active.recorder
@@ -242,17 +276,16 @@ def _safe(fn, what: str) -> None:
 
 
 def start(run: Any, configs: Any, *, store: Any, clock: Any, steps_from_metrics: bool,
-          record_job: bool, server_processes: Any, strict: bool,
-          system_metrics: Any = (0.0, None)) -> Any:
+          record_job: bool, strict: bool, system_metrics: Any = (0.0, None),
+          profiler_server: Any = None) -> Any:
     """Ends the active run, opens the new one, replays pending metrics.
 
     ``system_metrics``: ``(interval seconds, wait)`` of the sampler a run
     with ``log_system_metrics`` starts on local rank 0 (interval <= 0: none).
+    ``profiler_server``: ``(start, stop)`` of the on-demand profiler server
+    (``start()`` says whether it started; ``stop()`` runs when the run ends).
     """
     global _active
-    from goodput_core import Recorder
-    from goodput_core.compat.mldiagnostics.mlrun import install_exit_hooks
-    from goodput_core.stores import StoreError
 
     finish()
     try:
@@ -279,10 +312,9 @@ def start(run: Any, configs: Any, *, store: Any, clock: Any, steps_from_metrics:
     for args in pending:
         active.record(*args)
     _start_system_metrics(active, clock, *system_metrics)
-    if run.on_demand_xprof and not run.metric_only_run:
-        from goodput_core.compat.mldiagnostics import _xprof
-
-        active.xprof_server = _xprof.start_on_demand(server_processes, run.process_index)
+    if profiler_server is not None and run.on_demand_xprof and not run.metric_only_run:
+        start_server, active.stop_server = profiler_server
+        active.xprof_server = start_server()
     logger.info("goodput: MLRun %r created (store %s, profiles in %s)", run.name, run.store,
                 run.profile_dir)
     return run
@@ -291,8 +323,6 @@ def start(run: Any, configs: Any, *, store: Any, clock: Any, steps_from_metrics:
 def _start_system_metrics(active: ActiveRun, clock: Any, interval: float, wait: Any) -> None:
     """As the SDK: the local master process of each host samples system
     metrics when the run has ``log_system_metrics`` and a positive interval."""
-    from goodput_core.compat.mldiagnostics import _system
-
     if not active.run.log_system_metrics or not interval > 0 or _system.local_rank() != 0:
         return
     from goodput_core.compat.mldiagnostics.system_metrics import SystemMetrics
@@ -347,9 +377,7 @@ def finish() -> None:
         _safe(active.recorder.record_job_end_time, "job end")
         active.run.run_phase = RunPhase.PHASE_COMPLETED
     if active.xprof_server:
-        from goodput_core.compat.mldiagnostics import _xprof
-
-        _xprof.stop_on_demand()
+        active.stop_server()
     if active.system_metrics is not None:
         active.system_metrics.stop(_SYSTEM_METRICS_STOP_S)
     active.recorder.close()

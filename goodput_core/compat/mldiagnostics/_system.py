@@ -18,6 +18,9 @@ import sys
 from importlib import metadata as _pkg
 from typing import Any, Dict, Optional
 
+from goodput_core.compat.mldiagnostics._frameworks import adapter
+from goodput_core.compat.mldiagnostics.custom_types.mlrun_types import Orchestrator
+
 logger = logging.getLogger("goodput")
 
 _RANK_ENV = ("NODE_RANK", "GROUP_RANK", "RANK", "JOB_COMPLETION_INDEX")
@@ -34,14 +37,13 @@ def _version(*dists: str) -> Optional[str]:
 
 
 def _jax_probe():
-    """goodput_integrations.jax._probe when jax is already imported, else None."""
+    """The JAX adapter's probe (``jax._probe``) when jax is already imported, else None."""
     if "jax" not in sys.modules:
         return None
     try:
-        from goodput_integrations.jax import _probe
+        return adapter("jax.probe")
     except Exception:
         return None
-    return _probe
 
 
 def torch_rank() -> Optional[int]:
@@ -112,9 +114,7 @@ def jax_metadata() -> Dict[str, Any]:
     if probe is None or probe.backends_initialized() is False:
         return {}
     try:
-        from goodput_integrations.jax.metadata import run_metadata
-
-        return run_metadata()
+        return adapter("jax.metadata").run_metadata()
     except Exception:
         logger.warning("goodput: reading jax's devices failed; hardware configs unknown",
                        exc_info=True)
@@ -127,9 +127,7 @@ def torch_metadata() -> Dict[str, Any]:
     if "torch" not in sys.modules:
         return {}
     try:
-        from goodput_integrations.torch.metadata import run_metadata
-
-        return run_metadata()
+        return adapter("torch.metadata").run_metadata()
     except Exception:
         logger.warning("goodput: reading torch's devices failed; hardware configs unknown",
                        exc_info=True)
@@ -173,8 +171,6 @@ def run_identity(name: str, now: float, workload_id: Optional[str]):
       off GKE): every call is a new run, so running a script twice gives
       two runs.
     """
-    from goodput_core.compat.mldiagnostics.custom_types.mlrun_types import Orchestrator
-
     gke = gke_suffix()
     workload_id = workload_id or os.environ.get("RUN_WORKLOAD_ID") or None
     job = os.environ.get("SLURM_JOB_ID")

@@ -40,6 +40,8 @@ import sys
 import threading
 from typing import Any, Optional, Sequence
 
+from goodput_core.compat.mldiagnostics import _state, _system
+from goodput_core.compat.mldiagnostics._frameworks import adapter
 from goodput_core.compat.mldiagnostics.custom_types.exceptions import ProfilingError
 
 logger = logging.getLogger("goodput")
@@ -55,9 +57,7 @@ _lock = threading.Lock()
 
 
 def _warn_once(key: str, msg: str, *args: Any) -> None:
-    from goodput_core.compat.mldiagnostics._state import _warn_once as warn
-
-    warn(f"xprof:{key}", "goodput: xprof: " + msg, *args)
+    _state._warn_once(f"xprof:{key}", "goodput: xprof: " + msg, *args)
 
 
 def _announce(run: Any, remote: Optional[str]) -> None:
@@ -105,9 +105,7 @@ class Xprof:
         self.session_dir: Optional[str] = None  # ours: the last finished session's folder
 
     def _resolve(self) -> Any:
-        from goodput_core.compat.mldiagnostics.mlrun import active_run
-
-        run = self._input_run if self._input_run is not None else active_run()
+        run = self._input_run if self._input_run is not None else _state.active_run()
         if run is None:
             raise ProfilingError(_NO_RUN)
         if not run.profile_target:
@@ -119,9 +117,9 @@ class Xprof:
         pytorch = getattr(run.framework, "value", None) == "PYTORCH"
         try:
             if pytorch:
-                from goodput_integrations.torch.profiling import TorchProfileSessions as Sessions
+                Sessions = adapter("torch.profiling").TorchProfileSessions
             else:
-                from goodput_integrations.jax.xprof_sessions import XprofSessions as Sessions
+                Sessions = adapter("jax.xprof_sessions").XprofSessions
         except Exception:
             _warn_once("no-framework", "profiling needs %s; this block runs unprofiled",
                        "torch" if pytorch else "jax (pip install 'goodput-core[jax]')")
@@ -203,22 +201,18 @@ def start_on_demand(processes: Optional[Sequence[int]], process_index: Optional[
     (as the SDK: processes sharing a host would clash on the port). It
     listens on all interfaces (jax has no bind-address option). Returns
     whether it started; never raises."""
-    from goodput_core.compat.mldiagnostics import _system
-
     if processes is None and _system.local_rank() != 0:
         logger.info("goodput: on-demand profiler server skipped on local rank %d (it runs on "
                     "local rank 0 of each host)", _system.local_rank())
         return False
-    from goodput_core.compat.mldiagnostics._state import current
-
-    active = current()
+    active = _state.current()
     if active is not None and active.run.framework.value == "PYTORCH":
         # the SDK's PyTorch server is torch_tpu's (TPUs only); nothing to start here
         _warn_once("no-torch-server", "on_demand_xprof with framework=PYTORCH: the SDK serves "
                    "it with torch_tpu's profiler server (TPUs only); not started")
         return False
     try:
-        from goodput_integrations.jax import profiling
+        profiling = adapter("jax.profiling")
     except Exception:
         _warn_once("no-jax-server", "on_demand_xprof needs jax (pip install 'goodput-core[jax]')")
         return False
@@ -233,8 +227,6 @@ def start_on_demand(processes: Optional[Sequence[int]], process_index: Optional[
 def stop_on_demand() -> None:
     """Stops the server :func:`start_on_demand` started (never raises)."""
     try:
-        from goodput_integrations.jax import profiling
-
-        profiling.stop_server()
+        adapter("jax.profiling").stop_server()
     except Exception:
         _warn_once("stop-server", "stopping the profiler server failed")

@@ -35,17 +35,15 @@ embedded sqlite file), under that run name:
 
 from __future__ import annotations
 
-import atexit
 import datetime
+import functools
 import logging
 import os
 import re
-import sys
-import threading
 import time
 from typing import Any, Callable, Dict, Mapping, Optional
 
-from goodput_core.compat.mldiagnostics import _system
+from goodput_core.compat.mldiagnostics import _state, _system, _xprof
 from goodput_core.compat.mldiagnostics.custom_types.exceptions import MLRunConfigurationError
 from goodput_core.compat.mldiagnostics.custom_types.mlrun_types import (
     AcceleratorOrchestrator,
@@ -214,7 +212,6 @@ def machinelearning_run(
       MLRunConfigurationError: a bad argument (no name, bad environment,
         region, enum, run group or configs), or an unusable store.
     """
-    from goodput_core.compat.mldiagnostics import _state
 
     if not name or not isinstance(name, str):
         raise MLRunConfigurationError(
@@ -266,51 +263,20 @@ def machinelearning_run(
         profile_dir=_profile_dir(profile_dir, gcs_path, run_name),
         profile_target=bool(gcs_path or profile_dir or os.environ.get("GOODPUT_PROFILE_DIR")),
         **enums)
+    server = (functools.partial(_xprof.start_on_demand, on_demand_xprof_processes, index),
+              _xprof.stop_on_demand)
     return _state.start(run, configs, store=store, clock=clock,
                         steps_from_metrics=steps_from_metrics, record_job=record_job,
-                        server_processes=on_demand_xprof_processes, strict=strict,
-                        system_metrics=(interval, system_metrics_wait))
+                        strict=strict, system_metrics=(interval, system_metrics_wait),
+                        profiler_server=server)
 
 
 def end_run() -> None:
     """Ends the active run now (ours; the SDK ends it when the program exits):
     job end on process 0, everything flushed, the on-demand server stopped."""
-    from goodput_core.compat.mldiagnostics import _state
-
     _state.finish()
 
 
 def active_run() -> Optional[MLRun]:
     """The active :class:`MLRun`, or None (ours)."""
-    from goodput_core.compat.mldiagnostics import _state
-
-    current = _state.current()
-    return None if current is None else current.run
-
-
-_hooks_lock = threading.Lock()
-_hooks_installed = False
-
-
-def install_exit_hooks() -> None:
-    """atexit: end the run (job end); sys.excepthook: a crash is a disruption.
-
-    Installed once, at the first run; the previous excepthook is called after ours.
-    """
-    global _hooks_installed
-    with _hooks_lock:
-        if _hooks_installed:
-            return
-        _hooks_installed = True
-    from goodput_core.compat.mldiagnostics import _state
-
-    previous = sys.excepthook
-
-    def hook(exc_type, exc, tb):
-        try:
-            _state.crashed(exc_type)
-        finally:
-            previous(exc_type, exc, tb)
-
-    sys.excepthook = hook
-    atexit.register(_state.finish)
+    return _state.active_run()

@@ -17,7 +17,7 @@ their keys are sorted and integral doubles of the keys in
 
 Filters are built with :func:`quote`: a run or log name containing quotes,
 backslashes or filter syntax stays one string literal and cannot change the
-meaning of the query (security S1 of quality.md).
+meaning of the query (security S1 of docs/quality.md).
 """
 
 from __future__ import annotations

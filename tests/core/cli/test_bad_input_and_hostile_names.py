@@ -1,4 +1,4 @@
-"""R12 of quality.md and the CLI items of the security list, with the real ``goodput``.
+"""R12 of docs/quality.md and the CLI items of the security list, with the real ``goodput``.
 
 Every subcommand is run as a real process with bad arguments, an unwritable
 output and a closed pipe (``| head -0``): each must print exactly one error
@@ -200,7 +200,7 @@ def test_names_from_the_store_are_printed_with_control_characters_escaped(db, ar
 
 def test_the_real_demo_deletes_only_the_checkpoints_it_created(tmp_path, monkeypatch, capsys):
     from goodput_core import cli
-    from goodput_integrations.demo import driver
+    from goodput_core.cli import demo_attempts as driver
 
     def fake_training(cfg, on_message=None):  # the real one is tests/integrations/demo
         os.makedirs(cfg.workdir, exist_ok=True)  # the real training does the same

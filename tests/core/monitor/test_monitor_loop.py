@@ -443,9 +443,6 @@ def test_goodput_monitor_errors_are_one_line(tmp_path, capsys):
 
 
 def test_goodput_monitor_gcm_flag_builds_the_cloud_monitoring_exporter(tmp_path, monkeypatch):
-    import sys
-    import types
-
     made = []
 
     class FakeGCM(Exporter):
@@ -458,8 +455,9 @@ def test_goodput_monitor_gcm_flag_builds_the_cloud_monitoring_exporter(tmp_path,
         def export(self, snapshot):
             self.snapshots.append(snapshot)
 
-    monkeypatch.setitem(sys.modules, "goodput_core.exporters.cloud_monitoring",
-                        types.SimpleNamespace(CloudMonitoringExporter=FakeGCM))
+    from goodput_core.exporters import cloud_monitoring
+
+    monkeypatch.setattr(cloud_monitoring, "CloudMonitoringExporter", FakeGCM)
     url = f"sqlite:///{tmp_path / 'g.sqlite'}"
     rec = Recorder("gcm-run", url)
     record_synthetic_job(rec, time.time() - 200)

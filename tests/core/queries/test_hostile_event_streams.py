@@ -1,4 +1,4 @@
-"""R3: hostile event streams never break queries (quality.md).
+"""R3: hostile event streams never break queries (docs/quality.md).
 
 Streams are generated two ways, as reference-format payload dicts parsed by
 ``events.from_payload`` (and fed with ``Calculator.add_payloads``) and as

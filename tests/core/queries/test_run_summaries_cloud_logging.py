@@ -13,8 +13,8 @@ from goodput_core.events import Kind
 from goodput_core.queries.summaries import run_summaries
 from goodput_core.stores.base import StoreError
 from goodput_core.stores.summary_cache import SummaryCache
-from tests.core.stores.test_cloud_logging import SimClock, T0, event
-from tests.core.stores.test_cloud_logging import fake, make_store  # noqa: F401  (fixtures)
+from tests.core.stores.cloud_logging.test_store import SimClock, T0, event
+from tests.core.stores.cloud_logging.test_store import fake, make_store  # noqa: F401  (fixtures)
 from tests.core.queries.test_run_summaries import counted  # noqa: F401  (a fixture)
 
 

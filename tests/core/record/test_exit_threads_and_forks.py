@@ -1,4 +1,4 @@
-"""Reliability bars R4, R6 and R7 of quality.md, with real processes and SQLite."""
+"""Reliability bars R4, R6 and R7 of docs/quality.md, with real processes and SQLite."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 the SIGKILL tests (test_sigkill_durable.py) do not reach one by one.
 
 A forked child never writes into, maps or locks its parent's journal
-(quality.md R7); a torn slot (a process killed in the middle of writing
+(docs/quality.md R7); a torn slot (a process killed in the middle of writing
 it) is not delivered; a full ring sends events to memory instead of
 dropping them; a store that delivers in the background frees the ring only
 once it confirmed, and during an outage the events it holds move to a held

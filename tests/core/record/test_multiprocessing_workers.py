@@ -1,4 +1,4 @@
-"""R9 of quality.md: multiprocessing workers that end normally keep their events.
+"""R9 of docs/quality.md: multiprocessing workers that end normally keep their events.
 
 multiprocessing ends its children with ``os._exit`` after the target returns,
 so atexit never runs there and the writer thread is a daemon: the recorder

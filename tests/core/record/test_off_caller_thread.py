@@ -1,4 +1,4 @@
-"""quality.md P9: what the recorder and the monitors do off the caller's thread
+"""docs/quality.md P9: what the recorder and the monitors do off the caller's thread
 (the store's open, a monitor's first cycle)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""quality.md R17 / P14: an event whose ``record_*`` call returned survives a
+"""docs/quality.md R17 / P14: an event whose ``record_*`` call returned survives a
 SIGKILL of its process, on SQLite and on a real PostgreSQL server.
 
 50 short-lived processes per store (5 at a time, into one store, one run

@@ -5,7 +5,7 @@ its timeout; ``stats()`` says where every event is.
 The embedded store in a directory its user may not write runs as an
 unprivileged user (``setpriv``) when the tests run as root, in real
 processes: the first cannot store, the next (once the directory is writable)
-delivers. The PostgreSQL cases are in stores/test_postgres_refusals.py.
+delivers. The PostgreSQL cases are in stores/postgres/test_refusals.py.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""quality.md R19, R20: spill files and journals that are corrupt, poisoned or
+"""docs/quality.md R19, R20: spill files and journals that are corrupt, poisoned or
 planted by another user, and a full queue (issue 42: D10, D14, D15, D16).
 
 * D10: a spill directory another user owns or may write (or a symlink to

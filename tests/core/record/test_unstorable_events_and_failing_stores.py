@@ -1,4 +1,4 @@
-"""Reliability bars R8 and R10 of quality.md: unstorable events, a failing store, forks.
+"""Reliability bars R8 and R10 of docs/quality.md: unstorable events, a failing store, forks.
 
 Real SQLite files throughout; the writer's backoff wait is observed through a
 stand-in for its wait object, never by sleeping.

@@ -1,4 +1,4 @@
-"""quality.md P9 on the AXLearn path: the engine and the monitors are built
+"""docs/quality.md P9 on the AXLearn path: the engine and the monitors are built
 on threads of their own; the training thread only records."""
 
 from __future__ import annotations

@@ -8,4 +8,4 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers", "demo: runs the real `goodput demo` job end to end (child processes)")
     config.addinivalue_line(
-        "markers", "reliability: quality.md R1-R7 scenarios with real processes")
+        "markers", "reliability: docs/quality.md R1-R7 scenarios with real processes")

@@ -15,7 +15,7 @@ import pytest
 from goodput_core import cli
 from goodput_core.timeline.buckets import BadputType
 from goodput_core.queries.calculator import Calculator
-from goodput_integrations.demo.driver import frameworks_missing
+from goodput_core.cli.demo_attempts import frameworks_missing
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -116,7 +116,7 @@ def test_synthetic_demo_uses_the_default_outdir(tmp_path, monkeypatch, capsys):
 
 
 def test_without_jax_the_demo_says_so_and_plays_the_synthetic_job(tmp_path, monkeypatch, capsys):
-    import goodput_integrations.demo.driver as driver
+    import goodput_core.cli.demo_attempts as driver
 
     monkeypatch.setattr(driver, "frameworks_missing", lambda: ["jax", "flax"])
     assert cli.main(["demo", "--outdir", str(tmp_path), "--run", "fallback"]) == 0
@@ -141,7 +141,8 @@ def test_bad_arguments_are_a_one_line_error(tmp_path, capsys, argv, message):
 def test_an_attempt_log_holds_what_the_child_printed(tmp_path, monkeypatch):
     """A real child process printing to stdout (protocol and other lines) and
     stderr: the parent reads the messages, the log keeps every line."""
-    from goodput_integrations.demo import PROTOCOL_PREFIX, driver
+    from goodput_core.cli import demo_attempts as driver
+    from goodput_core.cli.demo_attempts import PROTOCOL_PREFIX
 
     script = ("import sys; print('plain stdout line'); "
               f"print({PROTOCOL_PREFIX!r} + '{{\"event\": \"step\", \"step\": 3}}'); "
@@ -162,7 +163,7 @@ def test_the_killed_attempt_is_reported_as_the_killed_process_said(tmp_path):
     """The demo's own crash: nothing is flushed before its SIGKILL, and the
     report of the killed attempt is what the killed process printed (the
     steps it went past its last checkpoint, and how long they took)."""
-    from goodput_integrations.demo.driver import DemoConfig, run_crash_and_restart
+    from goodput_core.cli.demo_attempts import DemoConfig, run_crash_and_restart
 
     cfg = DemoConfig(store=str(tmp_path / "d.sqlite"), run="killed", workdir=str(tmp_path / "c"),
                      steps=60, save_every=10, crash_at=36, eval_every=0, sync_every=1,

@@ -1,4 +1,4 @@
-"""quality.md P9 on the MaxText helper path: the monitor is built and
+"""docs/quality.md P9 on the MaxText helper path: the monitor is built and
 started on a thread of its own; entering the block does not wait for it."""
 
 from __future__ import annotations

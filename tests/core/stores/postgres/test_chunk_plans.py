@@ -28,7 +28,7 @@ import pytest
 from goodput_core.stores.postgres import PostgresStore
 from goodput_core.stores.postgres.chunks import pack
 from goodput_core.stores.postgres.columns import ENGINE_BYTES
-from tests.core.stores.test_postgres import _events
+from tests.core.stores.postgres.test_store import _events
 from tests.support.postgres_server import skip_without_postgres
 
 skip_without_postgres()

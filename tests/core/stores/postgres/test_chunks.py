@@ -23,8 +23,8 @@ from goodput_core.events import EventRecord
 from goodput_core.stores.postgres import PostgresStore
 from goodput_core.stores.postgres.chunks import pack
 from goodput_core.stores.postgres.columns import unpack
-from tests.core.stores.test_postgres_columns import _odd_events, _same
-from tests.core.stores.test_postgres import _events
+from tests.core.stores.postgres.test_columns import _odd_events, _same
+from tests.core.stores.postgres.test_store import _events
 from tests.support.pgbouncer_server import Pgbouncer, skip_without_pgbouncer
 from tests.support.postgres_server import PostgresServer
 
@@ -340,7 +340,7 @@ _WRITER = textwrap.dedent("""
     import sys
     sys.path.insert(0, {root!r})
     from goodput_core.stores.postgres import PostgresStore
-    from tests.core.stores.test_postgres import _events
+    from tests.core.stores.postgres.test_store import _events
     url, index, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     tail = int(sys.argv[4]) if len(sys.argv) > 4 else 4096
     store = PostgresStore(url, chunk_events=16, tail_events=tail, flush_interval_s=0.01)

@@ -1,4 +1,4 @@
-"""quality.md R18: the embedded store's ids never alias, whatever ``runs
+"""docs/quality.md R18: the embedded store's ids never alias, whatever ``runs
 delete``, ``compact`` and writers racing them do; and every delivery is
 stored once (R17: a redelivery after a crash repeats nothing).
 

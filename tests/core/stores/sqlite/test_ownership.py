@@ -7,7 +7,7 @@ Recorder (its events spill, the refusal said once), and the file is left
 byte for byte as it was. Stores of goodput versions from before the marker
 are still read and get the marker from their first writer. ``sqlite://``
 query parameters are parsed, never part of a file name. (PostgreSQL:
-test_postgres_schema_refusals.py.)
+postgres/test_schema_refusals.py.)
 """
 
 import hashlib

@@ -5,7 +5,7 @@ packs the run's rest, and a calculator reading it incrementally while they
 write (many-writers mode: ``read()``'s records, built from the chunks) ends
 with the figures of the whole run read at once.
 
-The truth is the tables read with SQL (test_postgres_chunks's helpers).
+The truth is the tables read with SQL (helpers postgres/test_chunks.py's helpers helpers).
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import sys
 from goodput_core.queries.calculator import Calculator
 from goodput_core.stores.memory import MemoryStore
 from goodput_core.stores.postgres import PostgresStore
-from tests.core.stores.test_postgres import _events
-from tests.core.stores.test_postgres_chunks import (
+from tests.core.stores.postgres.test_store import _events
+from tests.core.stores.postgres.test_chunks import (
     ROOT, _WRITER, _check_chunks, _comparable, _same_reads_limits, _sql_records)
 from tests.support.postgres_server import skip_without_postgres
 

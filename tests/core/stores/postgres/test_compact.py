@@ -3,7 +3,7 @@ real server (tests/core/conftest.py's fixtures).
 
 Runs written before chunks existed (a writer with ``chunk_events=0`` writes
 that layout: no ``chunks`` table) stay rows until compacted; the truth is
-the tables read with SQL (test_postgres_chunks's helpers): every chunk is its
+the tables read with SQL (helpers postgres/test_chunks.py's helpers helpers): every chunk is its
 run's next events, and reads return what the tables hold.
 """
 
@@ -17,8 +17,8 @@ from goodput_core.cli import main
 from goodput_core.stores.postgres import PostgresStore
 from goodput_core.stores.postgres.admin import compact
 from goodput_core.stores.postgres.chunks import CHUNK_EVENTS
-from tests.core.stores.test_postgres import _events
-from tests.core.stores.test_postgres_chunks import (
+from tests.core.stores.postgres.test_store import _events
+from tests.core.stores.postgres.test_chunks import (
     _check_chunks, _chunk_rows, _run_rows, _same_reads)
 from tests.support.postgres_server import skip_without_postgres
 

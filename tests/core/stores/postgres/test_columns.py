@@ -13,7 +13,7 @@ from goodput_core import Calculator
 from goodput_core.events import EventRecord, Kind
 from goodput_core.stores.base import Store
 from goodput_core.stores.postgres import PostgresStore
-from tests.core.stores.test_postgres import _events
+from tests.core.stores.postgres.test_store import _events
 
 
 def _same(page, i, event):

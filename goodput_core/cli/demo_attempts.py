@@ -2,7 +2,7 @@
 
 Example::
 
-    from goodput_integrations.demo.driver import DemoConfig, run_crash_and_restart
+    from goodput_core.cli.demo_attempts import DemoConfig, run_crash_and_restart
 
     cfg = DemoConfig(store="/tmp/g.sqlite", run="demo-1", workdir="/tmp/ckpt")
     summary = run_crash_and_restart(cfg, on_message=print)
@@ -26,7 +26,12 @@ import subprocess
 import sys
 from typing import Any, Callable, Dict, Iterator, List, Optional
 
-from goodput_integrations.demo import PROTOCOL_PREFIX, TRAIN_MODULE
+#: Every protocol line of the child starts with this (the child:
+#: :mod:`goodput_integrations.demo.train`, which imports it from here).
+PROTOCOL_PREFIX = "@goodput-demo "
+#: ``python -m`` target of one attempt: run as a program, never imported here.
+TRAIN_MODULE = "goodput_integrations.demo.train"
+
 
 __all__ = ["Attempt", "DemoConfig", "DemoError", "child_command", "child_env",
            "frameworks_missing", "run_crash_and_restart"]

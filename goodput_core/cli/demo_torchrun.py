@@ -7,7 +7,7 @@ writes); in the first attempt rank 1 kills itself with SIGKILL after
 ``crash_at``; torchrun stops rank 0 (its disruption is recorded), restarts
 both, and they resume from the last DCP checkpoint to the end. Rank 0
 reports its progress on stdout with the demo's protocol
-(:mod:`goodput_integrations.demo`); everything else torchrun and the ranks
+(:mod:`goodput_core.cli.demo_attempts`); everything else torchrun and the ranks
 print goes to the log file. Nothing here imports torch.
 """
 
@@ -19,7 +19,7 @@ import subprocess
 import sys
 from typing import Any, Callable, Dict, List, Optional
 
-from goodput_integrations.demo.driver import DemoError, child_env, parse_line
+from goodput_core.cli.demo_attempts import DemoError, child_env, parse_line
 
 __all__ = ["TorchDemoConfig", "run_torchrun_crash_and_restart", "torch_missing"]
 

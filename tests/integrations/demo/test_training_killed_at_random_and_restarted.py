@@ -1,4 +1,4 @@
-"""quality.md R1: a real training process recording to the embedded store is
+"""docs/quality.md R1: a real training process recording to the embedded store is
 killed with SIGKILL at random points, 10+ times, and restarted from its last
 checkpoint.
 
@@ -27,7 +27,7 @@ from goodput_core.timeline.buckets import BadputType
 from goodput_core.queries.calculator import Calculator
 from goodput_core.events import Kind
 from goodput_core.stores.sqlite import SqliteStore
-from goodput_integrations.demo.driver import Attempt, DemoConfig, child_env, frameworks_missing
+from goodput_core.cli.demo_attempts import Attempt, DemoConfig, child_env, frameworks_missing
 
 pytestmark = [
     pytest.mark.reliability,
