@@ -242,7 +242,11 @@ class Journal:
 
     def drop_in_forked_child(self) -> None:
         """In a forked child: unmaps the parent's journal and closes its
-        descriptors here (the parent keeps its lock and its file)."""
+        descriptors here (the parent keeps its lock and its file). A journal
+        the parent had released already is left alone: its descriptor number
+        may belong to another file by now (a pipe the child writes to)."""
+        if self.released:
+            return
         try:
             self.mm.close()
         except (ValueError, BufferError, OSError):
