@@ -12,6 +12,7 @@ import sys
 
 import pytest
 
+_LEFTOVER_CLOSE_S = 1.0  # a module's leftover recorder, closed at the module's end
 _LEFTOVER_FLUSH_S = 2.0  # a healthy recorder's flush after its test takes milliseconds
 _EXIT_HANG_S = 120.0  # the interpreter's exit (atexit hooks, thread joins) after the run
 _SESSION_PID = os.getpid()
@@ -78,6 +79,24 @@ def pytest_configure(config):
 def _private_default_paths(pytestconfig):
     """The private directory the environment points at (see pytest_configure)."""
     yield getattr(pytestconfig, "_goodput_private_home", None)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _close_recorders_left_by_the_module():
+    """Closes the recorders a test module created and left open (at the end
+    of the module: a module-scoped fixture may share one between its tests).
+    Each left open keeps its writer thread waking every flush interval; a
+    whole suite's worth (600 threads, some every 50 ms) once starved the main
+    thread of the interpreter lock for minutes."""
+    import goodput_core.record.recorder as recorder_module
+
+    before = set(map(id, recorder_module._LIVE))
+    yield
+    for rec in [r for r in list(recorder_module._LIVE) if id(r) not in before]:
+        try:
+            rec.close(_LEFTOVER_CLOSE_S)
+        except Exception:  # noqa: BLE001 - a test's odd recorder: closing is best effort
+            pass
 
 
 @pytest.fixture(autouse=True)
