@@ -6,6 +6,7 @@ column pages of reads (:mod:`.columns`). :data:`SCHEME`: its URLs
 
 from goodput_core.redact import is_keyword_dsn
 from goodput_core.stores.base import Store, StoreError, StoreScheme, importable
+from goodput_core.stores.postgres.names import NAMES
 
 __all__ = ["PostgresStore", "SCHEME"]
 
@@ -38,5 +39,5 @@ def _open(url: str, rest: str, create: bool) -> Store:
     return PostgresStore(url)
 
 
-SCHEME = StoreScheme(("postgresql", "postgres"), _check, _open, bare=is_keyword_dsn,
+SCHEME = StoreScheme(NAMES, _check, _open, bare=is_keyword_dsn,
                      exit_watcher=True)

@@ -46,8 +46,7 @@ from typing import Dict, NamedTuple, Tuple
 from urllib.parse import unquote, urlsplit
 
 from goodput_core.redact import is_keyword_dsn, keyword_dsn, redact, remember, secrets_of
-from goodput_core.stores.postgres import SCHEME
-
+from goodput_core.stores.postgres.names import NAMES
 __all__ = ["SCHEMA_VERSION", "DEFAULT_SCHEMA", "PostgresUrl", "parse_url", "statements"]
 
 SCHEMA_VERSION = 1
@@ -107,7 +106,7 @@ def parse_url(url: str) -> PostgresUrl:
             parts = urlsplit(url)
         except ValueError as exc:
             raise ValueError(f"store URL {redacted!r} is malformed ({redact(exc)})") from None
-        if parts.scheme not in SCHEME.names:
+        if parts.scheme not in NAMES:
             raise ValueError(f"store URL {redacted!r} is not a postgresql:// URL (e.g. "
                              "postgresql://USER:PASSWORD@HOST:PORT/DATABASE)")
         schema, kept = DEFAULT_SCHEMA, []

@@ -36,7 +36,9 @@ __all__ = ["APPLICATION_ID", "LEGACY_TABLES", "EMPTY", "OURS", "UNMARKED", "chec
 APPLICATION_ID = 0x47645074
 #: The tables of the goodput versions that wrote no marker (fixed: later
 #: versions mark every store they create or upgrade).
-LEGACY_TABLES = frozenset({"meta", "runs", "writers", "events", "chunks"})
+LEGACY_TABLES = frozenset({"meta", "runs", "writers", "events", "chunks",
+                           # what a writer of the durable-ids change added (ids.py)
+                           "delivered", "sqlite_sequence"})
 EMPTY, OURS, UNMARKED = "empty", "ours", "unmarked"
 _HINT = "point --store or GOODPUT_STORE at another file"
 

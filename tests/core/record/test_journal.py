@@ -221,25 +221,21 @@ def test_an_exception_between_a_ticket_and_its_slot_does_not_stall_the_writer(tm
 
 
 def test_a_forked_child_leaves_alone_the_descriptor_of_a_released_journal(tmp_path):
-    # a closed recorder's journal released its descriptor; the number is
-    # reused (by another file) before a fork: the child must not close it
+    # a closed recorder's journal released its descriptor; the number now
+    # belongs to another file (here a pipe of ours): the child must not close it
     rec = Recorder("closed", str(tmp_path / "s.sqlite"))
     rec.record_step_start_time(0, 1000.0)
     journal = rec._ring.journal
     assert journal is not None and rec.close(30) and journal.released
-    ours = None
-    try:
-        os.fstat(journal.fd)  # reused already
-    except OSError:
-        ours = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(ours, journal.fd)
+    reused_read, reused_write = os.pipe()
+    journal.fd = reused_write  # the number reused
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:
         try:
             journal.drop_in_forked_child()
             try:
-                os.fstat(journal.fd)
+                os.fstat(reused_write)
                 os.write(write_end, b"open")
             except OSError:
                 os.write(write_end, b"closed")
@@ -249,6 +245,5 @@ def test_a_forked_child_leaves_alone_the_descriptor_of_a_released_journal(tmp_pa
     assert os.read(read_end, 10) == b"open"
     os.close(read_end)
     assert wait_child(pid) == 0
-    if ours is not None:
-        os.close(journal.fd)
-        os.close(ours)
+    os.close(reused_read)
+    os.close(reused_write)
