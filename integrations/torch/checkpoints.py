@@ -38,22 +38,14 @@ import sys
 import threading
 from typing import Any, Dict, Optional
 
-from goodput_integrations.torch import _active, _probe
+from goodput_integrations.base.spans import record_restore, record_save
+from goodput_integrations.torch import _probe
+from goodput_integrations.torch._active import ACTIVE
 
 __all__ = ["DcpListener", "save", "load"]
 
 _SAVES = frozenset(("save", "async_save"))
 _LOADS = frozenset(("load",))
-
-
-def _record_save(recorder: Any, step: Optional[int], t0: float, t1: float) -> None:
-    recorder.record_checkpoint_save_start_time(step, t0)
-    recorder.record_checkpoint_save_end_time(step, t1)
-
-
-def _record_restore(recorder: Any, step: Optional[int], t0: float, t1: float) -> None:
-    recorder.record_checkpoint_restore_start_time(step, t0)
-    recorder.record_checkpoint_restore_end_time(step, t1)
 
 
 def _dcp_logger() -> Optional[logging.Logger]:
@@ -150,14 +142,14 @@ class DcpListener(logging.Handler):
         step = adapter.last_step
         if func in _SAVES:
             self.saves += 1
-            adapter.emit(_record_save, adapter.recorder, step, t0, t1)
+            adapter.emit(record_save, adapter.recorder, step, t0, t1)
         else:
             self.loads += 1
-            adapter.emit(_record_restore, adapter.recorder, step, t0, t1)
+            adapter.emit(record_restore, adapter.recorder, step, t0, t1)
 
 
 def _timed(kind: str, fn: Any, step: Optional[int], args: Any, kwargs: Any) -> Any:
-    adapter = _active.get()
+    adapter = ACTIVE.get()
     if adapter is None:
         return fn(*args, **kwargs)
     t0 = adapter.now()
@@ -165,7 +157,7 @@ def _timed(kind: str, fn: Any, step: Optional[int], args: Any, kwargs: Any) -> A
     try:
         t1 = adapter.now()
         if t0 is not None and t1 is not None:
-            record = _record_save if kind == "save" else _record_restore
+            record = record_save if kind == "save" else record_restore
             adapter.emit(record, adapter.recorder,
                          adapter.last_step if step is None else step, t0, t1)
     except Exception:
