@@ -6,8 +6,9 @@ worker's hand-over would cost more than the step), sized so that a step
 takes about a millisecond. "On" runs do what the README shows:
 ``with rec.job(), gtorch.instrumented(rec):``, the loader wrapped with
 ``gtorch.instrument_loader``, the step with ``gtorch.train_step`` (a step
-start and end per step, every load and its input stall recorded: six events
-a step into the default embedded SQLite store through the writer thread),
+start and end per step, and each load, on the CPU, as its input stall: four
+events a step into the default embedded SQLite store through the writer
+thread),
 and a ``Monitor`` on a thread of the same process (one cycle a second,
 TensorBoard files). "Off" runs are the same loop, bare.
 
@@ -103,8 +104,8 @@ def one_run(on: bool, steps: int, hidden: int, store: str, tb: str, with_monitor
 
 
 def hook_cost(n: int = 20000) -> float:
-    """Seconds per step of our code alone: a step start and end, a load and its
-    stall, recorded into memory through the adapter (no model, no loader)."""
+    """Seconds per step of our code alone: a step start and end and a load (its
+    input stall), recorded into memory through the adapter (no model, no loader)."""
     rec = Recorder(f"hooks-{uuid.uuid4().hex[:6]}", f"memory://bench-{uuid.uuid4().hex}")
     with gtorch.instrumented(rec):
         step = gtorch.train_step(lambda: None)
@@ -126,7 +127,7 @@ def main():
     args = p.parse_args()
     torch.set_num_threads(1)
     print(machine(), f"torch {torch.__version__}; load average {os.getloadavg()[0]:.1f}")
-    print(f"recording calls per step (start, end, load, stall into memory): "
+    print(f"recording calls per step (step start and end, the load's stall, into memory): "
           f"{hook_cost() * 1e6:.1f} us")
     tmp = tempfile.mkdtemp(prefix="bench-torch-")
     store, tb = os.path.join(tmp, "g.sqlite"), os.path.join(tmp, "tb")
