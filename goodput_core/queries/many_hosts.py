@@ -5,10 +5,11 @@ run's columns (semantics rule 13; docs/large-runs.md, "Many hosts").
 (:class:`~goodput_core.timeline.host_columns.RunColumns`), fed by the
 store's column pages, and keeps the job timeline up to date:
 
-* the structure (attempts, lead pieces, the others' order) is computed
-  from the piece summaries at each read with new events; when it changed,
-  the job timeline is built again from the columns in memory (the lead's
-  events, not the run's);
+* the structure (attempts, lead pieces, the others' order, observers'
+  tails) is computed from the piece summaries at each read with new events;
+  when it changed, or a lead piece with a tail got rows, the job timeline
+  is built again from the columns in memory (the lead's events, not the
+  run's);
 * otherwise the lead pieces' new rows are added to the timeline (the
   engine re-examines its own tail), the carved stalls are computed again
   for the lead steps from the first one a new row can change, and replaced
@@ -124,6 +125,10 @@ class ManyHosts:
         changed = [s for k, s in cols.streams.items() if s.version != self._versions.get(k)]
         if any(s.merges() != self._merges.get(s.key, 0) for s in changed):
             return False
+        if any(structure.tails):  # (rows of a lead with a tail: rare, after its process left)
+            tailed = {p.key for p, tail in zip(structure.leads, structure.tails) if tail}
+            if any(s.key in tailed for s in changed):
+                return False
         lent = borrowed(structure) if not structure.single else []
         old = self._borrowed
         if len(lent) < len(old) or any(a is not b for a, b in zip(lent, old)):
@@ -240,7 +245,8 @@ def _signature(structure: Structure) -> tuple:
         return tuple((p.key, p.number) for p in pieces)
 
     return (structure.single, tuple((ids(c), ids(o)) for c, o in structure.groups),
-            tuple(structure.untils), tuple(v is None for v in structure.views))
+            tuple(structure.untils), tuple(v is None for v in structure.views),
+            tuple(tuple(map(id, tail)) for tail in structure.tails))
 
 
 def _interleaved(tl: Timeline, starts: np.ndarray, ends: np.ndarray) -> bool:

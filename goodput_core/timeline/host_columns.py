@@ -42,7 +42,7 @@ FAMILIES = {"stall": (int(Kind.INPUT_STALL_START), int(Kind.INPUT_STALL_END)),
             "bload": (int(Kind.BLOCKING_LOAD_START), int(Kind.BLOCKING_LOAD_END)),
             "dl": (int(Kind.DATA_LOADING_START), int(Kind.DATA_LOADING_END))}
 _FAMILY_NAMES = tuple(FAMILIES)
-_STEP, _JOB_START = int(Kind.STEP_START), int(Kind.JOB_START)
+_STEP, _JOB_START, _JOB_END = int(Kind.STEP_START), int(Kind.JOB_START), int(Kind.JOB_END)
 _CLOSING = frozenset({int(Kind.DISRUPTION), int(Kind.JOB_END)})
 _SIDE = frozenset({int(Kind.METRIC), int(Kind.METADATA)})
 # rows that say a process is there, nothing of its attempt's time (rule 13)
@@ -325,6 +325,16 @@ class Piece:
     def last_step_time(self) -> float:
         """When its last step started (it has one)."""
         return self._steps[1]
+
+    def job_end(self) -> Optional[float]:
+        """When it ended at a job end: the first disruption or job end at or
+        after its last step start is a job end (None: a disruption, or neither;
+        a tie with the step start makes the run odd: :attr:`tie`)."""
+        after = self._steps[1] if _STEP in self.kinds else -math.inf
+        for e in self.records:  # (in (time, seq) order)
+            if e[1] in _CLOSING and t_of(e) >= after:
+                return t_of(e) if e[1] == _JOB_END else None
+        return None
 
     def grow(self, tmax: float, new: List[EventRecord], kinds: Optional[set] = None) -> None:
         """Takes the rows its stream got since (all in this piece, the last;

@@ -7,8 +7,9 @@ pieces form each attempt of the job and which of them lead (the same rules
 code, :func:`~goodput_core.timeline.streams._job_attempts` and
 :func:`~goodput_core.timeline.streams._lead_chain`, given piece summaries),
 the lead's events as pages of columns, the disruption a lead piece borrows,
-every stream's metrics and metadata, the scheduler's times, and the
-stragglers' carved stalls (:mod:`.carve`) as intervals.
+an observer's tail (:mod:`.observer_tail`), every stream's metrics and
+metadata, the scheduler's times, and the stragglers' carved stalls
+(:mod:`.carve`) as intervals.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from goodput_core.stores.columns import EventPage
 from goodput_core.timeline.first_step import first_step_carve
 from goodput_core.timeline.carve import SmallBlocking, StepBlocking, carve, union_of_pairs
 from goodput_core.timeline.host_columns import FAMILIES, Piece, Stream, t_of
+from goodput_core.timeline.observer_tail import observer_tail
 from goodput_core.timeline.run_columns import RunColumns
 from goodput_core.timeline.streams import _job_attempts, _lead_chain, _piece_order
 
@@ -52,10 +54,12 @@ class Structure:
       views: each lead piece cut there (:meth:`Piece.cut`; None: nothing
         left), late: its metrics and metadata from there on.
       others_of: the other pieces of each lead piece's attempt.
+      tails: each lead piece's observer's tail (:mod:`.observer_tail`:
+        only an attempt's last lead piece may have one; most have none).
     """
 
     def __init__(self, single: bool, groups: List[Tuple[List[Piece], List[Piece]]],
-                 pieces: List[Piece]):
+                 pieces: List[Piece], starts: Sequence[float] = ()):
         self.single, self.groups = single, groups
         self.leads = [p for chain, _ in groups for p in chain]
         self.others_of = [others for chain, others in groups for _ in chain]
@@ -65,6 +69,21 @@ class Structure:
         cuts = [p.cut(u) for p, u in zip(self.leads, self.untils)]
         self.views = [c[0] for c in cuts]
         self.late = [c[1] for c in cuts]
+        self.tails: List[List[EventRecord]] = [[] for _ in self.leads]
+        observers = [(p.index, [t_of(e) for e in p.records], p.records) for p in self.followers
+                     if p.start is None and _JOB_END in p.kinds]
+        if observers:
+            self._take_tails(observers, starts)
+
+    def _take_tails(self, observers, starts: Sequence[float]) -> None:
+        """Each attempt's last lead piece's tail (``starts``: the attempts' starts)."""
+        last = -1
+        for g, (chain, _) in enumerate(self.groups):
+            last += len(chain)
+            view = self.views[last]
+            if view is not None:
+                until = starts[g + 1] if g + 1 < len(starts) else math.inf
+                self.tails[last] = observer_tail(view.job_end(), view.index, observers, until)
 
 
 def structure_of(run: RunColumns) -> Structure:
@@ -77,12 +96,13 @@ def structure_of(run: RunColumns) -> Structure:
     pieces = sorted((p for s in streams for p in s.pieces()), key=_piece_order)
     if run.odd is None and any(p.tie for p in pieces):
         run.odd = "a disruption or job end at the instant of its writer's last step start"
-    groups = []
+    groups, starts = [], []
     for group in _job_attempts([p for p in pieces if p.start is not None]):
         chain = _lead_chain(group)
         ids = {id(p) for p in chain}
         groups.append((chain, [p for p in group if id(p) not in ids]))
-    return Structure(False, groups, pieces)
+        starts.append(group[0].start)
+    return Structure(False, groups, pieces, starts)
 
 
 def step_blocking(p: Piece, k0: float = -math.inf) -> StepBlocking:
@@ -355,8 +375,8 @@ def _page_of(run: str, s: Stream, lo: Dict[str, int], hi: Dict[str, int],
 
 def job_pages(run: str, columns: RunColumns, structure: Structure) -> List[EventPage]:
     """The pages of the job timeline's events, in the per-event pass's order:
-    the unknown writer's events, the scheduler's, each lead piece's, the
-    borrowed disruptions, the other pieces' metrics and metadata (the carved
+    the unknown writer's events, the scheduler's, each lead piece's (and its
+    observer's tail), the borrowed disruptions, the other pieces' metrics and metadata (the carved
     stalls apart: :func:`carves_of`)."""
     pages = []
     unknown = columns.streams.get(None)
@@ -369,9 +389,11 @@ def job_pages(run: str, columns: RunColumns, structure: Structure) -> List[Event
     sched = [e for s in columns.writers() for e in s.records if e[1] in _SCHEDULING]
     if sched:
         pages.append(records_page(run, sched))
-    for view, late in zip(structure.views, structure.late):
+    for view, late, tail in zip(structure.views, structure.late, structure.tails):
         if view is not None:
             pages.append(piece_page(run, view))
+        if tail:
+            pages.append(records_page(run, tail))
         if late:
             pages.append(records_page(run, late))
     side = borrowed(structure)

@@ -6,7 +6,8 @@ tests/support/lead_events_before.py, and the host breakdown as it was
 computed before (a calculator per host fed the host's records). On random
 runs written to a real SQLite store (restarts under new and old pids, late
 joiners, borrowed disruptions, stragglers before and inside steps,
-heartbeats on and off, backfilled past times, a launcher's scheduler times),
+heartbeats on and off, backfilled past times, a launcher's scheduler times,
+observers' disruptions and tails),
 the job's figures and every host's breakdown read by a calculator equal the
 oracle's, read cold and read in random batches as the events arrive.
 """
@@ -113,6 +114,7 @@ def _shapes(hosts) -> collections.Counter:
     out["takeover"] = sum(b.start < a.end for chain, _ in st_.groups
                           for a, b in zip(chain, chain[1:]))
     out["no attempt"] = sum(p.start is None for p in st_.followers)
+    out["observer tail"] = sum(bool(tail) for tail in st_.tails)
     carved = hosts.timeline().tables["carved"]["t"]
     for v in st_.views:
         if v is not None and len(v.column("steps")[0]):
@@ -170,8 +172,9 @@ def test_the_random_runs_take_the_columns_path_and_its_shortcuts():
     assert seen["columns"] >= 0.8 * 40, seen
     # rule 13's shapes, read by columns: leads cut at their successor's start,
     # takeovers by a restart overlapping the old process, observers' and
-    # liveness-only pieces, stalls carved before the lead's first step
-    assert min(seen[k] for k in ("cut lead", "takeover", "no attempt", "before first step")) \
-        >= 3, seen
+    # liveness-only pieces, stalls carved before the lead's first step,
+    # observers' tails
+    assert min(seen[k] for k in ("cut lead", "takeover", "no attempt", "before first step",
+                                 "observer tail")) >= 3, seen
     assert seen["grown in place"] > 200 and seen["carve of a few steps"] > 50, seen
     assert seen["plain hosts"] >= 0.5 * 40 * 4, seen
