@@ -22,6 +22,7 @@ import tempfile
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from goodput_core.events import Kind
 from goodput_core.queries.calculator import Calculator
 from goodput_core.stores.sqlite import SqliteStore
 from tests.support.many_host_runs import (
@@ -178,3 +179,34 @@ def test_the_random_runs_take_the_columns_path_and_its_shortcuts():
                                  "observer tail")) >= 3, seen
     assert seen["grown in place"] > 200 and seen["carve of a few steps"] > 50, seen
     assert seen["plain hosts"] >= 0.5 * 40 * 4, seen
+
+
+def test_a_lead_row_after_its_observers_tail_is_read_as_a_cold_read(tmp_path):
+    """Rule 13, an observer's tail: a refresh that brings the lead's rows
+    after the tail was taken builds the job timeline again (the engine
+    breaks ties in time by arrival: the lead's events come before its tail's
+    in the per-event pass). Here the lead's own custom event of the tail's
+    type starts at the instant the tail's ends; read incrementally it equals
+    the per-event pass and a cold read. (Broken: the row appended after the
+    tail pairs the tail's start with its end, not with the lead's start.)"""
+    from tests.support.writers import Writer
+
+    cb = {"custom_badput_event_type": "shutdown"}
+    lead = Writer(0, "h0").ev(Kind.JOB_START, 0.0).steps(0, [1.0 + k for k in range(9)])
+    lead.ev(Kind.JOB_END, 10.0).ev(Kind.CUSTOM_BADPUT_START, 13.0, extra=cb)
+    watch = Writer(0, "h0", pid=9).ev(Kind.CUSTOM_BADPUT_START, 10.0, extra=cb)
+    watch.ev(Kind.CUSTOM_BADPUT_END, 13.0, extra=cb).ev(Kind.JOB_END, 13.0)
+    events = [e._replace(run=RUN) for e in lead.events + watch.events]
+    store = SqliteStore(str(tmp_path / "goodput.sqlite"))
+    calc = Calculator(RUN, store)
+    store.append(events[:-4])  # the lead up to its job end, and the tail
+    store.append(events[-3:])
+    calc.refresh()
+    store.append(events[-4:-3])  # the lead's last row, late
+    calc.refresh()
+    cold = Calculator(RUN, store)
+    cold.refresh()
+    want = summary(oracle_calculator(events), 50.0)
+    assert summary(calc, 50.0) == want == summary(cold, 50.0)
+    assert calc._feed.hosts.updates == 0  # (built again, not grown)
+    store.close()
