@@ -190,7 +190,6 @@ class ManyHosts:
             small = [small_blocking(p, k0) for p in others]
             if any(b is None for b in small):
                 small = None
-            makers = [functools.partial(step_blocking, p, k0) for p in others]
             for lead in chain:
                 view, until = cut[id(lead)]
                 if view is None:
@@ -209,7 +208,8 @@ class ManyHosts:
                     if lead_small is not None:  # a few steps again: in Python
                         x, y = carve_small(lead_small, small)
                     else:
-                        x, y = carve(step_blocking(view, k0), makers)
+                        x, y = carve(step_blocking(view, k0),
+                                     [functools.partial(step_blocking, p, k0) for p in others])
                     x, y = _sorted(x, y)
                 if len(x) and _interleaved(tl, x, y):
                     self.columns.odd = "a lead stall event next to a carved stall"

@@ -117,7 +117,11 @@ def step_blocking(p: Piece, k0: float = -math.inf) -> StepBlocking:
     else:
         since = -math.inf
     ends, job_end = _step_ends(p)
-    xs, ys = union_of_pairs([_from(p.column("stall"), since), _from(p.column("bload"), since)])
+    families = []
+    for name in ("stall", "bload"):
+        col, a, b = p.stream.families[name], _from_row(p, name, since), p.hi[name]
+        families.append((col.t.a[a:b], col.v.a[a:b]))
+    xs, ys = union_of_pairs(families)
     return StepBlocking.of(t, k, ends, job_end, xs, ys)
 
 
@@ -145,59 +149,66 @@ SMALL_TAIL = 64
 
 def small_blocking(p: Piece, k0: float) -> Optional[SmallBlocking]:
     """:func:`step_blocking` of ``p``'s steps from ``k0`` on as Python lists
-    (:class:`SmallBlocking`); None when they are more than a few."""
+    (:class:`SmallBlocking`); None when they are more than a few. Read from
+    its last rows back (Python scalars: this runs for every host at every
+    refresh)."""
     if k0 == -math.inf or not p.steps_increase():
         return None
-    t, k = p.column("steps")
-    r0 = int(np.searchsorted(k, _as_step(k0), side="left"))
-    if len(t) - r0 > SMALL_TAIL:
+    steps = p.stream.steps
+    hi = p.hi["steps"]
+    r0 = steps.search(_as_step(k0), p.lo["steps"], hi, values=True)
+    if hi - r0 > SMALL_TAIL:
         return None
-    t, k = t[r0:], k[r0:]
-    since = float(t[0]) if len(t) else math.inf
+    t, k = steps.lists(r0, hi)
+    since = t[0] if t else math.inf
     families = []
     for name in ("stall", "bload"):
-        ft, fe = _from(p.column(name), since)
-        if len(ft) > 4 * SMALL_TAIL:
+        a, b = _from_row(p, name, since), p.hi[name]
+        if b - a > 4 * SMALL_TAIL:
             return None
-        families.append((ft.tolist(), fe.tolist()))
+        families.append(p.stream.families[name].lists(a, b))
     ends, job_end = _step_ends(p)
-    return SmallBlocking(t.tolist(), k.tolist(), ends, job_end, families)
+    return SmallBlocking(t, k, ends, job_end, families)
 
 
-def _from(column: Tuple[np.ndarray, np.ndarray], since: float):
-    """A family's events from the one after its last end before ``since``:
-    every interval that ends at or after ``since`` is paired there as in the
-    whole family (an end pairs with the event right before it)."""
-    t, e = column
-    if since == -math.inf or not len(t):
-        return column
-    i = int(np.searchsorted(t, since, side="left"))
-    j = -1
-    for back in range(i - 1, max(i - 9, -1), -1):  # (ends and starts alternate: near)
+def _from_row(p: Piece, name: str, since: float) -> int:
+    """The row of a family of ``p`` to read it from for the steps from
+    ``since`` on: the one after its last end before ``since`` (every interval
+    that ends at or after ``since`` is paired there as in the whole family:
+    an end pairs with the event right before it)."""
+    col, lo, hi = p.stream.families[name], p.lo[name], p.hi[name]
+    if since == -math.inf or hi == lo:
+        return lo
+    i = col.search(since, lo, hi)
+    near = max(i - 8, lo)
+    e = col.lists(near, i)[1]  # (ends and starts alternate: near)
+    for back in range(len(e) - 1, -1, -1):
         if e[back] == 1:
-            j = back
-            break
-    if j < 0 and i > 8:
-        ends = np.flatnonzero(e[:i] == 1)
-        j = int(ends[-1]) if len(ends) else -1
-    return t[j + 1:], e[j + 1:]
+            return near + back + 1
+    if i - lo > 8:
+        ends = np.flatnonzero(col.v.a[lo:i] == 1)
+        if len(ends):
+            return lo + int(ends[-1]) + 1
+    return lo
 
 
 def first_changed_step(p: Piece, since: float) -> float:
     """The smallest step number whose span or blocking a change of ``p``'s
-    rows from time ``since`` on can have changed (-inf: any; inf: none)."""
+    rows from time ``since`` on can have changed (-inf: any; inf: none).
+    Read from its last rows back, as :func:`small_blocking`."""
     if since == -math.inf or not p.steps_increase():
         return -math.inf
     for name in ("stall", "bload"):  # an end may close a start made before ``since``
-        t, e = p.column(name)
-        i = int(np.searchsorted(t, since, side="left"))
-        if i and e[i - 1] == 0:
-            since = min(since, float(t[i - 1]))
-    t, k = p.column("steps")
-    if not len(t):
+        col, lo = p.stream.families[name], p.lo[name]
+        i = col.search(since, lo, p.hi[name])
+        if i > lo:
+            t, end = col.row(i - 1)
+            if end == 0:
+                since = min(since, t)
+    steps, lo, hi = p.stream.steps, p.lo["steps"], p.hi["steps"]
+    if hi == lo:
         return math.inf
-    i = max(int(np.searchsorted(t, since, side="left")) - 1, 0)
-    return float(k[i])
+    return float(steps.row(max(steps.search(since, lo, hi) - 1, lo))[1])
 
 
 def carves_of(structure: Structure) -> Tuple[np.ndarray, np.ndarray]:

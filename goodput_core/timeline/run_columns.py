@@ -112,8 +112,12 @@ class RunColumns:
         steps, has, wts = page.step.tolist(), page.has_step.tolist(), page.write_time.tolist()
         groups: Dict[Stream, List[int]] = {}
         index_of: Dict[int, int] = {}
+        writer_of: Dict[int, Tuple[Stream, int]] = {}  # (per writer code, not per row)
         for i, code in enumerate(page.writer.tolist()):
-            stream, index_of[i] = self._writer(page, code)
+            w = writer_of.get(code)
+            if w is None:
+                w = writer_of[code] = self._writer(page, code)
+            stream, index_of[i] = w
             groups.setdefault(stream, []).append(i)
         cat_of, end_of = _CAT_LIST, _END_LIST
         for stream, rows in groups.items():
@@ -148,13 +152,11 @@ class RunColumns:
                 col[1].append(steps[i] if c == _STEPS else end_of[k])
             stream._host_best, stream._best = host_best, best
             changed = math.inf
-            for c, (ts, vs) in cols.items():
-                t_a = np.array(ts, np.float64)
+            for c, (ts, vs) in cols.items():  # (as lists: a few rows, no array built)
                 if c == _STEPS:
-                    changed = min(changed, stream._add_steps(t_a, np.array(vs, np.int64)))
+                    changed = min(changed, stream._add_steps(ts, vs))
                 else:
-                    column = stream.families[_FAMILY_NAMES[c]]
-                    changed = min(changed, column.add(t_a, np.array(vs, np.int8)))
+                    changed = min(changed, stream.families[_FAMILY_NAMES[c]].add(ts, vs))
             new = [page.record(i) for i in records]
             for e in new:
                 changed = min(changed, stream._add_record(e))
