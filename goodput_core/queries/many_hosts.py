@@ -138,8 +138,13 @@ class ManyHosts:
         side: List[Any] = list(lent[len(old):])
         leads = {(p.key, p.number): (v, u) for p, v, u in
                  zip(structure.leads, structure.views, structure.untils)}
+        lead_keys = {p.key for p in structure.leads}
         for s in changed:
-            new = s.arrivals[self._records_fed.get(s.key, 0):]
+            fed = self._records_fed.get(s.key, 0)
+            if fed == len(s.arrivals) and s.key not in lead_keys and s.key is not None \
+                    and not structure.single:
+                continue  # (column rows of a host that does not lead: its carve, below)
+            new = s.arrivals[fed:]
             self._records_fed[s.key] = len(s.arrivals)
             if s.key is None or structure.single:  # every row is the job's
                 lo = self._rows_fed.get((s.key, None)) or {n: 0 for n in s.counts()}

@@ -228,7 +228,10 @@ class Stream:
 
     def merges(self) -> int:
         """How many times late rows moved rows of its columns."""
-        return self.steps.merges + sum(c.merges for c in self.families.values())
+        m = 0
+        for _, c in self.columns:  # (asked at every refresh of every host: no generator)
+            m += c.merges
+        return m
 
     def counts(self) -> Dict[str, int]:
         """Rows per column (``"steps"`` and each family)."""
@@ -253,7 +256,9 @@ class Stream:
                 self.descents += (np.flatnonzero(a[1:] <= a[:-1]) + max(n - 1, 0) + 1).tolist()
                 return changed
             al = a.tolist()
-        self.descents += [max(n - 1, 0) + i + 1 for i in range(len(al) - 1) if al[i + 1] <= al[i]]
+        for i in range(len(al) - 1):
+            if al[i + 1] <= al[i]:
+                self.descents.append(max(n - 1, 0) + i + 1)
         return changed
 
     def _add_record(self, e: EventRecord) -> float:

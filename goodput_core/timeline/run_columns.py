@@ -119,7 +119,7 @@ class RunColumns:
                 w = writer_of[code] = self._writer(page, code)
             stream, index_of[i] = w
             groups.setdefault(stream, []).append(i)
-        cat_of, end_of = _CAT_LIST, _END_LIST
+        cat_of, end_of, finite = _CAT_LIST, _END_LIST, math.isfinite
         for stream, rows in groups.items():
             cols: Dict[int, Tuple[list, list]] = {}
             records = []
@@ -129,7 +129,7 @@ class RunColumns:
             tmax = -math.inf
             for i in rows:
                 k, t, q, w = kinds[i], times[i], seqs[i], wts[i]
-                key = (w if w == w else (t if math.isfinite(t) else 0.0), q)
+                key = (w if w == w else (t if finite(t) else 0.0), q)
                 if key > host_best:
                     host_best, stream.host_index = key, index_of[i]
                 if key > best and k not in _SCHEDULING:
@@ -138,12 +138,13 @@ class RunColumns:
                 if c == _RECORDS:
                     records.append(i)
                     continue
-                if not math.isfinite(t):
+                if not finite(t):
                     self.odd = self.odd or "a time that is not a finite number"
                 if q < last_seq[c]:
                     self.odd = self.odd or "a writer's events out of sequence order"
                 last_seq[c] = q
-                tmax = max(tmax, t)
+                if t > tmax:
+                    tmax = t
                 kinds_seen.add(k)
                 col = cols.get(c)
                 if col is None:
@@ -157,7 +158,7 @@ class RunColumns:
                     changed = min(changed, stream._add_steps(ts, vs))
                 else:
                     changed = min(changed, stream.families[_FAMILY_NAMES[c]].add(ts, vs))
-            new = [page.record(i) for i in records]
+            new = [page.record(i) for i in records] if records else records
             for e in new:
                 changed = min(changed, stream._add_record(e))
                 tmax = max(tmax, t_of(e))
