@@ -64,7 +64,8 @@ class Growable:
     def extend_few(self, values: list) -> None:
         """Appends a few Python scalars (a refresh's rows: no array built)."""
         n = self.n
-        self._reserve(n + len(values))
+        if n + len(values) > len(self._buf):
+            self._reserve(n + len(values))
         buf = self._buf
         for i, x in enumerate(values, n):
             buf[i] = x
