@@ -115,11 +115,6 @@ TRAIN = textwrap.dedent("""
 """)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "rule 13 as amended for issue 40: the watcher process records the tail (SHUTDOWN and the "
-    "job end at the exit) with neither a job start nor a step, so it is an observer whose "
-    "rows place no attempt and only its disruptions are borrowed; the tail is lost until the "
-    "rule borrows an observer's tail or the watcher records as the training process"))
 def test_a_launched_process_is_accounted_for_from_start_to_exit(tmp_path):
     (tmp_path / "train.py").write_text(TRAIN)
     store = f"sqlite:///{tmp_path / 'wp.sqlite'}"
@@ -162,11 +157,6 @@ FORK_TRAIN = textwrap.dedent("""
 """)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "rule 13 as amended for issue 40: the watcher process records the tail (SHUTDOWN and the "
-    "job end at the exit) with neither a job start nor a step, so it is an observer whose "
-    "rows place no attempt and only its disruptions are borrowed; the tail is lost until the "
-    "rule borrows an observer's tail or the watcher records as the training process"))
 def test_a_fork_process_is_accounted_for_from_start_to_exit(tmp_path):
     store = f"sqlite:///{tmp_path / 'fork.sqlite'}"
     t0 = time.time()
