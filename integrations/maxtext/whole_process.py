@@ -105,12 +105,16 @@ def _wrap(recorder: Any, process_start: float) -> None:
         recorder.record_training_preparation_end_time(now)
 
     def record_job_end_time(end_time: Any = None) -> None:
-        end_job(end_time)
-        if end_time is None and not ended:
-            ended["at"] = at = recorder.clock()
-            ended["watcher"] = _watch(recorder, at)
-            if ended["watcher"] is None:
-                atexit.register(tail)
+        if end_time is not None or ended:
+            end_job(end_time)
+            return
+        # the job end and the tail's start are one instant: a gap between them
+        # would be read as the last step's (productive) time
+        ended["at"] = at = recorder.clock()
+        end_job(at)
+        ended["watcher"] = _watch(recorder, at)
+        if ended["watcher"] is None:
+            atexit.register(tail)
 
     def tail() -> None:
         at = ended.get("at")

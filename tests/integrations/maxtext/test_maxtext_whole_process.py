@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from goodput_core import Calculator, Recorder
+from goodput_core import Calculator, Recorder, open_store
+from goodput_core.events import to_payload
 from goodput_core.timeline.buckets import BadputType
 from goodput_integrations.maxtext import whole_process
 from tests.support.fake_clock import FakeClock
@@ -137,6 +138,13 @@ def test_a_launched_process_is_accounted_for_from_start_to_exit(tmp_path):
     assert r.badput_seconds[BadputType.TRAINING_PREP] > 0  # interpreter, imports, the loop
     assert set(r.custom_badput_percent) == {"SHUTDOWN"}
     assert r.badput_seconds[BadputType.CUSTOM_BADPUT_EVENTS] > 0
+    # the tail starts at MaxText's own job end, to the microsecond: no sliver of
+    # the shutdown is left to the last step
+    payloads = [to_payload(e) for e in open_store(store).read("launched")[0]]
+    job_ends = sorted(p["job_end_time"] for p in payloads if "job_end_time" in p)
+    tail_starts = [p["custom_badput_event_start_time"] for p in payloads
+                   if "custom_badput_event_start_time" in p]
+    assert len(job_ends) == 2 and tail_starts == [job_ends[0]]
 
 
 FORK_TRAIN = textwrap.dedent("""
