@@ -17,8 +17,8 @@ with), medians of ``--repeats``.
 ``refresh`` keeps a ``Calculator(run, store)`` refreshed (cold once), then
 ``--repeats`` times appends one new step of every host (a step start and a stall,
 each host's own writer metadata and next sequence numbers, through
-``store.append``) and times ``refresh()`` + ``cumulative()``, then ``hosts()``:
-medians. ``--store postgres`` does the same on a throwaway PostgreSQL server
+``store.append``) and times ``refresh()`` + ``cumulative()`` (wall and CPU
+time), then ``hosts()``: medians. ``--store postgres`` does the same on a throwaway PostgreSQL server
 (``--via-pgbouncer``: the hosts write through pgbouncer).
 
     python benchmarks/bench_many_hosts.py report --hosts 64 --steps 20000
@@ -267,20 +267,22 @@ def cmd_refresh(args, stores: Stores) -> None:
     print(f"{args.store}, {args.hosts} hosts x {args.steps} steps: cold refresh + cumulative "
           f"{cold:.2f} s, hosts() {cold_hosts:.2f} s (goodput {r.goodput:.4f})")
     seqs: dict = {}
-    refresh, hosts = [], []
+    refresh, hosts, cpu = [], [], []
     for i in range(args.repeats):
         _append_step(store, writers, args.steps + i, seqs)
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         n = calc.refresh()
         calc.cumulative()
         refresh.append(time.perf_counter() - t)
+        cpu.append(time.process_time() - c)
         t = time.perf_counter()
         calc.hosts()
         hosts.append(time.perf_counter() - t)
         assert n == 3 * len(writers), n
+    # (the CPU time of the same cycle: what a loaded machine inflates less)
     print(f"  one new step from every host ({3 * len(writers)} events): refresh + cumulative "
-          f"{1e3 * statistics.median(refresh):.1f} ms, hosts() "
-          f"{1e3 * statistics.median(hosts):.1f} ms (medians of {args.repeats})")
+          f"{1e3 * statistics.median(refresh):.1f} ms (CPU {1e3 * statistics.median(cpu):.1f} ms), "
+          f"hosts() {1e3 * statistics.median(hosts):.1f} ms (medians of {args.repeats})")
     store.close()
 
 

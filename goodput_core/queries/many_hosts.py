@@ -5,10 +5,11 @@ run's columns (semantics rule 13; docs/large-runs.md, "Many hosts").
 (:class:`~goodput_core.timeline.host_columns.RunColumns`), fed by the
 store's column pages, and keeps the job timeline up to date:
 
-* the structure (attempts, lead pieces, the others' order) is computed
-  from the piece summaries at each read with new events; when it changed,
-  the job timeline is built again from the columns in memory (the lead's
-  events, not the run's);
+* the structure (attempts, lead pieces, the others' order, observers'
+  tails) is computed from the piece summaries at each read with new events;
+  when it changed, or a lead piece with a tail got rows, the job timeline
+  is built again from the columns in memory (the lead's events, not the
+  run's);
 * otherwise the lead pieces' new rows are added to the timeline (the
   engine re-examines its own tail), the carved stalls are computed again
   for the lead steps from the first one a new row can change, and replaced
@@ -124,6 +125,10 @@ class ManyHosts:
         changed = [s for k, s in cols.streams.items() if s.version != self._versions.get(k)]
         if any(s.merges() != self._merges.get(s.key, 0) for s in changed):
             return False
+        if any(structure.tails):  # (rows of a lead with a tail: rare, after its process left)
+            tailed = {p.key for p, tail in zip(structure.leads, structure.tails) if tail}
+            if any(s.key in tailed for s in changed):
+                return False
         lent = borrowed(structure) if not structure.single else []
         old = self._borrowed
         if len(lent) < len(old) or any(a is not b for a, b in zip(lent, old)):
@@ -133,8 +138,13 @@ class ManyHosts:
         side: List[Any] = list(lent[len(old):])
         leads = {(p.key, p.number): (v, u) for p, v, u in
                  zip(structure.leads, structure.views, structure.untils)}
+        lead_keys = {p.key for p in structure.leads}
         for s in changed:
-            new = s.arrivals[self._records_fed.get(s.key, 0):]
+            fed = self._records_fed.get(s.key, 0)
+            if fed == len(s.arrivals) and s.key not in lead_keys and s.key is not None \
+                    and not structure.single:
+                continue  # (column rows of a host that does not lead: its carve, below)
+            new = s.arrivals[fed:]
             self._records_fed[s.key] = len(s.arrivals)
             if s.key is None or structure.single:  # every row is the job's
                 lo = self._rows_fed.get((s.key, None)) or {n: 0 for n in s.counts()}
@@ -185,7 +195,6 @@ class ManyHosts:
             small = [small_blocking(p, k0) for p in others]
             if any(b is None for b in small):
                 small = None
-            makers = [functools.partial(step_blocking, p, k0) for p in others]
             for lead in chain:
                 view, until = cut[id(lead)]
                 if view is None:
@@ -204,7 +213,8 @@ class ManyHosts:
                     if lead_small is not None:  # a few steps again: in Python
                         x, y = carve_small(lead_small, small)
                     else:
-                        x, y = carve(step_blocking(view, k0), makers)
+                        x, y = carve(step_blocking(view, k0),
+                                     [functools.partial(step_blocking, p, k0) for p in others])
                     x, y = _sorted(x, y)
                 if len(x) and _interleaved(tl, x, y):
                     self.columns.odd = "a lead stall event next to a carved stall"
@@ -240,7 +250,8 @@ def _signature(structure: Structure) -> tuple:
         return tuple((p.key, p.number) for p in pieces)
 
     return (structure.single, tuple((ids(c), ids(o)) for c, o in structure.groups),
-            tuple(structure.untils), tuple(v is None for v in structure.views))
+            tuple(structure.untils), tuple(v is None for v in structure.views),
+            tuple(tuple(map(id, tail)) for tail in structure.tails))
 
 
 def _interleaved(tl: Timeline, starts: np.ndarray, ends: np.ndarray) -> bool:

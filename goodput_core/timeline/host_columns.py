@@ -42,7 +42,7 @@ FAMILIES = {"stall": (int(Kind.INPUT_STALL_START), int(Kind.INPUT_STALL_END)),
             "bload": (int(Kind.BLOCKING_LOAD_START), int(Kind.BLOCKING_LOAD_END)),
             "dl": (int(Kind.DATA_LOADING_START), int(Kind.DATA_LOADING_END))}
 _FAMILY_NAMES = tuple(FAMILIES)
-_STEP, _JOB_START = int(Kind.STEP_START), int(Kind.JOB_START)
+_STEP, _JOB_START, _JOB_END = int(Kind.STEP_START), int(Kind.JOB_START), int(Kind.JOB_END)
 _CLOSING = frozenset({int(Kind.DISRUPTION), int(Kind.JOB_END)})
 _SIDE = frozenset({int(Kind.METRIC), int(Kind.METADATA)})
 # rows that say a process is there, nothing of its attempt's time (rule 13)
@@ -61,6 +61,7 @@ for _n, (_s, _e) in enumerate(FAMILIES.values()):
 _CAT_LUT[2 * _STEP + 1] = _STEPS
 _CAT_LIST, _END_LIST = _CAT_LUT.tolist(), _END.tolist()
 _SMALL_PAGE = 16384  # rows: a page this small is routed row by row
+_RECENT = 32  # a column's last rows kept as Python lists too (at most twice that)
 
 
 #: When an event happened (the per-event pass's own): its time, else its
@@ -70,23 +71,44 @@ t_of = _t
 
 class _Column:
     """Growable sorted columns ``t`` (and ``v``: a step number or an end flag),
-    in (time, arrival) order."""
+    in (time, arrival) order, with its last rows also as Python lists (a
+    refresh reads every host's last rows: a numpy call per host costs more
+    than the rows)."""
 
-    __slots__ = ("t", "v", "merges")
+    __slots__ = ("t", "v", "merges", "_at", "_rt", "_rv")
 
     def __init__(self, vtype):
         self.t = Growable(np.float64)
         self.v = Growable(vtype)
         self.merges = 0  # rows that arrived late and moved others: readers start over
+        self._at = -1  # the last rows as lists, from this row (-1: not made yet)
+        self._rt: list = []
+        self._rv: list = []
 
     def __len__(self) -> int:
         return self.t.n
 
-    def add(self, t: np.ndarray, v: np.ndarray) -> float:
-        """Appends rows (in arrival order); returns the earliest time whose
-        rows changed position or were added (inf: none)."""
+    def add(self, t, v) -> float:
+        """Appends rows (in arrival order; arrays, or Python lists: a refresh's
+        few rows); returns the earliest time whose rows changed position or
+        were added (inf: none)."""
         if not len(t):
             return math.inf
+        if type(t) is list:
+            n = self.t.n
+            if len(t) <= 4 and (not n or t[0] >= self.t.item(n - 1)) and all(
+                    t[i + 1] >= t[i] for i in range(len(t) - 1)):
+                self.t.extend_few(t)
+                self.v.extend_few(v)
+                if self._at >= 0:
+                    self._rt += t
+                    self._rv += v
+                    if len(self._rt) > 2 * _RECENT:
+                        del self._rt[:_RECENT], self._rv[:_RECENT]
+                        self._at += _RECENT
+                return t[0]
+            t, v = np.array(t, np.float64), np.array(v, self.v.a.dtype)
+        self._at = -1
         old = self.t.a
         if len(t) <= 4:  # (a refresh: a row or two)
             tl = t.tolist()
@@ -110,6 +132,45 @@ class _Column:
     def nbytes(self) -> int:
         return self.t.nbytes + self.v.nbytes
 
+    def _lists_at(self) -> int:
+        """The first of the rows held as lists (made from the last rows when
+        they are not)."""
+        if self._at < 0:
+            n = self.t.n
+            self._at = max(n - _RECENT, 0)
+            self._rt = self.t.a[self._at:].tolist()
+            self._rv = self.v.a[self._at:].tolist()
+        return self._at
+
+    def search(self, x, lo: int, hi: int, values: bool = False) -> int:
+        """``lo + numpy.searchsorted(t[lo:hi], x, "left")`` (in ``v`` with
+        ``values``: sorted there); in the last rows' lists when it falls there."""
+        if hi <= lo:
+            return lo
+        first = self._lists_at()
+        a = hi
+        if hi > first:
+            a = max(lo, first)
+            j = bisect_left(self._rv if values else self._rt, x, a - first, hi - first) + first
+            if j > a or a == lo:
+                return j
+        # (rows before the lists: every one of [a, hi) is at or after x)
+        return lo + int(np.searchsorted((self.v if values else self.t).a[lo:a], x, side="left"))
+
+    def lists(self, a: int, b: int) -> Tuple[list, list]:
+        """Rows ``[a, b)`` as Python lists ``(t, v)``."""
+        first = self._lists_at()
+        if a >= first:
+            return self._rt[a - first:b - first], self._rv[a - first:b - first]
+        return self.t.a[a:b].tolist(), self.v.a[a:b].tolist()
+
+    def row(self, i: int) -> Tuple[float, Any]:
+        """Row ``i``'s ``(t, v)`` as Python scalars."""
+        first = self._lists_at()
+        if i >= first:
+            return self._rt[i - first], self._rv[i - first]
+        return self.t.item(i), self.v.item(i)
+
 
 class Stream:
     """The events of one writer process, ``(host, pid)``.
@@ -122,7 +183,7 @@ class Stream:
         (write time, seq), the first of equals.
       steps: step starts with a step number (``t``, ``v`` = the step).
       families: ``{name: columns}`` of input stalls, blocking loads, loads
-        (``v`` = 1 for an end).
+        (``v`` = 1 for an end); columns: ``[(name, columns)]``, the steps' first.
       records: every other event, in (time, seq) order (``record_t``: their times).
       version: how many times rows were added (:meth:`changed_since` says
         from which time they changed things).
@@ -137,6 +198,7 @@ class Stream:
         self._last_seq = [-math.inf] * _CATS  # per category (families, steps, records)
         self.steps = _Column(np.int64)
         self.families = {name: _Column(np.int8) for name in _FAMILY_NAMES}
+        self.columns = [("steps", self.steps)] + list(self.families.items())
         self.records: List[EventRecord] = []
         self.record_t: List[float] = []
         self.arrivals: List[EventRecord] = []  # the records in the order they were added
@@ -160,11 +222,16 @@ class Stream:
         h = self._history
         if not h or h[0][0] > version + 1:
             return -math.inf
-        return min(t for v, t in h if v > version)
+        # (versions increase along the history: a reader one version behind
+        # looks at one entry, not at the whole history)
+        return min(t for _, t in h[bisect_right(h, (version, math.inf)):])
 
     def merges(self) -> int:
         """How many times late rows moved rows of its columns."""
-        return self.steps.merges + sum(c.merges for c in self.families.values())
+        m = 0
+        for _, c in self.columns:  # (asked at every refresh of every host: no generator)
+            m += c.merges
+        return m
 
     def counts(self) -> Dict[str, int]:
         """Rows per column (``"steps"`` and each family)."""
@@ -172,19 +239,26 @@ class Stream:
         out.update((n, len(c)) for n, c in self.families.items())
         return out
 
-    def _add_steps(self, t: np.ndarray, k: np.ndarray) -> float:
+    def _add_steps(self, t, k) -> float:
+        """Appends step rows (arrays, or a few as Python lists) and notes
+        where their step numbers descend."""
         n, merges = len(self.steps), self.steps.merges
         changed = self.steps.add(t, k)
         if self.steps.merges != merges:
             n = 0
             self.descents = []
-        a = self.steps.v.a[max(n - 1, 0):]
-        if len(a) <= 4:
-            al = a.tolist()
-            self.descents += [max(n - 1, 0) + i + 1 for i in range(len(al) - 1)
-                              if al[i + 1] <= al[i]]
+            k = None
+        if type(k) is list and len(k) <= 4:  # (appended: the row before and these)
+            al = ([self.steps.v.item(n - 1)] if n else []) + k
         else:
-            self.descents += (np.flatnonzero(a[1:] <= a[:-1]) + max(n - 1, 0) + 1).tolist()
+            a = self.steps.v.a[max(n - 1, 0):]
+            if len(a) > 4:
+                self.descents += (np.flatnonzero(a[1:] <= a[:-1]) + max(n - 1, 0) + 1).tolist()
+                return changed
+            al = a.tolist()
+        for i in range(len(al) - 1):
+            if al[i + 1] <= al[i]:
+                self.descents.append(max(n - 1, 0) + i + 1)
         return changed
 
     def _add_record(self, e: EventRecord) -> float:
@@ -217,7 +291,8 @@ class Stream:
         last = pieces[-1] if pieces else None
         merges = self.merges()
         if last is None or last.start is None or changed < last.start or \
-                any(e[1] == _JOB_START for e in new) or merges != last.cache.get("merges", merges):
+                (new and any(e[1] == _JOB_START for e in new)) or \
+                merges != last.cache.get("merges", merges):
             self._pieces = None
             return
         last.grow(tmax, new, kinds)
@@ -326,18 +401,27 @@ class Piece:
         """When its last step started (it has one)."""
         return self._steps[1]
 
+    def job_end(self) -> Optional[float]:
+        """When it ended at a job end: the first disruption or job end at or
+        after its last step start is a job end (None: a disruption, or neither;
+        a tie with the step start makes the run odd: :attr:`tie`)."""
+        after = self._steps[1] if _STEP in self.kinds else -math.inf
+        for e in self.records:  # (in (time, seq) order)
+            if e[1] in _CLOSING and t_of(e) >= after:
+                return t_of(e) if e[1] == _JOB_END else None
+        return None
+
     def grow(self, tmax: float, new: List[EventRecord], kinds: Optional[set] = None) -> None:
         """Takes the rows its stream got since (all in this piece, the last;
         ``kinds``: those of its new column rows, when the caller knows them)."""
         s = self.stream
         lo, hi = self.lo, self.hi
-        for name, n in s.counts().items():
-            old = hi[name]
+        for name, col in s.columns:
+            old, n = hi[name], col.t.n
             if n <= old:
                 continue
             hi[name] = n
             # (rows appended in time order: a piece's first row stays, its last is new)
-            col = s.steps if name == "steps" else s.families[name]
             t0 = col.t.item(old) if old == lo[name] else math.inf
             t1 = col.t.item(n - 1)
             self._first, self._last = min(self._first, t0), max(self._last, t1)
@@ -351,7 +435,7 @@ class Piece:
                     self.kinds.add(end)
                 if not flags.all():
                     self.kinds.add(start)
-        mine = [e for e in new if e[1] not in _SCHEDULING]
+        mine = [e for e in new if e[1] not in _SCHEDULING] if new else new
         if mine:
             self.records = [e for e in self.records] + mine
             self.records.sort(key=lambda e: (t_of(e), e[9]))  # (stable: arrival among equals)

@@ -61,6 +61,16 @@ class Growable:
             self._buf[self.n: self.n + k] = values
             self.n += k
 
+    def extend_few(self, values: list) -> None:
+        """Appends a few Python scalars (a refresh's rows: no array built)."""
+        n = self.n
+        if n + len(values) > len(self._buf):
+            self._reserve(n + len(values))
+        buf = self._buf
+        for i, x in enumerate(values, n):
+            buf[i] = x
+        self.n = n + len(values)
+
     def append(self, value) -> None:
         self._reserve(self.n + 1)
         self._buf[self.n] = value

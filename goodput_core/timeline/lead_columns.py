@@ -7,8 +7,9 @@ pieces form each attempt of the job and which of them lead (the same rules
 code, :func:`~goodput_core.timeline.streams._job_attempts` and
 :func:`~goodput_core.timeline.streams._lead_chain`, given piece summaries),
 the lead's events as pages of columns, the disruption a lead piece borrows,
-every stream's metrics and metadata, the scheduler's times, and the
-stragglers' carved stalls (:mod:`.carve`) as intervals.
+an observer's tail (:mod:`.observer_tail`), every stream's metrics and
+metadata, the scheduler's times, and the stragglers' carved stalls
+(:mod:`.carve`) as intervals.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from goodput_core.stores.columns import EventPage
 from goodput_core.timeline.first_step import first_step_carve
 from goodput_core.timeline.carve import SmallBlocking, StepBlocking, carve, union_of_pairs
 from goodput_core.timeline.host_columns import FAMILIES, Piece, Stream, t_of
+from goodput_core.timeline.observer_tail import observer_tail
 from goodput_core.timeline.run_columns import RunColumns
 from goodput_core.timeline.streams import _job_attempts, _lead_chain, _piece_order
 
@@ -52,10 +54,12 @@ class Structure:
       views: each lead piece cut there (:meth:`Piece.cut`; None: nothing
         left), late: its metrics and metadata from there on.
       others_of: the other pieces of each lead piece's attempt.
+      tails: each lead piece's observer's tail (:mod:`.observer_tail`:
+        only an attempt's last lead piece may have one; most have none).
     """
 
     def __init__(self, single: bool, groups: List[Tuple[List[Piece], List[Piece]]],
-                 pieces: List[Piece]):
+                 pieces: List[Piece], starts: Sequence[float] = ()):
         self.single, self.groups = single, groups
         self.leads = [p for chain, _ in groups for p in chain]
         self.others_of = [others for chain, others in groups for _ in chain]
@@ -65,6 +69,21 @@ class Structure:
         cuts = [p.cut(u) for p, u in zip(self.leads, self.untils)]
         self.views = [c[0] for c in cuts]
         self.late = [c[1] for c in cuts]
+        self.tails: List[List[EventRecord]] = [[] for _ in self.leads]
+        observers = [(p.index, [t_of(e) for e in p.records], p.records) for p in self.followers
+                     if p.start is None and _JOB_END in p.kinds]
+        if observers:
+            self._take_tails(observers, starts)
+
+    def _take_tails(self, observers, starts: Sequence[float]) -> None:
+        """Each attempt's last lead piece's tail (``starts``: the attempts' starts)."""
+        last = -1
+        for g, (chain, _) in enumerate(self.groups):
+            last += len(chain)
+            view = self.views[last]
+            if view is not None:
+                until = starts[g + 1] if g + 1 < len(starts) else math.inf
+                self.tails[last] = observer_tail(view.job_end(), view.index, observers, until)
 
 
 def structure_of(run: RunColumns) -> Structure:
@@ -77,12 +96,13 @@ def structure_of(run: RunColumns) -> Structure:
     pieces = sorted((p for s in streams for p in s.pieces()), key=_piece_order)
     if run.odd is None and any(p.tie for p in pieces):
         run.odd = "a disruption or job end at the instant of its writer's last step start"
-    groups = []
+    groups, starts = [], []
     for group in _job_attempts([p for p in pieces if p.start is not None]):
         chain = _lead_chain(group)
         ids = {id(p) for p in chain}
         groups.append((chain, [p for p in group if id(p) not in ids]))
-    return Structure(False, groups, pieces)
+        starts.append(group[0].start)
+    return Structure(False, groups, pieces, starts)
 
 
 def step_blocking(p: Piece, k0: float = -math.inf) -> StepBlocking:
@@ -97,7 +117,11 @@ def step_blocking(p: Piece, k0: float = -math.inf) -> StepBlocking:
     else:
         since = -math.inf
     ends, job_end = _step_ends(p)
-    xs, ys = union_of_pairs([_from(p.column("stall"), since), _from(p.column("bload"), since)])
+    families = []
+    for name in ("stall", "bload"):
+        col, a, b = p.stream.families[name], _from_row(p, name, since), p.hi[name]
+        families.append((col.t.a[a:b], col.v.a[a:b]))
+    xs, ys = union_of_pairs(families)
     return StepBlocking.of(t, k, ends, job_end, xs, ys)
 
 
@@ -125,59 +149,66 @@ SMALL_TAIL = 64
 
 def small_blocking(p: Piece, k0: float) -> Optional[SmallBlocking]:
     """:func:`step_blocking` of ``p``'s steps from ``k0`` on as Python lists
-    (:class:`SmallBlocking`); None when they are more than a few."""
+    (:class:`SmallBlocking`); None when they are more than a few. Read from
+    its last rows back (Python scalars: this runs for every host at every
+    refresh)."""
     if k0 == -math.inf or not p.steps_increase():
         return None
-    t, k = p.column("steps")
-    r0 = int(np.searchsorted(k, _as_step(k0), side="left"))
-    if len(t) - r0 > SMALL_TAIL:
+    steps = p.stream.steps
+    hi = p.hi["steps"]
+    r0 = steps.search(_as_step(k0), p.lo["steps"], hi, values=True)
+    if hi - r0 > SMALL_TAIL:
         return None
-    t, k = t[r0:], k[r0:]
-    since = float(t[0]) if len(t) else math.inf
+    t, k = steps.lists(r0, hi)
+    since = t[0] if t else math.inf
     families = []
     for name in ("stall", "bload"):
-        ft, fe = _from(p.column(name), since)
-        if len(ft) > 4 * SMALL_TAIL:
+        a, b = _from_row(p, name, since), p.hi[name]
+        if b - a > 4 * SMALL_TAIL:
             return None
-        families.append((ft.tolist(), fe.tolist()))
+        families.append(p.stream.families[name].lists(a, b))
     ends, job_end = _step_ends(p)
-    return SmallBlocking(t.tolist(), k.tolist(), ends, job_end, families)
+    return SmallBlocking(t, k, ends, job_end, families)
 
 
-def _from(column: Tuple[np.ndarray, np.ndarray], since: float):
-    """A family's events from the one after its last end before ``since``:
-    every interval that ends at or after ``since`` is paired there as in the
-    whole family (an end pairs with the event right before it)."""
-    t, e = column
-    if since == -math.inf or not len(t):
-        return column
-    i = int(np.searchsorted(t, since, side="left"))
-    j = -1
-    for back in range(i - 1, max(i - 9, -1), -1):  # (ends and starts alternate: near)
+def _from_row(p: Piece, name: str, since: float) -> int:
+    """The row of a family of ``p`` to read it from for the steps from
+    ``since`` on: the one after its last end before ``since`` (every interval
+    that ends at or after ``since`` is paired there as in the whole family:
+    an end pairs with the event right before it)."""
+    col, lo, hi = p.stream.families[name], p.lo[name], p.hi[name]
+    if since == -math.inf or hi == lo:
+        return lo
+    i = col.search(since, lo, hi)
+    near = max(i - 8, lo)
+    e = col.lists(near, i)[1]  # (ends and starts alternate: near)
+    for back in range(len(e) - 1, -1, -1):
         if e[back] == 1:
-            j = back
-            break
-    if j < 0 and i > 8:
-        ends = np.flatnonzero(e[:i] == 1)
-        j = int(ends[-1]) if len(ends) else -1
-    return t[j + 1:], e[j + 1:]
+            return near + back + 1
+    if i - lo > 8:
+        ends = np.flatnonzero(col.v.a[lo:i] == 1)
+        if len(ends):
+            return lo + int(ends[-1]) + 1
+    return lo
 
 
 def first_changed_step(p: Piece, since: float) -> float:
     """The smallest step number whose span or blocking a change of ``p``'s
-    rows from time ``since`` on can have changed (-inf: any; inf: none)."""
+    rows from time ``since`` on can have changed (-inf: any; inf: none).
+    Read from its last rows back, as :func:`small_blocking`."""
     if since == -math.inf or not p.steps_increase():
         return -math.inf
     for name in ("stall", "bload"):  # an end may close a start made before ``since``
-        t, e = p.column(name)
-        i = int(np.searchsorted(t, since, side="left"))
-        if i and e[i - 1] == 0:
-            since = min(since, float(t[i - 1]))
-    t, k = p.column("steps")
-    if not len(t):
+        col, lo = p.stream.families[name], p.lo[name]
+        i = col.search(since, lo, p.hi[name])
+        if i > lo:
+            t, end = col.row(i - 1)
+            if end == 0:
+                since = min(since, t)
+    steps, lo, hi = p.stream.steps, p.lo["steps"], p.hi["steps"]
+    if hi == lo:
         return math.inf
-    i = max(int(np.searchsorted(t, since, side="left")) - 1, 0)
-    return float(k[i])
+    return float(steps.row(max(steps.search(since, lo, hi) - 1, lo))[1])
 
 
 def carves_of(structure: Structure) -> Tuple[np.ndarray, np.ndarray]:
@@ -355,8 +386,8 @@ def _page_of(run: str, s: Stream, lo: Dict[str, int], hi: Dict[str, int],
 
 def job_pages(run: str, columns: RunColumns, structure: Structure) -> List[EventPage]:
     """The pages of the job timeline's events, in the per-event pass's order:
-    the unknown writer's events, the scheduler's, each lead piece's, the
-    borrowed disruptions, the other pieces' metrics and metadata (the carved
+    the unknown writer's events, the scheduler's, each lead piece's (and its
+    observer's tail), the borrowed disruptions, the other pieces' metrics and metadata (the carved
     stalls apart: :func:`carves_of`)."""
     pages = []
     unknown = columns.streams.get(None)
@@ -369,9 +400,11 @@ def job_pages(run: str, columns: RunColumns, structure: Structure) -> List[Event
     sched = [e for s in columns.writers() for e in s.records if e[1] in _SCHEDULING]
     if sched:
         pages.append(records_page(run, sched))
-    for view, late in zip(structure.views, structure.late):
+    for view, late, tail in zip(structure.views, structure.late, structure.tails):
         if view is not None:
             pages.append(piece_page(run, view))
+        if tail:
+            pages.append(records_page(run, tail))
         if late:
             pages.append(records_page(run, late))
     side = borrowed(structure)

@@ -112,10 +112,14 @@ class RunColumns:
         steps, has, wts = page.step.tolist(), page.has_step.tolist(), page.write_time.tolist()
         groups: Dict[Stream, List[int]] = {}
         index_of: Dict[int, int] = {}
+        writer_of: Dict[int, Tuple[Stream, int]] = {}  # (per writer code, not per row)
         for i, code in enumerate(page.writer.tolist()):
-            stream, index_of[i] = self._writer(page, code)
+            w = writer_of.get(code)
+            if w is None:
+                w = writer_of[code] = self._writer(page, code)
+            stream, index_of[i] = w
             groups.setdefault(stream, []).append(i)
-        cat_of, end_of = _CAT_LIST, _END_LIST
+        cat_of, end_of, finite = _CAT_LIST, _END_LIST, math.isfinite
         for stream, rows in groups.items():
             cols: Dict[int, Tuple[list, list]] = {}
             records = []
@@ -125,7 +129,7 @@ class RunColumns:
             tmax = -math.inf
             for i in rows:
                 k, t, q, w = kinds[i], times[i], seqs[i], wts[i]
-                key = (w if w == w else (t if math.isfinite(t) else 0.0), q)
+                key = (w if w == w else (t if finite(t) else 0.0), q)
                 if key > host_best:
                     host_best, stream.host_index = key, index_of[i]
                 if key > best and k not in _SCHEDULING:
@@ -134,12 +138,13 @@ class RunColumns:
                 if c == _RECORDS:
                     records.append(i)
                     continue
-                if not math.isfinite(t):
+                if not finite(t):
                     self.odd = self.odd or "a time that is not a finite number"
                 if q < last_seq[c]:
                     self.odd = self.odd or "a writer's events out of sequence order"
                 last_seq[c] = q
-                tmax = max(tmax, t)
+                if t > tmax:
+                    tmax = t
                 kinds_seen.add(k)
                 col = cols.get(c)
                 if col is None:
@@ -148,14 +153,12 @@ class RunColumns:
                 col[1].append(steps[i] if c == _STEPS else end_of[k])
             stream._host_best, stream._best = host_best, best
             changed = math.inf
-            for c, (ts, vs) in cols.items():
-                t_a = np.array(ts, np.float64)
+            for c, (ts, vs) in cols.items():  # (as lists: a few rows, no array built)
                 if c == _STEPS:
-                    changed = min(changed, stream._add_steps(t_a, np.array(vs, np.int64)))
+                    changed = min(changed, stream._add_steps(ts, vs))
                 else:
-                    column = stream.families[_FAMILY_NAMES[c]]
-                    changed = min(changed, column.add(t_a, np.array(vs, np.int8)))
-            new = [page.record(i) for i in records]
+                    changed = min(changed, stream.families[_FAMILY_NAMES[c]].add(ts, vs))
+            new = [page.record(i) for i in records] if records else records
             for e in new:
                 changed = min(changed, stream._add_record(e))
                 tmax = max(tmax, t_of(e))

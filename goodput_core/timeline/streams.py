@@ -12,8 +12,8 @@ others'), so the job-level figures come from one **lead stream**:
   that process). A piece runs from its first to its last event, liveness-only
   rows (heartbeats, metrics, metadata) apart: they never place a piece, and
   a piece of nothing else, or with neither a job start nor a step (a process
-  that only observed: its disruptions are borrowed as any other host's),
-  leads nothing. A piece that recorded a disruption
+  that only observed: its disruptions are borrowed as any other host's, its
+  tail may end an attempt, below), leads nothing. A piece that recorded a disruption
   or a job end after its last step start ends there (what it records later
   is its process shutting down). Pieces whose lifetimes overlap belong to
   one **attempt of the job** (the hosts run together); a gap between them is
@@ -31,6 +31,12 @@ others'), so the job-level figures come from one **lead stream**:
 - A disruption recorded by any process of an attempt is the job's, counted
   once: when the lead piece recorded none, the earliest of the others' is
   added to it (before its job end, if any).
+- **An observer's tail** (:mod:`.observer_tail`): when an attempt's last
+  lead piece ended at a job end, an observer of the lead's index whose first
+  job end after it comes before the next attempt starts, with a custom badput
+  start from the lead's job end on, gives the job its custom badput events
+  from there to its job end and that job end (the MaxText exit watcher's
+  ``SHUTDOWN``): the attempt ends at the observer's job end.
 - **Stragglers:** in each step ``k`` of the lead, the blocking time (input
   stalls and blocking loads) of the slowest host in its own step ``k`` is the
   job's: when another host blocked longer, the difference is carved from the
@@ -63,6 +69,7 @@ import numpy as np
 
 from goodput_core.events import EventRecord, Kind
 from goodput_core.timeline.first_step import first_step_stalls
+from goodput_core.timeline.observer_tail import observer_tail
 from goodput_core.timeline.stragglers import straggler_stalls
 
 __all__ = ["writer_key", "writers_of", "lead_events", "stream_indices"]
@@ -138,6 +145,18 @@ class _Piece:
     def last_step_time(self) -> float:
         """When its last step started (it has one)."""
         return self.times[len(self.kinds) - 1 - self.kinds[::-1].index(_STEP)]
+
+    def job_end(self) -> Optional[float]:
+        """When it ended at a job end: the first disruption or job end at or
+        after its last step start is a job end (None: a disruption, or neither)."""
+        kinds = self.kinds
+        after = len(kinds) - 1 - kinds[::-1].index(_STEP) if _STEP in kinds else 0
+        for k, t in zip(kinds[after:], self.times[after:]):
+            if k == _DISRUPTION:
+                return None
+            if k == _JOB_END:
+                return t
+        return None
 
     def cut(self, until: float) -> Tuple[Optional["_Piece"], List[EventRecord]]:
         """Its events before ``until`` (itself when all are; None when none
@@ -342,17 +361,23 @@ def lead_events(events: Sequence[EventRecord]) -> List[EventRecord]:
                     key=_piece_order)
     leads: List[_Piece] = []
     others_of: List[List[_Piece]] = []
-    for group in _job_attempts([p for p in pieces if p.start is not None]):
+    next_starts: List[Optional[float]] = []  # the next attempt's start, at each attempt's last lead
+    groups = _job_attempts([p for p in pieces if p.start is not None])
+    for g, group in enumerate(groups):
         chain = _lead_chain(group)
         others = [p for p in group if not any(p is c for c in chain)]
         leads += chain
         others_of += [others] * len(chain)
+        next_starts += [None] * (len(chain) - 1)
+        next_starts.append(groups[g + 1][0].start if g + 1 < len(groups) else math.inf)
+    observers = [(p.index, p.times, p.events) for p in pieces
+                 if p.start is None and _JOB_END in p.kinds]
     # each lead piece up to the next one's start: what a process records
     # after its successor started (shutting down, heartbeats stamped now
     # beside explicit past times) is not the job's
     untils = [p.start for p in leads[1:]] + [math.inf]
     cut: List[Optional[_Piece]] = []
-    for lead, others, until in zip(leads, others_of, untils):
+    for lead, others, until, next_start in zip(leads, others_of, untils, next_starts):
         kept, late = lead.cut(until)
         cut.append(kept)
         if kept is not None:
@@ -363,6 +388,8 @@ def lead_events(events: Sequence[EventRecord]) -> List[EventRecord]:
                 stalls = first_step_stalls(kept, others, list(zip(times[0::2], times[1::2]))) \
                     + stalls
             out.extend(_in_time_order(kept, stalls))
+            if observers and next_start is not None:  # an attempt's last lead: its tail
+                out.extend(observer_tail(kept.job_end(), kept.index, observers, next_start))
         out.extend(late)
     # a host's disruption may come after the lead's last event (the lead's
     # host was still waiting in a collective): each lead piece borrows from

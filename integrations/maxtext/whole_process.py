@@ -16,10 +16,12 @@ fork helpers, :func:`track` makes the run's total cover the process:
   pipe from this process, its output discarded, in a session of its own);
   when this process is gone, whatever ran last (atexit handlers, thread
   joins, interpreter teardown), the pipe closes and the watcher records
-  the tail into the same store. A later job start in this process cancels
-  it. Where another process cannot write the store (``memory://``) or the
-  clock is not the real time (tests), the tail is recorded by an atexit
-  handler instead, which misses what runs after it. A job that did not
+  the tail into the same store (a writer of its own that records no job
+  start and no step: semantics rule 13 reads its rows as an observer's
+  tail, the job's). A later job start in this process cancels it. Where
+  another process cannot write the store (``memory://``) or the clock is
+  not the real time (tests), the tail is recorded by an atexit handler
+  instead, which misses what runs after it. A job that did not
   end gracefully keeps its disruption: nothing is added.
 
 Times come from the recorder's clock; the process start from Linux's
@@ -103,12 +105,16 @@ def _wrap(recorder: Any, process_start: float) -> None:
         recorder.record_training_preparation_end_time(now)
 
     def record_job_end_time(end_time: Any = None) -> None:
-        end_job(end_time)
-        if end_time is None and not ended:
-            ended["at"] = at = recorder.clock()
-            ended["watcher"] = _watch(recorder, at)
-            if ended["watcher"] is None:
-                atexit.register(tail)
+        if end_time is not None or ended:
+            end_job(end_time)
+            return
+        # the job end and the tail's start are one instant: a gap between them
+        # would be read as the last step's (productive) time
+        ended["at"] = at = recorder.clock()
+        end_job(at)
+        ended["watcher"] = _watch(recorder, at)
+        if ended["watcher"] is None:
+            atexit.register(tail)
 
     def tail() -> None:
         at = ended.get("at")

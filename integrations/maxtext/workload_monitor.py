@@ -80,11 +80,15 @@ def _del(self: Any) -> None:
         event.set()
 
 
-def _heartbeat_loop(event: threading.Event, interval: float, recorder: Any) -> None:
+# The loops hold the monitor itself (not only its event), as MaxText's threads
+# do through their bound methods: MaxText 0.2.5 keeps its GCPWorkloadMonitor in
+# a local variable, so without that reference the instance is collected as
+# soon as the threads start and its __del__ sets the event that stops them.
+def _heartbeat_loop(monitor: Any, interval: float, recorder: Any) -> None:
     while True:
         now = _clock()
         _record(recorder, HEARTBEAT_METRIC, now, now)
-        if event.wait(interval):
+        if monitor.termination_event.wait(interval):
             return
 
 
@@ -92,15 +96,15 @@ def _start_heartbeat(self: Any, interval: int) -> None:
     if self.heartbeat_reporting_started:
         raise RuntimeError("Heartbeat reporting thread already started")  # as MaxText
     self.heartbeat_reporting_started = True
-    threading.Thread(target=_heartbeat_loop, args=(self.termination_event, float(interval),
+    threading.Thread(target=_heartbeat_loop, args=(self, float(interval),
                                                    runtime.current_recorder()),
                      name="goodput-workload-heartbeat", daemon=True).start()
     logger.info("goodput: MaxText's workload heartbeat goes to the goodput run (metric %s)",
                 HEARTBEAT_METRIC)
 
 
-def _performance_loop(event: threading.Event, metrics: Any, recorder: Any) -> None:
-    while not event.is_set():
+def _performance_loop(monitor: Any, metrics: Any, recorder: Any) -> None:
+    while not monitor.termination_event.is_set():
         try:
             step_time = metrics.get(timeout=1.0)
         except _queue.Empty:
@@ -116,7 +120,7 @@ def _start_performance(self: Any, metrics_queue: Any) -> None:
     if self.performance_reporting_started:
         raise RuntimeError("Performance reporting thread already started")  # as MaxText
     self.performance_reporting_started = True
-    threading.Thread(target=_performance_loop, args=(self.termination_event, metrics_queue,
+    threading.Thread(target=_performance_loop, args=(self, metrics_queue,
                                                      runtime.current_recorder()),
                      name="goodput-workload-performance", daemon=True).start()
     logger.info("goodput: MaxText's workload performance goes to the goodput run (metric %s)",

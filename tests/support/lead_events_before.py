@@ -21,7 +21,13 @@ The amendments (docs/semantics.md, rule 13), each marked "issue 40" below:
 - a lead piece's events from the next lead piece's start on are not the
   job's (its metrics and metadata excepted);
 - blocking time before an attempt's first step gates the job like a step's
-  (:func:`_first_step_stalls`)."""
+  (:func:`_first_step_stalls`);
+- marked "tail" (issues 40 and 46): an observer's tail: after an attempt's
+  last lead piece ended at a job end, an observer of the lead's index whose
+  first job end after it comes before the next attempt's start, with a
+  custom badput start from the lead's job end on before it, gives the job
+  its custom badput events from the lead's job end to its job end and that
+  job end (of several, the latest job end; the first in order among equals)."""
 from __future__ import annotations
 
 import math
@@ -35,6 +41,7 @@ __all__ = ["writer_key", "writers_of", "lead_events", "stream_indices"]
 _JOB_START, _JOB_END = int(Kind.JOB_START), int(Kind.JOB_END)
 _STEP, _STEP_END = int(Kind.STEP_START), int(Kind.STEP_END)
 _DISRUPTION = int(Kind.DISRUPTION)
+_CUSTOM_START, _CUSTOM_END = int(Kind.CUSTOM_BADPUT_START), int(Kind.CUSTOM_BADPUT_END)
 _STALL_END = int(Kind.INPUT_STALL_END)
 _SCHEDULING = {int(Kind.JOB_SUBMITTED), int(Kind.RESOURCES_GRANTED)}
 # Model metrics and run metadata are no part of the partition: every host's
@@ -212,11 +219,15 @@ def lead_events(events: Sequence[EventRecord]) -> List[EventRecord]:
                     key=_piece_order)
     leads: List[_Piece] = []
     others_of: List[List[_Piece]] = []
-    for group in _job_attempts([p for p in pieces if p.start is not None]):
+    last_of: Dict[int, float] = {}  # tail: an attempt's last lead -> the next attempt's start
+    groups = _job_attempts([p for p in pieces if p.start is not None])
+    for g, group in enumerate(groups):
         chain = _lead_chain(group)
         others = [p for p in group if not any(p is c for c in chain)]
         leads += chain
         others_of += [others] * len(chain)
+        last_of[len(leads) - 1] = groups[g + 1][0].start if g + 1 < len(groups) else math.inf
+    observers = [p for p in pieces if p.start is None and any(e[1] == _JOB_END for e in p.events)]
     # issue 40: each lead piece up to the next one's start
     cut = []
     for i, (lead, others) in enumerate(zip(leads, others_of)):
@@ -230,6 +241,8 @@ def lead_events(events: Sequence[EventRecord]) -> List[EventRecord]:
                 pairs = list(zip([e[2] for e in stalls[0::2]], [e[2] for e in stalls[1::2]]))
                 stalls = _first_step_stalls(kept, others, pairs) + stalls
             out.extend(_in_time_order(kept.events, stalls))
+            if i in last_of:
+                out.extend(_tail(kept, observers, last_of[i]))
         out.extend(late)
     # a host's disruption may come after the lead's last event (the lead's
     # host was still waiting in a collective): each lead piece borrows from
@@ -267,3 +280,28 @@ def _borrowed_disruption(lead: _Piece, foreign: List[EventRecord], until: float
     ends = [_t(e) for e in lead.events if e[1] == _JOB_END]
     stop = min([until] + ends)
     return [e for e in foreign if lead.start <= _t(e) < stop][:1]
+
+
+def _tail(lead: _Piece, observers: List[_Piece], next_start: float) -> List[EventRecord]:
+    """tail (issues 40 and 46): the observer's tail of an attempt whose last
+    lead piece is ``lead`` (module docstring)."""
+    steps = [i for i, e in enumerate(lead.events) if e[1] == _STEP]
+    closing = [e for e in lead.events[steps[-1] if steps else 0:] if e[1] in _CLOSING]
+    if not closing or closing[0][1] != _JOB_END:
+        return []
+    end = _t(closing[0])
+    best: List[EventRecord] = []
+    best_end = -math.inf
+    for p in observers:
+        if p.index != lead.index:
+            continue
+        ends = [e for e in p.events if e[1] == _JOB_END and _t(e) > end]
+        if not ends or not best_end < _t(ends[0]) < next_start:
+            continue
+        x, until = ends[0], _t(ends[0])
+        if not any(e[1] == _CUSTOM_START and end <= _t(e) < until for e in p.events):
+            continue
+        best = [e for e in p.events
+                if e is x or (e[1] in (_CUSTOM_START, _CUSTOM_END) and end <= _t(e) <= until)]
+        best_end = until
+    return best

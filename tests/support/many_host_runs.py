@@ -11,7 +11,8 @@ step, step ends, step starts without a number, metrics, heartbeats from
 index 0 (on or off; some stamped *now* beside explicit past times), restarts
 that overlap the old process's shutdown (its heartbeats, a save, a late job
 end while the new process trains), disruptions recorded by one host (the
-lead borrows them) or by an observer that records nothing else, job ends,
+lead borrows them) or by an observer that records nothing else, observers'
+tails (a watcher's custom badput and job end after a process's job end), job ends,
 and now and then times in the past (a backfill). Each writer's events get
 sequence numbers in the order it records them; :func:`deliveries`
 interleaves the writers' batches as a store receives them.
@@ -149,12 +150,41 @@ def random_run(rnd: random.Random) -> List[List[EventRecord]]:
         watch.ev(Kind.DISRUPTION, rnd.choice((1.0, 4.0, 8.0, 15.0)),
                  extra={"disruption_cause": "watchdog"})
         out.append(watch.events)
+    for n in range(rnd.choice((0, 0, 1, 1, 2))):  # an observer's tail: a watcher of an exit
+        out.append(_observer_tail(rnd, out, n))
     if rnd.random() < 0.2:  # a launcher's scheduler times
         out.append([EventRecord(RUN, int(Kind.JOB_SUBMITTED), -5.0, None, None, 0, "launcher", 9,
                                 "l", 1, -5.0),
                     EventRecord(RUN, int(Kind.RESOURCES_GRANTED), -1.0, None, None, 0,
                                 "launcher", 9, "l", 2, -1.0)])
     return out
+
+
+def _observer_tail(rnd: random.Random, writers: List[List[EventRecord]], n: int
+                   ) -> List[EventRecord]:
+    """A watcher of a process's exit (no job start, no step: semantics rule
+    13, an observer's tail): the custom badput ``shutdown`` from a writer's
+    job end (now and then near it, or anywhere) to its own job end, under
+    index 0 mostly; now and then without the custom event or its end, with a
+    disruption or a heartbeat among them."""
+    lead = rnd.random() < 0.7  # (mostly an end of index 0: the lead's, where a tail counts)
+    ends = [e.time for w in writers for e in w if e.kind == Kind.JOB_END and
+            (not lead or e.process_index == 0)]
+    since = rnd.choice(ends) if ends and rnd.random() < 0.85 else rnd.choice((2.0, 9.0))
+    since += rnd.choice((0.0, 0.0, 0.0, 0.125, -0.25))
+    until = since + rnd.choice((0.25, 1.0, 3.0, 12.0))
+    watch = _Writer(rnd.choice((0, 0, 0, 1)), "exit", 30 + n)
+    cb = {"custom_badput_event_type": "shutdown"}
+    if rnd.random() < 0.85:
+        watch.ev(Kind.CUSTOM_BADPUT_START, since, extra=cb)
+    if rnd.random() < 0.15:
+        watch.ev(Kind.DISRUPTION, since + 0.125, extra={"disruption_cause": "exit"})
+    if rnd.random() < 0.15 and not watch.index:
+        watch.ev(Kind.HEARTBEAT, since + 0.5, extra={"heartbeat_seconds": 1.0})
+    if rnd.random() < 0.85:
+        watch.ev(Kind.CUSTOM_BADPUT_END, until, extra=cb)
+    watch.ev(Kind.JOB_END, until + rnd.choice((0.0, 0.0, 0.5)))
+    return watch.events
 
 
 def deliveries(rnd: random.Random, writers: List[List[EventRecord]]) -> Iterator[list]:

@@ -221,13 +221,15 @@ class MetricLogger:
         performance_metric_queue = None
         if (config.report_heartbeat_metric_for_gcp_monitoring
                 or config.report_performance_metric_for_gcp_monitoring):
-            self.gcp_workload_monitor = GCPWorkloadMonitor(config.run_name)
+            # a local, as in MaxText 0.2.5 (metric_logger.py): only the monitor's
+            # threads keep it alive
+            gcp_workload_monitor = GCPWorkloadMonitor(config.run_name)
             if config.report_heartbeat_metric_for_gcp_monitoring:
-                self.gcp_workload_monitor.start_heartbeat_reporting_thread(
+                gcp_workload_monitor.start_heartbeat_reporting_thread(
                     config.heartbeat_reporting_interval_in_seconds)
             if config.report_performance_metric_for_gcp_monitoring:
                 performance_metric_queue = queue.Queue()
-                self.gcp_workload_monitor.start_performance_reporting_thread(
+                gcp_workload_monitor.start_performance_reporting_thread(
                     performance_metric_queue)
         return performance_metric_queue
 

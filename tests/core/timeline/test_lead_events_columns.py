@@ -11,7 +11,8 @@ enough to write, and the rewrite's claim is precisely "no result changes".
 The random runs hold restarts (some overlapping the old process's
 shutdown), late joiners, borrowed disruptions, stragglers before and inside
 steps, heartbeats (on and off, some stamped now beside explicit past
-times). The rule itself is checked by hand-derived figures in
+times), observers' disruptions and tails (a watcher's custom badput and job
+end after a process's job end). The rule itself is checked by hand-derived figures in
 test_many_writers.py and test_rule13_clauses.py."""
 
 from __future__ import annotations
@@ -135,6 +136,8 @@ def _random_run(rnd: random.Random) -> list:
         t = rnd.choice((1.0, 4.0, 8.0, 15.0))
         events.append(EventRecord("r", int(Kind.DISRUPTION), t, None, {"disruption_cause": "w"},
                                   0, "watch", 7, "a", n, t))
+    for n in range(rnd.choice((0, 0, 1, 1, 2))):  # an observer's tail (a process's exit)
+        events += _observer_tail(rnd, events, n)
     if rnd.random() < 0.15:  # times as ints (quarter seconds): the paths for non-float times
         def whole(t):
             return int(t * 4) if math.isfinite(t) else t
@@ -144,6 +147,33 @@ def _random_run(rnd: random.Random) -> list:
         i, j = rnd.randrange(len(events)), rnd.randrange(len(events))
         events[i], events[j] = events[j], events[i]
     return events
+
+
+_CB = {"custom_badput_event_type": "shutdown"}
+
+
+def _observer_tail(rnd: random.Random, events: list, n: int) -> list:
+    """A watcher of a process's exit (no job start, no step): a custom
+    badput from some writer's job end (or near it, or anywhere) to its own
+    job end, under index 0 mostly; now and then without the custom event,
+    with its end only, with a disruption or a heartbeat among them."""
+    ends = [e[2] for e in events if e[1] == Kind.JOB_END]
+    since = rnd.choice(ends) if ends and rnd.random() < 0.8 else rnd.choice((2.0, 9.0))
+    since += rnd.choice((0.0, 0.0, 0.0, 0.125, -0.25))
+    until = since + rnd.choice((0.25, 1.0, 3.0, 12.0))
+    index = rnd.choice((0, 0, 0, 1))
+    rows = []
+    if rnd.random() < 0.85:
+        rows.append((Kind.CUSTOM_BADPUT_START, since, _CB))
+    if rnd.random() < 0.85:
+        rows.append((Kind.CUSTOM_BADPUT_END, until, _CB))
+    if rnd.random() < 0.15:
+        rows.append((Kind.DISRUPTION, since + 0.125, {"disruption_cause": "exit"}))
+    if rnd.random() < 0.15 and not index:
+        rows.append((Kind.HEARTBEAT, since + 0.5, {"heartbeat_seconds": 1.0}))
+    rows.append((Kind.JOB_END, until + rnd.choice((0.0, 0.0, 0.5)), None))
+    return [EventRecord("r", int(k), t, None, extra, index, "tail", 20 + n, "a", seq, t)
+            for seq, (k, t, extra) in enumerate(rows, 1)]
 
 
 def _same(a: list, b: list) -> bool:
@@ -181,7 +211,8 @@ def test_the_random_runs_reach_the_cases_that_matter():
     runs with restarts, borrowed disruptions, carved straggler stalls (some
     at the instant of a lead event, some before the first step), scheduler
     events, heartbeats that would have placed a piece, overlapping attempts
-    (a piece cut at its successor's start, one taking over the lead)."""
+    (a piece cut at its successor's start, one taking over the lead),
+    observers' tails taken and refused."""
     seen = set()
     for seed in range(300):
         events = _random_run(random.Random(seed))
@@ -214,8 +245,15 @@ def test_the_random_runs_reach_the_cases_that_matter():
             seen.add("restarts")
         if any(e[1] == Kind.JOB_SUBMITTED for e in out):
             seen.add("scheduler")
+        tails = {e[7] for e in events if e[6] == "tail" and e[1] == Kind.JOB_END}
+        taken = {e[7] for e in out if len(e) > 6 and e[6] == "tail" and e[1] == Kind.JOB_END}
+        if taken:
+            seen.add("observer tail")
+        if tails - taken:
+            seen.add("observer tail refused")
     assert seen == {"lead chosen", "stalls", "stall ties", "borrowed disruption", "restarts",
-                    "scheduler", "heartbeats would have placed a piece",
+                    "scheduler", "heartbeats would have placed a piece", "observer tail",
+                    "observer tail refused",
                     "lead cut at its successor's start", "takeover",
                     "stalls before the first step",
                     "first-step wait spilled into the first step"}

@@ -1,8 +1,9 @@
 """Bad input to semantics rule 13 (many writers, one job), each with the rule
 docs/semantics.md states for it ("Bad input"), figures derived by hand: a
 process writing under two indices, an index that changes mid-run, a host
-whose clock is off by seconds, an attempt only non-lead hosts wrote. None
-raises; each gives the stated figures."""
+whose clock is off by seconds, an attempt only non-lead hosts wrote, an
+observer's custom event that starts before the lead's job end. None raises;
+each gives the stated figures."""
 
 from __future__ import annotations
 
@@ -191,3 +192,23 @@ def test_an_attempt_only_non_lead_hosts_wrote_is_led_by_the_lowest_index_that_di
     assert r.total_seconds == pytest.approx(25.0)
     assert bad == pytest.approx({REC: 11.0, WASTED: 2.0, SYNC: 1.8, B.OTHER: 3.0})
     assert r.productive_seconds == pytest.approx(7.2)
+
+
+def test_an_observers_custom_event_that_starts_before_the_leads_job_end_is_no_tail():
+    """An observer of index 0 (no job start, no step) records a shutdown
+    [9, 14) and a job end at 14 beside process 0 (job end 11): its custom
+    event claims the lead's own time before its job end (a watcher whose
+    clock runs behind, a misplaced start), so it is no tail (rule 13, an
+    observer's tail: a custom badput start from the lead's job end on):
+    the job ends at 11. (Broken: the tail taken from its first custom event
+    whatever its start: the job ends at 14.)"""
+    shutdown = {"custom_badput_event_type": "shutdown"}
+    watch = Writer(0, "h0", pid=9).ev(Kind.CUSTOM_BADPUT_START, 9.0, extra=shutdown)
+    watch.ev(Kind.CUSTOM_BADPUT_END, 14.0, extra=shutdown).ev(Kind.JOB_END, 14.0)
+    r, bad = _figures(job(_lead(), watch))
+    # the lead alone: 10 spans of 1 s with 0.1 s loads: sync 1, productive 9;
+    # OTHER [0, 1) = 1; total 11
+    assert r.lifetime == (0.0, 11.0)
+    assert r.custom_badput_percent == {}
+    assert bad == pytest.approx({SYNC: 1.0, B.OTHER: 1.0})
+    assert r.productive_seconds == pytest.approx(9.0)

@@ -427,3 +427,33 @@ def test_a_heartbeat_witnesses_only_how_long_a_phase_that_never_ended_ran(heartb
     assert (r.total_seconds, r.productive_seconds, r.disruptions) == pytest.approx((26, 5, 0))
     assert bad == pytest.approx({B.TPU_INITIALIZATION: 5.0, B.OTHER: 16.0} if heartbeats
                                 else {B.OTHER: 21.0})
+
+
+SHUTDOWN = {"custom_badput_event_type": "shutdown"}
+
+
+@pytest.mark.parametrize("heartbeats", [True, False])
+def test_an_observers_tail_after_the_leads_job_end_is_the_jobs(heartbeats):
+    """Hosts 0 and 1: job start 0, S0@1 .. S8@9, job end 10. A watcher of
+    host 0's exit (index 0, same host, another pid; no job start, no step)
+    records the custom badput shutdown [10, 13) and a job end at 13; host 0
+    beats at 5, the watcher at 11. The tail is the job's: the attempt ends
+    at 13, with heartbeats on as off. (Broken: the watcher's rows are an
+    observer's, nothing of them the job's: total 10, no shutdown.)"""
+    hosts = [Writer(i, f"h{i}").ev(Kind.JOB_START, 0.0).steps(0, [1.0 + k for k in range(9)])
+             .ev(Kind.JOB_END, 10.0) for i in (0, 1)]
+    hosts[0].heartbeat(5.0)
+    watch = Writer(0, "h0", pid=9).ev(Kind.CUSTOM_BADPUT_START, 10.0, extra=SHUTDOWN)
+    watch.heartbeat(11.0).ev(Kind.CUSTOM_BADPUT_END, 13.0, extra=SHUTDOWN)
+    watch.ev(Kind.JOB_END, 13.0)
+    calc = job(*hosts, watch, heartbeats=heartbeats)
+    r, bad = _figures(calc)
+    # lifetime [0, 13); OTHER [0, 1) = 1; S0..S8 [1, 10) productive 9 (S8's span
+    # closed by the shutdown that starts at its job end); shutdown [10, 13) = 3
+    assert r.lifetime == (0.0, 13.0)
+    assert r.total_seconds == pytest.approx(13.0)
+    assert r.productive_seconds == pytest.approx(9.0)
+    assert bad == pytest.approx({B.CUSTOM_BADPUT_EVENTS: 3.0, B.OTHER: 1.0})
+    assert set(r.custom_badput_percent) == {"SHUTDOWN"}
+    assert (r.disruptions, r.last_step) == (0, 8)
+    assert calc.state(now=NOW).state == "ended"

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from goodput_core import Calculator, Recorder
+from goodput_core import Calculator, Recorder, open_store
+from goodput_core.events import to_payload
 from goodput_core.timeline.buckets import BadputType
 from goodput_integrations.maxtext import whole_process
 from tests.support.fake_clock import FakeClock
@@ -115,11 +116,6 @@ TRAIN = textwrap.dedent("""
 """)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "rule 13 as amended for issue 40: the watcher process records the tail (SHUTDOWN and the "
-    "job end at the exit) with neither a job start nor a step, so it is an observer whose "
-    "rows place no attempt and only its disruptions are borrowed; the tail is lost until the "
-    "rule borrows an observer's tail or the watcher records as the training process"))
 def test_a_launched_process_is_accounted_for_from_start_to_exit(tmp_path):
     (tmp_path / "train.py").write_text(TRAIN)
     store = f"sqlite:///{tmp_path / 'wp.sqlite'}"
@@ -142,6 +138,13 @@ def test_a_launched_process_is_accounted_for_from_start_to_exit(tmp_path):
     assert r.badput_seconds[BadputType.TRAINING_PREP] > 0  # interpreter, imports, the loop
     assert set(r.custom_badput_percent) == {"SHUTDOWN"}
     assert r.badput_seconds[BadputType.CUSTOM_BADPUT_EVENTS] > 0
+    # the tail starts at MaxText's own job end, to the microsecond: no sliver of
+    # the shutdown is left to the last step
+    payloads = [to_payload(e) for e in open_store(store).read("launched")[0]]
+    job_ends = sorted(p["job_end_time"] for p in payloads if "job_end_time" in p)
+    tail_starts = [p["custom_badput_event_start_time"] for p in payloads
+                   if "custom_badput_event_start_time" in p]
+    assert len(job_ends) == 2 and tail_starts == [job_ends[0]]
 
 
 FORK_TRAIN = textwrap.dedent("""
@@ -162,11 +165,6 @@ FORK_TRAIN = textwrap.dedent("""
 """)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "rule 13 as amended for issue 40: the watcher process records the tail (SHUTDOWN and the "
-    "job end at the exit) with neither a job start nor a step, so it is an observer whose "
-    "rows place no attempt and only its disruptions are borrowed; the tail is lost until the "
-    "rule borrows an observer's tail or the watcher records as the training process"))
 def test_a_fork_process_is_accounted_for_from_start_to_exit(tmp_path):
     store = f"sqlite:///{tmp_path / 'fork.sqlite'}"
     t0 = time.time()
