@@ -14,6 +14,7 @@ Example::
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Callable, Dict, Optional
 
 from goodput_core.events import Kind
@@ -23,7 +24,7 @@ from goodput_integrations.jax.gate import ProcessGate
 from goodput_integrations.torch import _probe
 from goodput_integrations.torch._active import ACTIVE
 from goodput_integrations.torch.accel import AcceleratorInitTimer
-from goodput_integrations.torch.checkpoints import DcpListener
+from goodput_integrations.torch.checkpoints import DCP_LOGGER_MODULE, DcpListener
 from goodput_integrations.torch.compile import CompileSpans
 from goodput_integrations.torch.data import instrument_loader
 from goodput_integrations.torch.metadata import run_metadata
@@ -168,7 +169,7 @@ class TorchAdapter(AdapterBase):
         ``instrument()`` (TorchDynamo, DCP): attached once it is imported; the
         compile callbacks again after a ``torch._dynamo.reset()``."""
         self._compile.ensure()
-        if self._dcp.pending:
+        if self._dcp.pending and DCP_LOGGER_MODULE in sys.modules:
             self._dcp.ensure()
 
     def load_started(self, t0: float) -> Any:

@@ -20,8 +20,8 @@ lookup per record. This module adds such a handler:
 * ``load``: a ``checkpoint_restore`` span.
 
 The handler is attached once the program imported DCP (at ``instrument()``,
-else at the next tracked step or load: a dictionary lookup each time until
-then); this module never imports it.
+else at the next tracked step or load: a membership test of ``sys.modules``
+each time until then); this module never imports it.
 
 Calls on other threads than the training thread do not block the loop and
 are not recorded (``any_thread=True`` records them too). A call that raised
@@ -48,10 +48,14 @@ _SAVES = frozenset(("save", "async_save"))
 _LOADS = frozenset(("load",))
 
 
+#: the module of DCP's logger: in ``sys.modules`` once the program imported DCP
+DCP_LOGGER_MODULE = "torch.distributed.checkpoint.logger"
+
+
 def _dcp_logger() -> Optional[logging.Logger]:
     """DCP's logger, only once the program imported DCP (importing it costs
     a fraction of a second we would add to the job)."""
-    module = sys.modules.get("torch.distributed.checkpoint.logger")
+    module = sys.modules.get(DCP_LOGGER_MODULE)
     found = getattr(module, "_dcp_logger", None)
     return found if isinstance(found, logging.Logger) else None
 
@@ -72,6 +76,8 @@ class DcpListener(logging.Handler):
         self._open: Dict[str, float] = {}
         self._logger: Optional[logging.Logger] = None
         self._wanted = False
+        #: wanted and not attached yet (DCP not imported so far)
+        self.pending = False
         self.saves = 0
         self.loads = 0
 
@@ -81,11 +87,6 @@ class DcpListener(logging.Handler):
         self._wanted = True
         self.ensure()
 
-    @property
-    def pending(self) -> bool:
-        """Wanted and not attached yet (DCP not imported so far)."""
-        return self._wanted and self._logger is None
-
     def ensure(self) -> None:
         """Attaches to DCP's logger if wanted, not attached yet and DCP is imported."""
         if self._logger is not None or not self._wanted:
@@ -94,10 +95,11 @@ class DcpListener(logging.Handler):
         if found is not None:
             found.addHandler(self)
             self._logger = found
+        self.pending = found is None
 
     def uninstall(self) -> None:
         """Detaches from DCP's logger (idempotent)."""
-        self._wanted = False
+        self._wanted = self.pending = False
         found, self._logger = self._logger, None
         if found is not None:
             found.removeHandler(self)
