@@ -163,16 +163,6 @@ class AdapterBase:
             self._log_once(self._LOG + "stall-begin", "goodput: observing the device failed")
             return None
 
-    def _record_step_time(self, record: Callable[..., None], step: int) -> None:
-        """``record(step)`` now (a step's start or end): stamped by the
-        recorder when this process writes and the clock is the recorder's,
-        else through the gate with the adapter's clock (raises what the
-        recorder raises)."""
-        if self.gate.decision and self._recorder_stamps:
-            record(step)
-        else:
-            self.gate.submit(record, step, self.clock())
-
     def record_stall(self, start: float, end: float) -> None:
         """Records an input stall ``[start, end)`` (raises what the recorder raises)."""
         self.gate.submit(record_stall, self.recorder, start, end)

@@ -123,9 +123,9 @@ class JaxAdapter(AdapterBase):
         return self._accel.too_late
 
     # ------------------------------------------------------------ recording
-    # Hot paths of the data and step wrappers: kept flat (right after a
-    # device step the interpreter runs with cold caches, and every frame and
-    # attribute load shows in the step time).
+    # Hot paths of the data and step wrappers: flat on purpose (right after
+    # a device step the interpreter runs with cold caches, and every frame
+    # and attribute load shows in the step time).
     def loaded(self, t0: float, token: Any = None) -> None:
         """Records a data-loading span from ``t0`` to now, and the input stall
         inside it when ``token`` observed the device (never raises)."""
@@ -146,14 +146,20 @@ class JaxAdapter(AdapterBase):
     def step_started(self, step: int) -> None:
         """Records the start (dispatch) of ``step`` now (never raises)."""
         try:
-            self._record_step_time(self.recorder.record_step_start_time, step)
+            if self.gate.decision and self._recorder_stamps:
+                self.recorder.record_step_start_time(step)
+            else:
+                self.gate.submit(self.recorder.record_step_start_time, step, self.clock())
         except Exception:
             _probe.log_once("step-start", "goodput: recording a step start failed")
 
     def step_ended(self, step: int) -> None:
         """Records the end of ``step`` now (never raises)."""
         try:
-            self._record_step_time(self.recorder.record_step_end_time, step)
+            if self.gate.decision and self._recorder_stamps:
+                self.recorder.record_step_end_time(step)
+            else:
+                self.gate.submit(self.recorder.record_step_end_time, step, self.clock())
         except Exception:
             _probe.log_once("step-end", "goodput: recording a step end failed")
 

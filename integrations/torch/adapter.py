@@ -227,7 +227,11 @@ class TorchAdapter(AdapterBase):
             if self._on_cuda is None:
                 self._decide_device()
             self._lazy_hooks()
-            self._record_step_time(self.recorder.record_step_start_time, step)
+            # flat, as the JAX adapter's hot paths: this runs in the loop's cold caches
+            if self.gate.decision and self._recorder_stamps:
+                self.recorder.record_step_start_time(step)
+            else:
+                self.gate.submit(self.recorder.record_step_start_time, step, self.clock())
         except Exception:
             _probe.log_once("torch-step-start", "goodput: recording a step start failed")
 
@@ -237,7 +241,10 @@ class TorchAdapter(AdapterBase):
         sync point a wait for the GPU and the end (never raises)."""
         try:
             if not self._on_cuda:
-                self._record_step_time(self.recorder.record_step_end_time, step)
+                if self.gate.decision and self._recorder_stamps:
+                    self.recorder.record_step_end_time(step)
+                else:
+                    self.gate.submit(self.recorder.record_step_end_time, step, self.clock())
                 return
             if self.stalls is not None:
                 self.stalls.dispatched(result)
