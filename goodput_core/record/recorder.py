@@ -275,10 +275,11 @@ class Recorder(PhaseMixin):
         try:
             self._cloud_logger.write_cloud_logging_entry(
                 to_payload(EventRecord(self.run, kind, t, step, extra)))
-            self._writer.written += 1
+            self._writer.appender.written += 1
         except Exception:  # the logger owns its I/O; never raise into the loop
-            self._writer.write_errors += 1
-            if self._writer.write_errors == 1:
+            counts = self._writer.appender
+            counts.write_errors += 1
+            if counts.write_errors == 1:
                 logger.exception("goodput: cloud_logger.write_cloud_logging_entry failed")
 
     def _reject(self, kind: Kind, error: Exception) -> None:
