@@ -173,14 +173,11 @@ class QueuedStoreMixin:
 
 
 def _close_all() -> None:
-    """At exit: push the recorders' queues into the stores, then deliver; all of
-    it within the one exit bound (:mod:`goodput_core.exit_bound`)."""
-    hooks = sys.modules.get("goodput_core.record.hooks")
-    if hooks is not None:  # its own atexit hook runs after ours (LIFO)
-        try:
-            hooks.flush_at_exit()
-        except Exception:
-            pass
+    """At exit: push the recorders' queues into the stores (what the record layer
+    registered, :data:`goodput_core.exit_bound.before_stores_close`: its own
+    atexit hook runs after ours, LIFO), then deliver; all of it within the one
+    exit bound (:mod:`goodput_core.exit_bound`)."""
+    exit_bound.run_before_stores_close()
     for store in list(_LIVE):
         if store._closed:
             continue
