@@ -209,6 +209,7 @@ class Monitor:
         return self._calc
 
     def _new_calculator(self, clock: Callable[[], float]) -> Any:
+        # lazy: the calculator's modules: a monitor in a process opens it there
         from goodput_core.queries.calculator import Calculator
 
         return Calculator(self.run, open_store(self._store), clock=clock,

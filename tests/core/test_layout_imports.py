@@ -264,24 +264,38 @@ LAZY_PENDING = {os.path.join("goodput_integrations", *p) for p in (
 
 
 def _in_function_imports(tree):
-    """(line, statement) of each import of our own modules inside a function."""
+    """(statement, the statements of its block) for each import of our own
+    modules inside a function; a block: imports on consecutive lines."""
+    def ours(node):
+        if isinstance(node, ast.ImportFrom):
+            return node.level > 0 or (node.module or "").split(".")[0] in OURS
+        return any(a.name.split(".")[0] in OURS for a in node.names)
+
     def visit(node, inside):
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, (ast.Import, ast.ImportFrom)) and inside:
-                ours = (child.level > 0 or (child.module or "").split(".")[0] in OURS
-                        if isinstance(child, ast.ImportFrom)
-                        else any(a.name.split(".")[0] in OURS for a in child.names))
-                if ours:
-                    yield child
-            yield from visit(child, inside or isinstance(
-                child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)))
+        for field in ("body", "orelse", "finalbody", "handlers"):
+            statements = getattr(node, field, None)
+            if not isinstance(statements, list):
+                continue
+            block = []
+            for child in statements:
+                if isinstance(child, (ast.Import, ast.ImportFrom)):
+                    if not block or block[-1].end_lineno != child.lineno - 1:
+                        block = []
+                    block.append(child)
+                    if inside and ours(child):
+                        yield child, block[0]
+                else:
+                    block = []
+                    yield from visit(child, inside or isinstance(
+                        child, (ast.FunctionDef, ast.AsyncFunctionDef)))
 
     yield from visit(tree, False)
 
 
 def _unexplained_lazy_imports(roots):
-    """Imports of our own modules inside a function without ``# lazy: <why>`` on
-    the statement's first line or on a comment line right above it."""
+    """Imports of our own modules inside a function without ``# lazy: <why>``
+    on the statement's first line or in the comment lines right above its
+    block of imports."""
     found = []
     for package, root in roots:
         for path in py_files(root):
@@ -290,10 +304,13 @@ def _unexplained_lazy_imports(roots):
                 continue
             with open(path, encoding="utf-8") as f:
                 lines = f.read().splitlines()
-            for node in _in_function_imports(parse(path)):
-                above = lines[node.lineno - 2].strip() if node.lineno > 1 else ""
-                said = lines[node.lineno - 1] + (above if above.startswith("#") else "")
-                if "# lazy: " not in said:
+            for node, first in _in_function_imports(parse(path)):
+                said = [lines[node.lineno - 1]]
+                above = first.lineno - 2
+                while above >= 0 and lines[above].strip().startswith("#"):
+                    said.append(lines[above])
+                    above -= 1
+                if not any("# lazy: " in line for line in said):
                     found.append(f"{rel}:{node.lineno}")
     return found
 
@@ -313,12 +330,20 @@ def test_the_lazy_import_check_sees_an_unexplained_one(tmp_path):
         "def f():\n"
         "    from goodput_core.queries import calculator\n"
         "    import json\n"
-        "    # lazy: numpy\n"
+        "    # lazy: numpy, and a comment\n"
+        "    # of two lines\n"
         "    from goodput_core.stores import sqlite\n"
-        "    from . import b  # lazy: the monitor process lowers its priority first\n"
+        "    from . import b\n"
+        "    x = 1\n"
         "    from . import c  # lazy\n"
+        "    if x:\n"
+        "        from . import d  # lazy: the monitor process lowers its priority first\n"
         "class K:\n"
         "    def m(self):\n"
-        "        import goodput_integrations.jax\n")
+        "        try:\n"
+        "            import goodput_integrations.jax\n"
+        "        except ImportError:\n"
+        "            pass\n"
+        "from . import e\n")
     assert _unexplained_lazy_imports([("pkg", str(tmp_path))]) == [
-        f"{os.path.join('pkg', 'a.py')}:{n}" for n in (3, 8, 11)]
+        f"{os.path.join('pkg', 'a.py')}:{n}" for n in (3, 10, 16)]

@@ -18,6 +18,7 @@ import sys
 
 from goodput_core.cli.commands.backup import sqlite_path
 from goodput_core.stores import check_store_url, default_store_url, open_store
+from goodput_core.stores.postgres import SCHEME as POSTGRES
 
 __all__ = ["add_arguments", "run"]
 
@@ -29,12 +30,10 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from goodput_core.stores import check_store_url, default_store_url
-    from goodput_core.stores.postgres import SCHEME as POSTGRES
-
     url, scheme, _ = check_store_url(args.store or default_store_url(), writer=True)
     if scheme in POSTGRES.names:  # postgresql://, postgres:// or a keyword DSN
         return _compact_postgres(url)
+    # lazy: numpy: goodput --help imports every command
     from goodput_core.stores.sqlite.admin import compact
 
     path = sqlite_path(url, writer=True)
@@ -44,6 +43,7 @@ def run(args) -> int:
 
 
 def _compact_postgres(url: str) -> int:
+    # lazy: psycopg: goodput --help imports every command
     from goodput_core.stores.postgres.admin import compact
 
     store = open_store(url)

@@ -50,6 +50,7 @@ def add_arguments(parser) -> None:
 
 
 def _calcs(store, names: Sequence[str], group: Optional[str]) -> List[Tuple[str, Any]]:
+    # lazy: numpy: goodput --help imports every command
     from goodput_core.queries.calculator import Calculator
 
     if group is not None:

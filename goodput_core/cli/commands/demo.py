@@ -38,11 +38,17 @@ import time
 from typing import Any, Dict, Optional, TextIO
 
 from goodput_core.cli import CliError, CliIOError
-from goodput_core.redact import redact
+from goodput_core.cli.demo_attempts import (
+    DemoConfig, DemoError, frameworks_missing, run_crash_and_restart)
+from goodput_core.cli.demo_torchrun import (
+    TorchDemoConfig, run_torchrun_crash_and_restart, torch_missing)
+from goodput_core.cli.serve.security import run_segment
+from goodput_core.cli.synthetic import SyntheticJob, record_synthetic_job
 from goodput_core.events import Kind
-from goodput_core.stores import schemes
+from goodput_core.monitor import Monitor
 from goodput_core.record.recorder import Recorder
-from goodput_core.stores import open_store
+from goodput_core.redact import redact
+from goodput_core.stores import open_store, schemes
 
 __all__ = ["add_arguments", "run"]
 
@@ -110,13 +116,9 @@ def run(args) -> int:
     run_name = _run_name(store, args.run)
     synthetic = args.synthetic
     if args.torch:
-        from goodput_core.cli.demo_torchrun import torch_missing
-
         if torch_missing():
             raise CliError("goodput demo --torch needs torch: pip install torch")
     elif not synthetic:
-        from goodput_core.cli.demo_attempts import frameworks_missing
-
         missing = frameworks_missing()
         if missing:
             print(f"goodput demo: {', '.join(missing)} not installed (pip install "
@@ -153,8 +155,6 @@ def _run_name(store: str, given: Optional[str]) -> str:
 
 # ------------------------------------------------------------------ jobs
 def _play_synthetic(run_name: str, store: str) -> None:
-    from goodput_core.cli.synthetic import SyntheticJob, record_synthetic_job
-
     rec = Recorder(run_name, store)
     job = SyntheticJob()
     played = record_synthetic_job(rec, time.time() - 120.0, job)
@@ -193,8 +193,6 @@ def _remove_workdir(outdir: str, workdir: str, parent_existed: bool = True) -> N
 
 
 def _play_real(args, run_name: str, store: str, outdir: str) -> None:
-    from goodput_core.cli.demo_attempts import DemoConfig, run_crash_and_restart
-
     def play(workdir: str, on_message) -> Dict[str, Any]:
         cfg = DemoConfig(store=store, run=run_name, workdir=workdir, steps=args.steps,
                          save_every=args.save_every, crash_at=args.crash_at,
@@ -208,11 +206,6 @@ def _play_real(args, run_name: str, store: str, outdir: str) -> None:
 
 
 def _play_torch(args, run_name: str, store: str, outdir: str) -> None:
-    from goodput_core.cli.demo_torchrun import (
-        TorchDemoConfig,
-        run_torchrun_crash_and_restart,
-    )
-
     def play(workdir: str, on_message) -> Dict[str, Any]:
         cfg = TorchDemoConfig(store=store, run=run_name, workdir=workdir, steps=args.steps,
                               save_every=args.save_every, crash_at=args.crash_at,
@@ -232,8 +225,6 @@ def _play_torch(args, run_name: str, store: str, outdir: str) -> None:
 def _train(args, run_name: str, outdir: str, play) -> None:
     """Runs ``play(workdir, on_message)`` in a fresh checkpoint directory with a
     progress bar; removes the directory after unless ``--keep-checkpoints``."""
-    from goodput_core.cli.demo_attempts import DemoError
-
     parent_existed = os.path.isdir(os.path.join(outdir, "checkpoints"))
     workdir = _fresh_workdir(outdir, run_name)
     bar = _Progress(args.steps, sys.stdout)
@@ -333,6 +324,7 @@ class _Progress:
 # ----------------------------------------------------------------- output
 def _finish(run_name: str, store: str, outdir: str, synthetic: bool) -> None:
     """Prints the report, writes TensorBoard files and the timeline, says where."""
+    # lazy: numpy: goodput --help imports every command
     from goodput_core.cli.commands.report import build_report, format_table, open_run
 
     now = time.time()
@@ -365,8 +357,6 @@ def _finish(run_name: str, store: str, outdir: str, synthetic: bool) -> None:
 
 def _dashboard_url(run_name: str) -> str:
     """The run page of ``goodput serve`` on its default address."""
-    from goodput_core.cli.serve.security import run_segment
-
     return f"http://127.0.0.1:8765/run/{run_segment(run_name)}"
 
 
@@ -387,8 +377,8 @@ def _goodput_command() -> str:
 def _write_tensorboard(calc, run_name: str, outdir: str):
     base = os.path.join(outdir, "tensorboard")
     try:
+        # lazy: numpy: goodput --help imports every command
         from goodput_core.exporters.tensorboard import TensorBoardExporter
-        from goodput_core.monitor import Monitor
 
         exporter = TensorBoardExporter(os.path.join(base, run_name))
     except ImportError as exc:
@@ -403,6 +393,7 @@ def _write_tensorboard(calc, run_name: str, outdir: str):
 
 
 def _write_timeline(calc, now: float, outdir: str):
+    # lazy: numpy and matplotlib: goodput --help imports every command
     import goodput_core.cli.plot_timeline as pt
 
     data = pt.collect(calc, now=now)
@@ -411,6 +402,7 @@ def _write_timeline(calc, now: float, outdir: str):
         pt.render_image(data, png)
         return ("timeline", png)
     except pt.PlotUnavailable:
+        # lazy: numpy: goodput --help imports every command
         from goodput_core.cli.commands.timeline import render_html
 
         page = os.path.join(outdir, "timeline.html")

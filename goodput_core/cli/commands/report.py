@@ -167,6 +167,7 @@ def open_run(run_name: str, store_url: Any):
     """``(calculator, store)`` for ``run_name``, refreshed; CliError for an
     unknown run, StoreError for an unusable store. Also used by ``goodput timeline``.
     """
+    # lazy: numpy: goodput --help imports every command
     from goodput_core.queries.calculator import Calculator
 
     store = open_store(store_url, create=False)

@@ -40,6 +40,7 @@ def _refuse_live_writer(path: str, run: str) -> None:
 
 def manage(args) -> int:
     """Runs ``delete`` or ``rename``; returns the exit code (1: not confirmed)."""
+    # lazy: numpy: goodput --help imports every command
     from goodput_core.stores.sqlite import admin
 
     want = {"delete": 1, "rename": 2}[args.action]
