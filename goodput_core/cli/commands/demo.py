@@ -38,10 +38,8 @@ import time
 from typing import Any, Dict, Optional, TextIO
 
 from goodput_core.cli import CliError, CliIOError
-from goodput_core.cli.demo_attempts import (
-    DemoConfig, DemoError, frameworks_missing, run_crash_and_restart)
-from goodput_core.cli.demo_torchrun import (
-    TorchDemoConfig, run_torchrun_crash_and_restart, torch_missing)
+# the drivers by module: tests replace their functions (a program that cannot start)
+from goodput_core.cli import demo_attempts, demo_torchrun
 from goodput_core.cli.serve.security import run_segment
 from goodput_core.cli.synthetic import SyntheticJob, record_synthetic_job
 from goodput_core.events import Kind
@@ -116,10 +114,10 @@ def run(args) -> int:
     run_name = _run_name(store, args.run)
     synthetic = args.synthetic
     if args.torch:
-        if torch_missing():
+        if demo_torchrun.torch_missing():
             raise CliError("goodput demo --torch needs torch: pip install torch")
     elif not synthetic:
-        missing = frameworks_missing()
+        missing = demo_attempts.frameworks_missing()
         if missing:
             print(f"goodput demo: {', '.join(missing)} not installed (pip install "
                   f"'goodput-core[jax]'): playing the synthetic job instead", flush=True)
@@ -194,10 +192,11 @@ def _remove_workdir(outdir: str, workdir: str, parent_existed: bool = True) -> N
 
 def _play_real(args, run_name: str, store: str, outdir: str) -> None:
     def play(workdir: str, on_message) -> Dict[str, Any]:
-        cfg = DemoConfig(store=store, run=run_name, workdir=workdir, steps=args.steps,
-                         save_every=args.save_every, crash_at=args.crash_at,
-                         log_dir=os.path.join(outdir, "logs", run_name))
-        return run_crash_and_restart(cfg, on_message=on_message)
+        cfg = demo_attempts.DemoConfig(
+            store=store, run=run_name, workdir=workdir, steps=args.steps,
+            save_every=args.save_every, crash_at=args.crash_at,
+            log_dir=os.path.join(outdir, "logs", run_name))
+        return demo_attempts.run_crash_and_restart(cfg, on_message=on_message)
 
     print(f"Training a small Flax MLP on CPU ({args.steps} steps, an Orbax checkpoint every "
           f"{args.save_every}); the first attempt will crash (SIGKILL) after step "
@@ -207,11 +206,11 @@ def _play_real(args, run_name: str, store: str, outdir: str) -> None:
 
 def _play_torch(args, run_name: str, store: str, outdir: str) -> None:
     def play(workdir: str, on_message) -> Dict[str, Any]:
-        cfg = TorchDemoConfig(store=store, run=run_name, workdir=workdir, steps=args.steps,
-                              save_every=args.save_every, crash_at=args.crash_at,
-                              compile=args.compile,
-                              log_path=os.path.join(outdir, "logs", run_name, "torchrun.log"))
-        summary = run_torchrun_crash_and_restart(cfg, on_message=on_message)
+        cfg = demo_torchrun.TorchDemoConfig(
+            store=store, run=run_name, workdir=workdir, steps=args.steps,
+            save_every=args.save_every, crash_at=args.crash_at, compile=args.compile,
+            log_path=os.path.join(outdir, "logs", run_name, "torchrun.log"))
+        summary = demo_torchrun.run_torchrun_crash_and_restart(cfg, on_message=on_message)
         summary["attempts"] = [1, 2]
         return summary
 
@@ -231,7 +230,7 @@ def _train(args, run_name: str, outdir: str, play) -> None:
     started = time.monotonic()
     try:
         summary = play(workdir, bar)
-    except DemoError as exc:
+    except demo_attempts.DemoError as exc:
         bar.close()
         raise CliError(str(exc)) from None
     finally:
