@@ -50,7 +50,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 import psycopg
 
 from goodput_core.events import EventRecord, Kind
-from goodput_core.stores.background import QueuedStoreMixin
+from goodput_core.stores.background import SendQueue
 from goodput_core.stores.base import Store, StoreError
 from goodput_core.stores.spill_buffer import spill_tag
 from goodput_core.stores.postgres.chunks import (
@@ -107,7 +107,7 @@ def _encode(event: EventRecord) -> Dict[str, Any]:
     return {"e": row}
 
 
-class PostgresStore(PostgresReadMixin, QueuedStoreMixin, Store):
+class PostgresStore(PostgresReadMixin, Store):
     """Events in a PostgreSQL database, shared by every host of a job.
 
     Args:
@@ -183,7 +183,10 @@ class PostgresStore(PostgresReadMixin, QueuedStoreMixin, Store):
             if not getattr(exc, "held_back", False):  # said once per process, not per store
                 logger.warning("goodput: %s; the goodput tables are checked before the "
                                "first batch", exc)
-        self._start_sending(
+        # the store has its send queue (stores/background.py): append hands entries to it
+        self._sending = SendQueue(
+            self.url, self._send, release=self._release,
+            forget_connections=self._forget_connections,
             spill_dir=spill_dir or default_spill_dir(), required=("e",),
             # One tag per destination (no password): a later process writing
             # there adopts and delivers what an earlier one left.
@@ -192,6 +195,7 @@ class PostgresStore(PostgresReadMixin, QueuedStoreMixin, Store):
             flush_interval_s=float(flush_interval_s), sleep=sleep,
             backoff=(float(backoff_initial_s), float(backoff_max_s)),
             transient=_TRANSIENT + (StoreError,))
+        self._sending.start()
 
     # ----------------------------------------------------------- connections
     def _connect(self) -> "psycopg.Connection":
@@ -305,8 +309,8 @@ class PostgresStore(PostgresReadMixin, QueuedStoreMixin, Store):
             try:
                 entries.append(_encode(event))
             except Exception:
-                self._rejected += 1
-        self._queue(entries)
+                self._sending.rejected += 1
+        self._sending.put(entries)
 
     def _ids(self, conn, rows: List[list]) -> Tuple[Dict[str, int], Dict[tuple, int]]:
         """Run and writer ids of a batch, created when new (ids never change)."""
@@ -349,12 +353,12 @@ class PostgresStore(PostgresReadMixin, QueuedStoreMixin, Store):
         """Inserts one batch in one transaction (runs on the sender thread)."""
         rows = [e["e"] for e in entries if isinstance(e, dict) and isinstance(e.get("e"), list)
                 and len(e["e"]) == 11]
-        self._rejected += len(entries) - len(rows)
+        self._sending.rejected += len(entries) - len(rows)
         if not rows:
             return
 
         def more() -> bool:  # another full batch is ready: keep the connection for it
-            return len(self._sender.buffer) - len(entries) >= self._batch_size
+            return len(self._sending.sender.buffer) - len(entries) >= self._batch_size
 
         # Could not connect (StoreError) or the connection broke (_TRANSIENT):
         # the slot closes it and the sender retries the batch later.
@@ -389,7 +393,7 @@ class PostgresStore(PostgresReadMixin, QueuedStoreMixin, Store):
             except Exception as exc:
                 if refusal_is_outage(exc):
                     raise  # the whole batch is retried later; inserted rows are deduplicated
-                self._rejected += 1
+                self._sending.rejected += 1
 
     def _release(self) -> None:
         self._drop_connection()  # the reading connection of this thread
@@ -401,10 +405,31 @@ class PostgresStore(PostgresReadMixin, QueuedStoreMixin, Store):
         self._local = threading.local()
         self._slot = slot_for(self._conninfo, self._connect, self._connect_backoff)
 
+    # ------------------------------------------------ delivery (the send queue's)
+    def flush(self, timeout: Optional[float] = 10.0) -> bool:
+        """Waits until every event appended before this call is inserted
+        (False on timeout: the events stay queued)."""
+        return self._sending.flush(timeout)
+
+    def close(self, timeout: Optional[float] = 10.0,
+              say: Optional[Callable[[str], Any]] = None) -> bool:
+        """Inserts what it can within ``timeout`` and stops sending; what is left
+        waits in a spill file for the next store on this database (``say``:
+        where to say so; default the log). True when everything was inserted."""
+        return self._sending.close(timeout, say)
+
+    def delivery_mark(self) -> Optional[int]:
+        """See :meth:`SendQueue.delivery_mark <goodput_core.stores.background.SendQueue.delivery_mark>`."""
+        return self._sending.delivery_mark()
+
+    def delivered_mark(self) -> Optional[float]:
+        """See :meth:`SendQueue.delivered_mark <goodput_core.stores.background.SendQueue.delivered_mark>`."""
+        return self._sending.delivered_mark()
+
     def stats(self) -> Dict[str, Any]:
         """The sender's counters, plus this process's connection attempts to the
         server (``connections``: opened, refused, held_back; shared by its stores)."""
-        out = super().stats()
+        out = self._sending.stats()
         out["connections"] = dict(self._slot.counts)
         return out
 
