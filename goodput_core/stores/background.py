@@ -3,9 +3,10 @@
 The Cloud Logging and PostgreSQL stores queue events and deliver them from a
 sender thread of their own (:class:`~goodput_core.stores.batch_sender.BatchSender`
 over a :class:`~goodput_core.stores.spill_buffer.SpillBuffer`: bounded
-memory, then a local spill file). Such a store *has* a :class:`SendQueue`,
-the part that does not depend on the service: queueing, fences, close,
-counters, and the two moments that need care:
+memory, then a local spill file). Such a store *has* a :class:`SendQueue`
+(and is a :class:`QueuedStore`, which forwards to it), the part that does not
+depend on the service: queueing, fences, close, counters, and the two moments
+that need care:
 
 * **Interpreter exit**: the recorders' queues are pushed into the stores
   first, then every live store delivers what it can within a bounded time
@@ -26,10 +27,11 @@ import weakref
 from typing import Any, Callable, Dict, List, Optional, Tuple, Type
 
 from goodput_core import exit_bound
+from goodput_core.stores.base import Store
 from goodput_core.stores.batch_sender import BatchSender
 from goodput_core.stores.spill_buffer import SpillBuffer
 
-__all__ = ["SendQueue", "EXIT_TIMEOUT_S"]
+__all__ = ["QueuedStore", "SendQueue", "EXIT_TIMEOUT_S"]
 
 logger = logging.getLogger("goodput")
 
@@ -190,6 +192,38 @@ class SendQueue:
         out = self.sender.stats()
         out["rejected"] = self.rejected
         return out
+
+
+class QueuedStore(Store):
+    """A store that *has* a :class:`SendQueue` (``self._sending``, made and
+    started at the end of the subclass's constructor): delivering, closing,
+    the delivery marks and the counters are the queue's."""
+
+    _sending: SendQueue
+
+    def flush(self, timeout: Optional[float] = 10.0) -> bool:
+        """Waits until every event appended before this call is delivered
+        (False on timeout: the events stay queued)."""
+        return self._sending.flush(timeout)
+
+    def close(self, timeout: Optional[float] = 10.0,
+              say: Optional[Callable[[str], Any]] = None) -> bool:
+        """Delivers what it can within ``timeout`` and stops sending; what is left
+        waits in a spill file for the next store on the same destination (``say``:
+        where to say so; default the log). True when everything was delivered."""
+        return self._sending.close(timeout, say)
+
+    def delivery_mark(self) -> Optional[int]:
+        """See :meth:`SendQueue.delivery_mark`."""
+        return self._sending.delivery_mark()
+
+    def delivered_mark(self) -> Optional[float]:
+        """See :meth:`SendQueue.delivered_mark`."""
+        return self._sending.delivered_mark()
+
+    def stats(self) -> Dict[str, Any]:
+        """Counters: delivered, pending (in memory / on disk), retries, rejected, ..."""
+        return self._sending.stats()
 
 
 def _close_all() -> None:

@@ -47,8 +47,8 @@ from google.cloud.logging_v2.types import ListLogEntriesRequest, WriteLogEntries
 
 from goodput_core.events import EventRecord
 from goodput_core.stores.cloud_logging import wire
-from goodput_core.stores.background import SendQueue
-from goodput_core.stores.base import Cursor, Store, StoreError
+from goodput_core.stores.background import QueuedStore, SendQueue
+from goodput_core.stores.base import Cursor, StoreError
 from goodput_core.stores.spill_buffer import default_spill_dir, spill_tag
 
 __all__ = ["CloudLoggingStore", "TRANSIENT_ERRORS"]
@@ -80,7 +80,7 @@ def _resource_pb(project: str, resource: Any):
     return _mr_pb2.MonitoredResource(type=rtype, labels={str(k): str(v) for k, v in labels.items()})
 
 
-class CloudLoggingStore(Store):
+class CloudLoggingStore(QueuedStore):
     """Events as Google Cloud Logging entries, written in the background.
 
     Args:
@@ -223,31 +223,6 @@ class CloudLoggingStore(Store):
                 self._client.transport.close()
             except Exception:
                 pass
-
-    # ------------------------------------------------ delivery (the send queue's)
-    def flush(self, timeout: Optional[float] = 10.0) -> bool:
-        """Waits until every event appended before this call is in Cloud Logging
-        (False on timeout: the events stay queued)."""
-        return self._sending.flush(timeout)
-
-    def close(self, timeout: Optional[float] = 10.0,
-              say: Optional[Callable[[str], Any]] = None) -> bool:
-        """Delivers what it can within ``timeout`` and stops sending; what is left
-        waits in a spill file for the next store on this log (``say``: where to
-        say so; default the log). True when everything was delivered."""
-        return self._sending.close(timeout, say)
-
-    def delivery_mark(self) -> Optional[int]:
-        """See :meth:`SendQueue.delivery_mark <goodput_core.stores.background.SendQueue.delivery_mark>`."""
-        return self._sending.delivery_mark()
-
-    def delivered_mark(self) -> Optional[float]:
-        """See :meth:`SendQueue.delivered_mark <goodput_core.stores.background.SendQueue.delivered_mark>`."""
-        return self._sending.delivered_mark()
-
-    def stats(self) -> Dict[str, Any]:
-        """Counters: delivered, pending (in memory / on disk), retries, rejected, ..."""
-        return self._sending.stats()
 
     # ----------------------------------------------------------- reads
     def _list_page(self, request) -> Any:

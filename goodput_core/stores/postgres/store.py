@@ -50,8 +50,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 import psycopg
 
 from goodput_core.events import EventRecord, Kind
-from goodput_core.stores.background import SendQueue
-from goodput_core.stores.base import Store, StoreError
+from goodput_core.stores.background import QueuedStore, SendQueue
+from goodput_core.stores.base import StoreError
 from goodput_core.stores.spill_buffer import spill_tag
 from goodput_core.stores.postgres.chunks import (
     CHUNK_EVENTS, TAIL_EVENTS, chunk_statements, pack)
@@ -107,7 +107,7 @@ def _encode(event: EventRecord) -> Dict[str, Any]:
     return {"e": row}
 
 
-class PostgresStore(PostgresReadMixin, Store):
+class PostgresStore(PostgresReadMixin, QueuedStore):
     """Events in a PostgreSQL database, shared by every host of a job.
 
     Args:
@@ -405,31 +405,10 @@ class PostgresStore(PostgresReadMixin, Store):
         self._local = threading.local()
         self._slot = slot_for(self._conninfo, self._connect, self._connect_backoff)
 
-    # ------------------------------------------------ delivery (the send queue's)
-    def flush(self, timeout: Optional[float] = 10.0) -> bool:
-        """Waits until every event appended before this call is inserted
-        (False on timeout: the events stay queued)."""
-        return self._sending.flush(timeout)
-
-    def close(self, timeout: Optional[float] = 10.0,
-              say: Optional[Callable[[str], Any]] = None) -> bool:
-        """Inserts what it can within ``timeout`` and stops sending; what is left
-        waits in a spill file for the next store on this database (``say``:
-        where to say so; default the log). True when everything was inserted."""
-        return self._sending.close(timeout, say)
-
-    def delivery_mark(self) -> Optional[int]:
-        """See :meth:`SendQueue.delivery_mark <goodput_core.stores.background.SendQueue.delivery_mark>`."""
-        return self._sending.delivery_mark()
-
-    def delivered_mark(self) -> Optional[float]:
-        """See :meth:`SendQueue.delivered_mark <goodput_core.stores.background.SendQueue.delivered_mark>`."""
-        return self._sending.delivered_mark()
-
     def stats(self) -> Dict[str, Any]:
         """The sender's counters, plus this process's connection attempts to the
         server (``connections``: opened, refused, held_back; shared by its stores)."""
-        out = self._sending.stats()
+        out = super().stats()
         out["connections"] = dict(self._slot.counts)
         return out
 

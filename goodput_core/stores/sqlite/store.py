@@ -170,17 +170,10 @@ class SqliteStore(Store):
     @_gated
     def read(self, run: str, since: Cursor = None,
              limit: Optional[int] = None) -> Tuple[List[EventRecord], Cursor]:
-        """Returns events of ``run`` with an id greater than ``since``, in append order.
-
-        Args:
-          run: the run name.
-          since: a cursor from an earlier read (the last id read), or None.
-          limit: at most this many events (None: all).
-
-        Returns:
-          (events, cursor): ``cursor`` is the id of the last event returned, or
-          ``since`` unchanged when there is nothing new.
-        """
+        """:meth:`Store.read <goodput_core.stores.base.Store.read>`: the events of
+        ``run`` with an id greater than ``since``, in append order; the cursor
+        is the id of the last event returned, or ``since`` unchanged when there
+        is nothing new."""
         return self._reader.read(run, since, limit)
 
     @_gated
