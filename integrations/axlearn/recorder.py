@@ -225,7 +225,7 @@ class GoodputSuiteRecorder(_base.RecorderBase):
         # build's imports compete for the GIL (a flush builds it at once).
         self._build_now.wait(_ENGINE_BUILD_DELAY_S)
         try:
-            # lazy: the recorder's modules: AXLearn's registry imports this in every job
+            # lazy: on the build's own thread, after the first record (see above)
             from goodput_core.compat.goodput import GoodputRecorder
 
             kwargs: Dict[str, Any] = {"clock": self._clock}

@@ -14,6 +14,7 @@ from goodput_core.cli import CliError, CliIOError
 from goodput_core.redact import redact
 from goodput_core.stores import check_store_url, sqlite_location
 from goodput_core.stores.sqlite import SCHEME as SQLITE
+from goodput_core.stores.sqlite.admin import backup
 
 __all__ = ["add_arguments", "run"]
 
@@ -38,9 +39,6 @@ def sqlite_path(store: str, other: str = "back up a PostgreSQL store with pg_dum
 
 
 def run(args) -> int:
-    # lazy: numpy: goodput --help imports every command
-    from goodput_core.stores.sqlite.admin import backup
-
     path = sqlite_path(args.store)
     try:
         runs = backup(path, args.dest)

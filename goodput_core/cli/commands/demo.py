@@ -40,6 +40,9 @@ from typing import Any, Dict, Optional, TextIO
 from goodput_core.cli import CliError, CliIOError
 # the drivers by module: tests replace their functions (a program that cannot start)
 from goodput_core.cli import demo_attempts, demo_torchrun
+from goodput_core.cli import plot_timeline as pt
+from goodput_core.cli.commands.report import build_report, format_table, open_run
+from goodput_core.cli.commands.timeline import render_html
 from goodput_core.cli.serve.security import run_segment
 from goodput_core.cli.synthetic import SyntheticJob, record_synthetic_job
 from goodput_core.events import Kind
@@ -323,9 +326,6 @@ class _Progress:
 # ----------------------------------------------------------------- output
 def _finish(run_name: str, store: str, outdir: str, synthetic: bool) -> None:
     """Prints the report, writes TensorBoard files and the timeline, says where."""
-    # lazy: numpy: goodput --help imports every command
-    from goodput_core.cli.commands.report import build_report, format_table, open_run
-
     now = time.time()
     calc, opened = open_run(run_name, store)
     result = calc.cumulative(now=now)
@@ -376,7 +376,7 @@ def _goodput_command() -> str:
 def _write_tensorboard(calc, run_name: str, outdir: str):
     base = os.path.join(outdir, "tensorboard")
     try:
-        # lazy: numpy: goodput --help imports every command
+        # lazy: tensorboardX is optional (missing: the demo goes on without)
         from goodput_core.exporters.tensorboard import TensorBoardExporter
 
         exporter = TensorBoardExporter(os.path.join(base, run_name))
@@ -392,18 +392,12 @@ def _write_tensorboard(calc, run_name: str, outdir: str):
 
 
 def _write_timeline(calc, now: float, outdir: str):
-    # lazy: numpy and matplotlib: goodput --help imports every command
-    import goodput_core.cli.plot_timeline as pt
-
     data = pt.collect(calc, now=now)
     png = os.path.join(outdir, "timeline.png")
     try:
         pt.render_image(data, png)
         return ("timeline", png)
     except pt.PlotUnavailable:
-        # lazy: numpy: goodput --help imports every command
-        from goodput_core.cli.commands.timeline import render_html
-
         page = os.path.join(outdir, "timeline.html")
         render_html(data, page)
         return ("timeline", f"{page}   (no matplotlib for a PNG: pip install 'goodput-core[plot]')")

@@ -88,11 +88,11 @@ def _write_file(path: str, pages, meta: bool, progress) -> int:
 
 def _run_otlp(args) -> int:
     """Sends the run's timeline as a trace; exit 1 when spans were refused."""
-    # lazy: numpy: goodput --help imports every command
+    # lazy: the calculator's modules: only --format otlp reads through one
     from goodput_core.queries.calculator import Calculator
 
     try:
-        # lazy: numpy and opentelemetry: goodput --help imports every command
+        # lazy: OpenTelemetry is optional (missing: said as a usage error)
         from goodput_core.exporters.otel_trace import export_run
     except ImportError as exc:
         raise CliError(f"--format otlp needs OpenTelemetry: pip install "

@@ -44,7 +44,7 @@ def run(args) -> int:
         return manage(args)
     store = open_store(args.store, create=False)
     if args.group is not None:
-        # lazy: numpy: goodput --help imports every command
+        # lazy: the calculators' modules: only runs --group compares
         from goodput_core.cli.commands.compare import list_group
 
         return list_group(store, args.group, as_json=args.json)
@@ -63,7 +63,7 @@ def run(args) -> int:
 def _with_summaries(store, as_json: bool) -> int:
     """Every run with its summary (:mod:`goodput_core.queries.summaries`), newest
     activity first."""
-    # lazy: numpy: goodput --help imports every command
+    # lazy: numpy: only runs --summary reads the summaries
     from goodput_core.queries.summaries import run_summaries
 
     rows = run_summaries(store)
@@ -81,9 +81,11 @@ def _with_summaries(store, as_json: bool) -> int:
                         f"{format_duration(s.total_seconds):>10}  {s.disruptions:>8}  "
                         f"{format_time(s.last_activity) if s.last_activity else '-':<20}  "
                         f"{s.state_text}{group}"))
+
+
 def _with_states(store, as_json: bool) -> int:
     """Every run with its state at the time of the command (rule 15)."""
-    # lazy: numpy: goodput --help imports every command
+    # lazy: the calculators' modules: only runs --state reads every run
     from goodput_core.cli.commands.report import state_line, state_report
     from goodput_core.queries.calculator import Calculator
 

@@ -39,7 +39,8 @@ def make_server(store: Any, host: str = "127.0.0.1", port: int = 8765,
       OSError: the port cannot be bound.
       ImportError: uvicorn is missing (``pip install 'goodput-core[serve]'``).
     """
-    # lazy: numpy and the HTTP server: goodput --help imports every command
+    # lazy: the server's modules (numpy, asyncio): goodput demo imports this package
+    # for its security helpers
     from goodput_core.cli.serve.api import Api
     from goodput_core.cli.serve.http import DashboardServer
     from goodput_core.cli.serve.runs import RunCache
