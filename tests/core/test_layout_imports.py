@@ -259,8 +259,7 @@ def test_the_import_system_check_sees_an_alias_module(tmp_path):
 # Files of branches in flight when this rule came (the PyTorch adapter, MaxText's
 # whole-process recording): their imports inside functions get their reasons there.
 LAZY_PENDING = {os.path.join("goodput_integrations", *p) for p in (
-    ("torch", "adapter.py"), ("torch", "hf.py"), ("torch", "lightning.py"),
-    ("maxtext", "whole_process.py"))}
+    ("torch", "adapter.py"), ("torch", "hf.py"), ("torch", "lightning.py"))}
 
 
 def _in_function_imports(tree):
