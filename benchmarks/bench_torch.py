@@ -6,8 +6,9 @@ worker's hand-over would cost more than the step), sized so that a step
 takes about a millisecond. "On" runs do what the README shows:
 ``with rec.job(), gtorch.instrumented(rec):``, the loader wrapped with
 ``gtorch.instrument_loader``, the step with ``gtorch.train_step`` (a step
-start and end per step, every load and its input stall recorded: six events
-a step into the default embedded SQLite store through the writer thread),
+start and end per step, and each load, on the CPU, as its input stall: four
+events a step into the default embedded SQLite store through the writer
+thread),
 and a ``Monitor`` on a thread of the same process (one cycle a second,
 TensorBoard files). "Off" runs are the same loop, bare.
 
@@ -15,7 +16,8 @@ Runs alternate off/on (interleaved, so drift in the machine's speed hits
 both sides alike). The P15 figure is the ratio of the median loop times
 (each run's wall time over its steps, loads included); the per-step median
 ratio (the step function alone) and the spread of per-pair ratios are printed
-too, with the cost of the recording calls per step measured on their own.
+too, with the cost of the recording calls per step measured on their own and
+inside the loop (the step call and ``next()``, on against off).
 
     python benchmarks/bench_torch.py [--pairs 10] [--steps 3000] [--hidden 96]
 """
@@ -67,16 +69,23 @@ def one_run(on: bool, steps: int, hidden: int, store: str, tb: str, with_monitor
         return loss
 
     loader = torch.utils.data.DataLoader(Batches(steps, 64), batch_size=None)
-    step_times = []
+    step_times, load_times = [], []
     pc = time.perf_counter
+
+    def loop(it, step):
+        for _ in range(steps):
+            a = pc()
+            x, y = next(it)
+            b = pc()
+            step(x, y)
+            step_times.append(pc() - b)
+            load_times.append(b - a)
+
     if not on:
         it = iter(loader)
         t0 = pc()
-        for x, y in it:
-            a = pc()
-            step_fn(x, y)
-            step_times.append(pc() - a)
-        return pc() - t0, step_times
+        loop(it, step_fn)
+        return pc() - t0, step_times, load_times
     from goodput_core.exporters.tensorboard import TensorBoardExporter
     from goodput_core.monitor import Monitor
 
@@ -91,20 +100,17 @@ def one_run(on: bool, steps: int, hidden: int, store: str, tb: str, with_monitor
         train_step = gtorch.train_step(step_fn)
         it = iter(gtorch.instrument_loader(loader))
         t0 = pc()
-        for x, y in it:
-            a = pc()
-            train_step(x, y)
-            step_times.append(pc() - a)
+        loop(it, train_step)
         total = pc() - t0
         if monitor is not None:
             monitor.stop()
     rec.close()
-    return total, step_times
+    return total, step_times, load_times
 
 
 def hook_cost(n: int = 20000) -> float:
-    """Seconds per step of our code alone: a step start and end, a load and its
-    stall, recorded into memory through the adapter (no model, no loader)."""
+    """Seconds per step of our code alone: a step start and end and a load (its
+    input stall), recorded into memory through the adapter (no model, no loader)."""
     rec = Recorder(f"hooks-{uuid.uuid4().hex[:6]}", f"memory://bench-{uuid.uuid4().hex}")
     with gtorch.instrumented(rec):
         step = gtorch.train_step(lambda: None)
@@ -126,7 +132,7 @@ def main():
     args = p.parse_args()
     torch.set_num_threads(1)
     print(machine(), f"torch {torch.__version__}; load average {os.getloadavg()[0]:.1f}")
-    print(f"recording calls per step (start, end, load, stall into memory): "
+    print(f"recording calls per step (step start and end, the load's stall, into memory): "
           f"{hook_cost() * 1e6:.1f} us")
     tmp = tempfile.mkdtemp(prefix="bench-torch-")
     store, tb = os.path.join(tmp, "g.sqlite"), os.path.join(tmp, "tb")
@@ -134,20 +140,27 @@ def main():
     one_run(True, 300, args.hidden, store, tb)
     loops = {False: [], True: []}
     steps = {False: [], True: []}
+    loads = {False: [], True: []}
     pairs = []
     for i in range(args.pairs):
         order = (False, True) if i % 2 == 0 else (True, False)
         got = {}
         for on in order:
-            total, st = one_run(on, args.steps, args.hidden, store, tb, not args.no_monitor)
+            total, st, ld = one_run(on, args.steps, args.hidden, store, tb, not args.no_monitor)
             loops[on].append(total)
             steps[on].extend(st)
+            loads[on].extend(ld)
             got[on] = total
         pairs.append(got[True] / got[False])
     off, on = statistics.median(loops[False]), statistics.median(loops[True])
     print(f"median step (step function alone): off {statistics.median(steps[False]) * 1e3:.3f} ms"
           f", on {statistics.median(steps[True]) * 1e3:.3f} ms, ratio "
           f"{statistics.median(steps[True]) / statistics.median(steps[False]):.4f}")
+    more = {k: (statistics.median(v[True]) - statistics.median(v[False])) * 1e6
+            for k, v in (("step", steps), ("load", loads))}
+    print(f"in the loop, per step: the step call {more['step']:+.1f} us, next() "
+          f"{more['load']:+.1f} us (medians, on - off: the adapter's hooks in the loop's cold "
+          f"caches, and what its threads took from the loop)")
     print(f"median loop over {args.steps} steps: off {off:.3f} s "
           f"({off / args.steps * 1e3:.3f} ms/step), on {on:.3f} s; P15 ratio {on / off:.4f}")
     print(f"per-pair ratios: min {min(pairs):.4f}, median {statistics.median(pairs):.4f}, "

@@ -20,12 +20,10 @@ for the adapter without jax raises :class:`AdapterUnavailable`.
 
 from __future__ import annotations
 
-import contextlib
-import threading
-from typing import Any, Iterator, Optional
+from typing import Any, ContextManager, Optional
 
 from goodput_integrations.errors import AdapterUnavailable
-from goodput_integrations.jax import _active
+from goodput_integrations.jax._active import ACTIVE
 from goodput_integrations.jax.adapter import JaxAdapter
 from goodput_integrations.jax.data import (
     InstrumentedIterator,
@@ -61,8 +59,6 @@ __all__ = [
     "uninstrument",
 ]
 
-_LOCK = threading.Lock()
-
 # ``@train_step`` / ``@train_step(first_step=k, sync_every=n)``.
 train_step = track_steps
 
@@ -82,29 +78,15 @@ def instrument(recorder: Any, **options: Any) -> JaxAdapter:
     Raises:
       AdapterUnavailable: jax is not installed.
     """
-    with _LOCK:
-        current = _active.current
-        if (current is not None and current.active and current.recorder is recorder
-                and getattr(current, "_given_options", None) == options):
-            return current
-        if current is not None:
-            current.uninstrument()
-        adapter = JaxAdapter(recorder, **options)
-        adapter._given_options = dict(options)
-        return adapter.instrument()
+    return ACTIVE.instrument(JaxAdapter, recorder, options)
 
 
 def uninstrument() -> None:
     """Turns the current adapter off (no-op when none is on)."""
-    with _LOCK:
-        current = _active.current
-        if current is not None:
-            current.uninstrument()
-        _active.current = None
+    ACTIVE.uninstrument()
 
 
-@contextlib.contextmanager
-def instrumented(recorder: Any, **options: Any) -> Iterator[JaxAdapter]:
+def instrumented(recorder: Any, **options: Any) -> ContextManager[JaxAdapter]:
     """Context manager: instrumented inside the block, uninstrumented after.
 
     Example::
@@ -112,13 +94,9 @@ def instrumented(recorder: Any, **options: Any) -> Iterator[JaxAdapter]:
         with gjax.instrumented(recorder, sync_every=100) as adapter:
             train()
     """
-    adapter = instrument(recorder, **options)
-    try:
-        yield adapter
-    finally:
-        adapter.uninstrument()
+    return ACTIVE.instrumented(JaxAdapter, recorder, options)
 
 
 def active_adapter() -> Optional[JaxAdapter]:
     """The adapter module-level wrappers currently record through, or None."""
-    return _active.get()
+    return ACTIVE.get()

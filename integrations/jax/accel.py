@@ -15,6 +15,8 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable, Optional
 
+from goodput_integrations.base.patch import AttributePatch
+from goodput_integrations.base.spans import record_init
 from goodput_integrations.jax import _probe
 
 __all__ = ["AcceleratorInitTimer"]
@@ -36,10 +38,8 @@ class AcceleratorInitTimer:
         self._adapter = adapter
         self._lock = threading.Lock()
         self._done = False
-        self._orig_backends: Optional[Callable] = None
-        self._wrapper: Optional[Callable] = None
-        self._orig_dist: Optional[Callable] = None
-        self._dist_wrapper: Optional[Callable] = None
+        self._backends = AttributePatch()
+        self._dist = AttributePatch()
         self.too_late = False
 
     # --------------------------------------------------------------- install
@@ -48,33 +48,14 @@ class AcceleratorInitTimer:
         ready = _probe.backends_initialized()
         self.too_late = ready is True
         xb = _probe.xla_bridge()
-        if ready is False and xb is not None and self._wrapper is None:
-            orig = getattr(xb, "backends", None)
-            if callable(orig):
-                self._orig_backends = orig
-                self._wrapper = self._make_backends_wrapper(orig)
-                xb.backends = self._wrapper
+        if ready is False and xb is not None:
+            self._backends.apply(xb, "backends", self._make_backends_wrapper)
         self._patch_distributed()
 
     def uninstall(self) -> None:
         """Puts back whatever we replaced, if nobody replaced it after us."""
-        self._unpatch_backends()
-        if self._dist_wrapper is not None:
-            try:
-                import jax.distributed as dist
-
-                if getattr(dist, "initialize", None) is self._dist_wrapper:
-                    dist.initialize = self._orig_dist
-            except Exception:
-                _probe.log_once("accel-unpatch", "goodput: could not restore jax.distributed")
-            self._dist_wrapper = self._orig_dist = None
-
-    def _unpatch_backends(self) -> None:
-        xb = _probe.xla_bridge()
-        if self._wrapper is not None and xb is not None:
-            if getattr(xb, "backends", None) is self._wrapper:
-                xb.backends = self._orig_backends
-        self._wrapper = None
+        self._backends.remove()
+        self._dist.remove()
 
     # --------------------------------------------------------------- wrappers
     def _make_backends_wrapper(self, orig: Callable) -> Callable:
@@ -91,7 +72,6 @@ class AcceleratorInitTimer:
             self._finish(t0, adapter.clock())
             return result
 
-        backends.__wrapped__ = orig  # type: ignore[attr-defined]
         return backends
 
     def _finish(self, t0: Optional[float], t1: Optional[float]) -> None:
@@ -99,44 +79,36 @@ class AcceleratorInitTimer:
             if self._done:
                 return
             self._done = True
-        self._unpatch_backends()
+        self._backends.remove()
         adapter = self._adapter
         try:
             if t0 is not None:
-                adapter.emit(_record_init, adapter.recorder, t0, t1)
+                adapter.emit(record_init, adapter.recorder, t0, t1)
             adapter.on_backends_ready()
         except Exception:
             _probe.log_once("accel-record", "goodput: recording accelerator init failed")
 
     def _patch_distributed(self) -> None:
-        if self._dist_wrapper is not None:
+        if self._dist.applied:
             return
         try:
             import jax.distributed as dist
         except Exception:
             return
-        orig = getattr(dist, "initialize", None)
-        if not callable(orig):
-            return
         adapter = self._adapter
 
-        def initialize(*args, **kwargs):
-            if not adapter.active:
-                return orig(*args, **kwargs)
-            t0 = adapter.clock()
-            result = orig(*args, **kwargs)
-            try:
-                adapter.emit(_record_init, adapter.recorder, t0, adapter.clock())
-            except Exception:
-                _probe.log_once("dist-record", "goodput: recording distributed init failed")
-            return result
+        def make_wrapper(orig: Callable) -> Callable:
+            def initialize(*args, **kwargs):
+                if not adapter.active:
+                    return orig(*args, **kwargs)
+                t0 = adapter.clock()
+                result = orig(*args, **kwargs)
+                try:
+                    adapter.emit(record_init, adapter.recorder, t0, adapter.clock())
+                except Exception:
+                    _probe.log_once("dist-record", "goodput: recording distributed init failed")
+                return result
 
-        initialize.__wrapped__ = orig  # type: ignore[attr-defined]
-        initialize.__doc__ = getattr(orig, "__doc__", None)
-        self._orig_dist, self._dist_wrapper = orig, initialize
-        dist.initialize = initialize
+            return initialize
 
-
-def _record_init(recorder: Any, t0: float, t1: float) -> None:
-    recorder.record_tpu_init_start_time(t0)
-    recorder.record_tpu_init_end_time(t1)
+        self._dist.apply(dist, "initialize", make_wrapper, keep_doc=True)

@@ -14,49 +14,28 @@ batch, and records nothing; nor does a failed ``next()``.
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, Iterable, Iterator, Optional, TypeVar
+from typing import Any, Callable, Iterable, Optional, TypeVar
 
-from goodput_integrations.jax import _active
+from goodput_integrations.base.data import TimedIterator, timed_call
+from goodput_integrations.jax._active import ACTIVE
 
 __all__ = ["InstrumentedIterator", "instrument_iterator", "timed_load_batch"]
 
 T = TypeVar("T")
 
 
-class InstrumentedIterator(Iterator[T]):
+class InstrumentedIterator(TimedIterator[T]):
     """An iterator that records how long each ``next()`` blocked.
 
     Other attributes (``get_state``/``set_state`` of Grain or tf.data
     iterators, for checkpointing) are forwarded to the wrapped iterator.
     """
 
-    __slots__ = ("_it", "_adapter")
-
-    def __init__(self, it: Iterator[T], adapter: Optional[Any] = None):
-        self._it = it
-        self._adapter = adapter
-
-    def __iter__(self) -> "InstrumentedIterator[T]":
-        return self
-
-    def __next__(self) -> T:
-        adapter = self._adapter or _active.current
-        if adapter is None or not adapter.active:
-            return next(self._it)
-        t0 = adapter.now()
-        token = None if t0 is None else adapter.load_started(t0)
-        batch = next(self._it)  # StopIteration and errors propagate, unrecorded
-        if t0 is not None:
-            adapter.loaded(t0, token)
-        return batch
-
-    def __getattr__(self, name: str) -> Any:
-        if name in InstrumentedIterator.__slots__:
-            raise AttributeError(name)  # during unpickling, before __init__
-        return getattr(self._it, name)
+    __slots__ = ()
+    slot = ACTIVE
 
     @property
-    def wrapped(self) -> Iterator[T]:
+    def wrapped(self) -> Any:
         """The iterator being timed."""
         return self._it
 
@@ -98,13 +77,10 @@ def timed_load_batch(fn: Optional[Callable[..., T]] = None, *,
     def decorate(func: Callable[..., T]) -> Callable[..., T]:
         @functools.wraps(func)
         def wrapper(*args: Any, **kwargs: Any) -> T:
-            active = _active.get(adapter)
-            t0 = None if active is None else active.now()
-            token = None if t0 is None else active.load_started(t0)
-            batch = func(*args, **kwargs)  # a raising call records nothing
-            if t0 is not None:
-                active.loaded(t0, token)
-            return batch
+            active = ACTIVE.get(adapter)
+            if active is None:
+                return func(*args, **kwargs)
+            return timed_call(active, func, *args, **kwargs)  # a raising call records nothing
 
         return wrapper
 

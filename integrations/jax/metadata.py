@@ -10,7 +10,6 @@ MFU = flops_per_step × productive steps per second / (peak × devices).
 
 from __future__ import annotations
 
-import importlib.metadata
 import os
 from typing import Any, Dict, Optional
 
@@ -19,6 +18,7 @@ from goodput_core.queries.program_goodput import (
     peak_flops_per_device,
     register_peak_flops,
 )
+from goodput_integrations.base.versions import installed_versions
 
 __all__ = [
     "JAX_CONFIG_FLAGS",
@@ -66,13 +66,7 @@ _DISTRIBUTIONS = (
 
 def versions() -> Dict[str, str]:
     """Installed versions of jax and friends, read without importing them."""
-    found = {}
-    for key, dist in _DISTRIBUTIONS:
-        try:
-            found[key] = importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            pass
-    return found
+    return installed_versions(_DISTRIBUTIONS)
 
 
 def jax_config_flags() -> Dict[str, Any]:

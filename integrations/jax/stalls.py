@@ -60,7 +60,9 @@ import threading
 import weakref
 from typing import Any, Callable, List, Optional, Tuple
 
-from goodput_integrations.jax import _active, _probe
+from goodput_integrations.base.spans import record_stall
+from goodput_integrations.jax import _probe
+from goodput_integrations.jax._active import ACTIVE
 
 __all__ = ["QUIET_LOADS", "StallWatch", "LoadToken", "begin_observed_load",
            "end_observed_load", "record_stall"]
@@ -296,16 +298,10 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def record_stall(recorder: Any, start: float, end: float) -> None:
-    """Records one input stall with explicit times."""
-    recorder.record_input_stall_start_time(start)
-    recorder.record_input_stall_end_time(end)
-
-
 def begin_observed_load() -> Optional[Tuple[Any, LoadToken]]:
     """A load recorded by another adapter starts now: a handle when the active
     JAX adapter can observe the device, else None (never raises)."""
-    adapter = _active.current
+    adapter = ACTIVE.current
     if adapter is None or not adapter.active or getattr(adapter, "stalls", None) is None:
         return None
     t0 = adapter.now()

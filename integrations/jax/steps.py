@@ -11,28 +11,16 @@ drifting ahead of the device without a sync per step.
 
 from __future__ import annotations
 
-import contextlib
-import functools
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Optional
 
-from goodput_integrations.jax import _active
+from goodput_integrations.base.steps import StepCounter, counted_steps
+from goodput_integrations.jax._active import ACTIVE
 
-__all__ = ["StepCounter", "track_steps", "gated_step"]
-
-
-class StepCounter:
-    """The number the next call of a tracked step function records.
-
-    Set ``next_step`` after restoring a checkpoint to resume the numbering.
-    """
-
-    __slots__ = ("next_step", "first_step")
-
-    def __init__(self, first_step: int):
-        self.first_step = self.next_step = int(first_step)
+__all__ = ["StepCounter", "track_steps", "block_until_ready"]
 
 
-def _block(result: Any) -> None:
+def block_until_ready(result: Any) -> None:
+    """Waits until the step's outputs are computed (a sync point)."""
     import jax
 
     jax.block_until_ready(result)
@@ -66,44 +54,7 @@ def track_steps(fn: Optional[Callable] = None, *, first_step: int = 0,
         raise ValueError(f"sync_every must be a positive int or None, got {sync_every!r}")
 
     def decorate(func: Callable) -> Callable:
-        counter = StepCounter(first_step)
-
-        @functools.wraps(func)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            k = counter.next_step
-            counter.next_step = k + 1
-            active = adapter or _active.current
-            if active is None or not active.active:
-                return func(*args, **kwargs)
-            active.step_started(k)
-            result = func(*args, **kwargs)
-            stalls = active.stalls
-            if stalls is not None:
-                stalls.dispatched(result)  # when it is ready, the device is idle
-            every = sync_every or active.sync_every
-            if every and (k + 1 - counter.first_step) % every == 0:
-                _block(result)
-                active.step_ended(k)
-            return result
-
-        wrapper.counter = counter  # type: ignore[attr-defined]
-        return wrapper
+        return counted_steps(func, first_step=first_step, sync_every=sync_every,
+                             adapter=adapter, slot=ACTIVE)
 
     return decorate if fn is None else decorate(fn)
-
-
-@contextlib.contextmanager
-def gated_step(adapter: Any, step: int) -> Iterator[None]:
-    """``recorder.step(k)`` through the adapter's process gate.
-
-    Start on enter (the dispatch), end on a clean exit. With async dispatch
-    the end is when the block returned: block on the result inside it for a
-    true end.
-    """
-    active = _active.get(adapter)
-    if active is None:
-        yield
-        return
-    active.step_started(step)
-    yield
-    active.step_ended(step)

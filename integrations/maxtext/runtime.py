@@ -147,17 +147,17 @@ def watch_compiles(recorder: Any) -> bool:
         _stop_compiles()
         try:
             # lazy: the JAX adapter (numpy): only once JAX runs
-            from goodput_integrations.jax import _active
+            from goodput_integrations.jax._active import ACTIVE
             from goodput_integrations.jax.adapter import JaxAdapter
 
-            if _active.get() is not None:
+            if ACTIVE.get() is not None:
                 return False  # the user's own JAX adapter records compilations already
-            before = _active.current
+            before = ACTIVE.current
             _compiles = JaxAdapter(recorder, accelerator_init=False, sigterm=False,
                                    excepthook=False, metadata=False).instrument()
             # ours only listens: module-level wrappers (instrument_iterator,
             # train_step) must not pick it up as "the" adapter
-            _active.current = before
+            ACTIVE.current = before
         except Exception:  # noqa: BLE001 - optional: MaxText runs on without it
             logger.warning("goodput: compile spans unavailable", exc_info=True)
             _compiles = None

@@ -29,13 +29,11 @@ without torch raises :class:`AdapterUnavailable`.
 
 from __future__ import annotations
 
-import contextlib
-import threading
-from typing import Any, Iterator, Optional
+from typing import Any, ContextManager, Optional
 
 from goodput_integrations.errors import AdapterUnavailable
 from goodput_integrations.jax.signals import DISRUPTION_RECORDED_ATTR
-from goodput_integrations.torch import _active
+from goodput_integrations.torch._active import ACTIVE
 from goodput_integrations.torch.adapter import DEFAULT_CUDA_SYNC_EVERY, TorchAdapter
 from goodput_integrations.torch.checkpoints import load, save
 from goodput_integrations.torch.data import InstrumentedLoader, instrument_loader
@@ -63,8 +61,6 @@ __all__ = [
     "uninstrument",
 ]
 
-_LOCK = threading.Lock()
-
 # ``gtorch.train_step(fn, first_step=k)`` or ``@gtorch.train_step``.
 train_step = track_steps
 
@@ -85,29 +81,15 @@ def instrument(recorder: Any, **options: Any) -> TorchAdapter:
     Raises:
       AdapterUnavailable: torch is not installed.
     """
-    with _LOCK:
-        current = _active.current
-        if (current is not None and current.active and current.recorder is recorder
-                and getattr(current, "_given_options", None) == options):
-            return current
-        if current is not None:
-            current.uninstrument()
-        adapter = TorchAdapter(recorder, **options)
-        adapter._given_options = dict(options)
-        return adapter.instrument()
+    return ACTIVE.instrument(TorchAdapter, recorder, options)
 
 
 def uninstrument() -> None:
     """Turns the current adapter off (no-op when none is on)."""
-    with _LOCK:
-        current = _active.current
-        if current is not None:
-            current.uninstrument()
-        _active.current = None
+    ACTIVE.uninstrument()
 
 
-@contextlib.contextmanager
-def instrumented(recorder: Any, **options: Any) -> Iterator[TorchAdapter]:
+def instrumented(recorder: Any, **options: Any) -> ContextManager[TorchAdapter]:
     """Context manager: instrumented inside the block, uninstrumented after.
 
     Example::
@@ -115,17 +97,9 @@ def instrumented(recorder: Any, **options: Any) -> Iterator[TorchAdapter]:
         with rec.job(), gtorch.instrumented(rec, per_host=True):
             train()
     """
-    adapter = instrument(recorder, **options)
-    try:
-        yield adapter
-    except BaseException:
-        # a crash: the hooks stay until it was reported (signals.py), so that
-        # the disruption rec.job() records reaches the store under torchrun
-        adapter.uninstrument(linger=True)
-        raise
-    adapter.uninstrument()
+    return ACTIVE.instrumented(TorchAdapter, recorder, options)
 
 
 def active_adapter() -> Optional[TorchAdapter]:
     """The adapter module-level wrappers currently record through, or None."""
-    return _active.get()
+    return ACTIVE.get()

@@ -10,36 +10,20 @@ phases have a hook at their end (validation end, ``on_evaluate``,
 ``on_save``) or are timed by a wrapper (Lightning's ``save_checkpoint``):
 each starts at the boundary before it. :class:`PhaseClock` keeps that
 boundary and records through the adapter (its process gate, its stall
-watch on CUDA, its step clock).
+watch on CUDA, its step clock); :class:`TrainerRun` is one training run of
+a callback: the adapter it records through, the job, the preparation.
 """
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Dict, Optional
 
+from goodput_integrations.base.spans import record_prep
 from goodput_integrations.torch import _probe
+from goodput_integrations.torch._active import ACTIVE
+from goodput_integrations.torch.adapter import TorchAdapter
 
-__all__ = ["PhaseClock", "record_custom", "record_save", "record_restore"]
-
-
-def record_custom(recorder: Any, kind: str, t0: float, t1: float) -> None:
-    recorder.record_custom_badput_event_start_time(t0, kind)
-    recorder.record_custom_badput_event_end_time(t1, kind)
-
-
-def record_save(recorder: Any, step: Optional[int], t0: float, t1: float) -> None:
-    recorder.record_checkpoint_save_start_time(step, t0)
-    recorder.record_checkpoint_save_end_time(step, t1)
-
-
-def record_restore(recorder: Any, step: Optional[int], t0: float, t1: float) -> None:
-    recorder.record_checkpoint_restore_start_time(step, t0)
-    recorder.record_checkpoint_restore_end_time(step, t1)
-
-
-def record_prep(recorder: Any, t0: float, t1: float) -> None:
-    recorder.record_training_preparation_start_time(t0)
-    recorder.record_training_preparation_end_time(t1)
+__all__ = ["PhaseClock", "TrainerRun"]
 
 
 class PhaseClock:
@@ -104,3 +88,59 @@ class PhaseClock:
             except Exception:
                 _probe.log_once("trainer-timed", "goodput: recording a checkpoint failed")
         return result
+
+
+class TrainerRun:
+    """One training run of a trainer callback, from the trainer's set-up to its end.
+
+    Records through the active PyTorch adapter, or turns one on (and off at
+    :meth:`end`) when none is on; :meth:`begin` records the job's start.
+
+    Args:
+      recorder: the callback's recorder.
+      record_job: record the job start here and its end at :meth:`end`.
+      options: :class:`~goodput_integrations.torch.TorchAdapter` options
+        for an adapter turned on here.
+
+    Raises:
+      What instrumenting or recording raised (callers log it).
+    """
+
+    def __init__(self, recorder: Any, record_job: bool, options: Dict[str, Any]):
+        adapter = ACTIVE.get()
+        self.owns_adapter = adapter is None
+        if adapter is None:  # as gtorch.instrument(recorder, **options)
+            adapter = ACTIVE.instrument(TorchAdapter, recorder, options)
+        self.adapter = adapter
+        self.recorder = recorder
+        self.record_job = record_job
+        self.clock = PhaseClock(adapter)
+        self._prep_t0: Optional[float] = None
+
+    def begin(self) -> None:
+        """The trainer is set up now: the job starts (``record_job``), and its
+        training preparation."""
+        adapter = self.adapter
+        if self.record_job:
+            adapter.emit(self.recorder.record_job_start_time, adapter.now())
+        self._prep_t0 = adapter.now()
+
+    def training_starts(self) -> None:
+        """Training starts now: the preparation ran from the set-up to here."""
+        t0 = self._prep_t0
+        t1 = self.clock.boundary()
+        if t0 is not None and t1 is not None:
+            self.adapter.emit(record_prep, self.recorder, t0, t1)
+
+    def end(self, failed: bool = False) -> None:
+        """The run ended: the job end (unless it ``failed``: the crash is its
+        end), and the adapter off if it was turned on here (its crash hooks
+        lingering after a failure). Never raises."""
+        adapter = self.adapter
+        try:
+            if self.record_job and not failed:
+                adapter.emit(self.recorder.record_job_end_time, adapter.now())
+        except Exception:
+            _probe.log_once("trainer-end", "goodput: recording the job end failed")
+        if self.owns_adapter:
+            adapter.uninstrument(linger=failed)

@@ -18,14 +18,11 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable, Optional
 
+from goodput_integrations.base.patch import AttributePatch
+from goodput_integrations.base.spans import record_init
 from goodput_integrations.torch import _probe
 
 __all__ = ["AcceleratorInitTimer"]
-
-
-def _record_init(recorder: Any, t0: float, t1: float) -> None:
-    recorder.record_tpu_init_start_time(t0)
-    recorder.record_tpu_init_end_time(t1)
 
 
 class AcceleratorInitTimer:
@@ -42,41 +39,25 @@ class AcceleratorInitTimer:
     def __init__(self, adapter: Any):
         self._adapter = adapter
         self._lock = threading.Lock()
-        self._pg: Optional[Callable] = None
-        self._pg_wrapper: Optional[Callable] = None
-        self._cuda: Optional[Callable] = None
-        self._cuda_wrapper: Optional[Callable] = None
+        self._pg = AttributePatch()
+        self._cuda = AttributePatch()
         self._cuda_done = False
         self.cuda_too_late = False
 
     def install(self) -> None:
         """Wraps ``init_process_group`` and, when CUDA exists, its lazy init (idempotent)."""
         torch = _probe.require_torch()
-        self._patch_process_group(torch)
+        self._pg.apply(getattr(torch, "distributed", None), "init_process_group",
+                       self._timed_process_group, keep_doc=True)
         self._patch_cuda(torch)
 
     def uninstall(self) -> None:
         """Puts back what we replaced, unless somebody replaced it after us."""
-        torch = _probe.imported_torch()
-        if torch is None:
-            return
-        try:
-            dist = torch.distributed
-            if self._pg_wrapper is not None and dist.init_process_group is self._pg_wrapper:
-                dist.init_process_group = self._pg
-        except Exception:
-            _probe.log_once("pg-unpatch", "goodput: could not restore init_process_group")
-        self._pg = self._pg_wrapper = None
-        self._unpatch_cuda(torch)
+        self._pg.remove()
+        self._cuda.remove()
 
     # ------------------------------------------------------- process group
-    def _patch_process_group(self, torch: Any) -> None:
-        if self._pg_wrapper is not None:
-            return
-        dist = getattr(torch, "distributed", None)
-        orig = getattr(dist, "init_process_group", None) if dist is not None else None
-        if not callable(orig):
-            return
+    def _timed_process_group(self, orig: Callable) -> Callable:
         adapter = self._adapter
 
         def init_process_group(*args: Any, **kwargs: Any) -> Any:
@@ -88,19 +69,16 @@ class AcceleratorInitTimer:
                 t1 = adapter.now()
                 adapter.on_process_group()  # the rank is known now: the gate decides
                 if t0 is not None and t1 is not None:
-                    adapter.emit(_record_init, adapter.recorder, t0, t1)
+                    adapter.emit(record_init, adapter.recorder, t0, t1)
             except Exception:
                 _probe.log_once("pg-record", "goodput: recording process-group init failed")
             return result
 
-        init_process_group.__wrapped__ = orig  # type: ignore[attr-defined]
-        init_process_group.__doc__ = getattr(orig, "__doc__", None)
-        self._pg, self._pg_wrapper = orig, init_process_group
-        dist.init_process_group = init_process_group
+        return init_process_group
 
     # ---------------------------------------------------------------- CUDA
     def _patch_cuda(self, torch: Any) -> None:
-        if self._cuda_wrapper is not None or self._cuda_done:
+        if self._cuda.applied or self._cuda_done:
             return
         cuda = getattr(torch, "cuda", None)
         try:
@@ -111,41 +89,30 @@ class AcceleratorInitTimer:
                 return
         except Exception:
             return
-        orig = getattr(cuda, "_lazy_init", None)
-        if not callable(orig):
-            return
         adapter = self._adapter
 
-        def _lazy_init(*args: Any, **kwargs: Any) -> Any:
-            if self._cuda_done or not adapter.active or cuda.is_initialized():
-                return orig(*args, **kwargs)
-            t0 = adapter.now()
-            result = orig(*args, **kwargs)
-            self._cuda_finished(t0, adapter.now())
-            return result
+        def timed(orig: Callable) -> Callable:
+            def _lazy_init(*args: Any, **kwargs: Any) -> Any:
+                if self._cuda_done or not adapter.active or cuda.is_initialized():
+                    return orig(*args, **kwargs)
+                t0 = adapter.now()
+                result = orig(*args, **kwargs)
+                self._cuda_finished(t0, adapter.now())
+                return result
 
-        _lazy_init.__wrapped__ = orig  # type: ignore[attr-defined]
-        self._cuda, self._cuda_wrapper = orig, _lazy_init
-        cuda._lazy_init = _lazy_init
+            return _lazy_init
+
+        self._cuda.apply(cuda, "_lazy_init", timed)
 
     def _cuda_finished(self, t0: Optional[float], t1: Optional[float]) -> None:
         with self._lock:
             if self._cuda_done:
                 return
             self._cuda_done = True
-        torch = _probe.imported_torch()
-        if torch is not None:
-            self._unpatch_cuda(torch)
+        self._cuda.remove()
         adapter = self._adapter
         try:
             if t0 is not None and t1 is not None:
-                adapter.emit(_record_init, adapter.recorder, t0, t1)
+                adapter.emit(record_init, adapter.recorder, t0, t1)
         except Exception:
             _probe.log_once("cuda-record", "goodput: recording CUDA init failed")
-
-    def _unpatch_cuda(self, torch: Any) -> None:
-        cuda = getattr(torch, "cuda", None)
-        if self._cuda_wrapper is not None and cuda is not None:
-            if getattr(cuda, "_lazy_init", None) is self._cuda_wrapper:
-                cuda._lazy_init = self._cuda
-        self._cuda = self._cuda_wrapper = None

@@ -14,21 +14,22 @@ Example::
 
 from __future__ import annotations
 
-import threading
-import time
-from typing import Any, Callable, Optional
+import sys
+from typing import Any, Callable, Dict, Optional
 
 from goodput_core.events import Kind
+from goodput_integrations.base.adapter import AdapterBase
+from goodput_integrations.base.spans import record_load, record_stall
 from goodput_integrations.jax.gate import ProcessGate
-from goodput_integrations.jax.stalls import record_stall
-from goodput_integrations.torch import _active, _probe
+from goodput_integrations.torch import _probe
+from goodput_integrations.torch._active import ACTIVE
 from goodput_integrations.torch.accel import AcceleratorInitTimer
-from goodput_integrations.torch.checkpoints import DcpListener
+from goodput_integrations.torch.checkpoints import DCP_LOGGER_MODULE, DcpListener
 from goodput_integrations.torch.compile import CompileSpans
 from goodput_integrations.torch.data import instrument_loader
 from goodput_integrations.torch.metadata import run_metadata
 from goodput_integrations.torch.signals import LingeringHooks
-from goodput_integrations.torch.steps import SyncEvery, check_sync_every, gated_step, track_steps
+from goodput_integrations.torch.steps import SyncEvery, check_sync_every, track_steps
 
 __all__ = ["TorchAdapter", "DEFAULT_CUDA_SYNC_EVERY"]
 
@@ -39,17 +40,7 @@ _DEVICES = ("auto", "cpu", "cuda")
 _STAMPED = object()
 
 
-def _record_load(recorder: Any, t0: float, t1: float) -> None:
-    recorder.record_data_loading_start_time(t0)
-    recorder.record_data_loading_end_time(t1)
-
-
-def _recorder_clock(recorder: Any) -> Callable[[], float]:
-    clock = getattr(recorder, "clock", None)
-    return clock if callable(clock) else time.time
-
-
-class TorchAdapter:
+class TorchAdapter(AdapterBase):
     """Instruments a PyTorch training job for one recorder.
 
     ``instrument()`` turns on: accelerator-init spans (process-group init and
@@ -93,6 +84,10 @@ class TorchAdapter:
       ValueError: a bad option.
     """
 
+    slot = ACTIVE
+    _log_once = staticmethod(_probe.log_once)
+    _LOG = "torch-"
+
     def __init__(self, recorder: Any, *, per_host: bool = False,
                  sync_every: SyncEvery = "auto", device: str = "auto",
                  clock: Optional[Callable[[], float]] = None, accelerator_init: bool = True,
@@ -100,64 +95,43 @@ class TorchAdapter:
                  sigterm: bool = True, excepthook: bool = True, metadata: bool = True,
                  input_stalls: bool = True, flush_timeout_s: float = 2.0):
         _probe.require_torch()
-        if recorder is None:
-            raise ValueError("recorder is required (use NULL_RECORDER to record nothing)")
+        super().__init__(recorder, per_host=per_host, clock=clock)
         check_sync_every(sync_every)
         if device not in _DEVICES:
             raise ValueError(f"device must be one of {_DEVICES}, got {device!r}")
-        self.recorder = recorder
-        self.per_host = bool(per_host)
         self.sync_every = sync_every
         self.device = device
-        self.clock = clock or _recorder_clock(recorder)
-        # with the recorder's own clock, an event stamped "now" can leave the
-        # time to the recorder (one clock read and one conversion fewer)
-        self._recorder_stamps = clock is None
         self.input_stalls = bool(input_stalls)
         self._opts = dict(accelerator_init=accelerator_init, compile_spans=compile_spans,
                           checkpoints=checkpoints, metadata=metadata)
-        self.active = False
-        self.train_thread: Optional[int] = None
         self.last_step: Optional[int] = None
         self._on_cuda: Optional[bool] = None if device == "auto" else device == "cuda"
         self._every: Optional[int] = None
-        self._lock = threading.Lock()
         self._accel = AcceleratorInitTimer(self)
         self._compile = CompileSpans(self, any_thread=any_thread)
         self._dcp = DcpListener(self, any_thread=any_thread)
         self._hooks = LingeringHooks(self, sigterm=sigterm, excepthook=excepthook,
                                       flush_timeout_s=flush_timeout_s)
-        self._metadata_done = False
         self._stamping: Optional[bool] = None  # see _stamp_loads()
-        self.stalls: Any = None  # a StallWatch on CUDA (created at the first CUDA step)
+        # self.stalls: a StallWatch on CUDA (created at the first CUDA step)
         self.gate = ProcessGate(recorder, per_host=per_host, on_decided=self._on_decided,
                                 process_index=_probe.process_index)
         if device != "auto":
             self._set_device(device == "cuda")
 
     # ------------------------------------------------------------- lifecycle
-    def instrument(self) -> "TorchAdapter":
-        """Turns every hook on (idempotent: a second call changes nothing)."""
-        with self._lock:
-            if self.active:
-                return self
-            self.train_thread = threading.get_ident()
-            self.active = True
-            opts = self._opts
-            try:
-                if opts["compile_spans"]:
-                    self._compile.install()
-                if opts["checkpoints"]:
-                    self._dcp.install()
-                if opts["accelerator_init"]:
-                    self._accel.install()
-                self._hooks.install()
-            except Exception:
-                self._teardown()
-                raise
-            _active.current = self
+    def _install(self) -> None:
+        opts = self._opts
+        if opts["compile_spans"]:
+            self._compile.install()
+        if opts["checkpoints"]:
+            self._dcp.install()
+        if opts["accelerator_init"]:
+            self._accel.install()
+        self._hooks.install()
+
+    def _instrumented(self) -> None:
         self.gate.decide()  # RANK is known before any process group: metadata goes out
-        return self
 
     def uninstrument(self, linger: bool = False) -> None:
         """Turns every hook off and removes callbacks, handlers and patches (idempotent).
@@ -167,13 +141,15 @@ class TorchAdapter:
             it): the SIGTERM and exception hooks stay until it was reported,
             and flush the recorder first (see signals.py).
         """
-        with self._lock:
-            if not self.active:
-                return
-            self._teardown(linger)
+        self._turn_off(linger)
 
-    def _teardown(self, linger: bool = False) -> None:
-        self.active = False
+    def uninstrument_on_error(self) -> None:
+        """A crash leaves ``instrumented()``: the hooks stay until it was
+        reported (signals.py), so that the disruption ``rec.job()`` records
+        reaches the store under torchrun."""
+        self.uninstrument(linger=True)
+
+    def _uninstall(self, linger: bool) -> None:
         self._compile.uninstall()
         self._dcp.uninstall()
         self._accel.uninstall()
@@ -181,16 +157,6 @@ class TorchAdapter:
             self._hooks.linger()
         else:
             self._hooks.uninstall()
-        if self.stalls is not None:
-            self.stalls.stop()
-        if _active.current is self:
-            _active.current = None
-
-    def __enter__(self) -> "TorchAdapter":
-        return self.instrument()
-
-    def __exit__(self, *exc: Any) -> None:
-        self.uninstrument()
 
     @property
     def on_cuda(self) -> Optional[bool]:
@@ -198,27 +164,12 @@ class TorchAdapter:
         return self._on_cuda
 
     # ------------------------------------------------------------ recording
-    def emit(self, fn: Callable[..., None], *args: Any) -> None:
-        """Runs a record call on the writing process (buffered until known).
-
-        Hooks call this; it raises what ``fn`` raises (hooks guard it).
-        """
-        self.gate.submit(fn, *args)
-
-    def now(self) -> Optional[float]:
-        """The adapter's clock, or None if it fails (never raises)."""
-        try:
-            return self.clock()
-        except Exception:
-            _probe.log_once("torch-clock", "goodput: the clock failed")
-            return None
-
     def _lazy_hooks(self) -> None:
         """Hooks waiting for a torch module the program had not imported at
         ``instrument()`` (TorchDynamo, DCP): attached once it is imported; the
         compile callbacks again after a ``torch._dynamo.reset()``."""
         self._compile.ensure()
-        if self._dcp.pending:
+        if self._dcp.pending and DCP_LOGGER_MODULE in sys.modules:
             self._dcp.ensure()
 
     def load_started(self, t0: float) -> Any:
@@ -233,14 +184,7 @@ class TorchAdapter:
                 return _STAMPED
         except Exception:
             _probe.log_once("torch-lazy-hooks", "goodput: attaching torch hooks failed")
-        stalls = self.stalls
-        if stalls is None:
-            return None
-        try:
-            return stalls.begin(t0)
-        except Exception:
-            _probe.log_once("torch-stall-begin", "goodput: observing the GPU failed")
-            return None
+        return super().load_started(t0)  # on CUDA: the stall watch's token
 
     def loaded(self, t0: float, token: Any = None) -> None:
         """Records a load from ``t0`` to now: on the CPU as an input stall, the
@@ -253,9 +197,9 @@ class TorchAdapter:
                 return
             t1 = self.clock()
             if not self.input_stalls:
-                self.gate.submit(_record_load, self.recorder, t0, t1)
+                self.gate.submit(record_load, self.recorder, t0, t1)
             elif self._on_cuda:
-                self.gate.submit(_record_load, self.recorder, t0, t1)
+                self.gate.submit(record_load, self.recorder, t0, t1)
                 if token is not None:
                     self.stalls.end(token, t1, self.record_stall)
             else:  # CPU (or no step yet: outside steps a load blocks anyway)
@@ -276,10 +220,6 @@ class TorchAdapter:
             self._stamping = stamping
         return stamping
 
-    def record_stall(self, start: float, end: float) -> None:
-        """Records an input stall ``[start, end)`` (raises what the recorder raises)."""
-        self.gate.submit(record_stall, self.recorder, start, end)
-
     def step_started(self, step: int) -> None:
         """Records the start of ``step`` now (never raises)."""
         try:
@@ -287,10 +227,7 @@ class TorchAdapter:
             if self._on_cuda is None:
                 self._decide_device()
             self._lazy_hooks()
-            if self.gate.decision and self._recorder_stamps:
-                self.recorder.record_step_start_time(step)
-            else:
-                self.gate.submit(self.recorder.record_step_start_time, step, self.clock())
+            self._record_step_time(self.recorder.record_step_start_time, step)
         except Exception:
             _probe.log_once("torch-step-start", "goodput: recording a step start failed")
 
@@ -300,10 +237,7 @@ class TorchAdapter:
         sync point a wait for the GPU and the end (never raises)."""
         try:
             if not self._on_cuda:
-                if self.gate.decision and self._recorder_stamps:
-                    self.recorder.record_step_end_time(step)
-                else:
-                    self.gate.submit(self.recorder.record_step_end_time, step, self.clock())
+                self._record_step_time(self.recorder.record_step_end_time, step)
                 return
             if self.stalls is not None:
                 self.stalls.dispatched(result)
@@ -350,17 +284,8 @@ class TorchAdapter:
             self._metadata_done = False  # the world size is known now: record it again
             self._on_decided(True)
 
-    def _on_decided(self, writes: bool) -> None:
-        if not writes or not self._opts["metadata"]:
-            return
-        with self._lock:
-            if self._metadata_done:
-                return
-            self._metadata_done = True
-        try:
-            self.recorder.record_metadata(**run_metadata())
-        except Exception:
-            _probe.log_once("torch-metadata", "goodput: recording run metadata failed")
+    def _run_metadata(self) -> Dict[str, Any]:
+        return run_metadata()
 
     # ------------------------------------------------------ user-facing API
     def wrap_loader(self, loader: Any) -> Any:
@@ -371,7 +296,3 @@ class TorchAdapter:
                    sync_every: SyncEvery = "auto") -> Any:
         """Wraps the step function: each call is the next step (see steps.py)."""
         return track_steps(fn, first_step=first_step, sync_every=sync_every, adapter=self)
-
-    def step(self, step: int) -> Any:
-        """Context manager: ``recorder.step(k)`` through this adapter's process gate."""
-        return gated_step(self, step)

@@ -20,8 +20,8 @@ lookup per record. This module adds such a handler:
 * ``load``: a ``checkpoint_restore`` span.
 
 The handler is attached once the program imported DCP (at ``instrument()``,
-else at the next tracked step or load: a dictionary lookup each time until
-then); this module never imports it.
+else at the next tracked step or load: a membership test of ``sys.modules``
+each time until then); this module never imports it.
 
 Calls on other threads than the training thread do not block the loop and
 are not recorded (``any_thread=True`` records them too). A call that raised
@@ -38,7 +38,9 @@ import sys
 import threading
 from typing import Any, Dict, Optional
 
-from goodput_integrations.torch import _active, _probe
+from goodput_integrations.base.spans import record_restore, record_save
+from goodput_integrations.torch import _probe
+from goodput_integrations.torch._active import ACTIVE
 
 __all__ = ["DcpListener", "save", "load"]
 
@@ -46,20 +48,14 @@ _SAVES = frozenset(("save", "async_save"))
 _LOADS = frozenset(("load",))
 
 
-def _record_save(recorder: Any, step: Optional[int], t0: float, t1: float) -> None:
-    recorder.record_checkpoint_save_start_time(step, t0)
-    recorder.record_checkpoint_save_end_time(step, t1)
-
-
-def _record_restore(recorder: Any, step: Optional[int], t0: float, t1: float) -> None:
-    recorder.record_checkpoint_restore_start_time(step, t0)
-    recorder.record_checkpoint_restore_end_time(step, t1)
+#: the module of DCP's logger: in ``sys.modules`` once the program imported DCP
+DCP_LOGGER_MODULE = "torch.distributed.checkpoint.logger"
 
 
 def _dcp_logger() -> Optional[logging.Logger]:
     """DCP's logger, only once the program imported DCP (importing it costs
     a fraction of a second we would add to the job)."""
-    module = sys.modules.get("torch.distributed.checkpoint.logger")
+    module = sys.modules.get(DCP_LOGGER_MODULE)
     found = getattr(module, "_dcp_logger", None)
     return found if isinstance(found, logging.Logger) else None
 
@@ -80,6 +76,8 @@ class DcpListener(logging.Handler):
         self._open: Dict[str, float] = {}
         self._logger: Optional[logging.Logger] = None
         self._wanted = False
+        #: wanted and not attached yet (DCP not imported so far)
+        self.pending = False
         self.saves = 0
         self.loads = 0
 
@@ -89,11 +87,6 @@ class DcpListener(logging.Handler):
         self._wanted = True
         self.ensure()
 
-    @property
-    def pending(self) -> bool:
-        """Wanted and not attached yet (DCP not imported so far)."""
-        return self._wanted and self._logger is None
-
     def ensure(self) -> None:
         """Attaches to DCP's logger if wanted, not attached yet and DCP is imported."""
         if self._logger is not None or not self._wanted:
@@ -102,10 +95,11 @@ class DcpListener(logging.Handler):
         if found is not None:
             found.addHandler(self)
             self._logger = found
+        self.pending = found is None
 
     def uninstall(self) -> None:
         """Detaches from DCP's logger (idempotent)."""
-        self._wanted = False
+        self._wanted = self.pending = False
         found, self._logger = self._logger, None
         if found is not None:
             found.removeHandler(self)
@@ -150,14 +144,14 @@ class DcpListener(logging.Handler):
         step = adapter.last_step
         if func in _SAVES:
             self.saves += 1
-            adapter.emit(_record_save, adapter.recorder, step, t0, t1)
+            adapter.emit(record_save, adapter.recorder, step, t0, t1)
         else:
             self.loads += 1
-            adapter.emit(_record_restore, adapter.recorder, step, t0, t1)
+            adapter.emit(record_restore, adapter.recorder, step, t0, t1)
 
 
 def _timed(kind: str, fn: Any, step: Optional[int], args: Any, kwargs: Any) -> Any:
-    adapter = _active.get()
+    adapter = ACTIVE.get()
     if adapter is None:
         return fn(*args, **kwargs)
     t0 = adapter.now()
@@ -165,7 +159,7 @@ def _timed(kind: str, fn: Any, step: Optional[int], args: Any, kwargs: Any) -> A
     try:
         t1 = adapter.now()
         if t0 is not None and t1 is not None:
-            record = _record_save if kind == "save" else _record_restore
+            record = record_save if kind == "save" else record_restore
             adapter.emit(record, adapter.recorder,
                          adapter.last_step if step is None else step, t0, t1)
     except Exception:

@@ -31,6 +31,7 @@ import sys
 import threading
 from typing import Any, Dict, Optional, Tuple
 
+from goodput_integrations.base.patch import AttributePatch
 from goodput_integrations.torch import _probe
 
 __all__ = ["CompileSpans"]
@@ -71,8 +72,7 @@ class CompileSpans:
         self._open: Dict[Tuple[int, str], float] = {}
         self._lock = threading.Lock()
         self._installed = False
-        self._compile_orig: Any = None
-        self._compile_wrapper: Any = None
+        self._compile_patch = AttributePatch()  # torch.compile, until TorchDynamo is imported
         # bound once: ensure() runs at every step and compares these by identity
         self._start_cb = self._on_start
         self._end_cb = self._on_end
@@ -96,37 +96,26 @@ class CompileSpans:
         if self._end_cb not in handler.end_callbacks:
             handler.register_end_callback(self._end_cb)
         self._registered_in = handler.start_callbacks
-        self._unwrap_compile()
+        self._compile_patch.remove()
         return True
 
     def _wrap_compile(self) -> None:
-        torch = sys.modules.get("torch")
-        orig = getattr(torch, "compile", None)
-        if self._compile_wrapper is not None or not callable(orig):
-            return
         spans = self
 
-        def compile(*args: Any, **kwargs: Any) -> Any:  # noqa: A001 (torch's name)
-            result = orig(*args, **kwargs)
-            if spans._installed:
-                try:
-                    spans._register()
-                except Exception:
-                    _probe.log_once("dynamo-register", "goodput: registering compile "
-                                    "callbacks failed: compile time is not recorded")
-            return result
+        def registering(orig: Any) -> Any:
+            def compile(*args: Any, **kwargs: Any) -> Any:  # noqa: A001 (torch's name)
+                result = orig(*args, **kwargs)
+                if spans._installed:
+                    try:
+                        spans._register()
+                    except Exception:
+                        _probe.log_once("dynamo-register", "goodput: registering compile "
+                                        "callbacks failed: compile time is not recorded")
+                return result
 
-        compile.__wrapped__ = orig  # type: ignore[attr-defined]
-        compile.__doc__ = getattr(orig, "__doc__", None)
-        self._compile_orig, self._compile_wrapper = orig, compile
-        torch.compile = compile
+            return compile
 
-    def _unwrap_compile(self) -> None:
-        torch = sys.modules.get("torch")
-        if self._compile_wrapper is not None and torch is not None:
-            if getattr(torch, "compile", None) is self._compile_wrapper:
-                torch.compile = self._compile_orig
-        self._compile_orig = self._compile_wrapper = None
+        self._compile_patch.apply(sys.modules.get("torch"), "compile", registering, keep_doc=True)
 
     def ensure(self) -> None:
         """Registers the callbacks if ``torch._dynamo.reset()`` cleared them or
@@ -148,7 +137,7 @@ class CompileSpans:
         """Removes the callbacks and the wrapper (those a reset removed are skipped)."""
         self._installed = False
         self._registered_in = None
-        self._unwrap_compile()
+        self._compile_patch.remove()
         handler = _handler()
         if handler is None:
             return

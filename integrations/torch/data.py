@@ -20,40 +20,19 @@ and a failed ``next()`` records nothing.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Iterator, Optional
+from typing import Any, Iterable, Optional
 
-from goodput_integrations.torch import _active
+from goodput_integrations.base.data import TimedIterator, timed_call
+from goodput_integrations.torch._active import ACTIVE
 
 __all__ = ["InstrumentedLoader", "LoaderIterator", "instrument_loader"]
 
 
-class LoaderIterator(Iterator[Any]):
+class LoaderIterator(TimedIterator[Any]):
     """An iterator that records how long each ``next()`` blocked."""
 
-    __slots__ = ("_it", "_adapter")
-
-    def __init__(self, it: Iterator[Any], adapter: Optional[Any] = None):
-        self._it = it
-        self._adapter = adapter
-
-    def __iter__(self) -> "LoaderIterator":
-        return self
-
-    def __next__(self) -> Any:
-        adapter = self._adapter or _active.current
-        if adapter is None or not adapter.active:
-            return next(self._it)
-        t0 = adapter.now()
-        token = None if t0 is None else adapter.load_started(t0)
-        batch = next(self._it)  # StopIteration and errors propagate, unrecorded
-        if t0 is not None:
-            adapter.loaded(t0, token)
-        return batch
-
-    def __getattr__(self, name: str) -> Any:
-        if name in LoaderIterator.__slots__:
-            raise AttributeError(name)  # during unpickling, before __init__
-        return getattr(self._it, name)
+    __slots__ = ()
+    slot = ACTIVE
 
 
 class InstrumentedLoader:
@@ -68,14 +47,10 @@ class InstrumentedLoader:
         self._adapter = adapter
 
     def __iter__(self) -> LoaderIterator:
-        adapter = _active.get(self._adapter)
+        adapter = ACTIVE.get(self._adapter)
         if adapter is None:
             return LoaderIterator(iter(self.wrapped), self._adapter)
-        t0 = adapter.now()
-        token = None if t0 is None else adapter.load_started(t0)
-        it = iter(self.wrapped)  # worker start-up: the loop waits for it
-        if t0 is not None:
-            adapter.loaded(t0, token)
+        it = timed_call(adapter, iter, self.wrapped)  # worker start-up: the loop waits for it
         return LoaderIterator(it, self._adapter)
 
     def __len__(self) -> int:

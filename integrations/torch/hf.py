@@ -41,13 +41,9 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from goodput_integrations.errors import AdapterUnavailable
-from goodput_integrations.torch import _active, _probe
-from goodput_integrations.torch._trainer_clock import (
-    PhaseClock,
-    record_custom,
-    record_prep,
-    record_save,
-)
+from goodput_integrations.base.spans import record_custom, record_save
+from goodput_integrations.torch import _probe
+from goodput_integrations.torch._trainer_clock import PhaseClock, TrainerRun
 
 try:
     from transformers import TrainerCallback
@@ -77,27 +73,17 @@ class GoodputTrainerCallback(TrainerCallback):
         self.record_job = record_job
         self.eval_event = eval_event
         self._options = adapter_options
-        self._adapter: Any = None
-        self._owns_adapter = False
+        self._run: Optional[TrainerRun] = None
         self._clock: Optional[PhaseClock] = None
-        self._prep_t0: Optional[float] = None
         self._in_eval = False
 
     def _ensure(self) -> Optional[PhaseClock]:
         if self._clock is not None:
             return self._clock
         try:
-            from goodput_integrations import torch as gtorch
-
-            adapter = _active.get()
-            self._owns_adapter = adapter is None
-            if adapter is None:
-                adapter = gtorch.instrument(self.recorder, **self._options)
-            self._adapter = adapter
-            self._clock = PhaseClock(adapter)
-            if self.record_job:
-                adapter.emit(self.recorder.record_job_start_time, adapter.now())
-            self._prep_t0 = adapter.now()
+            self._run = run = TrainerRun(self.recorder, self.record_job, self._options)
+            self._clock = run.clock
+            run.begin()
         except Exception:
             _probe.log_once("hf-start", "goodput: the Hugging Face callback could not start")
         return self._clock
@@ -107,25 +93,13 @@ class GoodputTrainerCallback(TrainerCallback):
         self._ensure()
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        clock = self._ensure()
-        if clock is None:
-            return
-        t0 = self._prep_t0
-        t1 = clock.boundary()
-        if t0 is not None and t1 is not None:
-            self._adapter.emit(record_prep, self.recorder, t0, t1)
+        if self._ensure() is not None:
+            self._run.training_starts()
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        adapter, self._adapter, self._clock = self._adapter, None, None
-        if adapter is None:
-            return
-        try:
-            if self.record_job:
-                adapter.emit(self.recorder.record_job_end_time, adapter.now())
-        except Exception:
-            _probe.log_once("hf-end", "goodput: recording the job end failed")
-        if self._owns_adapter:
-            adapter.uninstrument()
+        run, self._run, self._clock = self._run, None, None
+        if run is not None:
+            run.end()
 
     # -------------------------------------------------------------- steps
     def on_epoch_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:

@@ -39,14 +39,9 @@ from typing import Any, Optional
 
 from goodput_integrations.errors import AdapterUnavailable
 from goodput_integrations.jax.signals import DISRUPTION_RECORDED_ATTR
-from goodput_integrations.torch import _active, _probe
-from goodput_integrations.torch._trainer_clock import (
-    PhaseClock,
-    record_custom,
-    record_prep,
-    record_restore,
-    record_save,
-)
+from goodput_integrations.base.spans import record_custom, record_restore, record_save
+from goodput_integrations.torch import _probe
+from goodput_integrations.torch._trainer_clock import PhaseClock, TrainerRun
 
 try:
     from lightning.pytorch import Callback
@@ -79,10 +74,8 @@ class GoodputCallback(Callback):
         self.record_job = record_job
         self.eval_event = eval_event
         self._options = adapter_options
-        self._adapter: Any = None
-        self._owns_adapter = False
+        self._run: Optional[TrainerRun] = None
         self._clock: Optional[PhaseClock] = None
-        self._prep_t0: Optional[float] = None
         self._wrapped: list = []
         self._failed = False
 
@@ -96,19 +89,10 @@ class GoodputCallback(Callback):
             _probe.log_once("lightning-setup", "goodput: the Lightning callback could not start")
 
     def _start(self, trainer: Any) -> None:
-        from goodput_integrations import torch as gtorch
-
-        adapter = _active.get()
-        self._owns_adapter = adapter is None
-        if adapter is None:
-            adapter = gtorch.instrument(self.recorder, **self._options)
-        self._adapter = adapter
-        self._clock = PhaseClock(adapter)
+        self._run = run = TrainerRun(self.recorder, self.record_job, self._options)
+        self._clock = clock = run.clock
         self._failed = False
-        if self.record_job:
-            adapter.emit(self.recorder.record_job_start_time, adapter.now())
-        self._prep_t0 = adapter.now()
-        clock = self._clock
+        run.begin()
 
         def save_checkpoint(*args: Any, **kwargs: Any) -> Any:
             return clock.timed(record_save, getattr(trainer, "global_step", None),
@@ -140,13 +124,8 @@ class GoodputCallback(Callback):
 
     # ------------------------------------------------------------- phases
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
-        clock = self._clock
-        if clock is None:
-            return
-        t0 = self._prep_t0
-        t1 = clock.boundary()
-        if t0 is not None and t1 is not None:
-            self._adapter.emit(record_prep, self.recorder, t0, t1)
+        if self._run is not None:
+            self._run.training_starts()
 
     def on_sanity_check_start(self, trainer: Any, pl_module: Any) -> None:
         if self._clock is not None:
@@ -185,30 +164,24 @@ class GoodputCallback(Callback):
             self._clock.phase(record_custom, self.eval_event)
 
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
-        adapter = self._adapter
+        run = self._run
         self._failed = True
-        if adapter is None or not self.record_job:
+        if run is None or not self.record_job:
             return
         try:
-            adapter.emit(self.recorder.record_disruption,
-                         f"exception:{type(exception).__name__}")
+            run.adapter.emit(self.recorder.record_disruption,
+                             f"exception:{type(exception).__name__}")
             setattr(exception, DISRUPTION_RECORDED_ATTR, True)
             self.recorder.flush(2.0)
         except Exception:
             _probe.log_once("lightning-exception", "goodput: recording a crash failed")
 
     def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
-        if stage != "fit" or self._adapter is None:
+        if stage != "fit" or self._run is None:
             return
-        adapter, self._adapter, self._clock = self._adapter, None, None
+        run, self._run, self._clock = self._run, None, None
         self._unwrap()
-        try:
-            if self.record_job and not self._failed:
-                adapter.emit(self.recorder.record_job_end_time, adapter.now())
-        except Exception:
-            _probe.log_once("lightning-teardown", "goodput: recording the job end failed")
-        if self._owns_adapter:
-            adapter.uninstrument(linger=self._failed)
+        run.end(failed=self._failed)
 
 
 def _loss(outputs: Any) -> Any:

@@ -8,10 +8,10 @@ group once it exists, else from ``WORLD_SIZE``.
 
 from __future__ import annotations
 
-import importlib.metadata
 from typing import Any, Dict
 
 from goodput_core.queries.program_goodput import peak_flops_per_device
+from goodput_integrations.base.versions import installed_versions
 from goodput_integrations.torch import _probe
 
 __all__ = ["run_metadata", "versions"]
@@ -26,13 +26,7 @@ _DISTRIBUTIONS = (
 
 def versions() -> Dict[str, str]:
     """Installed versions of torch and the trainers on top of it (not imported)."""
-    found = {}
-    for key, dist in _DISTRIBUTIONS:
-        try:
-            found[key] = importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            pass
-    return found
+    return installed_versions(_DISTRIBUTIONS)
 
 
 def device_facts(torch: Any) -> Dict[str, Any]:

@@ -19,27 +19,14 @@ exists: CUDA; else the CPU) unless the adapter was told (``device=``).
 
 from __future__ import annotations
 
-import contextlib
-import functools
-from typing import Any, Callable, Iterator, Optional, Union
+from typing import Any, Callable, Optional, Union
 
-from goodput_integrations.torch import _active
+from goodput_integrations.base.steps import StepCounter, counted_steps
+from goodput_integrations.torch._active import ACTIVE
 
-__all__ = ["StepCounter", "track_steps", "gated_step", "check_sync_every"]
+__all__ = ["StepCounter", "track_steps", "check_sync_every"]
 
 SyncEvery = Union[int, str, None]
-
-
-class StepCounter:
-    """The number the next call of a tracked step function records.
-
-    Set ``next_step`` after restoring a checkpoint to resume the numbering.
-    """
-
-    __slots__ = ("next_step", "first_step")
-
-    def __init__(self, first_step: int):
-        self.first_step = self.next_step = int(first_step)
 
 
 def check_sync_every(sync_every: SyncEvery) -> SyncEvery:
@@ -80,35 +67,7 @@ def track_steps(fn: Optional[Callable] = None, *, first_step: int = 0,
     check_sync_every(sync_every)
 
     def decorate(func: Callable) -> Callable:
-        counter = StepCounter(first_step)
-
-        @functools.wraps(func)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            k = counter.next_step
-            counter.next_step = k + 1
-            active = adapter or _active.current
-            if active is None or not active.active:
-                return func(*args, **kwargs)
-            active.step_started(k)
-            result = func(*args, **kwargs)
-            active.step_returned(k, k + 1 - counter.first_step, result, sync_every)
-            return result
-
-        wrapper.counter = counter  # type: ignore[attr-defined]
-        return wrapper
+        return counted_steps(func, first_step=first_step, sync_every=sync_every,
+                             adapter=adapter, slot=ACTIVE)
 
     return decorate if fn is None else decorate(fn)
-
-
-@contextlib.contextmanager
-def gated_step(adapter: Any, step: int) -> Iterator[None]:
-    """``recorder.step(k)`` through the adapter's process gate: start on
-    enter, end on a clean exit (on CUDA, synchronize inside the block for a
-    true end)."""
-    active = _active.get(adapter)
-    if active is None:
-        yield
-        return
-    active.step_started(step)
-    yield
-    active.step_ended(step)

@@ -288,11 +288,11 @@ def test_fork_line_serves_every_name_without_the_reference(tmp_path, monkeypatch
 def test_compile_spans_without_taking_over_the_users_adapter(make_config, store_url):
     jax = pytest.importorskip("jax")
     from goodput_core.events import Kind
-    from goodput_integrations.jax import _active
+    from goodput_integrations.jax._active import ACTIVE
 
     config = make_config(monitor_goodput=False)
     recorder = mt.create_goodput_recorder(config)
-    assert _active.current is None  # module-level wrappers do not pick ours up
+    assert ACTIVE.current is None  # module-level wrappers do not pick ours up
     jax.jit(lambda x: x * 3 + 1)(jax.numpy.arange(3.0 + uuid.uuid4().int % 1000))
     assert recorder.flush(10)
     kinds = [e.kind for e in open_store(store_url).read(config.run_name)[0]]

@@ -1,13 +1,19 @@
 """A torchrun worker using the ML-diagnostics interface with framework=PYTORCH:
-prints (as JSON) the process index ours and the real SDK's give before and
-after the process group exists, then records metrics and one xprof session.
+writes (as JSON, to ``RESULT_DIR/result-r<rank>.json``) the process index
+ours and the real SDK's give before and after the process group exists,
+then records metrics and one xprof session.
 
-Run as ``torchrun ... mldiag_child.py STORE PROFILE_DIR``.
+Run as ``torchrun ... mldiag_child.py STORE PROFILE_DIR RESULT_DIR``.
+
+Each rank writes a file of its own: both ranks share torchrun's stdout, and
+``print`` writes its text and its newline in two writes, so one rank's line
+can land between the other's (``RESULT {...}RESULT {...}``).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import torch
@@ -24,7 +30,7 @@ def upstream_index():
     return host_utils.get_process_index(Framework.PYTORCH)
 
 
-def main(store: str, profile_dir: str) -> None:
+def main(store: str, profile_dir: str, result_dir: str) -> None:
     before = {"ours": _system.process_index("PYTORCH"), "sdk": upstream_index()}
     dist.init_process_group("gloo")
     after = {"ours": _system.process_index("PYTORCH"), "sdk": upstream_index()}
@@ -38,11 +44,12 @@ def main(store: str, profile_dir: str) -> None:
         metrics.record("loss", float(x.sum()), step=step)
         dist.all_reduce(x)
     prof.stop()
-    print("RESULT " + json.dumps({"before": before, "after": after, "run": run.name,
-                                  "index": run.process_index,
-                                  "rank": dist.get_rank()}), flush=True)
+    result = {"before": before, "after": after, "run": run.name,
+              "index": run.process_index, "rank": dist.get_rank()}
+    with open(os.path.join(result_dir, f"result-r{dist.get_rank()}.json"), "w") as f:
+        json.dump(result, f)
     dist.barrier()
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:3])
+    main(*sys.argv[1:4])

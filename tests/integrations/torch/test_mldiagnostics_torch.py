@@ -26,13 +26,15 @@ CHILD = ROOT / "tests" / "integrations" / "torch" / "mldiag_child.py"
 @pytest.mark.timeout(600)
 def test_machinelearning_run_with_framework_pytorch_under_torchrun(tmp_path):
     store, profiles = str(tmp_path / "g.sqlite"), tmp_path / "profiles"
+    out = tmp_path / "results"
+    out.mkdir()
     done = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-         str(CHILD), store, str(profiles)], env=child_env(), cwd=tmp_path, timeout=500,
-        stdin=subprocess.DEVNULL, capture_output=True, text=True)
+         str(CHILD), store, str(profiles), str(out)], env=child_env(), cwd=tmp_path,
+        timeout=500, stdin=subprocess.DEVNULL, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
-    results = [json.loads(line.split("RESULT ", 1)[1]) for line in done.stdout.splitlines()
-               if "RESULT " in line]
+    # a file per rank (the ranks' stdout lines can interleave: see the child)
+    results = [json.loads(p.read_text()) for p in sorted(out.glob("result-r*.json"))]
     assert sorted(r["rank"] for r in results) == [0, 1]
     for r in results:
         # as the SDK: before the process group, the first of NODE_RANK,

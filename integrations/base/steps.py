@@ -1,0 +1,53 @@
+"""Training steps: a wrapper that numbers each call of a step function.
+
+The counter advances on every call, recorded or not, so numbering stays
+right when instrumentation is switched on later. While an adapter is
+active, each call is its step: ``step_started(k)`` before the function
+runs and ``step_returned(k, count, result, sync_every)`` after it returned
+(each adapter decides there what the return means: the end of the work on a
+synchronous device, a dispatch to observe on an asynchronous one).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, Optional
+
+from goodput_integrations.base.slot import AdapterSlot
+
+__all__ = ["StepCounter", "counted_steps"]
+
+
+class StepCounter:
+    """The number the next call of a tracked step function records.
+
+    Set ``next_step`` after restoring a checkpoint to resume the numbering.
+    """
+
+    __slots__ = ("next_step", "first_step")
+
+    def __init__(self, first_step: int):
+        self.first_step = self.next_step = int(first_step)
+
+
+def counted_steps(func: Callable, *, first_step: int, sync_every: Any,
+                  adapter: Optional[Any], slot: AdapterSlot) -> Callable:
+    """``func`` wrapped so that each call is the next step of ``adapter``
+    (default: the slot's current one); the wrapper exposes ``.counter`` (a
+    :class:`StepCounter`) and ``__wrapped__``."""
+    counter = StepCounter(first_step)
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        k = counter.next_step
+        counter.next_step = k + 1
+        active = adapter or slot.current
+        if active is None or not active.active:
+            return func(*args, **kwargs)
+        active.step_started(k)
+        result = func(*args, **kwargs)
+        active.step_returned(k, k + 1 - counter.first_step, result, sync_every)
+        return result
+
+    wrapper.counter = counter  # type: ignore[attr-defined]
+    return wrapper
