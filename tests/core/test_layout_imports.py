@@ -256,10 +256,9 @@ def test_the_import_system_check_sees_an_alias_module(tmp_path):
 
 
 # ------------------------------------------------------------ imports inside functions
-# Files of branches in flight when this rule came (the PyTorch adapter, MaxText's
-# whole-process recording): their imports inside functions get their reasons there.
-LAZY_PENDING = {os.path.join("goodput_integrations", *p) for p in (
-    ("torch", "adapter.py"), ("torch", "hf.py"), ("torch", "lightning.py"))}
+# Files excepted from the rule below (none now; the branches in flight when it came
+# gave their imports their reasons).
+LAZY_PENDING: set = set()
 
 
 def _in_function_imports(tree):
