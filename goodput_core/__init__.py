@@ -50,35 +50,39 @@ __all__ = [
 __version__ = "0.1.0"
 
 
-
 def _lazy(name):
-    """The names that need numpy or a client library, imported on first use."""
+    """The names that need numpy or a client library, imported on first use
+    (each import says what it keeps out of ``import goodput_core``)."""
     if name == "BadputType":
-        from goodput_core.timeline.buckets import BadputType as value
+        from goodput_core.timeline.buckets import BadputType as value  # lazy: the timeline
     elif name == "Calculator":
-        from goodput_core.queries.calculator import Calculator as value
+        from goodput_core.queries.calculator import Calculator as value  # lazy: numpy
     elif name == "GoodputResult":
-        from goodput_core.queries.results import GoodputResult as value
+        from goodput_core.queries.results import GoodputResult as value  # lazy: numpy
     elif name == "RunContext":
-        from goodput_core.queries.diagnostics import RunContext as value
+        from goodput_core.queries.diagnostics import RunContext as value  # lazy: numpy
     elif name == "record_config":
-        from goodput_core.queries.diagnostics import record_config as value
+        from goodput_core.queries.diagnostics import record_config as value  # lazy: numpy
     elif name == "Monitor":
-        from goodput_core.monitor.loop import Monitor as value
+        from goodput_core.monitor.loop import Monitor as value  # lazy: numpy, exporters
     elif name == "ConsoleExporter":
-        from goodput_core.exporters.console import ConsoleExporter as value
+        from goodput_core.exporters.console import ConsoleExporter as value  # lazy: numpy
     elif name == "TensorBoardExporter":
+        # lazy: numpy
         from goodput_core.exporters.tensorboard import TensorBoardExporter as value
     elif name == "PrometheusExporter":
+        # lazy: numpy
         from goodput_core.exporters.prometheus import PrometheusExporter as value
     elif name == "CloudMonitoringExporter":
+        # lazy: numpy
         from goodput_core.exporters.cloud_monitoring import CloudMonitoringExporter as value
     elif name == "OtelExporter":
-        from goodput_core.exporters.otel import OtelExporter as value
+        from goodput_core.exporters.otel import OtelExporter as value  # lazy: numpy, otel
     elif name == "OtelTraceExporter":
+        # lazy: numpy, opentelemetry
         from goodput_core.exporters.otel_trace import OtelTraceExporter as value
     elif name == "GCPOptions":
-        from goodput_core.gcp import GCPOptions as value
+        from goodput_core.gcp import GCPOptions as value  # lazy: metadata lookups
     else:
         raise AttributeError(f"module 'goodput_core' has no attribute {name!r}")
     return value

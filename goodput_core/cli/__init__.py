@@ -22,6 +22,12 @@ import os
 import sys
 from typing import List, NoReturn, Optional
 
+from goodput_core import __version__
+from goodput_core.record.adopt import deliver_left_events
+from goodput_core.redact import redact
+from goodput_core.stores import StoreError, default_store_url
+from goodput_core.text import printable
+
 __all__ = ["main", "CliError"]
 
 # name -> (module under goodput_core.cli.commands, one-line help)
@@ -81,9 +87,6 @@ def _error_line(text: str) -> None:
     """Prints one line on stderr, secrets hidden (each message already hides
     those it names: this is the last guard); a closed stderr is not worth a
     traceback either."""
-    from goodput_core.redact import redact
-    from goodput_core.text import printable
-
     try:
         print(printable(redact(" ".join(text.split("\n")))), file=sys.stderr, flush=True)
     except (OSError, ValueError):
@@ -104,8 +107,6 @@ def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
     imported: ``goodput report`` pays for no other command's imports)."""
     parser = _Parser(
         prog="goodput", description="Measure the goodput of ML training jobs.")
-    from goodput_core import __version__
-
     parser.add_argument("--version", action="version", version=f"goodput {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module, help_text) in COMMANDS.items():
@@ -129,9 +130,6 @@ def _load(module: str):
 def _deliver_left_events(store) -> None:
     """Delivers what dead writers of the store left (never fails the command)."""
     try:
-        from goodput_core.record.adopt import deliver_left_events
-        from goodput_core.stores import default_store_url
-
         deliver_left_events(store or default_store_url())
     except Exception:  # noqa: BLE001 - the read goes on with what is stored
         pass
@@ -145,8 +143,6 @@ def main(argv: Optional[List[str]] = None) -> int:
     if not getattr(args, "command", None):
         parser.print_help()
         return 2
-    from goodput_core.stores import StoreError
-
     prefix = f"goodput {args.command}: error:"
     try:
         if args.command in _READERS and hasattr(args, "store"):

@@ -32,6 +32,7 @@ import numpy as np
 
 from goodput_core.timeline.buckets import BadputType
 from goodput_core.cli.timespec import format_duration, format_time
+from goodput_core.files import replaced_atomically
 from goodput_core.queries.markers import Marker, run_markers
 
 __all__ = ["TimelineData", "Lane", "Marker", "PlotUnavailable", "collect", "render_image",
@@ -393,7 +394,6 @@ def render_image(data: TimelineData, path: str) -> None:
     sub = "\n".join(line if len(line) <= width else line[:width - 1] + "\u2026"
                      for line in lines)
     fig.text(0.02, 1 - 0.32 / fig_h, sub, fontsize=9, color="#444444", ha="left", va="top")
-    from goodput_core.files import replaced_atomically
 
     try:  # 0600, replacing the path atomically; the format from its extension
         fmt = os.path.splitext(path)[1].lstrip(".").lower() or "png"

@@ -166,6 +166,7 @@ class GoodputCalculator:
         self.using_pathways = using_pathways
         self._clock = clock
         # Imported here: recorders (built at a job's start) do not pay for it.
+        # lazy: the calculator's modules: a recorder alone never reads
         from goodput_core.queries.calculator import Calculator
 
         self._calc = Calculator(job_name, clock=clock, liveness=False)  # rule 1, as the reference

@@ -142,6 +142,7 @@ class GoodputMonitor:
             logger.info("Monitoring is disabled. GoodputMonitor will not be initialized.")
             self._initialized = False
             return
+        # lazy: the calculator's modules, on construction: importing this module stays light
         from goodput_core.queries.calculator import Calculator
 
         self.job_name = job_name

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional
 
 from goodput_core.settings import parse_otel_signals
+from goodput_core.exporters.lazy import LazyExporter
 
 __all__ = ["EXPORTERS", "ENV", "ExporterKind", "from_spec", "kind_of_signal", "lazy",
            "otel_from_env", "spec"]
@@ -134,8 +135,6 @@ def lazy(name: str, /, factory: Optional[Callable[[], Any]] = None,
     the others go on); its ``process_spec()`` rebuilds the same lazy exporter
     from ``kwargs``. ``factory``: builds it here instead (default: the kind's
     rebuild from ``kwargs``)."""
-    from goodput_core.exporters.lazy import LazyExporter  # its base pulls in queries/
-
     kind = EXPORTERS[name]
     if factory is None:
         def factory() -> Any:

@@ -59,6 +59,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from goodput_core.timeline.buckets import BadputType
 from goodput_core.exporters import registry
 from goodput_core.exporters.base import Exporter, MonitorSnapshot
+from goodput_core.files import private_file
 
 __all__ = ["TensorBoardExporter", "SUBDIR", "efficiency_tags", "metric_tag", "window_tag",
            "scalar_event", "scalar_value_fields"]
@@ -134,7 +135,6 @@ class _EventFile:
         suffix = f".goodput.{time.time_ns():020d}.{os.getpid()}.{next(self._count):06d}"
         self._events = EventsWriter(os.path.join(log_dir, "events"), suffix)
         if "://" not in log_dir:  # a local file: private, as everything the tool writes
-            from goodput_core.files import private_file
 
             private_file(self._events._file_name)
         self._tags: Dict[Tuple[str, str], Any] = {}

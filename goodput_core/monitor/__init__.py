@@ -13,6 +13,7 @@ def __getattr__(name):
     # The loop imports the calculator (numpy): load it on first use so that importing
     # goodput_core.monitor.background_start (done by adapters at import) stays cheap.
     if name == "Monitor":
+        # lazy: numpy (background_start imports this package and stays light)
         from goodput_core.monitor.loop import Monitor
 
         return Monitor

@@ -78,7 +78,7 @@ def main() -> int:
         return 0
     reply_fd = int(settings["reply_fd"])
     parent = os.getppid()
-    # imported after lower_priority(): numpy's BLAS threads, started at its
+    # lazy: after lower_priority(): numpy's BLAS threads, started at its
     # import, inherit the lowered priority only if they start after it
     from goodput_core.exporters.registry import from_spec
     from goodput_core.monitor.loop import Monitor

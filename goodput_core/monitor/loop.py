@@ -57,6 +57,7 @@ from goodput_core.monitor.cycle import Extras
 from goodput_core.monitor.exporting import close_all, dispatch
 from goodput_core.monitor.placement import child_spec
 from goodput_core.monitor.process import ProcessMonitor
+from goodput_core.monitor.schedule import Schedule
 from goodput_core.monitor.snapshots import SnapshotBuilder
 from goodput_core.monitor.arguments import (  # parse_windows: the command line's
     DEFAULT as _DEFAULT, parse_windows, positive as _positive, windows as _windows)
@@ -71,7 +72,6 @@ PARTS = ("goodput", "step_deviation", "rolling")
 
 
 _CLOSE_RESERVE_S = 1.0  # at most this much of stop()'s time is kept for close()
-_EPS = 1e-6  # schedule slack: clock + (due - clock) may miss `due` by an ulp
 
 
 class Monitor:
@@ -138,11 +138,12 @@ class Monitor:
                  include_slice_efficiency: bool = True, include_program_goodput: bool = True,
                  include_metrics: bool = True, include_insights: bool = True,
                  process: Optional[bool] = None, liveness: bool = True):
-        self._interval = {"goodput": _positive(interval_s, "interval_s"),
-                          "rolling": float(interval_s)}
-        self._interval["step_deviation"] = _positive(
+        intervals = {"goodput": _positive(interval_s, "interval_s"),
+                     "rolling": float(interval_s)}
+        intervals["step_deviation"] = _positive(
             interval_s if step_deviation_interval_s is None else step_deviation_interval_s,
             "step_deviation_interval_s")
+        self._schedule = Schedule(intervals)
         self._export_timeout = _positive(export_timeout_s, "export_timeout_s")
         if final_flush_timeout_s is _DEFAULT:
             final_flush_timeout_s = exit_timeout_s()
@@ -158,7 +159,7 @@ class Monitor:
             process, run, store, exporters, custom=(calculator is not None or wait is not None
                                                     or clock is not time.time),
             options=dict(interval_s=float(interval_s),
-                         step_deviation_interval_s=self._interval["step_deviation"],
+                         step_deviation_interval_s=intervals["step_deviation"],
                          configured_ideal_step_time=self._ideal,
                          export_timeout_s=self._export_timeout,
                          final_flush_timeout_s=self._final_timeout,
@@ -187,7 +188,6 @@ class Monitor:
         self._cycle_lock = threading.Lock()
         self._state_lock = threading.RLock()  # start() -> _start_thread()
         self._stats_lock = threading.Lock()
-        self._parts_lock = threading.Lock()
         self._stop_evt = threading.Event()
         self._wake = threading.Event()
         self._wait = wait if wait is not None else self._default_wait
@@ -196,9 +196,6 @@ class Monitor:
         self._stopped = False
         self._errors: Dict[str, int] = {}
         self._cycles = 0
-        self._windows: Tuple[Any, ...] = ()
-        self._enabled: set = set()
-        self._next: Dict[str, float] = {}
         self.configure(goodput=include_goodput, step_deviation=include_step_deviation,
                        rolling_windows=rolling_windows)
 
@@ -212,6 +209,7 @@ class Monitor:
         return self._calc
 
     def _new_calculator(self, clock: Callable[[], float]) -> Any:
+        # lazy: the calculator's modules: a monitor in a process opens it there
         from goodput_core.queries.calculator import Calculator
 
         return Calculator(self.run, open_store(self._store), clock=clock,
@@ -235,14 +233,12 @@ class Monitor:
     @property
     def parts(self) -> frozenset:
         """The parts a cycle computes now."""
-        with self._parts_lock:
-            return frozenset(self._enabled)
+        return self._schedule.parts
 
     @property
     def rolling_windows(self) -> Tuple[Any, ...]:
         """The rolling window sizes in seconds."""
-        with self._parts_lock:
-            return self._windows
+        return self._schedule.windows
 
     @property
     def stop_requested(self) -> threading.Event:
@@ -261,18 +257,7 @@ class Monitor:
           ValueError: a window size that is not a positive number.
         """
         windows = None if rolling_windows is None else _windows(rolling_windows)
-        now = self._clock()
-        with self._parts_lock:
-            if windows is not None:
-                self._windows = windows
-            wanted = {"goodput": goodput, "step_deviation": step_deviation,
-                      "rolling": None if windows is None else bool(windows)}
-            for part, on in wanted.items():
-                if on and part not in self._enabled:
-                    self._enabled.add(part)
-                    self._next[part] = now + self._interval[part]
-                elif on is False:
-                    self._enabled.discard(part)
+        self._schedule.configure(self._clock(), goodput, step_deviation, windows)
         self._wake.set()  # the loop re-plans its wait
         if self._child is not None:
             self._child.command({"configure": {
@@ -394,7 +379,7 @@ class Monitor:
                 if self._child is None:  # spawned from a thread: returns at once (P9)
                     self._child = ProcessMonitor(
                         self.run, self._child_spec, self.exporters,
-                        interval_s=min(self._interval.values()), recorder=self._recorder,
+                        interval_s=self._schedule.idle, recorder=self._recorder,
                         deadlines=self._time, on_failure=self._start_thread)
                     self._child.command({"configure": {
                         "goodput": "goodput" in self.parts,
@@ -411,10 +396,7 @@ class Monitor:
             if self._thread is None and not self._stopped:
                 # the first cycle runs at start: a Prometheus endpoint or a dashboard
                 # is never empty for the first interval (the 30 s default)
-                now = self._clock()
-                with self._parts_lock:
-                    for p in self._enabled:
-                        self._next[p] = min(self._next[p], now)
+                self._schedule.due_now(self._clock())
                 self._thread = threading.Thread(
                     target=self._loop, name=f"goodput-monitor-{self.run}", daemon=True)
                 self._thread.start()
@@ -426,18 +408,11 @@ class Monitor:
 
     def _loop(self) -> None:
         while not self._stop_evt.is_set():
-            with self._parts_lock:
-                due_times = [self._next[p] for p in self._enabled]
-            idle = min(self._interval.values())
-            delay = max(0.0, min(due_times) - self._clock()) if due_times else idle
+            delay = self._schedule.delay(self._clock)
             try:
                 if self._wait(delay) or self._stop_evt.is_set():
                     break
-                now = self._clock()
-                with self._parts_lock:
-                    due = {p for p in self._enabled if self._next[p] <= now + _EPS}
-                    for p in due:  # no catch-up bursts after a slow cycle
-                        self._next[p] = now + self._interval[p]
+                due = self._schedule.take_due(self._clock())
                 if due:
                     with self._cycle_lock:
                         if not self._stop_evt.is_set():

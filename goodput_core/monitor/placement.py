@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, List, Optional, Sequence
 
+from goodput_core.stores import check_store_url, schemes
+
 __all__ = ["ENV", "child_spec", "exporter_specs", "process_wanted"]
 
 #: ``0`` (or ``false``/``no``/``off``/``thread``): monitors run on a thread of the training process.
@@ -79,7 +81,6 @@ def _store_url(store: Any) -> Optional[str]:
         store = getattr(store, "url", None)  # an open Store
         if store is None:
             return None
-    from goodput_core.stores import check_store_url, schemes
 
     url, _, _ = check_store_url(store)
     # sqlite: the path made absolute (the same file whatever the child's directory)

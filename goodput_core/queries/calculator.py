@@ -78,6 +78,7 @@ from goodput_core.queries.windows import (
     labelled_spans, lifetime_of, rolling_end, span_label, window_result)
 from goodput_core.timeline.liveness import RunState, timeline_state
 from goodput_core.timeline.spans import Timeline
+from goodput_core.stores import open_store
 
 __all__ = ["Calculator", "GoodputResult", "MetricSeries", "ProgramGoodput", "SliceCounts",
            "SliceEfficiency", "StepStats"]
@@ -114,8 +115,6 @@ class Calculator:
             raise ValueError(f"ideal_step_time must be a positive number, got {ideal_step_time!r}")
         self.run = run
         if store is not None:
-            from goodput_core.stores import open_store
-
             store = open_store(store)
         self._clock = clock
         self._ideal = None if ideal_step_time is None else float(ideal_step_time)

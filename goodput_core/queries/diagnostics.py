@@ -34,6 +34,8 @@ from typing import Any, Callable, Dict, Iterable, Mapping, NamedTuple, Tuple
 
 import numpy as np
 
+from goodput_core.queries.run_groups import check_run_group
+
 __all__ = [
     "MetricPoint",
     "MetricSeries",
@@ -235,8 +237,6 @@ class RunContext:
         self.configs = configs
         self.providers = list(providers)
         if "run_group" in fields:
-            from goodput_core.queries.run_groups import check_run_group
-
             group = check_run_group(fields.pop("run_group"))
             if group:
                 fields["run_group"] = group

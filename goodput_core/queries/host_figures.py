@@ -45,6 +45,7 @@ from goodput_core.timeline.ingest import MAX_ABS_TIME, MAX_STEP
 from goodput_core.timeline.lead_columns import stream_page
 from goodput_core.timeline.liveness import DEFAULT_HEARTBEAT_SECONDS, STALE_INTERVALS
 from goodput_core.timeline.spans import Timeline
+from goodput_core.queries.many_hosts import ManyHosts
 
 __all__ = ["HOST_LOCAL_BUCKETS", "host_figures", "plain_figures", "EngineHost", "HostFigures"]
 
@@ -316,8 +317,6 @@ class EngineHost:
             tl = Timeline()
             tl.add_page(stream_page(run, streams[0]))
         else:
-            from goodput_core.queries.many_hosts import ManyHosts
-
             many = ManyHosts(run)
             sub = many.columns
             for s in streams:

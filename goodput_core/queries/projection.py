@@ -31,6 +31,8 @@ from typing import Any, Optional
 
 import numpy as np
 
+from goodput_core.queries.incidents import incidents
+
 __all__ = ["Projection", "expected_ettr", "first_order_ettr", "project", "simulate"]
 
 
@@ -141,8 +143,6 @@ def project(calc: Any, now: float, *, hosts: Optional[int] = None,
             interval_s: Optional[float] = None) -> Projection:
     """The projection for ``calc``'s run (``hosts``/``interval_s``: the scenario;
     None keeps the measured value)."""
-    from goodput_core.queries.incidents import incidents
-
     if hosts is not None and hosts < 1:
         raise ValueError(f"hosts must be at least 1, got {hosts}")
     if interval_s is not None and not interval_s > 0:

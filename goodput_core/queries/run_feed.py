@@ -27,6 +27,7 @@ from goodput_core.record.hooks import flush_before_read
 from goodput_core.timeline.lead_columns import records_page
 from goodput_core.timeline.payload_columns import payload_page
 from goodput_core.timeline.spans import Timeline
+from goodput_core.stores import StoreError, default_store_url, open_store
 
 __all__ = ["RunFeed"]
 
@@ -35,8 +36,6 @@ logger = logging.getLogger("goodput")
 
 
 def _default_url() -> str:
-    from goodput_core.stores import default_store_url
-
     return default_store_url()
 
 
@@ -140,8 +139,6 @@ class RunFeed:
         """The store a ``Recorder(run)`` given no store writes to, for a
         Calculator given a run and no store; False (warned once) while there
         is none to read."""
-        from goodput_core.stores import StoreError, open_store
-
         url = _default_url()
         if self.run:
             try:

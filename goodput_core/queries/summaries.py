@@ -35,6 +35,7 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple
 import numpy as np
 
 from goodput_core.queries.run_groups import check_run_group, group_of
+from goodput_core.stores.summary_cache import SummaryCache
 
 __all__ = ["RunSummary", "Summaries", "run_summaries", "runs_in_group", "summarize",
            "last_activity", "goodput_trend", "state_of", "SUMMARY_FORMAT", "STOPPED_AFTER_SECONDS"]
@@ -204,8 +205,6 @@ class Summaries:
 
     def __init__(self, store: Any, cache: Any = "default"):
         if cache == "default":
-            from goodput_core.stores.summary_cache import SummaryCache
-
             cache = SummaryCache.open_default()
         self.store = store
         self.cache = cache
@@ -270,6 +269,7 @@ class Summaries:
         ``version``), or from a calculator read cold here; kept for :meth:`save`
         when its state is final."""
         if calc is None:
+            # lazy: the calculator's modules: a listing from the summary cache needs none
             from goodput_core.queries.calculator import Calculator
 
             calc = Calculator(name, self.store, clock=lambda: now)
@@ -323,6 +323,7 @@ def runs_in_group(store: Any, group: str, *, clock: Any = None) -> List[Tuple[st
     Returns:
       ``[(run name, refreshed Calculator), ...]``.
     """
+    # lazy: the calculator's modules: a listing from the summary cache needs none
     from goodput_core.queries.calculator import Calculator
 
     group = check_run_group(group, "--group")

@@ -15,6 +15,10 @@ import logging
 import os
 from typing import Any
 
+from goodput_core.record.journal import SUFFIX, default_spill_dir, tag_of
+from goodput_core.record.recorder import Recorder
+from goodput_core.stores import check_store_url, schemes
+
 __all__ = ["deliver_left_events", "has_left_events"]
 
 logger = logging.getLogger("goodput")
@@ -23,9 +27,6 @@ logger = logging.getLogger("goodput")
 def has_left_events(store_url: str) -> bool:
     """True when a journal or spill file for ``store_url`` lies in the spill
     directory (a directory listing; nothing is opened)."""
-    from goodput_core.record.journal import SUFFIX
-    from goodput_core.record.journal import default_spill_dir, tag_of
-
     try:
         names = os.listdir(default_spill_dir())
     except OSError:
@@ -47,9 +48,6 @@ def deliver_left_events(store_url: Any, timeout: float = 10.0) -> bool:
     Returns:
       True when nothing is left to deliver.
     """
-    from goodput_core.record.recorder import Recorder
-    from goodput_core.stores import check_store_url, schemes
-
     try:
         url, _, _ = check_store_url(store_url)
     except Exception:  # noqa: BLE001 - the command reports a bad URL itself

@@ -157,6 +157,10 @@ def install() -> None:
         return
     _installed.append(True)
     atexit.register(flush_at_exit)
+    # the exit hook of the stores that send from a thread calls this first (when it
+    # runs before ours: atexit is LIFO), so the recorders' queues reach them before
+    # they deliver; flush_at_exit is idempotent
+    exit_bound.before_stores_close.append(flush_at_exit)
     if hasattr(os, "register_at_fork"):
         os.register_at_fork(before=_flush_at_multiprocessing_exit,
                             after_in_child=_after_fork_in_child)

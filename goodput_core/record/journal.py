@@ -54,6 +54,7 @@ import uuid
 from typing import Any, Dict, List, Optional, Tuple
 
 from goodput_core.events import EventRecord
+from goodput_core.stores import canonical_store_url
 
 __all__ = ["Journal", "JournalOrphan", "journal_paths", "live_journals", "default_spill_dir",
            "tag_of", "SPILL_DIR_ENV", "SLOT", "HEADER",
@@ -117,8 +118,6 @@ def default_spill_dir() -> str:
 def tag_of(store_url: str) -> str:
     """The tag naming a store's spill files and journals (a hash of its
     canonical URL, password removed)."""
-    from goodput_core.stores import canonical_store_url
-
     url = canonical_store_url(store_url) if store_url else ""
     return _sha1(url.encode()).hexdigest()[:16]
 
@@ -154,7 +153,8 @@ class Journal:
     """
 
     def __init__(self, directory: str, tag: str, capacity: int, identity: Dict[str, Any]):
-        from goodput_core.stores.spill_buffer import private_dir  # not on import goodput_core
+        # lazy: the spill buffer's module, off import goodput_core
+        from goodput_core.stores.spill_buffer import private_dir
 
         private_dir(directory)
         self.capacity = int(capacity)

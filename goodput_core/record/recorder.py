@@ -52,6 +52,7 @@ from goodput_core.stores.deferred import DeferredStore
 from goodput_core.record.watchdog import watchdog_for
 from goodput_core.record.writer import Writer
 from goodput_core.record.zone_offset import MIN_OFFSET_S, zone_offset_hours
+from goodput_core.events import to_payload
 
 __all__ = ["Recorder", "NullRecorder", "NULL_RECORDER", "flush_all", "flush_before_read"]
 
@@ -270,15 +271,14 @@ class Recorder(PhaseMixin):
         self._dropped_closed += 1
 
     def _emit_to_cloud_logger(self, kind, t, step, extra, write_time) -> None:
-        from goodput_core.events import to_payload
-
         try:
             self._cloud_logger.write_cloud_logging_entry(
                 to_payload(EventRecord(self.run, kind, t, step, extra)))
-            self._writer.written += 1
+            self._writer.appender.written += 1
         except Exception:  # the logger owns its I/O; never raise into the loop
-            self._writer.write_errors += 1
-            if self._writer.write_errors == 1:
+            counts = self._writer.appender
+            counts.write_errors += 1
+            if counts.write_errors == 1:
                 logger.exception("goodput: cloud_logger.write_cloud_logging_entry failed")
 
     def _reject(self, kind: Kind, error: Exception) -> None:

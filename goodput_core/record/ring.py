@@ -123,7 +123,8 @@ def encode_extra(extra: dict) -> Optional[bytes]:
         parts.append(_quote(key) + ":" + text)
     else:
         return ("{" + ",".join(parts) + "}").encode()
-    from goodput_core.stores.strict_json import dumps  # nested payloads: rare
+    # lazy: only nested payloads need it (import goodput_core stays light)
+    from goodput_core.stores.strict_json import dumps
 
     try:
         return dumps(extra).encode("utf-8")

@@ -36,6 +36,7 @@ from goodput_core.record.storable import check_event
 from goodput_core.stores import canonical_store_url, schemes
 from goodput_core.stores.spill_buffer import SpillFile, adopt_files, new_spill_file
 from goodput_core.stores.strict_json import dumps
+from goodput_core.record.journal import BadJournal, JournalOrphan, journal_paths
 
 _KINDS = frozenset(int(k) for k in Kind)
 
@@ -201,8 +202,6 @@ class Outbox:
     def _adopt_journals(self, held: set) -> int:
         """Queues the journals of dead writers of this store (after their spill
         files, which hold their older events)."""
-        from goodput_core.record.journal import BadJournal, JournalOrphan, journal_paths
-
         count = 0
         for path in journal_paths(self.directory, self.tag):
             if path in held:

@@ -60,14 +60,14 @@ def recorder_stats(rec: Any) -> Dict[str, Any]:
     queued = ring.waiting()
     journal = ring.journal
     out = {
-        "written": writer.written,
+        "written": writer.appender.written,
         "dropped": ring.dropped + rec._dropped_closed,
         "overflowed": ring.overflowed,
         "journal": None if journal is None or journal.released else journal.path,
         "journal_error": writer.journal_error,
         "rejected": dict(rec._rejected),
-        "unstorable": writer.unstorable,
-        "write_errors": writer.write_errors,
+        "unstorable": writer.appender.unstorable,
+        "write_errors": writer.appender.write_errors,
         "queued": queued,
         "waiting": queued + len(pending or ()),
         "spill_errors": writer.spill_errors,

@@ -38,6 +38,7 @@ def check_text(value: str, what: str) -> None:
 
 def check_extra(extra: Any) -> None:
     """Raises ValueError when ``extra`` cannot be stored as strict JSON."""
+    # lazy: only nested payloads need it (import goodput_core stays light)
     from goodput_core.stores.strict_json import dumps
 
     try:

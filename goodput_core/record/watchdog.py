@@ -246,6 +246,7 @@ class HangWatchdog:
         from completion once step ends were seen at sync points, else from
         the step starts."""
         if len(self._completed) >= _MIN_FOR_IDEAL:
+            # lazy: numpy; the declared arrow up to queries/ (layer rule 1)
             from goodput_core.queries.step_stats import ideal_step_time
 
             ideal = ideal_step_time(list(self._completed))
@@ -256,6 +257,7 @@ class HangWatchdog:
         if len(self._starts) > _MIN_FOR_IDEAL:
             import numpy as np  # not at import time: `import goodput_core` stays light
 
+            # lazy: numpy; the declared arrow up to queries/ (layer rule 1)
             from goodput_core.queries.step_stats import ideal_step_time
 
             d = np.diff(np.fromiter(self._starts, float))

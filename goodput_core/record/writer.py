@@ -5,20 +5,25 @@ A :class:`~goodput_core.record.recorder.Recorder` *has* one :class:`Writer`
 (:meth:`Writer.new_process`). The recorder produces into the writer's
 :attr:`Writer.ring` (:mod:`goodput_core.record.ring`: the journal's
 memory-mapped ring, or memory); everything else here runs on the writer
-thread, or in a flush or the exit hook. A batch
-that fails to write for a reason that may pass (the store's own errors:
-cannot be opened, disk full, locked, read-only, unreachable) is moved, with
-everything queued behind it, to this writer's spill file
+thread, or in a flush or the exit hook. The writer *has* its parts:
+
+* an :class:`~goodput_core.record.append.Appender` (``appender``): the one
+  call of ``store.append``, which isolates and counts the events a store
+  refuses for their content;
+* a :class:`~goodput_core.record.redelivery.Redelivery` (``redelivery``):
+  the spill files, delivered first;
+* a :class:`~goodput_core.record.handover.Handover` (``handover``): when the
+  journal may forget what the store took.
+
+A batch that fails to write for a reason that may pass (the store's own
+errors: cannot be opened, disk full, locked, read-only, unreachable) is
+moved, with everything queued behind it, to this writer's spill file
 (:mod:`goodput_core.record.spill`) and retried with exponential backoff: the
 spilled events are delivered first, in order, once the store answers, and a
 process that ends before that leaves them to the next one. Nothing is lost
 or written twice; the backoff is a real wait that neither
 :meth:`Writer.flush` nor a filling queue cuts short (only ``close()``
-does), so a failing store never makes the writer spin. A batch that fails
-because of its content (an event the store cannot encode: the store's
-scheme says which errors those are, :mod:`goodput_core.stores.schemes`) is
-split in halves until the events that fail alone are isolated: those are
-dropped and counted (``stats()["unstorable"]``), every other event is written.
+does), so a failing store never makes the writer spin.
 :meth:`Writer.flush` puts a fence in the queue and waits until the
 writer has stored everything before it, never longer than its timeout.
 """
@@ -34,12 +39,12 @@ import time
 from typing import Any, Callable, List, Optional
 
 from goodput_core.events import EventRecord
+from goodput_core.record.append import Appender
 from goodput_core.record.handover import Handover
 from goodput_core.record.heartbeat import Heartbeat
+from goodput_core.record.redelivery import Redelivery
 from goodput_core.record.ring import Fence, new_ring
 from goodput_core.record.wakeup import Wakeup
-from goodput_core.stores import schemes
-from goodput_core.stores.base import StoreError
 from goodput_core.stores.deferred import DeferredStore
 
 __all__ = ["Writer"]
@@ -49,20 +54,6 @@ logger = logging.getLogger("goodput")
 
 _FIRST_BACKOFF_S = 0.05
 _MAX_BACKOFF_S = 5.0
-_SPILL_BATCH = 10_000
-
-
-def _may_pass(error: BaseException) -> bool:
-    """True for store failures worth retrying as they are (I/O, locks, outages).
-
-    Anything else (TypeError, OverflowError, UnicodeError, ValueError...) comes
-    from the batch's content and would fail the same way forever; so does a
-    store error that its backend says is about the data itself (SQLite: a
-    constraint, a value too big, a type it cannot bind).
-    """
-    if isinstance(error, StoreError):
-        return not schemes.refuses_content(error)
-    return isinstance(error, OSError)
 
 
 class Writer:
@@ -96,9 +87,7 @@ class Writer:
         self.heartbeat_s = heartbeat_s
         self.closed = False  # set by close(): the thread ends once the ring is empty
         # Counters of the recorder's life (kept across a fork, as its stats()).
-        self.written = 0
-        self.write_errors = 0
-        self.unstorable = 0  # events the store refused for their content
+        self.appender = Appender(store)  # written, write_errors, unstorable
         self.spill_errors = 0  # failed writes of the spill file
         self.spill_error: Optional[str] = None  # the last one's reason
 
@@ -110,21 +99,23 @@ class Writer:
         self.backoff = threading.Event()  # set by close(): ends the backoff wait
         self.pending: Optional[List[EventRecord]] = None
         self.pending_upto = 0  # the last ticket of the pending batch's part of the ring
-        self._adopt_said = False
         self._draining = False
         self.spill_lock = threading.Lock()  # the failed batch and the queue vs the spill file
-        self.outbox = None  # this writer's spill file (record/spill.py), made on first need
-        self._adopt_due = True  # look for earlier processes' spill files once the store opens
-        self._spill_released = False  # exit or close released the spill files
+        self.redelivery = Redelivery(self.store, self.appender)
         self._drops_said = 0
         self._drops_said_at_exit = False
         self.ring = new_ring(self.store, self.durable, self.capacity,
                              (self.run, host, pid, attempt), self.wake)
         self.journal_error = self.ring.journal_error
-        self.handover = Handover(self.store, self.ring, self.outbox_for)
+        self.handover = Handover(self.store, self.ring, self.redelivery.outbox_for)
         self.heartbeat = (Heartbeat(self.heartbeat_s)
                           if self.store is not None and self.heartbeat_s > 0 else None)
         self.thread: Optional[threading.Thread] = None
+
+    @property
+    def outbox(self) -> Any:
+        """This writer's spill file (:class:`~goodput_core.record.spill.Outbox`), or None."""
+        return self.redelivery.outbox
 
     def start(self) -> None:
         """Starts this process's writer thread (a writer with a store only)."""
@@ -176,8 +167,7 @@ class Writer:
             self.release_journal()
             if outbox is not None and self.pid == os.getpid():
                 with self.spill_lock:
-                    self._spill_released = True
-                    outbox.close()
+                    self.redelivery.close()
 
     def _drain_batch(self, limit: int = 10_000):
         """Takes up to ``limit`` events in recording order (the caller holds the
@@ -195,52 +185,6 @@ class Writer:
             except Exception:  # never let the watchdog stop the writer
                 logger.exception("goodput: hang watchdog error")
         return batch, fences
-
-    def _append(self, batch) -> Optional[BaseException]:
-        """One store append; returns the error instead of raising it."""
-        try:
-            # Fork safety of the store's own I/O is the store's job (the sqlite
-            # store holds forks back while any thread is inside SQLite).
-            self.store.append(batch)
-        except Exception as exc:
-            return exc
-        self.written += len(batch)
-        return None
-
-    def _write(self, batch: List[EventRecord],
-               refused: Optional[List[EventRecord]] = None) -> List[EventRecord]:
-        """Writes ``batch``; returns the events left to retry ([] when done).
-
-        A content error splits the failing part in halves, in order, down to
-        single events that are dropped and counted (and added to ``refused``
-        when given); an error that may pass stops there and returns the
-        unwritten rest, in order.
-        """
-        parts = [batch] if batch else []  # a stack: the next part to write is last
-        while parts:
-            part = parts.pop()
-            error = self._append(part)
-            if error is None:
-                continue
-            if _may_pass(error):
-                self.write_errors += 1
-                if (self.write_errors == 1 or self.write_errors % 100 == 0) and \
-                        not getattr(error, "said", False):  # a failed open says it once
-                    logger.error("goodput: writing %d events to %s failed (will retry): %s",
-                                 len(part), getattr(self.store, "url", "the store"), error)
-                return part + [e for p in reversed(parts) for e in p]
-            if len(part) == 1:
-                self.unstorable += 1
-                if refused is not None:
-                    refused.append(part[0])
-                if self.unstorable == 1:
-                    logger.error("goodput: dropped an event the store cannot hold (%s: %s); "
-                                 "further ones are counted in stats()['unstorable']",
-                                 type(error).__name__, error)
-                continue
-            half = len(part) // 2
-            parts += [part[half:], part[:half]]
-        return []
 
     def _drain(self, deadline: Optional[float] = None) -> None:
         """Writes everything queued; on a failure spills it and retries with backoff.
@@ -260,11 +204,9 @@ class Writer:
 
     def has_unstored(self) -> bool:
         """True while events recorded so far may not all be in the store yet."""
-        outbox = self.outbox
         ring = self.ring
         return (ring.issued() > ring.drained or bool(ring.memory) or self._draining
-                or self.pending is not None
-                or (outbox is not None and outbox.own_pending() > 0))
+                or self.pending is not None or self.redelivery.own_pending() > 0)
 
     def _drain_queue(self, deadline: Optional[float]) -> None:
         backoff = _FIRST_BACKOFF_S
@@ -273,7 +215,7 @@ class Writer:
             if self.ring.dropped and not self._drops_said:
                 self._say_drops()  # at the time: before a flush waiting on it returns
             self._confirm()
-            if self._deliver_spilled():
+            if self.redelivery.deliver(self.handover):
                 with self.spill_lock:
                     pending = self.pending
                     if pending is None:
@@ -285,7 +227,7 @@ class Writer:
                     with self.spill_lock:
                         self._stored_through(upto)  # tickets that held no event
                     return
-                left = self._write(pending) if pending else []
+                left = self.appender.write(pending) if pending else []
                 with self.spill_lock:
                     if self.pending is not pending:
                         left = []  # the exit hook spilled this batch meanwhile
@@ -296,7 +238,7 @@ class Writer:
                     if fences and self.heartbeat is not None:
                         # a due heartbeat goes before the fence: flush() then shows it
                         self._writer_beat()
-                    own = self.outbox.own_pending() if self.outbox is not None else 0
+                    own = self.redelivery.own_pending()
                     for f in fences:
                         f.ok = self.ring.fence_ok(f) and own == 0
                         f.done.set()
@@ -304,9 +246,9 @@ class Writer:
             # The store cannot take events now: they go to the spill file (not
             # memory). A flush waiting on them learns it at once when the store
             # cannot even be opened; else it waits for the retries, in order.
-            self._adopt_due = True
+            self.redelivery.adopt_due = True
             fences += self._spill_memory()
-            if self._store_open():
+            if self.redelivery.store_open():
                 for f in fences:  # passed again once the spilled events are delivered
                     self.ring.nothing(f)
             else:
@@ -333,64 +275,6 @@ class Writer:
                 self.handover.confirm()
 
     # ------------------------------------------------------------ spilling
-    def _store_open(self) -> bool:
-        return bool(getattr(self.store, "is_open", True))
-
-    def _deliver_spilled(self) -> bool:
-        """Delivers spilled events (earlier processes' first, then ours), in order.
-
-        Returns:
-          True when none is waiting any more, False when the store failed.
-        """
-        if self._spill_released:  # exit or close took the files: nothing more here
-            return self.outbox is None or not self.outbox.pending()
-        if self._adopt_due and self._store_open():
-            self._adopt_due = False
-            try:
-                self.outbox_for().adopt()
-            except OSError as exc:  # a spill directory refused, or unreadable
-                if not self._adopt_said:
-                    self._adopt_said = True
-                    logger.error("goodput: could not look for spilled events: %s", exc)
-            except Exception:  # noqa: BLE001 - never stop the writer
-                logger.exception("goodput: could not look for spilled events")
-        outbox = self.outbox
-        # A store that delivers in the background batches on its own side:
-        # larger hand-overs, one wait each for its confirmation.
-        handover = self.handover
-        size = _SPILL_BATCH if handover.mark() is None else 5 * _SPILL_BATCH
-        while outbox is not None:
-            events = outbox.peek(size)
-            if not events:
-                if outbox.pending():  # only lines set aside: the next read goes on
-                    continue
-                return True
-            if handover.handed is None:
-                refused: List[EventRecord] = []
-                left = self._write(events, refused)
-                outbox.set_aside(refused)  # never retried, never blocking the rest
-                if left:  # ``left`` is the unwritten tail: the head is delivered
-                    outbox.keep_from(len(events) - len(left))
-                    return False
-                handover.handed = handover.mark()
-            if handover.handed is not None:
-                # A store that delivers in the background has them in memory
-                # only: the file keeps them until it says they are delivered
-                # (they are not handed over twice meanwhile).
-                if not handover.delivered(handover.handed):
-                    outbox.rewind()
-                    return False
-                handover.handed = None
-            outbox.commit(len(events))
-        return True
-
-    def outbox_for(self):
-        if self.outbox is None:
-            from goodput_core.record.spill import Outbox
-
-            self.outbox = Outbox(getattr(self.store, "url", "") or "")
-        return self.outbox
-
     def _spill_memory(self) -> list:
         """Moves the failed batch and the queue into the spill file; returns the fences met.
 
@@ -401,7 +285,7 @@ class Writer:
         ring = self.ring
         with self.spill_lock:
             try:
-                outbox = self.outbox_for()
+                outbox = self.redelivery.outbox_for()
                 if self.pending:
                     outbox.put(self.pending)
                     self.pending = None
@@ -425,7 +309,7 @@ class Writer:
                 self.spill_error = f"{type(exc).__name__}: {exc}"
                 if self.spill_errors == 1:
                     logger.error("goodput: cannot spill unstored events to %s (%s); they "
-                                 "wait in memory", self.outbox_for().directory, exc)
+                                 "wait in memory", self.redelivery.outbox_for().directory, exc)
         return fences
 
     def leave_spilled(self, say: Optional[Callable[[str], Any]] = None) -> int:
@@ -453,12 +337,10 @@ class Writer:
         with self.spill_lock:
             self.handover.hold()
         self._say_drops(say, at_exit=True)
-        outbox = self.outbox
         left, path = 0, None
-        if outbox is not None:
+        if self.redelivery.outbox is not None:
             with self.spill_lock:
-                self._spill_released = True
-                left, path = outbox.close()
+                left, path = self.redelivery.close()
         kept = self.release_journal()
         if left or lost:
             if left and path:

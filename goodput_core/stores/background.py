@@ -3,9 +3,10 @@
 The Cloud Logging and PostgreSQL stores queue events and deliver them from a
 sender thread of their own (:class:`~goodput_core.stores.batch_sender.BatchSender`
 over a :class:`~goodput_core.stores.spill_buffer.SpillBuffer`: bounded
-memory, then a local spill file). :class:`QueuedStoreMixin` holds the parts
-that do not depend on the service: queueing, fences, close, counters, and the
-two moments that need care:
+memory, then a local spill file). Such a store *has* a :class:`SendQueue`
+(and is a :class:`QueuedStore`, which forwards to it), the part that does not
+depend on the service: queueing, fences, close, counters, and the two moments
+that need care:
 
 * **Interpreter exit**: the recorders' queues are pushed into the stores
   first, then every live store delivers what it can within a bounded time
@@ -26,40 +27,67 @@ import weakref
 from typing import Any, Callable, Dict, List, Optional, Tuple, Type
 
 from goodput_core import exit_bound
+from goodput_core.stores.base import Store
 from goodput_core.stores.batch_sender import BatchSender
 from goodput_core.stores.spill_buffer import SpillBuffer
 
-__all__ = ["QueuedStoreMixin", "EXIT_TIMEOUT_S"]
+__all__ = ["QueuedStore", "SendQueue", "EXIT_TIMEOUT_S"]
 
 logger = logging.getLogger("goodput")
 
 #: The default bound on everything goodput does at exit (``GOODPUT_EXIT_TIMEOUT_S``).
 EXIT_TIMEOUT_S = exit_bound.DEFAULT_EXIT_TIMEOUT_S
-_LIVE: "weakref.WeakSet" = weakref.WeakSet()
+_LIVE: "weakref.WeakSet" = weakref.WeakSet()  # the SendQueues of this process
 
 
-class QueuedStoreMixin:
+def _nothing() -> None:
+    pass
+
+
+class SendQueue:
     """Queueing, fences, close and counters of a store with a sender thread.
 
-    A store using it calls :meth:`_start_sending` at the end of its
-    constructor and :meth:`_queue` from ``append``, and provides ``url``,
-    ``_send(entries)`` (one batch, on the sender thread; raises to retry) and,
-    where needed, ``_release()`` (close its clients) and
-    ``_forget_connections()`` (drop, without closing, what the parent owns).
+    The store makes one at the end of its constructor and starts it
+    (:meth:`start`: the sender thread, and the spill files earlier processes
+    left), hands it the entries of each ``append`` (:meth:`put`) and delegates
+    ``flush``, ``close``, ``stats`` and the delivery marks to it.
+
+    Args:
+      url: the store's URL (names its messages and its sender thread).
+      send: ``send(entries)``: delivers one batch, on the sender thread; raises
+        to retry (:class:`~goodput_core.stores.batch_sender.BatchSender`).
+      spill_dir, spill_tag, required: the spill files
+        (:class:`~goodput_core.stores.spill_buffer.SpillBuffer`).
+      max_buffer, batch_size, flush_interval_s, sleep, backoff, permanent,
+        transient: the sender's (:class:`~goodput_core.stores.batch_sender.BatchSender`).
+      release: closes the store's own clients (after the sender stopped).
+      forget_connections: in a forked child, drops without closing the
+        connections of the parent.
     """
 
-    _closed = False
-    _rejected = 0
-
-    def _start_sending(self, *, spill_dir: str, spill_tag: str, required: Tuple[str, ...],
-                       max_buffer: int, batch_size: int, flush_interval_s: float,
-                       sleep: Optional[Callable[[float], Any]], backoff: Tuple[float, float],
-                       permanent: Tuple[Type[BaseException], ...] = (),
-                       transient: Tuple[Type[BaseException], ...] = ()) -> None:
+    def __init__(self, url: str, send: Callable[[List[Dict[str, Any]]], Any], *,
+                 spill_dir: str, spill_tag: str, required: Tuple[str, ...],
+                 max_buffer: int, batch_size: int, flush_interval_s: float,
+                 sleep: Optional[Callable[[float], Any]], backoff: Tuple[float, float],
+                 permanent: Tuple[Type[BaseException], ...] = (),
+                 transient: Tuple[Type[BaseException], ...] = (),
+                 release: Callable[[], None] = _nothing,
+                 forget_connections: Callable[[], None] = _nothing):
+        self.url = url
+        self._send = send
+        self._release = release
+        self._forget_connections = forget_connections
+        self.closed = False
+        #: entries the store could not encode or send, dropped (``stats()["rejected"]``)
+        self.rejected = 0
         self._sending = dict(spill_dir=spill_dir, spill_tag=spill_tag, required=required,
                              max_buffer=max_buffer, batch_size=batch_size,
                              flush_interval_s=flush_interval_s, sleep=sleep, backoff=backoff,
                              permanent=permanent, transient=transient)
+
+    def start(self) -> None:
+        """Starts sending (a separate step: ``send`` may use the store's
+        reference to this queue, set once the constructor returned)."""
         self._init_process_state(adopt=True)
         _LIVE.add(self)
 
@@ -72,18 +100,18 @@ class QueuedStoreMixin:
         s = self._sending
         self._pid = os.getpid()
         buffer = self._buffer(s["max_buffer"])
-        self._sender = BatchSender(
+        self.sender = BatchSender(
             buffer, self._send, name=self.url, batch_size=s["batch_size"],
             flush_interval_s=s["flush_interval_s"], sleep=s["sleep"], backoff=s["backoff"],
             permanent=s["permanent"], transient=s["transient"])
         if adopt:
             try:
-                self._sender.adopted(buffer.adopt_orphans())
+                self.sender.adopted(buffer.adopt_orphans())
             except OSError as exc:
                 logger.error("goodput: could not read old spill files in %s: %s",
                              s["spill_dir"], exc)
 
-    def _queue(self, entries: List[Dict[str, Any]]) -> None:
+    def put(self, entries: List[Dict[str, Any]]) -> None:
         """Hands entries to the sender (after a fork: this process's own sender).
 
         Raises:
@@ -93,29 +121,29 @@ class QueuedStoreMixin:
             return
         if os.getpid() != self._pid:  # forked child: the parent's buffer is not ours
             self._init_process_state(adopt=False)
-        if self._closed:
+        if self.closed:
             # Kept on disk for the next store opened on the same destination.
             late = self._buffer(1)
             late.put(entries)
             logger.warning("goodput: %d events appended after close kept in %s",
                            len(entries), late.close())
             return
-        self._sender.put(entries)
+        self.sender.put(entries)
 
     def delivery_mark(self) -> Optional[int]:
         """A mark of everything appended so far: delivered once
         :meth:`delivered_mark` reaches it (the recorder frees its journal then).
         None when the events need no confirmation (closed: they are in a spill
         file; another process's store)."""
-        if self._closed or os.getpid() != self._pid:
+        if self.closed or os.getpid() != self._pid:
             return None
-        return self._sender.marks()[0]
+        return self.sender.marks()[0]
 
     def delivered_mark(self) -> Optional[float]:
         """How far the entries appended were delivered (or dropped for good)."""
-        if self._closed or os.getpid() != self._pid:
+        if self.closed or os.getpid() != self._pid:
             return math.inf
-        return self._sender.marks()[1]
+        return self.sender.marks()[1]
 
     def flush(self, timeout: Optional[float] = 10.0) -> bool:
         """Waits until every event appended before this call is delivered.
@@ -126,7 +154,7 @@ class QueuedStoreMixin:
         Returns:
           True when delivered, False on timeout (the events stay queued).
         """
-        return self._sender.flush(timeout)
+        return self.sender.flush(timeout)
 
     def close(self, timeout: Optional[float] = 10.0,
               say: Optional[Callable[[str], Any]] = None) -> bool:
@@ -141,10 +169,10 @@ class QueuedStoreMixin:
         Returns:
           True when everything was delivered.
         """
-        if self._closed:
+        if self.closed:
             return True
-        self._closed = True
-        ok, left_in = self._sender.close(timeout)
+        self.closed = True
+        ok, left_in = self.sender.close(timeout)
         if left_in:
             text = (f"goodput: {self.url} unreachable; undelivered events kept in {left_in}; "
                     "the next process that opens that store delivers them")
@@ -155,45 +183,68 @@ class QueuedStoreMixin:
         self._release()
         return ok
 
-    def _release(self) -> None:
-        """Closes the store's own clients (after the sender stopped)."""
-
-    def _forget_connections(self) -> None:
-        """In a forked child: drops, without closing, the connections of the parent."""
-
-    def _after_fork_in_child(self) -> None:
+    def after_fork_in_child(self) -> None:
         self._forget_connections()
         self._init_process_state(adopt=False)
 
     def stats(self) -> Dict[str, Any]:
         """Counters: delivered, pending (in memory / on disk), retries, rejected, ..."""
-        out = self._sender.stats()
-        out["rejected"] = self._rejected
+        out = self.sender.stats()
+        out["rejected"] = self.rejected
         return out
 
 
+class QueuedStore(Store):
+    """A store that *has* a :class:`SendQueue` (``self._sending``, made and
+    started at the end of the subclass's constructor): delivering, closing,
+    the delivery marks and the counters are the queue's."""
+
+    _sending: SendQueue
+
+    def flush(self, timeout: Optional[float] = 10.0) -> bool:
+        """Waits until every event appended before this call is delivered
+        (False on timeout: the events stay queued)."""
+        return self._sending.flush(timeout)
+
+    def close(self, timeout: Optional[float] = 10.0,
+              say: Optional[Callable[[str], Any]] = None) -> bool:
+        """Delivers what it can within ``timeout`` and stops sending; what is left
+        waits in a spill file for the next store on the same destination (``say``:
+        where to say so; default the log). True when everything was delivered."""
+        return self._sending.close(timeout, say)
+
+    def delivery_mark(self) -> Optional[int]:
+        """See :meth:`SendQueue.delivery_mark`."""
+        return self._sending.delivery_mark()
+
+    def delivered_mark(self) -> Optional[float]:
+        """See :meth:`SendQueue.delivered_mark`."""
+        return self._sending.delivered_mark()
+
+    def stats(self) -> Dict[str, Any]:
+        """Counters: delivered, pending (in memory / on disk), retries, rejected, ..."""
+        return self._sending.stats()
+
+
 def _close_all() -> None:
-    """At exit: push the recorders' queues into the stores, then deliver; all of
-    it within the one exit bound (:mod:`goodput_core.exit_bound`)."""
-    hooks = sys.modules.get("goodput_core.record.hooks")
-    if hooks is not None:  # its own atexit hook runs after ours (LIFO)
-        try:
-            hooks.flush_at_exit()
-        except Exception:
-            pass
-    for store in list(_LIVE):
-        if store._closed:
+    """At exit: push the recorders' queues into the stores (what the record layer
+    registered, :data:`goodput_core.exit_bound.before_stores_close`: its own
+    atexit hook runs after ours, LIFO), then deliver; all of it within the one
+    exit bound (:mod:`goodput_core.exit_bound`)."""
+    exit_bound.run_before_stores_close()
+    for queue in list(_LIVE):
+        if queue.closed:
             continue
         try:
-            store.close(exit_bound.remaining(), say=sys.stderr.write)
+            queue.close(exit_bound.remaining(), say=sys.stderr.write)
         except Exception:
-            logger.exception("goodput: closing %s at exit failed", store.url)
+            logger.exception("goodput: closing %s at exit failed", queue.url)
 
 
 def _after_fork_in_child() -> None:
-    for store in list(_LIVE):
-        if not store._closed:
-            store._after_fork_in_child()
+    for queue in list(_LIVE):
+        if not queue.closed:
+            queue.after_fork_in_child()
 
 
 atexit.register(_close_all)

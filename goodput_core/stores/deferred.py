@@ -30,6 +30,7 @@ from goodput_core.events import EventRecord
 from goodput_core.stores import canonical_store_url
 from goodput_core.stores.sqlite import fork as _sqlite_fork  # noqa: F401
 from goodput_core.stores.base import Cursor, Store, StoreError
+from goodput_core.stores import open_store
 
 __all__ = ["DeferredStore"]
 
@@ -77,8 +78,6 @@ class DeferredStore(Store):
             if self._inner is None:
                 try:
                     if self._opener is None:
-                        from goodput_core.stores import open_store
-
                         self._inner = open_store(self._target)
                     else:
                         self._inner = self._opener(self._target)

@@ -5,7 +5,7 @@ named ``SCHEME`` in its module (how to check and open a URL, whether other
 processes reach the store, which of its errors are about the events' content,
 ...); :data:`SCHEMES` lists them. Everything that depends on the kind of store
 asks here (:func:`scheme_of`), never compares scheme names itself
-(``tests/core/test_layout.py`` checks). A new backend: its subpackage with a
+(``tests/core/test_layout_stores.py`` checks). A new backend: its subpackage with a
 ``SCHEME``, and one line in :data:`SCHEMES`.
 
 Importing this module imports the backends' packages only (their ``__init__``

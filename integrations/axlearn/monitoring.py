@@ -20,6 +20,7 @@ import logging
 import threading
 from typing import Any, Callable, Dict, Optional
 
+from goodput_core.compat.goodput_utils import GCPOptions
 from goodput_core.monitor.background_start import BackgroundStart
 from goodput_integrations.axlearn.spec import RecorderSpec
 
@@ -70,7 +71,7 @@ class RunMonitors:
         return self._start is not None
 
     def _monitor(self, tensorboard_dir: str, prometheus: bool) -> Any:
-        from goodput_core.compat.goodput_utils import GCPOptions
+        # lazy: the monitor's modules: only when AXLearn turns monitoring on
         from goodput_core.compat.monitoring import GoodputMonitor
 
         spec = self._spec

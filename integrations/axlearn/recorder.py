@@ -49,6 +49,7 @@ import threading
 import time
 from typing import Any, Callable, Dict, Iterator, Optional
 
+from goodput_core import NULL_RECORDER
 from goodput_integrations.axlearn import _base
 from goodput_integrations.axlearn.events import (
     DISRUPTION, LEGACY, LOAD_METHODS, PHASES, Entry, event_name)
@@ -61,6 +62,7 @@ from goodput_integrations.axlearn.spec import (
     parse_spec,
     spec_items,
 )
+from goodput_integrations.jax import _probe, stalls
 from goodput_integrations.jax.gate import ProcessGate
 
 __all__ = ["GoodputSuiteRecorder", "NAME"]
@@ -88,8 +90,6 @@ def _probe_index() -> Optional[int]:
         _HAS_JAX = importlib.util.find_spec("jax") is not None
     if not _HAS_JAX:
         return 0
-    from goodput_integrations.jax import _probe
-
     return _probe.current_process_index()
 
 
@@ -225,6 +225,7 @@ class GoodputSuiteRecorder(_base.RecorderBase):
         # build's imports compete for the GIL (a flush builds it at once).
         self._build_now.wait(_ENGINE_BUILD_DELAY_S)
         try:
+            # lazy: on the build's own thread, after the first record (see above)
             from goodput_core.compat.goodput import GoodputRecorder
 
             kwargs: Dict[str, Any] = {"clock": self._clock}
@@ -235,8 +236,6 @@ class GoodputSuiteRecorder(_base.RecorderBase):
             if self.spec.run_group:
                 engine.record_metadata(run_group=self.spec.run_group)
         except Exception:
-            from goodput_core import NULL_RECORDER
-
             self._warn("engine", "goodput: cannot record to the store %r; recording "
                        "nothing", self.spec.store)
             engine = NULL_RECORDER
@@ -296,8 +295,6 @@ class GoodputSuiteRecorder(_base.RecorderBase):
         """Input stalls, through an instrumented JAX adapter that tracks the
         steps (see goodput_integrations.jax.stalls); never raises."""
         try:
-            from goodput_integrations.jax import stalls
-
             if starts:
                 self._stall_load = stalls.begin_observed_load()
             else:

@@ -35,6 +35,7 @@ import signal
 import time
 
 from goodput_core import Recorder
+from goodput_core.cli.demo_attempts import PROTOCOL_PREFIX
 
 
 def parse_args(argv=None):
@@ -102,8 +103,6 @@ class Truth:
 def say(enabled, event, **fields):
     """One protocol line for ``goodput demo --torch`` (see goodput_integrations.demo)."""
     if enabled:
-        from goodput_core.cli.demo_attempts import PROTOCOL_PREFIX
-
         print(PROTOCOL_PREFIX + json.dumps({"event": event, **fields}), flush=True)
 
 
@@ -145,6 +144,7 @@ def main(argv=None):
     import torch.distributed.checkpoint as dcp
     from torch.utils.data import DataLoader
 
+    # lazy: after the job start: importing torch is the job's time
     from goodput_integrations import torch as gtorch
 
     # job start now; job end on success, a disruption on an exception. The

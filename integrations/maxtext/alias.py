@@ -45,6 +45,7 @@ import threading
 import types
 from typing import Any, Callable, Dict, Iterator, Optional, Tuple
 
+from goodput_core.record.hooks import flush_all
 from goodput_integrations.errors import AdapterUnavailable
 from goodput_integrations.maxtext import mldiagnostics as _mld
 from goodput_integrations.maxtext import runtime, whole_process
@@ -248,8 +249,6 @@ def _add_rolling_windows(klass: type, session: _Session) -> None:
         return super(klass, self).start_rolling_window_goodput_uploader(windows)
 
     def stop_goodput_uploader(self, skip_final_flush: Optional[bool] = None):
-        from goodput_core.record.hooks import flush_all
-
         flush_all(5.0)
         if getattr(self, "_goodput_alias_rolling", False):
             self._goodput_alias_rolling = False

@@ -70,7 +70,10 @@ import functools
 import logging
 from typing import Any, Iterator, List, Optional, Tuple
 
-from goodput_integrations.maxtext import runtime, whole_process
+from goodput_core.compat.goodput_utils import GCPOptions
+from goodput_core.monitor.background_start import BackgroundStart
+from goodput_core.record.hooks import flush_all
+from goodput_integrations.maxtext import runtime, whole_process, workload_monitor
 from goodput_integrations.maxtext.config import MaxTextGoodputSettings, read_settings
 
 __all__ = [
@@ -128,7 +131,7 @@ def process_index(settings: Optional[MaxTextGoodputSettings] = None) -> int:
         import jax
     except ImportError:
         return 0
-    from goodput_integrations.jax import _probe
+    from goodput_integrations.jax import _probe  # lazy: the JAX adapter (numpy): only once JAX runs
 
     try:
         index = _probe.current_process_index()
@@ -176,14 +179,14 @@ def create_goodput_recorder(config: Any) -> Any:
     settings = read_settings(config)
     if (settings.report_heartbeat_metric_for_gcp_monitoring
             or settings.report_performance_metric_for_gcp_monitoring):
-        from goodput_integrations.maxtext import workload_monitor
-
         workload_monitor.arm(settings.clock)  # MaxText's MetricLogger builds it later
     if not settings.enable_goodput_recording:
         return None
     if settings.elastic_enabled:
+        # lazy: numpy: MaxText imports these helpers in every run
         from goodput_core.compat.goodput_elastic import ElasticGoodputRecorder as cls
     else:
+        # lazy: numpy: MaxText imports these helpers in every run
         from goodput_core.compat.goodput import GoodputRecorder as cls
     writes = process_index(settings) == 0
     recorder = cls(settings.job_name, settings.logger_name, writes, **_clock_kwargs(settings))
@@ -246,6 +249,7 @@ def maybe_record_goodput(recorder: Any, event_name: Any, *args: Any) -> Iterator
         if completed:
             record_goodput(recorder, f"record_{value}_end_time", *args)
             if stall is not None:
+                # lazy: the JAX adapter (numpy): only once JAX runs
                 from goodput_integrations.jax.stalls import end_observed_load, record_stall
 
                 end_observed_load(stall, functools.partial(record_stall, recorder))
@@ -255,6 +259,7 @@ def _observe_load() -> Any:
     """Input stalls (issue 11): observed through an instrumented JAX adapter
     that tracks the steps; None otherwise (see goodput_integrations.jax.stalls)."""
     try:
+        # lazy: the JAX adapter (numpy): only once JAX runs
         from goodput_integrations.jax.stalls import begin_observed_load
 
         return begin_observed_load()
@@ -263,8 +268,6 @@ def _observe_load() -> Any:
 
 
 def _gcp_options(settings: MaxTextGoodputSettings) -> Any:
-    from goodput_core.compat.goodput_utils import GCPOptions
-
     return GCPOptions(enable_gcp_goodput_metrics=settings.enable_gcp_goodput_metrics,
                       enable_gcp_step_deviation_metrics=settings.gcp_step_deviation_metrics)
 
@@ -291,9 +294,11 @@ def build_monitor(settings: MaxTextGoodputSettings) -> Any:
         **_clock_kwargs(settings),
     )
     if settings.elastic_enabled:
+        # lazy: numpy: MaxText imports these helpers in every run
         from goodput_core.compat.monitoring_elastic import ElasticGoodputMonitor
 
         return ElasticGoodputMonitor(**kwargs)
+    # lazy: numpy: MaxText imports these helpers in every run
     from goodput_core.compat.monitoring import GoodputMonitor
 
     return GoodputMonitor(pathway_enabled=settings.enable_pathways_goodput, **kwargs)
@@ -332,7 +337,6 @@ def maybe_monitor_goodput(config: Any) -> Iterator[Optional[Any]]:
     if not settings.monitor_goodput or process_index(settings) != 0:
         yield None
         return
-    from goodput_core.monitor.background_start import BackgroundStart
 
     start = BackgroundStart(f"goodput-monitor-start-{settings.job_name}",
                             lambda: _start_monitor(settings),
@@ -385,8 +389,6 @@ def _start_monitor(settings: MaxTextGoodputSettings) -> Tuple[Any, List[str]]:
 def stop_monitor(monitor: Any, started: Any, flush: bool = True) -> None:
     """Flushes this process's recorders, then stops the started uploaders
     (each with its final upload; neither when ``flush`` is False); never raises."""
-    from goodput_core.record.hooks import flush_all
-
     if flush:
         try:
             flush_all(_FLUSH_BEFORE_FINAL_UPLOAD_S)

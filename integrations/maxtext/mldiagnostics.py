@@ -55,6 +55,7 @@ def joined_run(*args: Any, store: Optional[str] = None,
     ``store`` and ``clock`` are the defaults of the caller (the alias's
     settings); an explicit keyword of the caller wins.
     """
+    # lazy: the diagnostics SDK: only when diagnostics are on
     from goodput_core.compat.mldiagnostics import machinelearning_run
 
     extra: dict = {}
@@ -76,6 +77,7 @@ def sdk_module(store: Optional[str] = None,
     """A module with the SDK's top-level names (``machinelearning_run``,
     ``metrics``, ``xprof``, ``metric_types``, ``custom_types``, ``core``) over
     our compat, its ``machinelearning_run`` joined (:func:`joined_run`)."""
+    # lazy: the diagnostics SDK: only when diagnostics are on
     from goodput_core.compat import mldiagnostics as compat
 
     module = types.ModuleType(name, f"goodput's {ROOT} (see goodput_integrations.maxtext."

@@ -100,6 +100,7 @@ class OrbaxPatch:
             if ocp is None:
                 import orbax.checkpoint as ocp
 
+            # lazy: imports orbax: only once MaxText imported it
             from goodput_integrations.orbax.logger import GoodputLogger
         except ImportError as exc:
             raise AdapterUnavailable(

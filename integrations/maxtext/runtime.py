@@ -38,6 +38,7 @@ import threading
 import weakref
 from typing import Any, Callable, List, Optional
 
+from goodput_integrations.maxtext.orbax_patch import OrbaxPatch
 from goodput_integrations.maxtext.post_import import PostImportHook, when_imported
 
 # goodput_integrations.jax (its package imports numpy) is imported on first use only:
@@ -110,7 +111,6 @@ def watch_orbax() -> None:
     with _lock:
         if _orbax_hook is not None:
             return
-        from goodput_integrations.maxtext.orbax_patch import OrbaxPatch
 
         _orbax_patch = OrbaxPatch(current_recorder)
         _orbax_hook = when_imported(ORBAX_MODULE, _on_orbax_imported)
@@ -146,6 +146,7 @@ def watch_compiles(recorder: Any) -> bool:
             return True
         _stop_compiles()
         try:
+            # lazy: the JAX adapter (numpy): only once JAX runs
             from goodput_integrations.jax._active import ACTIVE
             from goodput_integrations.jax.adapter import JaxAdapter
 
@@ -178,6 +179,7 @@ def install_disruption_hooks() -> None:
     """Installs the SIGTERM handler (main thread only) and the excepthook
     (idempotent). They record to the current recorder, if any."""
     global _hooks
+    # lazy: the JAX adapter (numpy): only once JAX runs
     from goodput_integrations.jax.signals import DisruptionHooks
 
     with _lock:
@@ -221,6 +223,7 @@ def record_crash(exc: BaseException, recorder: Any = None) -> bool:
     Returns:
       True if a disruption was recorded now.
     """
+    # lazy: the JAX adapter (numpy): only once JAX runs
     from goodput_integrations.jax.signals import DISRUPTION_RECORDED_ATTR
 
     cause = crash_cause(exc)
@@ -245,6 +248,7 @@ def sample_system_metrics(recorder: Any, clock: Any = None) -> None:
     into ``recorder``'s run, on a thread of its own (one sampler per
     process: a new recorder takes the place of the previous one)."""
     global _system_metrics
+    # lazy: the diagnostics SDK: only when diagnostics are on
     from goodput_core.compat.mldiagnostics.system_metrics import SystemMetrics
 
     with _lock:

@@ -185,6 +185,7 @@ def watcher_main(argv: Optional[Sequence[str]] = None) -> int:
     until = time.time()
     if b"cancel" in data or until <= args.since:
         return 0
+    # lazy: the watcher waits on its pipe for minutes; a cancelled one never loads the recorder
     from goodput_core import Recorder
 
     recorder = Recorder(args.run, args.store, process_index=args.process_index)

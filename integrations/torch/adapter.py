@@ -280,6 +280,7 @@ class TorchAdapter(AdapterBase):
             every = self.sync_every
             self._every = DEFAULT_CUDA_SYNC_EVERY if every == "auto" else every
             if self.input_stalls and self.stalls is None:
+                # lazy: the CUDA stall watch (and the JAX adapter's StallWatch): on CUDA only
                 from goodput_integrations.torch.stalls import cuda_stall_watch
 
                 self.stalls = cuda_stall_watch(self.now)

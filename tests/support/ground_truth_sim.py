@@ -37,26 +37,18 @@ import dataclasses
 import random
 import uuid
 from typing import Dict, List, Optional
-from unittest import mock
 
 from hypothesis import strategies as st
 
 from goodput_core.queries.calculator import Calculator
 from goodput_core.events import Kind
-from goodput_core.record.recorder import Recorder
+from tests.support.fake_clock import FakeClock
+from tests.support.host_recorders import Hosts, host_recorders
 
 TICK = 1 / 64
 HEARTBEAT_S = 1.0  # the interval the simulated lead writer's heartbeats declare
 T0 = 1_700_000_000.0
 PROD, HEUR = "PRODUCTIVE", "HEURISTIC_COMPILE"
-
-
-class FakeClock:
-    def __init__(self, t: float):
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
 
 
 @dataclasses.dataclass
@@ -108,50 +100,6 @@ class Span:
         self.kind = "between"  # 'between', 'last' (closed), 'open', 'crash'
 
 
-class Hosts:
-    """Several lockstep hosts recording one run: every call goes to each
-    host's recorder at the same (fake) time, as with ``per_host`` recording.
-    Host ``i`` records its first job start under index 0 and then learns its
-    index (a JAX host's index is known after ``jax.distributed`` starts); a
-    disruption is recorded by the last host only (the host that failed)."""
-
-    def __init__(self, recorders: List[Recorder]):
-        self.recorders = recorders
-        self.lead, self.last = recorders[0], recorders[-1]
-
-    def __getattr__(self, name):
-        def every(*args, **kwargs):
-            out = [getattr(r, name)(*args, **kwargs) for r in self.recorders]
-            if name == "record_job_start_time":
-                for i, r in enumerate(self.recorders):
-                    r.process_index = i
-            return out[0]
-        return every
-
-    def record_disruption(self, cause):
-        self.last.record_disruption(cause)
-
-    def stall(self, host: int, a: float, b: float) -> None:
-        """Host ``host`` alone records an input stall ``[a, b)``."""
-        self.recorders[host].record_input_stall_start_time(a)
-        self.recorders[host].record_input_stall_end_time(b)
-
-    def data_loading(self, overlapped=False):
-        stack = contextlib.ExitStack()
-        for r in self.recorders:
-            stack.enter_context(r.data_loading(overlapped=overlapped))
-        return stack
-
-
-def _recorders(run: str, store: str, clock, writers: int) -> List[Recorder]:
-    out = []
-    for i in range(writers):  # one writer process per simulated host
-        with mock.patch("socket.gethostname", return_value=f"sim-host-{i}"):
-            # heartbeats are recorded by the plan (Simulator.open()), on the fake clock
-            out.append(Recorder(run, store, clock=clock, strict=True, heartbeat_seconds=0))
-    return out
-
-
 class Simulator:
     """Plays attempts through a Recorder and books the true durations."""
 
@@ -159,7 +107,7 @@ class Simulator:
         self.clock = FakeClock(T0)
         self.store = f"memory://gt-{uuid.uuid4().hex}"
         self.run = "gt"
-        recs = _recorders(self.run, self.store, self.clock, writers)
+        recs = host_recorders(self.run, self.store, self.clock, writers)
         self.rec = recs[0] if writers == 1 else Hosts(recs)
         self.writers = writers
         self.calc = Calculator(self.run, self.store, clock=self.clock)

@@ -13,6 +13,8 @@ import sys
 from goodput_core.cli import CliError, CliIOError
 from goodput_core.redact import redact
 from goodput_core.stores import check_store_url, sqlite_location
+from goodput_core.stores.sqlite import SCHEME as SQLITE
+from goodput_core.stores.sqlite.admin import backup
 
 __all__ = ["add_arguments", "run"]
 
@@ -26,10 +28,6 @@ def sqlite_path(store: str, other: str = "back up a PostgreSQL store with pg_dum
                 *, writer: bool = False) -> str:
     """The file of an embedded store URL or path; other stores are refused
     (``other``: what to do instead), and so is a ``?mode=ro`` URL for a ``writer``."""
-    from goodput_core.redact import redact
-    from goodput_core.stores import check_store_url, sqlite_location
-    from goodput_core.stores.sqlite import SCHEME as SQLITE
-
     _, scheme, _ = check_store_url(store, writer=writer)
     if scheme not in SQLITE.names:
         raise CliError(f"{redact(store)!r} is not an embedded (sqlite) store; {other}")
@@ -41,8 +39,6 @@ def sqlite_path(store: str, other: str = "back up a PostgreSQL store with pg_dum
 
 
 def run(args) -> int:
-    from goodput_core.stores.sqlite.admin import backup
-
     path = sqlite_path(args.store)
     try:
         runs = backup(path, args.dest)

@@ -18,6 +18,8 @@ import sys
 
 from goodput_core.cli.commands.backup import sqlite_path
 from goodput_core.stores import check_store_url, default_store_url, open_store
+from goodput_core.stores.postgres import SCHEME as POSTGRES
+from goodput_core.stores.sqlite import admin as sqlite_admin
 
 __all__ = ["add_arguments", "run"]
 
@@ -29,22 +31,17 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from goodput_core.stores import check_store_url, default_store_url
-    from goodput_core.stores.postgres import SCHEME as POSTGRES
-
     url, scheme, _ = check_store_url(args.store or default_store_url(), writer=True)
     if scheme in POSTGRES.names:  # postgresql://, postgres:// or a keyword DSN
         return _compact_postgres(url)
-    from goodput_core.stores.sqlite.admin import compact
-
     path = sqlite_path(url, writer=True)
-    before, after = compact(path)
+    before, after = sqlite_admin.compact(path)
     print(f"compacted {path}: {before:,} -> {after:,} bytes", file=sys.stderr)
     return 0
 
 
 def _compact_postgres(url: str) -> int:
-    from goodput_core.stores.postgres.admin import compact
+    from goodput_core.stores.postgres.admin import compact  # lazy: psycopg, PostgreSQL only
 
     store = open_store(url)
     try:

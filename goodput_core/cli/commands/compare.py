@@ -31,6 +31,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from goodput_core.cli import CliError
 from goodput_core.cli.commands.common import add_store_argument
 from goodput_core.cli.commands.report import build_report, state_line, state_report
+from goodput_core.queries.calculator import Calculator
 from goodput_core.queries.run_groups import RUN_GROUP_KEY, group_of
 from goodput_core.queries.summaries import runs_in_group
 from goodput_core.cli.timespec import format_duration
@@ -50,8 +51,6 @@ def add_arguments(parser) -> None:
 
 
 def _calcs(store, names: Sequence[str], group: Optional[str]) -> List[Tuple[str, Any]]:
-    from goodput_core.queries.calculator import Calculator
-
     if group is not None:
         found = runs_in_group(store, group)
         if not found:

@@ -38,11 +38,18 @@ import time
 from typing import Any, Dict, Optional, TextIO
 
 from goodput_core.cli import CliError, CliIOError
-from goodput_core.redact import redact
+# the drivers by module: tests replace their functions (a program that cannot start)
+from goodput_core.cli import demo_attempts, demo_torchrun
+from goodput_core.cli import plot_timeline as pt
+from goodput_core.cli.commands.report import build_report, format_table, open_run
+from goodput_core.cli.commands.timeline import render_html
+from goodput_core.cli.serve.security import run_segment
+from goodput_core.cli.synthetic import SyntheticJob, record_synthetic_job
 from goodput_core.events import Kind
-from goodput_core.stores import schemes
+from goodput_core.monitor import Monitor
 from goodput_core.record.recorder import Recorder
-from goodput_core.stores import open_store
+from goodput_core.redact import redact
+from goodput_core.stores import open_store, schemes
 
 __all__ = ["add_arguments", "run"]
 
@@ -110,14 +117,10 @@ def run(args) -> int:
     run_name = _run_name(store, args.run)
     synthetic = args.synthetic
     if args.torch:
-        from goodput_core.cli.demo_torchrun import torch_missing
-
-        if torch_missing():
+        if demo_torchrun.torch_missing():
             raise CliError("goodput demo --torch needs torch: pip install torch")
     elif not synthetic:
-        from goodput_core.cli.demo_attempts import frameworks_missing
-
-        missing = frameworks_missing()
+        missing = demo_attempts.frameworks_missing()
         if missing:
             print(f"goodput demo: {', '.join(missing)} not installed (pip install "
                   f"'goodput-core[jax]'): playing the synthetic job instead", flush=True)
@@ -153,8 +156,6 @@ def _run_name(store: str, given: Optional[str]) -> str:
 
 # ------------------------------------------------------------------ jobs
 def _play_synthetic(run_name: str, store: str) -> None:
-    from goodput_core.cli.synthetic import SyntheticJob, record_synthetic_job
-
     rec = Recorder(run_name, store)
     job = SyntheticJob()
     played = record_synthetic_job(rec, time.time() - 120.0, job)
@@ -193,13 +194,12 @@ def _remove_workdir(outdir: str, workdir: str, parent_existed: bool = True) -> N
 
 
 def _play_real(args, run_name: str, store: str, outdir: str) -> None:
-    from goodput_core.cli.demo_attempts import DemoConfig, run_crash_and_restart
-
     def play(workdir: str, on_message) -> Dict[str, Any]:
-        cfg = DemoConfig(store=store, run=run_name, workdir=workdir, steps=args.steps,
-                         save_every=args.save_every, crash_at=args.crash_at,
-                         log_dir=os.path.join(outdir, "logs", run_name))
-        return run_crash_and_restart(cfg, on_message=on_message)
+        cfg = demo_attempts.DemoConfig(
+            store=store, run=run_name, workdir=workdir, steps=args.steps,
+            save_every=args.save_every, crash_at=args.crash_at,
+            log_dir=os.path.join(outdir, "logs", run_name))
+        return demo_attempts.run_crash_and_restart(cfg, on_message=on_message)
 
     print(f"Training a small Flax MLP on CPU ({args.steps} steps, an Orbax checkpoint every "
           f"{args.save_every}); the first attempt will crash (SIGKILL) after step "
@@ -208,17 +208,12 @@ def _play_real(args, run_name: str, store: str, outdir: str) -> None:
 
 
 def _play_torch(args, run_name: str, store: str, outdir: str) -> None:
-    from goodput_core.cli.demo_torchrun import (
-        TorchDemoConfig,
-        run_torchrun_crash_and_restart,
-    )
-
     def play(workdir: str, on_message) -> Dict[str, Any]:
-        cfg = TorchDemoConfig(store=store, run=run_name, workdir=workdir, steps=args.steps,
-                              save_every=args.save_every, crash_at=args.crash_at,
-                              compile=args.compile,
-                              log_path=os.path.join(outdir, "logs", run_name, "torchrun.log"))
-        summary = run_torchrun_crash_and_restart(cfg, on_message=on_message)
+        cfg = demo_torchrun.TorchDemoConfig(
+            store=store, run=run_name, workdir=workdir, steps=args.steps,
+            save_every=args.save_every, crash_at=args.crash_at, compile=args.compile,
+            log_path=os.path.join(outdir, "logs", run_name, "torchrun.log"))
+        summary = demo_torchrun.run_torchrun_crash_and_restart(cfg, on_message=on_message)
         summary["attempts"] = [1, 2]
         return summary
 
@@ -232,15 +227,13 @@ def _play_torch(args, run_name: str, store: str, outdir: str) -> None:
 def _train(args, run_name: str, outdir: str, play) -> None:
     """Runs ``play(workdir, on_message)`` in a fresh checkpoint directory with a
     progress bar; removes the directory after unless ``--keep-checkpoints``."""
-    from goodput_core.cli.demo_attempts import DemoError
-
     parent_existed = os.path.isdir(os.path.join(outdir, "checkpoints"))
     workdir = _fresh_workdir(outdir, run_name)
     bar = _Progress(args.steps, sys.stdout)
     started = time.monotonic()
     try:
         summary = play(workdir, bar)
-    except DemoError as exc:
+    except demo_attempts.DemoError as exc:
         bar.close()
         raise CliError(str(exc)) from None
     finally:
@@ -333,8 +326,6 @@ class _Progress:
 # ----------------------------------------------------------------- output
 def _finish(run_name: str, store: str, outdir: str, synthetic: bool) -> None:
     """Prints the report, writes TensorBoard files and the timeline, says where."""
-    from goodput_core.cli.commands.report import build_report, format_table, open_run
-
     now = time.time()
     calc, opened = open_run(run_name, store)
     result = calc.cumulative(now=now)
@@ -365,8 +356,6 @@ def _finish(run_name: str, store: str, outdir: str, synthetic: bool) -> None:
 
 def _dashboard_url(run_name: str) -> str:
     """The run page of ``goodput serve`` on its default address."""
-    from goodput_core.cli.serve.security import run_segment
-
     return f"http://127.0.0.1:8765/run/{run_segment(run_name)}"
 
 
@@ -387,8 +376,8 @@ def _goodput_command() -> str:
 def _write_tensorboard(calc, run_name: str, outdir: str):
     base = os.path.join(outdir, "tensorboard")
     try:
+        # lazy: tensorboardX is optional (missing: the demo goes on without)
         from goodput_core.exporters.tensorboard import TensorBoardExporter
-        from goodput_core.monitor import Monitor
 
         exporter = TensorBoardExporter(os.path.join(base, run_name))
     except ImportError as exc:
@@ -403,16 +392,12 @@ def _write_tensorboard(calc, run_name: str, outdir: str):
 
 
 def _write_timeline(calc, now: float, outdir: str):
-    import goodput_core.cli.plot_timeline as pt
-
     data = pt.collect(calc, now=now)
     png = os.path.join(outdir, "timeline.png")
     try:
         pt.render_image(data, png)
         return ("timeline", png)
     except pt.PlotUnavailable:
-        from goodput_core.cli.commands.timeline import render_html
-
         page = os.path.join(outdir, "timeline.html")
         render_html(data, page)
         return ("timeline", f"{page}   (no matplotlib for a PNG: pip install 'goodput-core[plot]')")

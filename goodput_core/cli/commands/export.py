@@ -30,6 +30,7 @@ from goodput_core.redact import redact
 from goodput_core.cli.commands.transfer import (
     add_common_arguments, page_size, progress_bar, read_store, write_batches)
 from goodput_core.stores import open_store
+from goodput_core.files import replaced_atomically
 
 __all__ = ["add_arguments", "run"]
 
@@ -78,8 +79,6 @@ def run(args) -> int:
 
 def _write_file(path: str, pages, meta: bool, progress) -> int:
     """Writes the pages to a fresh temporary file beside ``path``, then renames it."""
-    from goodput_core.files import replaced_atomically
-
     try:
         with replaced_atomically(path) as out:
             return write_batches(pages, out, meta, progress)
@@ -89,9 +88,11 @@ def _write_file(path: str, pages, meta: bool, progress) -> int:
 
 def _run_otlp(args) -> int:
     """Sends the run's timeline as a trace; exit 1 when spans were refused."""
+    # lazy: the calculator's modules: only --format otlp reads through one
     from goodput_core.queries.calculator import Calculator
 
     try:
+        # lazy: OpenTelemetry is optional (missing: said as a usage error)
         from goodput_core.exporters.otel_trace import export_run
     except ImportError as exc:
         raise CliError(f"--format otlp needs OpenTelemetry: pip install "

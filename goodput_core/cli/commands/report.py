@@ -131,6 +131,7 @@ from goodput_core.cli.large_frees import release_large_frees
 from goodput_core.queries.blocking_loads import HOW_TO_CHANGE
 from goodput_core.cli.commands.report_lifecycle import lifecycle_report, lifecycle_table
 from goodput_core.queries.elastic import reportable
+from goodput_core.queries.calculator import Calculator
 from goodput_core.queries.program_goodput import unusable_metadata
 from goodput_core.queries.step_groups import STEP_TIME_NOTES
 from goodput_core.text import printable
@@ -167,8 +168,6 @@ def open_run(run_name: str, store_url: Any):
     """``(calculator, store)`` for ``run_name``, refreshed; CliError for an
     unknown run, StoreError for an unusable store. Also used by ``goodput timeline``.
     """
-    from goodput_core.queries.calculator import Calculator
-
     store = open_store(store_url, create=False)
     # One event first (cheap in every store; runs() reads a whole Cloud Logging
     # log): an unknown run is one error line, not the calculator's warning too.

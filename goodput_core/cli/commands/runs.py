@@ -14,6 +14,8 @@ import time
 from goodput_core.cli.commands.common import add_store_argument
 from goodput_core.stores import open_store
 from goodput_core.text import printable
+from goodput_core.cli.commands.runs_manage import manage
+from goodput_core.cli.timespec import format_duration, format_time
 
 
 def add_arguments(parser) -> None:
@@ -39,11 +41,10 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     if args.action is not None:
-        from goodput_core.cli.commands.runs_manage import manage
-
         return manage(args)
     store = open_store(args.store, create=False)
     if args.group is not None:
+        # lazy: the calculators' modules: only runs --group compares
         from goodput_core.cli.commands.compare import list_group
 
         return list_group(store, args.group, as_json=args.json)
@@ -62,7 +63,7 @@ def run(args) -> int:
 def _with_summaries(store, as_json: bool) -> int:
     """Every run with its summary (:mod:`goodput_core.queries.summaries`), newest
     activity first."""
-    from goodput_core.cli.timespec import format_duration, format_time
+    # lazy: numpy: only runs --summary reads the summaries
     from goodput_core.queries.summaries import run_summaries
 
     rows = run_summaries(store)
@@ -80,8 +81,11 @@ def _with_summaries(store, as_json: bool) -> int:
                         f"{format_duration(s.total_seconds):>10}  {s.disruptions:>8}  "
                         f"{format_time(s.last_activity) if s.last_activity else '-':<20}  "
                         f"{s.state_text}{group}"))
+
+
 def _with_states(store, as_json: bool) -> int:
     """Every run with its state at the time of the command (rule 15)."""
+    # lazy: the calculators' modules: only runs --state reads every run
     from goodput_core.cli.commands.report import state_line, state_report
     from goodput_core.queries.calculator import Calculator
 

@@ -40,6 +40,7 @@ def _refuse_live_writer(path: str, run: str) -> None:
 
 def manage(args) -> int:
     """Runs ``delete`` or ``rename``; returns the exit code (1: not confirmed)."""
+    # lazy: only delete and rename need it (every goodput runs imports this module)
     from goodput_core.stores.sqlite import admin
 
     want = {"delete": 1, "rename": 2}[args.action]

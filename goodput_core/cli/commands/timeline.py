@@ -23,6 +23,7 @@ from goodput_core.cli import CliError, CliIOError
 from goodput_core.cli.commands.common import add_store_argument
 from goodput_core.cli.commands.report import open_run, resolve_window
 from goodput_core.cli.timespec import format_duration, format_time
+from goodput_core.files import replaced_atomically
 
 __all__ = ["add_arguments", "run", "html_page", "render_html"]
 
@@ -73,8 +74,6 @@ def run(args) -> int:
 def render_html(data: pt.TimelineData, path: str) -> None:
     """Writes a self-contained HTML page (inline SVG, hover titles, no URLs),
     0600, replacing ``path`` atomically (:mod:`goodput_core.files`)."""
-    from goodput_core.files import replaced_atomically
-
     with replaced_atomically(path) as f:
         f.write(html_page(data))
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from goodput_core.stores import schemes
+
 __all__ = ["make_server"]
 
 
@@ -37,11 +39,11 @@ def make_server(store: Any, host: str = "127.0.0.1", port: int = 8765,
       OSError: the port cannot be bound.
       ImportError: uvicorn is missing (``pip install 'goodput-core[serve]'``).
     """
+    # lazy: the server's modules (numpy, asyncio): goodput demo imports this package
+    # for its security helpers
     from goodput_core.cli.serve.api import Api
     from goodput_core.cli.serve.http import DashboardServer
     from goodput_core.cli.serve.runs import RunCache
-
-    from goodput_core.stores import schemes
 
     scheme = schemes.scheme_of(str(getattr(store, "url", "")))[0]
     for key, value in (scheme.read_cache if scheme is not None else {}).items():

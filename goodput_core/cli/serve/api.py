@@ -31,6 +31,7 @@ from goodput_core.cli.serve.runs import RunCache, run_state
 from goodput_core.cli.serve.views import SpanIndex, series, step_series, timeline_bins
 from goodput_core.queries.markers import duty_cycle_drops
 from goodput_core.queries.run_groups import check_run_group
+from goodput_core.cli.commands.compare import compare_reports
 
 __all__ = ["Api", "NotFound", "BadRequest"]
 
@@ -168,8 +169,6 @@ class Api:
         return self._cached(entry, "series", (self._moment(entry, now), window, points), build)
 
     def compare(self, params: Dict[str, str]) -> Dict[str, Any]:
-        from goodput_core.cli.commands.compare import compare_reports
-
         try:  # a group no run can have (too long, control characters) is the asker's error
             group = check_run_group(params.get("group"), "group")
         except ValueError as exc:

@@ -24,6 +24,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from goodput_core.queries.summaries import (STOPPED_AFTER_SECONDS, RunSummary, Summaries,
                                             last_activity, state_of)
+from goodput_core.queries import calculator  # by module: a test counts the calculators made
 
 __all__ = ["RunCache", "run_state", "last_activity", "STOPPED_AFTER_SECONDS"]
 
@@ -109,12 +110,10 @@ class RunCache:
     def get(self, run: str, *, fresh: bool = True, store_version: Any = None) -> _Entry:
         """The run's entry, its calculator brought up to date (see ``min_interval``;
         at once when ``store_version`` is not the version it was last read at)."""
-        from goodput_core.queries.calculator import Calculator
-
         with self.io:
             entry = self._entries.get(run)
             if entry is None:
-                entry = _Entry(Calculator(run, self.store, clock=self.clock))
+                entry = _Entry(calculator.Calculator(run, self.store, clock=self.clock))
                 self._keep(run, entry)
             else:
                 self._entries.move_to_end(run)
@@ -169,14 +168,12 @@ class RunCache:
 
     def _summary(self, run: str, now: float, version: Any) -> RunSummary:
         """The run's summary from its calculator, kept or read here."""
-        from goodput_core.queries.calculator import Calculator
-
         with self.io:
             if run in self._entries:
                 entry = self.get(run, store_version=version)
             else:  # read once; kept below only if it runs (a big store's list
                 # must not push out the runs whose pages are open)
-                entry = _Entry(Calculator(run, self.store, clock=self.clock))
+                entry = _Entry(calculator.Calculator(run, self.store, clock=self.clock))
                 entry.events, entry.read_at = entry.calc.refresh(), now
                 entry.version, entry.store_version = 1, version
             key = (entry.version, math.floor(now))

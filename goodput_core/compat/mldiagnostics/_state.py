@@ -28,6 +28,7 @@ from goodput_core.compat.mldiagnostics.custom_types.exceptions import (
 from goodput_core.compat.mldiagnostics.custom_types.metric_types import MetricType
 from goodput_core.compat.mldiagnostics.custom_types.mlrun_types import ConfigDict, RunPhase
 from goodput_core.stores import StoreError
+from goodput_core.compat.mldiagnostics.system_metrics import SystemMetrics
 
 logger = logging.getLogger("goodput")
 
@@ -210,6 +211,7 @@ class ActiveRun:
     def collect_hardware(self) -> None:
         """Records the framework's device facts once known (lead only): jax's
         once its backends exist; torch's (``framework=PYTORCH``) at once."""
+        # lazy: numpy: importing the SDK stays light
         from goodput_core.queries.diagnostics import jsonable
 
         if self.run.framework.value == "PYTORCH":
@@ -235,6 +237,7 @@ class ActiveRun:
 
 def _record_start_metadata(active: ActiveRun, configs: Any) -> None:
     """Run metadata of a new run (lead only); bad configs raise MLRunConfigurationError."""
+    # lazy: numpy: importing the SDK stays light
     from goodput_core.queries.diagnostics import load_config, record_config
 
     run, rec = active.run, active.recorder
@@ -325,7 +328,6 @@ def _start_system_metrics(active: ActiveRun, clock: Any, interval: float, wait: 
     metrics when the run has ``log_system_metrics`` and a positive interval."""
     if not active.run.log_system_metrics or not interval > 0 or _system.local_rank() != 0:
         return
-    from goodput_core.compat.mldiagnostics.system_metrics import SystemMetrics
 
     active.system_metrics = SystemMetrics(active.recorder, interval_s=interval,
                                           process_index=active.run.process_index,

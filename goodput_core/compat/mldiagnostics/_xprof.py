@@ -43,6 +43,7 @@ from typing import Any, Optional, Sequence
 from goodput_core.compat.mldiagnostics import _state, _system
 from goodput_core.compat.mldiagnostics._frameworks import adapter
 from goodput_core.compat.mldiagnostics.custom_types.exceptions import ProfilingError
+from goodput_core.compat.mldiagnostics._gcs import upload_in_background
 
 logger = logging.getLogger("goodput")
 
@@ -127,8 +128,6 @@ class Xprof:
         remote = _uploader(run)
         on_session = None
         if remote is not None:
-            from goodput_core.compat.mldiagnostics._gcs import upload_in_background
-
             on_session = functools.partial(upload_in_background, run.profile_dir, remote)
         self._capture = Sessions(run.profile_dir, process_indices=self._process_index_list,
                                  process_index=run.process_index, on_session=on_session)

@@ -55,6 +55,7 @@ from goodput_core.compat.mldiagnostics.custom_types.mlrun_types import (
     RunPhase,
     ServingEngine,
 )
+from goodput_core.queries.run_groups import check_run_group
 
 __all__ = ["MLRun", "ConfigDict", "machinelearning_run", "end_run", "active_run",
            "ON_DEMAND_XPROF_PORT", "RunPhase"]
@@ -231,8 +232,6 @@ def machinelearning_run(
     if not (base_url or os.environ.get("DIAGON_BASE_URL")):
         _check_region(region)
     try:
-        from goodput_core.queries.run_groups import check_run_group
-
         run_group = check_run_group(run_group)
     except ValueError as exc:
         raise MLRunConfigurationError(str(exc)) from None

@@ -13,6 +13,7 @@ def __getattr__(name):
     # Imported on first use: the store needs the Google client (the 'gcp' extra),
     # while checking a URL (.wire) must work without it.
     if name == "CloudLoggingStore":
+        # lazy: the Google client, on first use
         from goodput_core.stores.cloud_logging.store import CloudLoggingStore
 
         return CloudLoggingStore
@@ -20,6 +21,7 @@ def __getattr__(name):
 
 
 def _check(url: str, rest: str, writer: bool) -> None:
+    # lazy: only a Cloud Logging URL needs it (import goodput_core stays light)
     from goodput_core.stores.cloud_logging import wire
 
     project, _, log = rest.partition("/")
@@ -37,7 +39,8 @@ def _check(url: str, rest: str, writer: bool) -> None:
 def _open(url: str, rest: str, create: bool) -> Store:
     project, _, log = rest.partition("/")
     try:
-        from goodput_core.stores.cloud_logging.store import CloudLoggingStore  # Google client
+        # lazy: the Google client, on first use
+        from goodput_core.stores.cloud_logging.store import CloudLoggingStore
     except ImportError as exc:
         raise StoreError(
             f"the cloud-logging store needs the 'gcp' extra: pip install 'goodput-core[gcp]' ({exc})"

@@ -47,8 +47,8 @@ from google.cloud.logging_v2.types import ListLogEntriesRequest, WriteLogEntries
 
 from goodput_core.events import EventRecord
 from goodput_core.stores.cloud_logging import wire
-from goodput_core.stores.background import QueuedStoreMixin
-from goodput_core.stores.base import Cursor, Store, StoreError
+from goodput_core.stores.background import QueuedStore, SendQueue
+from goodput_core.stores.base import Cursor, StoreError
 from goodput_core.stores.spill_buffer import default_spill_dir, spill_tag
 
 __all__ = ["CloudLoggingStore", "TRANSIENT_ERRORS"]
@@ -80,7 +80,7 @@ def _resource_pb(project: str, resource: Any):
     return _mr_pb2.MonitoredResource(type=rtype, labels={str(k): str(v) for k, v in labels.items()})
 
 
-class CloudLoggingStore(QueuedStoreMixin, Store):
+class CloudLoggingStore(QueuedStore):
     """Events as Google Cloud Logging entries, written in the background.
 
     Args:
@@ -138,7 +138,6 @@ class CloudLoggingStore(QueuedStoreMixin, Store):
         self._backoff = (float(backoff_initial_s), float(backoff_max_s))
         self._read_attempts = int(read_attempts)
         self._random = random.Random()
-        self._rejected = 0
         self._client_args = (client_options, credentials)
         self._own_client = client is None
         self._client = client if client is not None else self._make_client()
@@ -151,11 +150,15 @@ class CloudLoggingStore(QueuedStoreMixin, Store):
         self._index: Dict[str, Tuple[int, int, str]] = {}
         self._index_cursor: Optional[Tuple[int, int, str]] = None
         self._index_lock = threading.Lock()
-        self._start_sending(
+        # the store has its send queue (stores/background.py): append hands entries to it
+        self._sending = SendQueue(
+            self.url, self._send,
             spill_dir=self._spill_dir, spill_tag=spill_tag(project, log_name),
             required=("p", "i"), max_buffer=self._max_buffer, batch_size=self._batch_size,
             flush_interval_s=self._interval, sleep=sleep, backoff=self._backoff,
-            permanent=(_gexc.InvalidArgument,), transient=TRANSIENT_ERRORS)
+            permanent=(_gexc.InvalidArgument,), transient=TRANSIENT_ERRORS,
+            release=self._release, forget_connections=self._forget_connections)
+        self._sending.start()
 
     # ----------------------------------------------------------- set-up
     def _make_client(self):
@@ -197,8 +200,8 @@ class CloudLoggingStore(QueuedStoreMixin, Store):
             try:
                 entries.append(wire.make_entry(event, self._clock))
             except Exception:
-                self._rejected += 1
-        self._queue(entries)
+                self._sending.rejected += 1
+        self._sending.put(entries)
 
     def _send(self, batch: List[Dict[str, Any]]) -> None:
         """One ``WriteLogEntries`` call for a batch (runs on the sender thread)."""

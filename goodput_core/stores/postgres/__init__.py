@@ -15,13 +15,14 @@ def __getattr__(name):
     # Imported on first use: the store needs psycopg (the 'postgres' extra), while
     # checking a URL (.sql) must work without it.
     if name == "PostgresStore":
-        from goodput_core.stores.postgres.store import PostgresStore
+        from goodput_core.stores.postgres.store import PostgresStore  # lazy: psycopg, on first use
 
         return PostgresStore
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _check(url: str, rest: str, writer: bool) -> None:
+    # lazy: only a PostgreSQL URL needs it (import goodput_core stays light)
     from goodput_core.stores.postgres.sql import parse_url
 
     try:
@@ -34,7 +35,7 @@ def _check(url: str, rest: str, writer: bool) -> None:
 
 
 def _open(url: str, rest: str, create: bool) -> Store:
-    from goodput_core.stores.postgres.store import PostgresStore  # psycopg: on use
+    from goodput_core.stores.postgres.store import PostgresStore  # lazy: psycopg, on first use
 
     return PostgresStore(url)
 

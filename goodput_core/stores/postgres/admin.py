@@ -47,10 +47,11 @@ def compact(store: Any, size: int = CHUNK_EVENTS, tail: int = TAIL_EVENTS) -> Di
 
     def work(conn) -> Dict[str, int]:
         done = {"runs": 0, "chunks": 0, "events": 0}
-        if not store._chunks_readable(conn):
+        reader = store._reader  # the store's reader part (stores/postgres/read.py)
+        if not reader.chunks_readable(conn):
             with conn.transaction():
                 conn.execute(sql["create_chunks"])
-            store._has_chunks = True
+            store._chunking.has_table = True
         before = _packed_events(conn, sql)
         names = [n for n, in conn.execute(sql["runs"])]
         for _, run_id in sorted(conn.execute(sql["run_ids"], (names,)).fetchall(),
@@ -72,7 +73,7 @@ def compact(store: Any, size: int = CHUNK_EVENTS, tail: int = TAIL_EVENTS) -> Di
         conn.execute(f"ANALYZE {sql['chunks_table']}, {sql['events_table']}")
         return done
 
-    return store._query(work)  # a refusal or a lost server: StoreError, said in one line
+    return store._reader.query(work)  # a refusal or a lost server: StoreError, said in one line
 
 
 def _packed_events(conn: Any, sql: Dict[str, str]) -> int:

@@ -1,22 +1,24 @@
-"""The PostgreSQL store's reads: events, numpy columns, run names.
+"""The PostgreSQL store's reader: events, numpy columns, run names.
 
-Mixed into :class:`goodput_core.stores.postgres.PostgresStore`, which owns
-the state used here (``_sql``, ``_local``, ``_connect``, ``url``,
-``_secrets``, ``skipped``, the writer-id cache). Each reading thread has a
+A :class:`~goodput_core.stores.postgres.store.PostgresStore` *has* one
+:class:`PostgresReader`, which shares with the store's writes only what they
+both know of the tables (:class:`Chunking`). Each reading thread has a
 connection of its own, kept between reads (the monitor reads every
 interval) and reopened once when a server restart broke it; the writers'
 connection is the process's shared slot instead
 (:mod:`goodput_core.stores.postgres.connect`). Pages are by event id;
-:meth:`read_columns` takes a run's packed chunks first
+:meth:`PostgresReader.read_columns` takes a run's packed chunks first
 (:mod:`goodput_core.stores.postgres.chunks`), then its rows.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import json
 import math
 import os
+import threading
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import psycopg
@@ -30,7 +32,7 @@ from goodput_core.stores.postgres.chunks import (
 from goodput_core.stores.postgres.columns import INDEX_WALK, read_page
 from goodput_core.stores.postgres.connect import describe
 
-__all__ = ["PostgresReadMixin"]
+__all__ = ["Chunking", "PostgresReader"]
 
 _PAGE = 10_000
 _COLUMN_PAGE = 262_144
@@ -59,13 +61,54 @@ def _in_id_order(conn):
         yield
 
 
-class PostgresReadMixin:
-    """Reads of the PostgreSQL store (see the module docstring)."""
+class Chunking:
+    """What a store knows of its packed chunks, shared by its reads and writes.
 
-    #: ``read_columns`` takes ``writers=True`` (each row's writer and sequence number)
-    columns_with_writers = True
+    Args:
+      chunk_events: events per packed chunk this writer makes (0: none).
+    """
 
-    def _connection(self) -> "psycopg.Connection":
+    def __init__(self, chunk_events: int):
+        self.chunk_events = chunk_events
+        self.has_table = False  # the chunks table is known to exist
+
+    def read_size(self) -> int:
+        """The chunk size reads assume (this writer's, else the default)."""
+        return self.chunk_events or CHUNK_EVENTS
+
+
+class PostgresReader:
+    """Reads of one PostgreSQL store (see the module docstring).
+
+    Args:
+      url: the store's URL, redacted (messages).
+      secrets: what messages must not show.
+      sql: the store's statements.
+      connect: opens a new connection (a :class:`StoreError` when it cannot).
+      chunking: what the store knows of its chunks.
+    """
+
+    def __init__(self, url: str, secrets: Any, sql: Dict[str, str],
+                 connect: Callable[[], "psycopg.Connection"], chunking: Chunking):
+        self._url, self._secrets, self._sql, self._connect = url, secrets, sql, connect
+        self._chunking = chunking
+        self._local = threading.local()
+        self._writers: Dict[int, Tuple[int, str, int, str]] = {}
+        self._lock = threading.Lock()
+        #: Rows skipped by reads, per reason.
+        self.skipped: Dict[str, int] = collections.Counter()
+
+    def forget_connections(self) -> None:
+        """In a forked child: the parent's reading connections are left alone
+        (closing one would end the parent's session)."""
+        self._local = threading.local()
+
+    def forget_writers(self) -> None:
+        """The tables went away: the writers' metadata is read again."""
+        with self._lock:
+            self._writers.clear()
+
+    def connection(self) -> "psycopg.Connection":
         """This thread's reading connection (opened on first use in each thread and
         process; writes go through the process's shared slot instead)."""
         conn = getattr(self._local, "conn", None)
@@ -76,7 +119,7 @@ class PostgresReadMixin:
         self._local.conn, self._local.pid = conn, os.getpid()
         return conn
 
-    def _drop_connection(self) -> None:
+    def drop_connection(self) -> None:
         conn = getattr(self._local, "conn", None)
         self._local.conn = None
         if conn is not None and getattr(self._local, "pid", None) == os.getpid():
@@ -85,25 +128,25 @@ class PostgresReadMixin:
             except Exception:
                 pass
 
-    def _query(self, fn: Callable[[Any], Any]) -> Any:
+    def query(self, fn: Callable[[Any], Any]) -> Any:
         """Runs ``fn(conn)``; a connection broken by a server restart is reopened once."""
         for attempt in (0, 1):
-            conn = self._connection()
+            conn = self.connection()
             try:
                 return fn(conn)
             except _TRANSIENT as exc:
-                self._drop_connection()
+                self.drop_connection()
                 if attempt:
-                    raise StoreError(f"reading {self.url} failed: "
+                    raise StoreError(f"reading {self._url} failed: "
                                      f"{describe(exc, self._secrets)}") from None
             except psycopg.Error as exc:
-                raise StoreError(f"reading {self.url} failed: "
+                raise StoreError(f"reading {self._url} failed: "
                                  f"{describe(exc, self._secrets)}") from None
 
     def _writer(self, conn, writer_id: int) -> Tuple[int, str, int, str]:
         found = self._writers.get(writer_id)
         if found is None:
-            with self._ids_lock:
+            with self._lock:
                 for wid, *meta in conn.execute(self._sql["all_writers"]).fetchall():
                     self._writers[wid] = tuple(meta)
             found = self._writers.setdefault(writer_id, (0, "", 0, ""))
@@ -127,17 +170,15 @@ class PostgresReadMixin:
         if limit is not None and limit <= 0:
             return [], since
         with gc_paused():  # a million records: repeated collections otherwise
-            return self._query(lambda conn: self._select(conn, run, since, limit))
+            return self.query(lambda conn: self._select(conn, run, since, limit))
 
     def read_columns(self, run: str, since: Cursor = None, limit: Optional[int] = None,
                      writers: bool = False) -> Tuple[EventPage, Cursor]:
-        """As :meth:`read`, but the events as numpy columns (no Python object
-        per event; :mod:`goodput_core.stores.postgres.columns`): what the
-        engine reads. ``writers``: each row's writer and sequence number too
-        (``EventPage.writer``, ``seq``, ``writer_keys``)."""
+        """See :meth:`PostgresStore.read_columns
+        <goodput_core.stores.postgres.store.PostgresStore.read_columns>`."""
         if limit is not None and limit <= 0:
             return EventPage.empty(run), since
-        return self._query(lambda conn: self._select_columns(conn, run, since, limit, writers))
+        return self.query(lambda conn: self._select_columns(conn, run, since, limit, writers))
 
     def _select_columns(self, conn, run: str, since: Cursor, limit: Optional[int],
                         writers: bool = False):
@@ -147,7 +188,7 @@ class PostgresReadMixin:
         last = 0 if since is None else int(since)
         pages: List[EventPage] = []
         left = limit
-        packed = self._chunks_readable(conn)
+        packed = self.chunks_readable(conn)
 
         def writer_of(wid: int) -> Tuple[int, str, int, str]:
             return self._writer(conn, wid)
@@ -156,7 +197,7 @@ class PostgresReadMixin:
             n = _COLUMN_PAGE if left is None else min(_COLUMN_PAGE, left)
             if packed:  # the packed prefix of the run first, then its rows
                 page, last, after = read_chunks(conn, self._sql, run, row[0], last, n,
-                                                self._chunk_events or CHUNK_EVENTS,
+                                                self._chunking.read_size(),
                                                 writer_of, self.skipped, writers)
                 packed, done = after == MORE_CHUNKS, after == NOTHING_AFTER
             else:
@@ -172,13 +213,14 @@ class PostgresReadMixin:
         page = pages[0] if len(pages) == 1 else EventPage.concat(run, pages)
         return page, (last if len(page) else since)
 
-    def _chunks_readable(self, conn) -> bool:
+    def chunks_readable(self, conn) -> bool:
         """Whether the database has the packed chunks' table (asked until it has:
         a database made by an older version gets it from its next writer)."""
-        if not self._has_chunks:
-            self._has_chunks = conn.execute(self._sql["has_meta"],
-                                            (self._sql["chunks_table"],)).fetchone()[0]
-        return self._has_chunks
+        chunking = self._chunking
+        if not chunking.has_table:
+            chunking.has_table = conn.execute(self._sql["has_meta"],
+                                              (self._sql["chunks_table"],)).fetchone()[0]
+        return chunking.has_table
 
     def _select(self, conn, run: str, since: Cursor, limit: Optional[int]):
         row = conn.execute(self._sql["run_id"], (run,)).fetchone()
@@ -188,12 +230,12 @@ class PostgresReadMixin:
         out: List[EventRecord] = []
         loads = json.loads
         writers: Dict[int, Tuple[int, str, int, str]] = {}
-        packed = self._chunks_readable(conn)
+        packed = self.chunks_readable(conn)
         while limit is None or len(out) < limit:
             if packed:  # the packed prefix of the run first, then its rows
                 n = _COLUMN_PAGE if limit is None else min(_COLUMN_PAGE, limit - len(out))
                 records, last, after = read_chunk_records(
-                    conn, self._sql, run, run_id, last, n, self._chunk_events or CHUNK_EVENTS,
+                    conn, self._sql, run, run_id, last, n, self._chunking.read_size(),
                     lambda wid: self._writer(conn, wid), self.skipped)
                 out.extend(records)
                 if after == NOTHING_AFTER:
@@ -223,10 +265,10 @@ class PostgresReadMixin:
 
     def runs(self) -> List[str]:
         """Names of the runs in this store, oldest first."""
-        return self._query(lambda conn: [r[0] for r in conn.execute(self._sql["runs"])])
+        return self.query(lambda conn: [r[0] for r in conn.execute(self._sql["runs"])])
 
     def run_versions(self) -> Dict[str, int]:
         """Each run's version, oldest run first: its largest event id (one index
         look-up per run; run summaries use it to tell a changed run)."""
-        return self._query(lambda conn: {name: int(v) for name, v in
+        return self.query(lambda conn: {name: int(v) for name, v in
                                          conn.execute(self._sql["run_versions"])})

@@ -39,7 +39,6 @@ password appears in no message, log line or ``url`` attribute.
 
 from __future__ import annotations
 
-import collections
 import logging
 import math
 import os
@@ -50,15 +49,16 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 import psycopg
 
 from goodput_core.events import EventRecord, Kind
-from goodput_core.stores.background import QueuedStoreMixin
-from goodput_core.stores.base import Store, StoreError
+from goodput_core.stores.background import QueuedStore, SendQueue
+from goodput_core.stores.base import Cursor, StoreError
+from goodput_core.stores.columns import EventPage
 from goodput_core.stores.spill_buffer import spill_tag
 from goodput_core.stores.postgres.chunks import (
     CHUNK_EVENTS, TAIL_EVENTS, chunk_statements, pack)
 from goodput_core.stores.postgres.columns import column_statements
 from goodput_core.stores.postgres.connect import (
     connect, describe, is_content_error, is_overload, slot_for)
-from goodput_core.stores.postgres.read import PostgresReadMixin
+from goodput_core.stores.postgres.read import Chunking, PostgresReader
 from goodput_core.stores.postgres.sql import SCHEMA_VERSION, parse_url, statements
 from goodput_core.stores.strict_json import dumps as _dumps
 
@@ -107,7 +107,7 @@ def _encode(event: EventRecord) -> Dict[str, Any]:
     return {"e": row}
 
 
-class PostgresStore(PostgresReadMixin, QueuedStoreMixin, Store):
+class PostgresStore(QueuedStore):
     """Events in a PostgreSQL database, shared by every host of a job.
 
     Args:
@@ -158,18 +158,20 @@ class PostgresStore(PostgresReadMixin, QueuedStoreMixin, Store):
         self._sql = statements(self.schema)
         self._sql.update(column_statements(f'"{self.schema}"'))
         self._sql.update(chunk_statements(f'"{self.schema}"'))
-        self._chunk_events = max(0, int(chunk_events))
+        # what the reads and the writes know of the packed chunks (both use it)
+        self._chunking = Chunking(max(0, int(chunk_events)))
         self._tail_events = max(0, int(tail_events))
-        self._has_chunks = False  # the chunks table is known to exist
         self._packing_refused = ""  # why this writer does not pack, until said
         self._lock_ns = zlib.crc32(self.schema.encode()) & 0x7FFFFFFF
         self._connect_timeout = max(1, int(math.ceil(connect_timeout_s)))
-        self._local = threading.local()
         self._run_ids: Dict[str, int] = {}
         self._writer_ids: Dict[Tuple[int, str, int, str], int] = {}
-        self._writers: Dict[int, Tuple[int, str, int, str]] = {}
         self._ids_lock = threading.Lock()
-        self.skipped: Dict[str, int] = collections.Counter()
+        # the store has its reader (its own connection per thread; stores/postgres/read.py)
+        self._reader = PostgresReader(self.url, self._secrets, self._sql, self._connect,
+                                      self._chunking)
+        #: Rows skipped by reads, per reason.
+        self.skipped = self._reader.skipped
         self._batch_size = int(batch_size)
         self._connect_backoff = (float(backoff_initial_s), float(backoff_max_s))
         self._slot = slot_for(self._conninfo, self._connect, self._connect_backoff)
@@ -183,7 +185,10 @@ class PostgresStore(PostgresReadMixin, QueuedStoreMixin, Store):
             if not getattr(exc, "held_back", False):  # said once per process, not per store
                 logger.warning("goodput: %s; the goodput tables are checked before the "
                                "first batch", exc)
-        self._start_sending(
+        # the store has its send queue (stores/background.py): append hands entries to it
+        self._sending = SendQueue(
+            self.url, self._send, release=self._release,
+            forget_connections=self._forget_connections,
             spill_dir=spill_dir or default_spill_dir(), required=("e",),
             # One tag per destination (no password): a later process writing
             # there adopts and delivers what an earlier one left.
@@ -192,6 +197,7 @@ class PostgresStore(PostgresReadMixin, QueuedStoreMixin, Store):
             flush_interval_s=float(flush_interval_s), sleep=sleep,
             backoff=(float(backoff_initial_s), float(backoff_max_s)),
             transient=_TRANSIENT + (StoreError,))
+        self._sending.start()
 
     # ----------------------------------------------------------- connections
     def _connect(self) -> "psycopg.Connection":
@@ -222,7 +228,7 @@ class PostgresStore(PostgresReadMixin, QueuedStoreMixin, Store):
                         f"{self.url} has goodput store schema version {version}, not the "
                         f"{SCHEMA_VERSION} this version understands: upgrade goodput-core or "
                         "use another schema (?schema=NAME)")
-                if self._chunk_events:
+                if self._chunking.chunk_events:
                     self._create_chunks(conn)
         except _TRANSIENT:
             raise  # the connection broke: the caller drops it and retries
@@ -252,14 +258,14 @@ class PostgresStore(PostgresReadMixin, QueuedStoreMixin, Store):
                 if not conn.execute(self._sql["has_meta"],
                                     (self._sql["chunks_table"],)).fetchone()[0]:
                     conn.execute(self._sql["create_chunks"])
-            self._has_chunks = True
+            self._chunking.has_table = True
         except _TRANSIENT:
             raise
         except psycopg.Error as exc:
             self._no_packing(exc, at_first_batch=True)
 
     def _no_packing(self, exc: BaseException, at_first_batch: bool = False) -> None:
-        self._chunk_events = 0
+        self._chunking.chunk_events = 0
         self._packing_refused = (f"goodput: {self.url}: this writer does not pack chunks "
                                  f"({describe(exc, self._secrets)}); reads of its runs "
                                  "are slower")
@@ -279,7 +285,7 @@ class PostgresStore(PostgresReadMixin, QueuedStoreMixin, Store):
         try:
             with conn.transaction():
                 for run_id in run_ids:
-                    pack(conn, self._sql, run_id, self._chunk_events,
+                    pack(conn, self._sql, run_id, self._chunking.chunk_events,
                          self._tail_events if run_id in ended else 0)
         except psycopg.errors.QueryCanceled:
             return  # a statement_timeout: the batch goes in, the next one packs
@@ -305,8 +311,8 @@ class PostgresStore(PostgresReadMixin, QueuedStoreMixin, Store):
             try:
                 entries.append(_encode(event))
             except Exception:
-                self._rejected += 1
-        self._queue(entries)
+                self._sending.rejected += 1
+        self._sending.put(entries)
 
     def _ids(self, conn, rows: List[list]) -> Tuple[Dict[str, int], Dict[tuple, int]]:
         """Run and writer ids of a batch, created when new (ids never change)."""
@@ -341,7 +347,7 @@ class PostgresStore(PostgresReadMixin, QueuedStoreMixin, Store):
                     copy.write_row((run_ids[r], writer_ids[(pi, host, pid, att)], seq, kind,
                                     t, step, extra, wt))
             conn.execute(self._sql["insert"])
-            if self._chunk_events and self._has_chunks:
+            if self._chunking.chunk_events and self._chunking.has_table:
                 self._pack(conn, batch_runs, {run_ids[r[0]] for r in rows if r[1] == _JOB_END})
             self._say_no_packing()
 
@@ -349,12 +355,12 @@ class PostgresStore(PostgresReadMixin, QueuedStoreMixin, Store):
         """Inserts one batch in one transaction (runs on the sender thread)."""
         rows = [e["e"] for e in entries if isinstance(e, dict) and isinstance(e.get("e"), list)
                 and len(e["e"]) == 11]
-        self._rejected += len(entries) - len(rows)
+        self._sending.rejected += len(entries) - len(rows)
         if not rows:
             return
 
         def more() -> bool:  # another full batch is ready: keep the connection for it
-            return len(self._sender.buffer) - len(entries) >= self._batch_size
+            return len(self._sending.sender.buffer) - len(entries) >= self._batch_size
 
         # Could not connect (StoreError) or the connection broke (_TRANSIENT):
         # the slot closes it and the sender retries the batch later.
@@ -379,8 +385,8 @@ class PostgresStore(PostgresReadMixin, QueuedStoreMixin, Store):
         with self._ids_lock:
             self._run_ids.clear()
             self._writer_ids.clear()
-            self._writers.clear()
-        self._schema_checked = self._has_chunks = False
+        self._reader.forget_writers()
+        self._schema_checked = self._chunking.has_table = False
 
     def _insert_one_by_one(self, conn, rows: List[list]) -> None:
         for row in rows:
@@ -389,17 +395,48 @@ class PostgresStore(PostgresReadMixin, QueuedStoreMixin, Store):
             except Exception as exc:
                 if refusal_is_outage(exc):
                     raise  # the whole batch is retried later; inserted rows are deduplicated
-                self._rejected += 1
+                self._sending.rejected += 1
 
     def _release(self) -> None:
-        self._drop_connection()  # the reading connection of this thread
+        self._reader.drop_connection()  # the reading connection of this thread
 
     def _forget_connections(self) -> None:
         # The parent's connections are left alone (closing one here would end the
         # parent's session; psycopg does not close them on collection either). The
         # writing slot is per process: the child's first batch makes its own.
-        self._local = threading.local()
+        self._reader.forget_connections()
         self._slot = slot_for(self._conninfo, self._connect, self._connect_backoff)
+
+    # ----------------------------------------------------------- reads (the reader's)
+    #: ``read_columns`` takes ``writers=True`` (each row's writer and sequence number)
+    columns_with_writers = True
+
+    def read(self, run: str, since: Cursor = None,
+             limit: Optional[int] = None) -> Tuple[List[EventRecord], Cursor]:
+        """:meth:`Store.read <goodput_core.stores.base.Store.read>`, in commit order
+        (the cursor is the last event id read).
+
+        Raises:
+          StoreError: the server cannot be reached or refused the query.
+        """
+        return self._reader.read(run, since, limit)
+
+    def read_columns(self, run: str, since: Cursor = None, limit: Optional[int] = None,
+                     writers: bool = False) -> Tuple[EventPage, Cursor]:
+        """As :meth:`read`, but the events as numpy columns (no Python object
+        per event; :mod:`goodput_core.stores.postgres.columns`): what the
+        engine reads. ``writers``: each row's writer and sequence number too
+        (``EventPage.writer``, ``seq``, ``writer_keys``)."""
+        return self._reader.read_columns(run, since, limit, writers)
+
+    def runs(self) -> List[str]:
+        """Names of the runs in this store, oldest first."""
+        return self._reader.runs()
+
+    def run_versions(self) -> Dict[str, int]:
+        """Each run's version, oldest run first: its largest event id (one index
+        look-up per run; run summaries use it to tell a changed run)."""
+        return self._reader.run_versions()
 
     def stats(self) -> Dict[str, Any]:
         """The sender's counters, plus this process's connection attempts to the

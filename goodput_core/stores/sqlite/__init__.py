@@ -17,7 +17,7 @@ def __getattr__(name):
     # Imported on first use: the store needs numpy (chunks), while the deferred
     # store imports .fork at ``import goodput_core``, which must stay light.
     if name == "SqliteStore":
-        from goodput_core.stores.sqlite.store import SqliteStore
+        from goodput_core.stores.sqlite.store import SqliteStore  # lazy: numpy, on first use
 
         return SqliteStore
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -33,7 +33,7 @@ def _check(url: str, rest: str, writer: bool) -> None:
 
 
 def _open(url: str, rest: str, create: bool) -> Store:
-    from goodput_core.stores.sqlite.store import SqliteStore  # numpy: on use
+    from goodput_core.stores.sqlite.store import SqliteStore  # lazy: numpy, on first use
 
     path, _ = sqlite_location(url)
     if not create and not os.path.exists(path):

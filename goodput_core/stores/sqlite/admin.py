@@ -23,7 +23,8 @@ from goodput_core.files import temporary_beside
 from goodput_core.stores.base import StoreError
 from goodput_core.stores.sqlite import ids, ownership
 from goodput_core.stores.sqlite.chunks import has_chunks
-from goodput_core.stores.sqlite.store import SCHEMA_VERSION
+from goodput_core.stores.sqlite.schema import SCHEMA_VERSION
+from goodput_core.stores.sqlite import chunks
 
 __all__ = ["backup", "compact", "delete_run", "rename_run"]
 
@@ -100,8 +101,6 @@ def compact(path: str) -> Tuple[int, int]:
     Returns:
       (bytes before, bytes after), the ``-wal`` file included.
     """
-    from goodput_core.stores.sqlite import chunks
-
     before = _size(path)
     conn = _connect(path)
     try:

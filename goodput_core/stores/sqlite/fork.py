@@ -82,8 +82,8 @@ class _ForkGate:
                 self.cond.wait()
         if not own:  # else a connection is in use here: leave them all, do not deadlock
             self.generation += 1
-            for store in list(_STORES):
-                store._close_all()
+            for connections in list(_STORES):
+                connections.close_all()
 
     def after_fork_in_parent(self) -> None:
         with self.cond:
@@ -136,6 +136,7 @@ if hasattr(os, "register_at_fork"):
 
 
 
-def register_store(store) -> None:
-    """Makes ``store`` close its connections before every fork (``store._close_all()``)."""
-    _STORES.add(store)
+def register_store(connections) -> None:
+    """Makes a store's connections close before every fork (``connections.close_all()``:
+    :class:`~goodput_core.stores.sqlite.connections.Connections`)."""
+    _STORES.add(connections)

@@ -1,10 +1,8 @@
-"""The write path of the sqlite store: appending a batch in one transaction,
+"""The embedded store's writer: appending a batch in one transaction,
 registering new runs and writers, and packing full chunks after a write.
 
-A mixin of :class:`goodput_core.stores.sqlite.SqliteStore` (kept apart so each
-module stays small, like :mod:`goodput_core.stores.sqlite.read`): it uses the
-store's ``readonly``, ``chunk_events``, ``path``, ``_handle``, ``_retry`` and
-``_error``.
+A :class:`~goodput_core.stores.sqlite.store.SqliteStore` *has* one
+:class:`Writer`, on the store's :class:`~goodput_core.stores.sqlite.connections.Connections`.
 """
 
 from __future__ import annotations
@@ -13,16 +11,15 @@ import contextlib
 import logging
 import sqlite3
 from operator import itemgetter
-from typing import Any, List, Sequence
+from typing import Any, List, Optional, Sequence
 
 from goodput_core.events import EventRecord
 from goodput_core.stores.sqlite import chunks, ids
 from goodput_core.stores.base import StoreError
 from goodput_core.stores.sqlite.fork import Reopen
-from goodput_core.stores.sqlite.fork import gated as _gated
 from goodput_core.stores.strict_json import dumps as _dumps
 
-__all__ = ["WritePath", "write_transaction"]
+__all__ = ["Writer", "write_transaction"]
 
 _INSERT = ("INSERT INTO events (run_id, writer_id, seq, kind, time, step, extra, write_time)"
            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)")
@@ -48,37 +45,40 @@ def write_transaction(conn: sqlite3.Connection):
         raise
 
 
-class WritePath:
-    """Appending events: one transaction per batch, then packing full chunks."""
+class Writer:
+    """Appending events: one transaction per batch, then packing full chunks.
 
-    @_gated
+    Args:
+      conns: the store's :class:`~goodput_core.stores.sqlite.connections.Connections`.
+      chunk_events: events per packed chunk (None: never pack).
+    """
+
+    def __init__(self, conns: Any, chunk_events: Optional[int]):
+        self._conns = conns
+        self.chunk_events = chunk_events
+
     def append(self, batch: Sequence[EventRecord]) -> None:
-        """Appends events in one transaction (all or none), in the given order.
-
-        Args:
-          batch: EventRecords (any run, any writer metadata).
-
-        Raises:
-          StoreError: the file cannot be written, or stayed locked too long.
-        """
-        if self.readonly:
-            raise StoreError(f"{self.path!r} was opened read-only: cannot append")
+        """See :meth:`SqliteStore.append <goodput_core.stores.sqlite.store.SqliteStore.append>`."""
+        conns = self._conns
+        if conns.readonly:
+            raise StoreError(f"{conns.path!r} was opened read-only: cannot append")
         if not isinstance(batch, (list, tuple)):
             batch = list(batch)  # iterated twice when a run or writer is new
         if not batch:
             return
-        h = self._handle()
+        h = conns.handle()
+        retry = conns.retry
         try:
             try:
                 rows = self._rows(h, batch)
             except KeyError:  # a run or writer this connection has not seen yet
-                self._retry(self._register, h, batch)
+                retry(self._register, h, batch)
                 rows = self._rows(h, batch)
-            if self._packable(rows) and self._retry(chunks.insert_packed, h.conn, rows):
+            if self._packable(rows) and retry(chunks.insert_packed, h.conn, rows):
                 return
-            self._retry(self._insert, h.conn, rows)
+            retry(self._insert, h.conn, rows)
         except sqlite3.Error as exc:
-            raise self._error(exc) from exc
+            raise conns.error(exc) from exc
         self._maybe_compact(h, rows)
 
     def _packable(self, rows: List[tuple]) -> bool:
@@ -102,12 +102,12 @@ class WritePath:
         for run_id in [r for r, n in appended.items() if n >= self.chunk_events]:
             appended[run_id] = 0
             try:
-                self._retry(chunks.compact, h.conn, run_id, _COMPACT_PER_APPEND,
-                            self.chunk_events)
+                self._conns.retry(chunks.compact, h.conn, run_id, _COMPACT_PER_APPEND,
+                                  self.chunk_events)
             except (sqlite3.Error, StoreError, Reopen) as exc:
                 # Reopen too: a fork closed the connection while this waited; the
                 # batch must not be appended again, packing waits for the next one
-                logger.debug("goodput: compacting %s deferred (%r)", self.path, exc)
+                logger.debug("goodput: compacting %s deferred (%r)", self._conns.path, exc)
 
     @staticmethod
     def _rows(h: Any, batch: Sequence[EventRecord]) -> List[tuple]:

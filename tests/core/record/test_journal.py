@@ -124,7 +124,7 @@ def test_a_full_ring_sends_events_to_memory_not_to_the_floor(tmp_path):
 
 class _Background(MemoryStore):
     """A store that delivers in the background: its deliveries are confirmed
-    when the test says (delivery_mark/delivered_mark, as QueuedStoreMixin)."""
+    when the test says (delivery_mark/delivered_mark, as a store's SendQueue)."""
 
     def __init__(self, path):
         super().__init__()

@@ -209,18 +209,23 @@ def test_r10_close_ends_a_backoff_wait_and_later_events_are_dropped():
 
 
 class SignallingSqlite(SqliteStore):
-    """Sets ``writing`` when the writer starts a write transaction (the run's first
-    registers the run and the writer)."""
+    """Sets ``writing`` when the store's writer starts a write transaction (the
+    run's first registers the run and the writer)."""
 
     writing = threading.Event()
 
-    def _register(self, h, batch):
-        SignallingSqlite.writing.set()
-        SqliteStore._register(h, batch)
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        part = self._writer  # the store's writer part (stores/sqlite/write.py)
+        register, insert = part._register, part._insert
 
-    def _insert(self, conn, rows):
-        SignallingSqlite.writing.set()
-        SqliteStore._insert(conn, rows)
+        def signalling(step):
+            def wrapped(*a):
+                SignallingSqlite.writing.set()
+                return step(*a)
+            return wrapped
+
+        part._register, part._insert = signalling(register), signalling(insert)
 
 
 LOCK_HOLDER = """

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from goodput_core.events import EventRecord, Kind
 from goodput_core.stores import StoreError, open_store
-from goodput_core.stores.sqlite import store as sqlite_mod
+from goodput_core.stores.sqlite import connections as sqlite_connections
 from goodput_core.stores.memory import MemoryStore
 from goodput_core.stores.sqlite.store import SCHEMA_VERSION, SqliteStore
 from tests.support.children import wait_child
@@ -276,7 +276,7 @@ def test_retry_backs_off_on_busy_and_gives_up_after_the_timeout(tmp_path, monkey
             self.now += seconds
 
     fake = FakeTime()
-    monkeypatch.setattr(sqlite_mod, "time", fake)
+    monkeypatch.setattr(sqlite_connections, "time", fake)
     s = SqliteStore(tmp_path / "s.sqlite", busy_timeout_s=1.0)
     calls = []
 
@@ -286,20 +286,20 @@ def test_retry_backs_off_on_busy_and_gives_up_after_the_timeout(tmp_path, monkey
             raise sqlite3.OperationalError("database is locked")
         return "done"
 
-    assert s._retry(busy_twice) == "done" and len(fake.sleeps) == 2
+    assert s._connections.retry(busy_twice) == "done" and len(fake.sleeps) == 2
 
     def always_busy():
         raise sqlite3.OperationalError("database is busy")
 
     with pytest.raises(StoreError, match="locked"):
-        s._retry(always_busy)
+        s._connections.retry(always_busy)
     assert fake.now >= 1.0
 
     def broken():
         raise sqlite3.OperationalError("no such table: nope")
 
     with pytest.raises(sqlite3.OperationalError):
-        s._retry(broken)
+        s._connections.retry(broken)
     s.close()
 
 

@@ -1,5 +1,5 @@
 """A writer's columns read from their last rows (goodput_core/timeline/host_columns.py,
-``_Column``): a refresh of a many-host run reads every host's last rows as
+``TimeColumn``): a refresh of a many-host run reads every host's last rows as
 Python lists, not by a numpy call per host. Whatever rows arrived (a few at a
 time in order, late ones that move others, large pages), the searches and the
 rows read equal numpy's on the whole column."""
@@ -12,7 +12,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from goodput_core.timeline.host_columns import _RECENT, _Column
+from goodput_core.timeline.time_column import RECENT as _RECENT, TimeColumn as _Column
 
 
 def _grow(rnd: random.Random, col: _Column, t: float, k: int, refresh: bool):

@@ -10,7 +10,9 @@ Against the loopback :class:`FakeCloudLogging` (TLS, anonymous credentials):
   the store and the store to the server.
 
 Mutations killed: the store's exit hook removed
-(``test_events_recorded_just_before_exit_are_delivered[store]``).
+(``test_events_recorded_just_before_exit_are_delivered[store]``); the record
+layer's exit flush left out of ``exit_bound.before_stores_close``
+(``test_events_recorded_just_before_exit_are_delivered[recorder]``).
 """
 
 from __future__ import annotations

@@ -113,8 +113,9 @@ def packed_run(postgres_url):
 def _read_statements(url, read, **kwargs):
     """The chunk statements a fresh reader issues for ``read(store)``."""
     store = PostgresStore(url, chunk_events=_SIZE)  # asks for limit / _SIZE chunks
-    conn = _Recording(store._connection())
-    store._local.conn, store._local.pid = conn, os.getpid()
+    reader = store._reader  # the store's reader part: its connection of this thread
+    conn = _Recording(reader.connection())
+    reader._local.conn, reader._local.pid = conn, os.getpid()
     got = read(store, **kwargs)
     store.close()
     return got, _chunk_statements(conn.statements)

@@ -203,7 +203,7 @@ def test_a_database_without_chunks_is_read_then_packed_by_its_next_writer(postgr
     assert made == [1, 2, 3, 4]  # the 12 old events caught up one chunk per batch
     _check_chunks(postgres_url, "old", 4)
     _same_reads(reader, "old")
-    assert reader._has_chunks  # it read through the chunks
+    assert reader._chunking.has_table  # it read through the chunks
     for s in (old, reader, new):
         s.close()
 

@@ -1,7 +1,7 @@
 """No SQLite connection crosses ``os.fork()``, and child waits are bounded.
 
 Mutation killed: ``stores/sqlite/fork.py`` not closing the connections before a
-fork (``store._close_all()`` removed) ->
+fork (``connections.close_all()`` removed) ->
 ``test_no_sqlite_file_is_open_in_a_forked_child``.
 """
 
