@@ -36,7 +36,7 @@ import os
 import sys
 import threading
 import time
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, Optional, Sequence
 
 from goodput_core.events import EventRecord
 from goodput_core.record.append import Appender
@@ -97,7 +97,7 @@ class Writer:
         self.host, self.pid, self.attempt = host, pid, attempt
         self.wake = Wakeup()  # not threading.Event: see record/wakeup.py
         self.backoff = threading.Event()  # set by close(): ends the backoff wait
-        self.pending: Optional[List[EventRecord]] = None
+        self.pending: Optional[Sequence[EventRecord]] = None  # an EventBatch or a list
         self.pending_upto = 0  # the last ticket of the pending batch's part of the ring
         self._draining = False
         self.spill_lock = threading.Lock()  # the failed batch and the queue vs the spill file
@@ -171,13 +171,12 @@ class Writer:
 
     def _drain_batch(self, limit: int = 10_000):
         """Takes up to ``limit`` events in recording order (the caller holds the
-        spill lock); returns (records, fences reached)."""
-        items, fences = self.ring.take(limit)
-        heartbeat = self.heartbeat
-        if heartbeat is not None:
-            for item in items:
-                heartbeat.observe(item[1])
-        batch = self.ring.records(items)
+        spill lock); returns (events, fences reached): the events as an
+        :class:`~goodput_core.stores.event_batch.EventBatch` (columns) when the
+        ring has a journal, else as a list of EventRecords."""
+        batch, fences = self.ring.take(limit)
+        if self.heartbeat is not None and batch:
+            self.heartbeat.observe(batch)
         watchdog = self.watchdog
         if watchdog is not None and batch:
             try:

@@ -7,15 +7,17 @@ A :class:`~goodput_core.stores.sqlite.store.SqliteStore` *has* one
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import logging
 import sqlite3
 from operator import itemgetter
-from typing import Any, List, Optional, Sequence
+from typing import Any, Iterable, List, Mapping, Optional, Sequence
 
 from goodput_core.events import EventRecord
-from goodput_core.stores.sqlite import chunks, ids
+from goodput_core.stores.sqlite import chunks, ids, packed
 from goodput_core.stores.base import StoreError
+from goodput_core.stores.event_batch import EventBatch
 from goodput_core.stores.sqlite.fork import Reopen
 from goodput_core.stores.strict_json import dumps as _dumps
 
@@ -62,6 +64,10 @@ class Writer:
         conns = self._conns
         if conns.readonly:
             raise StoreError(f"{conns.path!r} was opened read-only: cannot append")
+        if isinstance(batch, EventBatch):
+            if len(batch):
+                self._append_columns(batch)
+            return
         if not isinstance(batch, (list, tuple)):
             batch = list(batch)  # iterated twice when a run or writer is new
         if not batch:
@@ -72,24 +78,49 @@ class Writer:
             try:
                 rows = self._rows(h, batch)
             except KeyError:  # a run or writer this connection has not seen yet
-                retry(self._register, h, batch)
+                retry(self._register, h, dict.fromkeys(e[0] for e in batch),
+                      dict.fromkeys(map(_writer_key, batch)))
                 rows = self._rows(h, batch)
-            if self._packable(rows) and retry(chunks.insert_packed, h.conn, rows):
+            if self._packable(rows) and retry(packed.insert_packed, h.conn, rows):
                 return
             retry(self._insert, h.conn, rows)
         except sqlite3.Error as exc:
             raise conns.error(exc) from exc
-        self._maybe_compact(h, rows)
+        self._maybe_compact(h, collections.Counter(map(itemgetter(0), rows)))
+
+    def _append_columns(self, batch: EventBatch) -> None:
+        """An EventBatch: packed from its columns when large, else as rows; the
+        rows stored are those its EventRecords would give."""
+        conns = self._conns
+        h = conns.handle()
+        retry = conns.retry
+        try:
+            try:
+                columns = self._columns(h, batch)
+            except KeyError:  # a run or writer this connection has not seen yet
+                retry(self._register, h, [batch.run], batch.writer_keys())
+                columns = self._columns(h, batch)
+            if not (self._packs(len(batch))
+                    and retry(packed.insert_columns, h.conn, columns)):
+                retry(self._insert, h.conn, columns.rows())
+        except sqlite3.Error as exc:
+            raise conns.error(exc) from exc
+        self._maybe_compact(h, {columns.run_id: len(batch)})
+
+    def _packs(self, n: int) -> bool:
+        """A batch of one run this large is written as a chunk straight away."""
+        return self.chunk_events is not None and n >= max(min(self.chunk_events,
+                                                              chunks.PACK_AT_ONCE), 2)
 
     def _packable(self, rows: List[tuple]) -> bool:
         """A batch written as a chunk straight away: large, and of one run."""
-        return (self.chunk_events is not None
-                and len(rows) >= max(min(self.chunk_events, chunks.PACK_AT_ONCE), 2)
+        return (self._packs(len(rows))
                 and rows[0][0] == rows[-1][0]
                 and len(set(map(itemgetter(0), rows))) == 1)
 
-    def _maybe_compact(self, h: Any, rows: List[tuple]) -> None:
-        """Packs full chunks of the runs this batch wrote to (sqlite/chunks.py).
+    def _maybe_compact(self, h: Any, added: Mapping[int, int]) -> None:
+        """Packs full chunks of the runs this batch wrote to (sqlite/chunks.py);
+        ``added``: rows appended per run id.
 
         Counted per connection: once a run got another chunk's worth of rows
         here, look. The batch is committed already: a failure here (another
@@ -98,7 +129,7 @@ class Writer:
         if self.chunk_events is None:
             return
         appended = h.appended
-        appended.update(map(itemgetter(0), rows))
+        appended.update(added)
         for run_id in [r for r, n in appended.items() if n >= self.chunk_events]:
             appended[run_id] = 0
             try:
@@ -117,11 +148,20 @@ class Writer:
                  None if e[4] is None else dumps(e[4]), e[10]) for e in batch]
 
     @staticmethod
-    def _register(h: Any, batch: Sequence[EventRecord]) -> None:
-        """Creates the batch's unknown runs and writers and caches their ids."""
-        # dict.fromkeys: unique in first-seen order, so runs() lists runs as they came.
-        runs = [r for r in dict.fromkeys(e[0] for e in batch) if r not in h.run_ids]
-        writers = [w for w in dict.fromkeys(map(_writer_key, batch)) if w not in h.writer_ids]
+    def _columns(h: Any, batch: EventBatch) -> "packed.BatchColumns":
+        """The batch in the store's terms (run id, writer ids, extra text), built
+        outside the write lock."""
+        writer_ids = h.writer_ids
+        writers = {key[0]: writer_ids[key] for key in batch.writer_keys()}
+        return packed.BatchColumns(h.run_ids[batch.run], batch, writers,
+                                   {i: _dumps(x) for i, x in sorted(batch.extra.items())})
+
+    @staticmethod
+    def _register(h: Any, runs: Iterable[str], writers: Iterable[tuple]) -> None:
+        """Creates the unknown ones of a batch's runs and writers (each once, in
+        first-seen order: runs() lists runs as they came) and caches their ids."""
+        runs = [r for r in runs if r not in h.run_ids]
+        writers = [w for w in writers if w not in h.writer_ids]
         conn = h.conn
         with write_transaction(conn):
             conn.executemany("INSERT OR IGNORE INTO runs (name) VALUES (?)",
