@@ -117,8 +117,8 @@ class Pieces:
         self._add_slots(slots[slots["n"] == np.arange(first, first + count, dtype=np.uint64)])
 
     def _add_slots(self, slots: np.ndarray) -> None:
-        code = slots["code"]
-        events = slots[(code & _NOT_EVENT) == 0]
+        is_event = (slots["code"] & _NOT_EVENT) == 0
+        events = slots if is_event.all() else slots[is_event]
         if not len(events):
             return
         extras: Dict[int, dict] = {}
@@ -155,11 +155,13 @@ class Pieces:
                 offset += len(rows)
         code = events["code"]
         has_step = (code & _HAS_STEP) != 0
-        step = events["step"]
+        step = np.ascontiguousarray(events["step"])
         if not has_step.all():
-            step = np.where(has_step, step, 0)
+            step[~has_step] = 0
         return EventBatch(self.identity, events["n"].astype(np.int64), code & 0xFF,
-                          events["t"], step, has_step, events["wt"], events["pidx"], extra)
+                          np.ascontiguousarray(events["t"]), step, has_step,
+                          np.ascontiguousarray(events["wt"]),
+                          np.ascontiguousarray(events["pidx"]), extra)
 
     def _with_singles(self) -> List[Tuple[np.ndarray, Dict[int, dict]]]:
         """The parts with the single rows put where they were added."""

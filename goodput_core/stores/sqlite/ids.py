@@ -82,7 +82,7 @@ def keep_new(conn: sqlite3.Connection, rows: List[tuple]) -> List[tuple]:
         return rows
     stored: Dict[int, set] = {}
     for writer, numbers in seqs.items():
-        seen = _deliver(conn, writer, np.unique(np.array(numbers, np.int64)))
+        seen = _deliver(conn, writer, np.array(sorted(set(numbers)), np.int64))
         if len(seen):
             stored[writer] = set(seen.tolist())
     if not stored and all(len(set(v)) == len(v) for v in seqs.values()):
@@ -108,10 +108,10 @@ def keep_new_columns(conn: sqlite3.Connection, writer: np.ndarray,
         return None
     keep = None
     one = writer[0] == writer.min() == writer.max()
-    for w in ([int(writer[0])] if one else np.unique(writer[counted]).tolist()):
+    for w in ([int(writer[0])] if one else sorted(set(writer[counted].tolist()))):
         mine = counted if one else counted & (writer == w)
         numbers = seq[mine]
-        distinct, first = np.unique(numbers, return_index=True)
+        distinct, first = _distinct(numbers)
         seen = _deliver(conn, w, distinct)
         if len(seen) or len(distinct) < len(numbers):
             if keep is None:
@@ -119,10 +119,23 @@ def keep_new_columns(conn: sqlite3.Connection, writer: np.ndarray,
             where = mine.nonzero()[0]
             again = np.ones(len(numbers), bool)
             again[first] = False  # the first of each pair is kept ...
-            if len(seen):  # ... unless it was stored before
-                again |= np.isin(numbers, seen)
+            if len(seen):  # ... unless it was stored before (seen is sorted)
+                at = np.minimum(np.searchsorted(seen, numbers), len(seen) - 1)
+                again |= seen[at] == numbers
             keep[where[again]] = False
     return keep
+
+
+def _distinct(numbers: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """The sorted distinct ``numbers``, and where each first occurs (as
+    ``np.unique(..., return_index=True)``, which imports numpy.ma on first use)."""
+    if len(numbers) < 2 or (numbers[1:] > numbers[:-1]).all():  # a writer's batch: in order
+        return numbers, np.arange(len(numbers))
+    order = np.argsort(numbers, kind="stable")  # equal numbers keep their order
+    ordered = numbers[order]
+    first = np.ones(len(ordered), bool)
+    first[1:] = ordered[1:] != ordered[:-1]
+    return ordered[first], order[first]
 
 
 def _deliver(conn: sqlite3.Connection, writer: int, numbers: np.ndarray) -> np.ndarray:
