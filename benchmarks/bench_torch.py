@@ -20,6 +20,7 @@ too, with the cost of the recording calls per step measured on their own and
 inside the loop (the step call and ``next()``, on against off).
 
     python benchmarks/bench_torch.py [--pairs 10] [--steps 3000] [--hidden 96]
+    python benchmarks/bench_torch.py --parts --steps 2000   # where the "on" time goes
 """
 
 from __future__ import annotations
@@ -54,7 +55,8 @@ class Batches(torch.utils.data.Dataset):
         return self.x[k], self.y[k]
 
 
-def one_run(on: bool, steps: int, hidden: int, store: str, tb: str, with_monitor: bool = True):
+def one_run(on: bool, steps: int, hidden: int, store: str, tb: str, with_monitor: bool = True,
+            recorder=None):
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(64, hidden), torch.nn.ReLU(),
                                 torch.nn.Linear(hidden, hidden), torch.nn.ReLU(),
@@ -90,7 +92,7 @@ def one_run(on: bool, steps: int, hidden: int, store: str, tb: str, with_monitor
     from goodput_core.monitor import Monitor
 
     run = f"bench-{uuid.uuid4().hex[:8]}"
-    rec = Recorder(run, store)
+    rec = Recorder(run, store) if recorder is None else recorder(run)
     with rec.job(), gtorch.instrumented(rec):
         monitor = None
         if with_monitor:
@@ -123,12 +125,51 @@ def hook_cost(n: int = 20000) -> float:
     return cost
 
 
+def parts(pairs: int, steps: int, hidden: int, store: str, tb: str) -> None:
+    """The adapter switched on in parts, interleaved (no monitor): where the
+    "on" loop's extra time goes."""
+    from goodput_core import NULL_RECORDER
+
+    def no_drain(run):  # the writer never wakes during the loop (< half a ring of events)
+        return Recorder(run, store, flush_interval_s=3600)
+
+    variants = {
+        "off": None,
+        "hooks (NULL_RECORDER)": lambda run: NULL_RECORDER,
+        "memory:// (ring in memory, writer)": lambda run: Recorder(run, f"memory://{run}"),
+        "sqlite, writer asleep (journal only)": no_drain,
+        "sqlite (journal, writer, store)": lambda run: Recorder(run, store),
+    }
+    loops = {name: [] for name in variants}
+    step_t = {name: [] for name in variants}
+    load_t = {name: [] for name in variants}
+    names = list(variants)
+    for i in range(pairs):
+        for name in names[i % len(names):] + names[:i % len(names)]:
+            make = variants[name]
+            total, st, ld = one_run(make is not None, steps, hidden, store, tb, False, make)
+            loops[name].append(total)
+            step_t[name].extend(st)
+            load_t[name].extend(ld)
+    off = statistics.median(loops["off"])
+    s_off, l_off = statistics.median(step_t["off"]), statistics.median(load_t["off"])
+    print(f"parts, {pairs} rounds x {steps} steps, interleaved; medians:")
+    for name in names:
+        loop = statistics.median(loops[name])
+        print(f"  {name:38s} loop {loop / steps * 1e3:.3f} ms/step, x{loop / off:.4f}; "
+              f"in the loop: step call {(statistics.median(step_t[name]) - s_off) * 1e6:+.1f} "
+              f"us, next() {(statistics.median(load_t[name]) - l_off) * 1e6:+.1f} us")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--pairs", type=int, default=10)
     p.add_argument("--steps", type=int, default=3000)
     p.add_argument("--hidden", type=int, default=96)
     p.add_argument("--no-monitor", action="store_true", help="the adapter alone")
+    p.add_argument("--parts", action="store_true", help="the adapter in parts (hooks only, "
+                   "memory store, journal with the writer asleep, all), no monitor; --steps "
+                   "at most 2,000 keeps the sleeping writer's events under half a ring")
     args = p.parse_args()
     torch.set_num_threads(1)
     print(machine(), f"torch {torch.__version__}; load average {os.getloadavg()[0]:.1f}")
@@ -138,6 +179,10 @@ def main():
     store, tb = os.path.join(tmp, "g.sqlite"), os.path.join(tmp, "tb")
     one_run(False, 300, args.hidden, store, tb)  # warm-up: imports, allocator
     one_run(True, 300, args.hidden, store, tb)
+    if args.parts:
+        parts(args.pairs, args.steps, args.hidden, store, tb)
+        print(f"load average after: {os.getloadavg()[0]:.1f}")
+        return
     loops = {False: [], True: []}
     steps = {False: [], True: []}
     loads = {False: [], True: []}

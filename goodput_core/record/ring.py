@@ -16,7 +16,8 @@ The producer side is :meth:`Ring.emitter`: a closure, so that the hot path
 (``record_*`` on the training thread) is a ticket, one ``struct.pack_into``
 into the mapped file and a comparison, with no lock. The consumer side
 (:meth:`Ring.take`, called by the writer thread under the recorder's spill
-lock) reads events in ticket order and hands back the highest ticket it
+lock) reads events in ticket order, windows of slots at once as columns
+(:mod:`goodput_core.record.slot_columns`), and hands back the highest ticket it
 passed; :meth:`Ring.release` tells the journal (and the producers) that
 everything up to a ticket is stored or kept elsewhere.
 """

@@ -17,7 +17,9 @@ from hypothesis import strategies as st
 
 from goodput_core import Recorder
 from goodput_core.events import EventRecord, Kind
+from goodput_core.record import journal as jr
 from goodput_core.record.heartbeat import Heartbeat
+from goodput_core.record.slot_columns import Pieces
 from goodput_core.record.step_series import StepSeries
 from goodput_core.record.watchdog import HangSettings, HangWatchdog
 from goodput_core.stores.event_batch import EventBatch
@@ -238,3 +240,31 @@ def test_a_store_that_does_not_append_columns_is_handed_event_records(tmp_path):
     assert store.handed and set(store.handed) == {"list"}  # ...and handed on as EventRecords
     assert [e.step for e in store.read("listing")[0]] == list(range(100))
     assert rec.close(30)
+
+
+def _slots(tickets, capacity=8):
+    """A ring of ``capacity`` slots holding plain step starts of ``tickets``
+    (time 10 + ticket, step = ticket, write time 20 + ticket, process index 0)."""
+    mm = bytearray(capacity * jr.SLOT)
+    for n in tickets:
+        jr.PLAIN.pack_into(mm, (n % capacity) * jr.SLOT, n, _S | jr.HAS_STEP << 8,
+                           10.0 + n, n, 20.0 + n, 0, n)
+    return mm
+
+
+def test_events_that_waited_in_memory_join_the_slots_where_they_were_taken():
+    """Ticket 2 in its slot, ticket 3 from memory, tickets 4-6 in a window that
+    wraps round a ring of 5 (slots 4, 0, 1): one batch in ticket order; a time
+    that is not a float (a clock giving ints) keeps the batch as EventRecords,
+    the int kept."""
+    for t3, kind in ((13.0, "EventBatch"), (13, "list")):
+        pieces = Pieces(IDENT, _slots([2, 4, 5, 6], capacity=5), 5)
+        assert pieces.add_window(2, 2) == 1  # ticket 3's slot is not written
+        pieces.add_one((3, _S, t3, 3, {"k": "v"}, 23.0, 0))
+        assert pieces.add_window(4, 3) == 3
+        batch = pieces.batch()
+        assert type(batch).__name__ == kind
+        assert [(e.seq, e.time, e.step, e.extra, e.write_time) for e in batch] == [
+            (2, 12.0, 2, None, 22.0), (3, t3, 3, {"k": "v"}, 23.0), (4, 14.0, 4, None, 24.0),
+            (5, 15.0, 5, None, 25.0), (6, 16.0, 6, None, 26.0)]
+        assert type(list(batch)[1].time) is type(t3)
