@@ -55,6 +55,12 @@ class Batches(torch.utils.data.Dataset):
         return self.x[k], self.y[k]
 
 
+def _others_cpu() -> float:
+    """CPU seconds of the threads other than this one (the writer, the watchdog,
+    the monitor's thread): one_run returns theirs per step, during the loop."""
+    return time.process_time() - time.thread_time()
+
+
 def one_run(on: bool, steps: int, hidden: int, store: str, tb: str, with_monitor: bool = True,
             recorder=None):
     torch.manual_seed(0)
@@ -85,9 +91,10 @@ def one_run(on: bool, steps: int, hidden: int, store: str, tb: str, with_monitor
 
     if not on:
         it = iter(loader)
-        t0 = pc()
+        t0, c0 = pc(), _others_cpu()
         loop(it, step_fn)
-        return pc() - t0, step_times, load_times
+        total = pc() - t0
+        return total, step_times, load_times, (_others_cpu() - c0) / steps
     from goodput_core.exporters.tensorboard import TensorBoardExporter
     from goodput_core.monitor import Monitor
 
@@ -101,13 +108,14 @@ def one_run(on: bool, steps: int, hidden: int, store: str, tb: str, with_monitor
             monitor.start()
         train_step = gtorch.train_step(step_fn)
         it = iter(gtorch.instrument_loader(loader))
-        t0 = pc()
+        t0, c0 = pc(), _others_cpu()
         loop(it, train_step)
         total = pc() - t0
+        others = (_others_cpu() - c0) / steps
         if monitor is not None:
             monitor.stop()
     rec.close()
-    return total, step_times, load_times
+    return total, step_times, load_times, others
 
 
 def hook_cost(n: int = 20000) -> float:
@@ -141,14 +149,17 @@ def parts(pairs: int, steps: int, hidden: int, store: str, tb: str) -> None:
         "sqlite (journal, writer, store)": lambda run: Recorder(run, store),
     }
     loops = {name: [] for name in variants}
+    others = {name: [] for name in variants}
     step_t = {name: [] for name in variants}
     load_t = {name: [] for name in variants}
     names = list(variants)
     for i in range(pairs):
         for name in names[i % len(names):] + names[:i % len(names)]:
             make = variants[name]
-            total, st, ld = one_run(make is not None, steps, hidden, store, tb, False, make)
+            total, st, ld, cpu = one_run(make is not None, steps, hidden, store, tb, False,
+                                         make)
             loops[name].append(total)
+            others[name].append(cpu)
             step_t[name].extend(st)
             load_t[name].extend(ld)
     off = statistics.median(loops["off"])
@@ -158,7 +169,8 @@ def parts(pairs: int, steps: int, hidden: int, store: str, tb: str) -> None:
         loop = statistics.median(loops[name])
         print(f"  {name:38s} loop {loop / steps * 1e3:.3f} ms/step, x{loop / off:.4f}; "
               f"in the loop: step call {(statistics.median(step_t[name]) - s_off) * 1e6:+.1f} "
-              f"us, next() {(statistics.median(load_t[name]) - l_off) * 1e6:+.1f} us")
+              f"us, next() {(statistics.median(load_t[name]) - l_off) * 1e6:+.1f} us; other "
+              f"threads' CPU {statistics.median(others[name]) * 1e6:.1f} us/step")
 
 
 def main():
@@ -184,6 +196,7 @@ def main():
         print(f"load average after: {os.getloadavg()[0]:.1f}")
         return
     loops = {False: [], True: []}
+    others = {False: [], True: []}
     steps = {False: [], True: []}
     loads = {False: [], True: []}
     pairs = []
@@ -191,8 +204,10 @@ def main():
         order = (False, True) if i % 2 == 0 else (True, False)
         got = {}
         for on in order:
-            total, st, ld = one_run(on, args.steps, args.hidden, store, tb, not args.no_monitor)
+            total, st, ld, cpu = one_run(on, args.steps, args.hidden, store, tb,
+                                         not args.no_monitor)
             loops[on].append(total)
+            others[on].append(cpu)
             steps[on].extend(st)
             loads[on].extend(ld)
             got[on] = total
@@ -210,6 +225,10 @@ def main():
           f"({off / args.steps * 1e3:.3f} ms/step), on {on:.3f} s; P15 ratio {on / off:.4f}")
     print(f"per-pair ratios: min {min(pairs):.4f}, median {statistics.median(pairs):.4f}, "
           f"max {max(pairs):.4f}; fastest runs: {min(loops[True]) / min(loops[False]):.4f}")
+    print(f"other threads' CPU during the loop, per step (medians): off "
+          f"{statistics.median(others[False]) * 1e6:.1f} us, on "
+          f"{statistics.median(others[True]) * 1e6:.1f} us (the writer, the watchdog"
+          f"{'' if args.no_monitor else ', the monitor'})")
     print(f"load average after: {os.getloadavg()[0]:.1f}")
 
 

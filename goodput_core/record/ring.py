@@ -407,6 +407,14 @@ class Ring:
         self._gap = None
         return True
 
+    def stalled(self) -> bool:
+        """True when the last two takes stopped at the same ticket, issued but
+        not written (not a call caught between its ticket and its slot: one
+        that may never write it, passed over after _GAP_GRACE_S and
+        _GAP_TURNS turns of the writer)."""
+        gap = self._gap
+        return gap is not None and gap[2] >= 2 and gap[0] <= self.issued()
+
     def _take_late(self, out: Any) -> None:
         """Events of passed-over tickets written since (or given up on), into
         ``out`` (:class:`~goodput_core.record.slot_columns.Pieces`)."""

@@ -10,6 +10,7 @@ they are what memory rings and redelivered spill files still take.
 from __future__ import annotations
 
 import math
+import threading
 
 import numpy as np
 from hypothesis import given, settings
@@ -19,6 +20,7 @@ from goodput_core import Recorder
 from goodput_core.events import EventRecord, Kind
 from goodput_core.record import journal as jr
 from goodput_core.record.heartbeat import Heartbeat
+from goodput_core.record.ring import Fence
 from goodput_core.record.slot_columns import Pieces
 from goodput_core.record.step_series import StepSeries
 from goodput_core.record.watchdog import HangSettings, HangWatchdog
@@ -268,3 +270,68 @@ def test_events_that_waited_in_memory_join_the_slots_where_they_were_taken():
             (2, 12.0, 2, None, 22.0), (3, t3, 3, {"k": "v"}, 23.0), (4, 14.0, 4, None, 24.0),
             (5, 15.0, 5, None, 25.0), (6, 16.0, 6, None, 26.0)]
         assert type(list(batch)[1].time) is type(t3)
+
+
+class _Gated(SqliteStore):
+    """Its first append waits for the test's gate (the events recorded
+    meanwhile trickle into the ring); records the size of every append."""
+
+    def __init__(self, path):
+        super().__init__(path)
+        self.sizes = []
+        self.entered, self.gate = threading.Event(), threading.Event()
+
+    def append(self, batch):
+        self.sizes.append(len(batch))
+        if len(self.sizes) == 1:
+            self.entered.set()
+            assert self.gate.wait(60)
+        super().append(batch)
+
+
+def _trickle(tmp_path, more, flush_meanwhile):
+    """10 events drained, ``more`` recorded while they are written (a flush
+    waiting meanwhile or not): what the writer decided after the batch, and
+    the appends the store got."""
+    store = _Gated(str(tmp_path / "t.sqlite"))
+    rec = Recorder("trickle", store, flush_interval_s=3600)  # wakes when told, or half full
+    writer = rec._writer
+    decided, after_batch = [], threading.Event()
+    real = writer._caught_up
+
+    def spy():
+        decided.append(real())
+        after_batch.set()
+        return decided[-1]
+
+    writer._caught_up = spy
+    for k in range(10):
+        rec.record_step_start_time(k, 100.0 + k)
+    writer.wake.set()  # a drain without a flush: as the interval's
+    assert store.entered.wait(60)
+    for k in range(10, 10 + more):
+        rec.record_step_start_time(k, 100.0 + k)
+    fence = Fence()
+    if flush_meanwhile:
+        writer.ring.nothing(fence)  # what flush() puts in the ring before it waits
+    store.gate.set()
+    assert after_batch.wait(60)
+    sizes = list(store.sizes)
+    if flush_meanwhile:
+        assert fence.done.wait(60) and fence.ok
+    waiting = rec.stats()["queued"]
+    assert rec.flush(60)
+    assert [e.step for e in store.read("trickle")[0]] == list(range(10 + more))
+    assert rec.close(30)
+    return decided[0], sizes, waiting
+
+
+def test_events_that_trickle_in_while_a_batch_is_written_wait_for_the_next_wake_up(tmp_path):
+    """Taken a few at a time they would each cost a transaction: they wait, as
+    if recorded after the drain, unless a flush waits for them or a batch's
+    worth is there."""
+    assert _trickle(tmp_path / "a", 5, False) == (True, [10], 5)
+    decided, sizes, waiting = _trickle(tmp_path / "b", 5, True)
+    assert (decided, waiting) == (False, 0) and sizes[0] == 10
+    decided, sizes, waiting = _trickle(tmp_path / "c", 2000, False)
+    assert not decided and sizes[0] == 10
