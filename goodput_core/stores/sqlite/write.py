@@ -7,12 +7,11 @@ A :class:`~goodput_core.stores.sqlite.store.SqliteStore` *has* one
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import logging
 import sqlite3
 from operator import itemgetter
-from typing import Any, Iterable, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Iterable, List, Optional, Sequence
 
 from goodput_core.events import EventRecord
 from goodput_core.stores.sqlite import chunks, ids, packed
@@ -64,48 +63,44 @@ class Writer:
         conns = self._conns
         if conns.readonly:
             raise StoreError(f"{conns.path!r} was opened read-only: cannot append")
-        if isinstance(batch, EventBatch):
+        if isinstance(batch, EventBatch):  # one writer's events as columns
             if len(batch):
-                self._append_columns(batch)
+                self._write(batch, self._columns, lambda b: ([b.run], b.writer_keys()))
             return
         if not isinstance(batch, (list, tuple)):
             batch = list(batch)  # iterated twice when a run or writer is new
-        if not batch:
-            return
-        h = conns.handle()
-        retry = conns.retry
-        try:
-            try:
-                rows = self._rows(h, batch)
-            except KeyError:  # a run or writer this connection has not seen yet
-                retry(self._register, h, dict.fromkeys(e[0] for e in batch),
-                      dict.fromkeys(map(_writer_key, batch)))
-                rows = self._rows(h, batch)
-            if self._packable(rows) and retry(packed.insert_packed, h.conn, rows):
-                return
-            retry(self._insert, h.conn, rows)
-        except sqlite3.Error as exc:
-            raise conns.error(exc) from exc
-        self._maybe_compact(h, collections.Counter(map(itemgetter(0), rows)))
+        if batch:
+            self._write(batch, self._rows, lambda b: (dict.fromkeys(e[0] for e in b),
+                                                      dict.fromkeys(map(_writer_key, b))))
 
-    def _append_columns(self, batch: EventBatch) -> None:
-        """An EventBatch: packed from its columns when large, else as rows; the
-        rows stored are those its EventRecords would give."""
+    def _write(self, batch: Any, build: Callable[[Any, Any], Any],
+               keys: Callable[[Any], tuple]) -> None:
+        """One batch in one transaction: ``build(handle, batch)`` gives its rows
+        (or an EventBatch's :class:`~goodput_core.stores.sqlite.packed.BatchColumns`;
+        a KeyError: its runs and writers, ``keys(batch)``, are registered first);
+        packed as a chunk when large and of one run, else inserted as rows (the
+        same rows either way), then full chunks compacted."""
         conns = self._conns
         h = conns.handle()
         retry = conns.retry
         try:
             try:
-                columns = self._columns(h, batch)
+                built = build(h, batch)
             except KeyError:  # a run or writer this connection has not seen yet
-                retry(self._register, h, [batch.run], batch.writer_keys())
-                columns = self._columns(h, batch)
-            if not (self._packs(len(batch))
-                    and retry(packed.insert_columns, h.conn, columns)):
-                retry(self._insert, h.conn, columns.rows())
+                retry(self._register, h, *keys(batch))
+                built = build(h, batch)
+            if isinstance(built, packed.BatchColumns):
+                if self._packs(len(built)) and retry(packed.insert_columns, h.conn, built):
+                    return
+                rows = built.rows()
+            else:
+                rows = built
+                if self._packable(rows) and retry(packed.insert_packed, h.conn, rows):
+                    return
+            retry(self._insert, h.conn, rows)
         except sqlite3.Error as exc:
             raise conns.error(exc) from exc
-        self._maybe_compact(h, {columns.run_id: len(batch)})
+        self._maybe_compact(h, rows)
 
     def _packs(self, n: int) -> bool:
         """A batch of one run this large is written as a chunk straight away."""
@@ -118,9 +113,8 @@ class Writer:
                 and rows[0][0] == rows[-1][0]
                 and len(set(map(itemgetter(0), rows))) == 1)
 
-    def _maybe_compact(self, h: Any, added: Mapping[int, int]) -> None:
-        """Packs full chunks of the runs this batch wrote to (sqlite/chunks.py);
-        ``added``: rows appended per run id.
+    def _maybe_compact(self, h: Any, rows: List[tuple]) -> None:
+        """Packs full chunks of the runs this batch wrote to (sqlite/chunks.py).
 
         Counted per connection: once a run got another chunk's worth of rows
         here, look. The batch is committed already: a failure here (another
@@ -129,7 +123,7 @@ class Writer:
         if self.chunk_events is None:
             return
         appended = h.appended
-        appended.update(added)
+        appended.update(map(itemgetter(0), rows))
         for run_id in [r for r, n in appended.items() if n >= self.chunk_events]:
             appended[run_id] = 0
             try:
