@@ -43,6 +43,7 @@ from goodput_core.record import hooks
 # re-exported: callers and tests written before the hooks moved read them here
 from goodput_core.record.hooks import _LIVE, flush_all, flush_before_read  # noqa: F401
 from goodput_core.record.heartbeat import heartbeat_seconds as heartbeat_seconds_of
+from goodput_core.record.hot_calls import bind_step_calls
 from goodput_core.record.phases import PhaseMixin
 from goodput_core.record.stats import empty_stats, recorder_stats
 from goodput_core.record.storable import (
@@ -193,6 +194,7 @@ class Recorder(PhaseMixin):
         self._ring = writer.ring  # this side produces into it, the writer drains it
         if self._store is not None:
             self._emit = self._ring.emitter(self)  # type: ignore[method-assign]
+            bind_step_calls(self, self._emit)
             writer.start()
 
     def _process_index_now(self) -> int:

@@ -23,7 +23,7 @@ from goodput_integrations.torch import _probe
 from goodput_integrations.torch._active import ACTIVE
 from goodput_integrations.torch.adapter import TorchAdapter
 
-__all__ = ["PhaseClock", "TrainerRun"]
+__all__ = ["CallbackState", "PhaseClock", "TrainerRun"]
 
 
 class PhaseClock:
@@ -88,6 +88,22 @@ class PhaseClock:
             except Exception:
                 _probe.log_once("trainer-timed", "goodput: recording a checkpoint failed")
         return result
+
+
+class CallbackState:
+    """What a trainer callback (Lightning's, the Hugging Face Trainer's) holds:
+    its options, and the run and phase clock between the trainer's start and end."""
+
+    def __init__(self, recorder: Any, record_job: bool, eval_event: str,
+                 adapter_options: Dict[str, Any]):
+        _probe.require_torch()
+        self.recorder = recorder
+        self.record_job = record_job
+        self.eval_event = eval_event
+        self._options = adapter_options
+        self._run: Optional["TrainerRun"] = None
+        self._clock: Optional[PhaseClock] = None
+        super().__init__()  # the framework's callback base, next in the subclass's MRO
 
 
 class TrainerRun:

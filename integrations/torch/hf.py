@@ -43,7 +43,7 @@ from typing import Any, Optional
 from goodput_integrations.errors import AdapterUnavailable
 from goodput_integrations.base.spans import record_custom, record_save
 from goodput_integrations.torch import _probe
-from goodput_integrations.torch._trainer_clock import PhaseClock, TrainerRun
+from goodput_integrations.torch._trainer_clock import CallbackState, PhaseClock, TrainerRun
 
 try:
     from transformers import TrainerCallback
@@ -54,7 +54,7 @@ except ImportError as exc:
 __all__ = ["GoodputTrainerCallback"]
 
 
-class GoodputTrainerCallback(TrainerCallback):
+class GoodputTrainerCallback(CallbackState, TrainerCallback):
     """Records a Hugging Face Trainer's goodput phases (see the module docstring).
 
     Args:
@@ -68,13 +68,7 @@ class GoodputTrainerCallback(TrainerCallback):
 
     def __init__(self, recorder: Any, *, record_job: bool = True, eval_event: str = "eval",
                  **adapter_options: Any):
-        _probe.require_torch()
-        self.recorder = recorder
-        self.record_job = record_job
-        self.eval_event = eval_event
-        self._options = adapter_options
-        self._run: Optional[TrainerRun] = None
-        self._clock: Optional[PhaseClock] = None
+        super().__init__(recorder, record_job, eval_event, adapter_options)
         self._in_eval = False
 
     def _ensure(self) -> Optional[PhaseClock]:

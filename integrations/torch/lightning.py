@@ -41,7 +41,7 @@ from goodput_integrations.errors import AdapterUnavailable
 from goodput_integrations.jax.signals import DISRUPTION_RECORDED_ATTR
 from goodput_integrations.base.spans import record_custom, record_restore, record_save
 from goodput_integrations.torch import _probe
-from goodput_integrations.torch._trainer_clock import PhaseClock, TrainerRun
+from goodput_integrations.torch._trainer_clock import CallbackState, PhaseClock, TrainerRun
 
 try:
     from lightning.pytorch import Callback
@@ -55,7 +55,7 @@ except ImportError:  # the older package name
 __all__ = ["GoodputCallback"]
 
 
-class GoodputCallback(Callback):
+class GoodputCallback(CallbackState, Callback):
     """Records a Lightning fit's goodput phases (see the module docstring).
 
     Args:
@@ -69,13 +69,7 @@ class GoodputCallback(Callback):
 
     def __init__(self, recorder: Any, *, record_job: bool = True, eval_event: str = "eval",
                  **adapter_options: Any):
-        _probe.require_torch()
-        self.recorder = recorder
-        self.record_job = record_job
-        self.eval_event = eval_event
-        self._options = adapter_options
-        self._run: Optional[TrainerRun] = None
-        self._clock: Optional[PhaseClock] = None
+        super().__init__(recorder, record_job, eval_event, adapter_options)
         self._wrapped: list = []
         self._failed = False
 
