@@ -350,8 +350,9 @@ class Ring:
                 if fence is not None:
                     fences.append(fence)
             n += 1
+        batch = out.batch()
         self.drained = n - 1
-        return out.batch(), fences
+        return batch, fences
 
     def _take_memory(self, limit: int) -> Tuple[List[EventRecord], List[Fence]]:
         out: List[tuple] = []

@@ -18,7 +18,8 @@ goodput_core`` stays light).
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Tuple
+import logging
+from typing import Any, Dict, List, Tuple
 
 import numpy as np
 
@@ -36,6 +37,8 @@ SLOT_DTYPE = np.dtype([("n", "<u8"), ("code", "<u2"), ("parts", "<u2"), ("xlen",
                        ("x", "V72"), ("end", "<u8")])
 assert SLOT_DTYPE.itemsize == jr.SLOT == jr._READ.size
 
+logger = logging.getLogger("goodput")
+_said = False  # the columns' failure was logged (once)
 _NOT_EVENT = (jr.SKIP | jr.CONT) << 8
 _HAS_EXTRA = (jr.EXTRA_INLINE | jr.EXTRA_PARTS) << 8
 _HAS_STEP = jr.HAS_STEP << 8
@@ -143,6 +146,17 @@ class Pieces:
                 parts = self._with_singles()
             except (TypeError, ValueError, OverflowError):
                 return self.records()
+        try:
+            return self._columns(parts)
+        except Exception:  # a bug here must not lose the events taken: as EventRecords
+            global _said
+            if not _said:
+                _said = True
+                logger.exception("goodput: reading the journal as columns failed; this "
+                                 "batch goes as EventRecords")
+            return self.records()
+
+    def _columns(self, parts: List[Tuple[np.ndarray, Dict[int, dict]]]) -> EventBatch:
         if not parts:
             events, extra = np.empty(0, SLOT_DTYPE), {}
         elif len(parts) == 1:
@@ -155,9 +169,9 @@ class Pieces:
                 offset += len(rows)
         code = events["code"]
         has_step = (code & _HAS_STEP) != 0
-        step = np.ascontiguousarray(events["step"])
-        if not has_step.all():
-            step[~has_step] = 0
+        step = events["step"]
+        step = np.where(has_step, step, 0) if not has_step.all() else \
+            np.ascontiguousarray(step)  # (a view of the window's bytes when one slot: read-only)
         return EventBatch(self.identity, events["n"].astype(np.int64), code & 0xFF,
                           np.ascontiguousarray(events["t"]), step, has_step,
                           np.ascontiguousarray(events["wt"]),

@@ -10,6 +10,7 @@ they are what memory rings and redelivered spill files still take.
 from __future__ import annotations
 
 import math
+import mmap
 import threading
 
 import numpy as np
@@ -247,7 +248,7 @@ def test_a_store_that_does_not_append_columns_is_handed_event_records(tmp_path):
 def _slots(tickets, capacity=8):
     """A ring of ``capacity`` slots holding plain step starts of ``tickets``
     (time 10 + ticket, step = ticket, write time 20 + ticket, process index 0)."""
-    mm = bytearray(capacity * jr.SLOT)
+    mm = mmap.mmap(-1, capacity * jr.SLOT)  # as the journal's: a slice of it is bytes
     for n in tickets:
         jr.PLAIN.pack_into(mm, (n % capacity) * jr.SLOT, n, _S | jr.HAS_STEP << 8,
                            10.0 + n, n, 20.0 + n, 0, n)
@@ -335,3 +336,18 @@ def test_events_that_trickle_in_while_a_batch_is_written_wait_for_the_next_wake_
     assert (decided, waiting) == (False, 0) and sizes[0] == 10
     decided, sizes, waiting = _trickle(tmp_path / "c", 2000, False)
     assert not decided and sizes[0] == 10
+
+
+def test_a_window_of_one_slot_gives_its_event_whatever_it_holds():
+    """One slot alone in its window (a job start or end drained by itself, a
+    late ticket): its event, with or without a step."""
+    mm = mmap.mmap(-1, 4 * jr.SLOT)
+    jr.PLAIN.pack_into(mm, 1 * jr.SLOT, 1, int(Kind.JOB_END), 7.5, 0, 8.0, 0, 1)
+    jr.PLAIN.pack_into(mm, 2 * jr.SLOT, 2, _S | jr.HAS_STEP << 8, 9.0, 3, 9.5, 0, 2)
+    for first, expected in ((1, (1, int(Kind.JOB_END), 7.5, None, 8.0)),
+                            (2, (2, _S, 9.0, 3, 9.5))):
+        pieces = Pieces(IDENT, mm, 4)
+        assert pieces.add_window(first, 1) == 1
+        batch = pieces.batch()
+        assert isinstance(batch, EventBatch)
+        assert [(e.seq, e.kind, e.time, e.step, e.write_time) for e in batch] == [expected]
