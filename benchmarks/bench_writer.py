@@ -108,6 +108,7 @@ assert rec.flush(60)
 c1, m1 = time.process_time(), time.thread_time()
 stop = True
 events = 4 * steps
+assert rec.stats()["written"] == events + 1, rec.stats()  # every event stored (and the job start)
 late.sort()
 drains = drains[1:]  # not the job start's
 print(json.dumps({
