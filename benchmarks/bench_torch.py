@@ -20,6 +20,7 @@ too, with the cost of the recording calls per step measured on their own and
 inside the loop (the step call and ``next()``, on against off).
 
     python benchmarks/bench_torch.py [--pairs 10] [--steps 3000] [--hidden 96]
+    python benchmarks/bench_torch.py --parts --steps 2000   # where the "on" time goes
 """
 
 from __future__ import annotations
@@ -54,7 +55,14 @@ class Batches(torch.utils.data.Dataset):
         return self.x[k], self.y[k]
 
 
-def one_run(on: bool, steps: int, hidden: int, store: str, tb: str, with_monitor: bool = True):
+def _others_cpu() -> float:
+    """CPU seconds of the threads other than this one (the writer, the watchdog,
+    the monitor's thread): one_run returns theirs per step, during the loop."""
+    return time.process_time() - time.thread_time()
+
+
+def one_run(on: bool, steps: int, hidden: int, store: str, tb: str, with_monitor: bool = True,
+            recorder=None):
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(64, hidden), torch.nn.ReLU(),
                                 torch.nn.Linear(hidden, hidden), torch.nn.ReLU(),
@@ -83,14 +91,15 @@ def one_run(on: bool, steps: int, hidden: int, store: str, tb: str, with_monitor
 
     if not on:
         it = iter(loader)
-        t0 = pc()
+        t0, c0 = pc(), _others_cpu()
         loop(it, step_fn)
-        return pc() - t0, step_times, load_times
+        total = pc() - t0
+        return total, step_times, load_times, (_others_cpu() - c0) / steps
     from goodput_core.exporters.tensorboard import TensorBoardExporter
     from goodput_core.monitor import Monitor
 
     run = f"bench-{uuid.uuid4().hex[:8]}"
-    rec = Recorder(run, store)
+    rec = Recorder(run, store) if recorder is None else recorder(run)
     with rec.job(), gtorch.instrumented(rec):
         monitor = None
         if with_monitor:
@@ -99,13 +108,14 @@ def one_run(on: bool, steps: int, hidden: int, store: str, tb: str, with_monitor
             monitor.start()
         train_step = gtorch.train_step(step_fn)
         it = iter(gtorch.instrument_loader(loader))
-        t0 = pc()
+        t0, c0 = pc(), _others_cpu()
         loop(it, train_step)
         total = pc() - t0
+        others = (_others_cpu() - c0) / steps
         if monitor is not None:
             monitor.stop()
     rec.close()
-    return total, step_times, load_times
+    return total, step_times, load_times, others
 
 
 def hook_cost(n: int = 20000) -> float:
@@ -123,12 +133,55 @@ def hook_cost(n: int = 20000) -> float:
     return cost
 
 
+def parts(pairs: int, steps: int, hidden: int, store: str, tb: str) -> None:
+    """The adapter switched on in parts, interleaved (no monitor): where the
+    "on" loop's extra time goes."""
+    from goodput_core import NULL_RECORDER
+
+    def no_drain(run):  # the writer never wakes during the loop (< half a ring of events)
+        return Recorder(run, store, flush_interval_s=3600)
+
+    variants = {
+        "off": None,
+        "hooks (NULL_RECORDER)": lambda run: NULL_RECORDER,
+        "memory:// (ring in memory, writer)": lambda run: Recorder(run, f"memory://{run}"),
+        "sqlite, writer asleep (journal only)": no_drain,
+        "sqlite (journal, writer, store)": lambda run: Recorder(run, store),
+    }
+    loops = {name: [] for name in variants}
+    others = {name: [] for name in variants}
+    step_t = {name: [] for name in variants}
+    load_t = {name: [] for name in variants}
+    names = list(variants)
+    for i in range(pairs):
+        for name in names[i % len(names):] + names[:i % len(names)]:
+            make = variants[name]
+            total, st, ld, cpu = one_run(make is not None, steps, hidden, store, tb, False,
+                                         make)
+            loops[name].append(total)
+            others[name].append(cpu)
+            step_t[name].extend(st)
+            load_t[name].extend(ld)
+    off = statistics.median(loops["off"])
+    s_off, l_off = statistics.median(step_t["off"]), statistics.median(load_t["off"])
+    print(f"parts, {pairs} rounds x {steps} steps, interleaved; medians:")
+    for name in names:
+        loop = statistics.median(loops[name])
+        print(f"  {name:38s} loop {loop / steps * 1e3:.3f} ms/step, x{loop / off:.4f}; "
+              f"in the loop: step call {(statistics.median(step_t[name]) - s_off) * 1e6:+.1f} "
+              f"us, next() {(statistics.median(load_t[name]) - l_off) * 1e6:+.1f} us; other "
+              f"threads' CPU {statistics.median(others[name]) * 1e6:.1f} us/step")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--pairs", type=int, default=10)
     p.add_argument("--steps", type=int, default=3000)
     p.add_argument("--hidden", type=int, default=96)
     p.add_argument("--no-monitor", action="store_true", help="the adapter alone")
+    p.add_argument("--parts", action="store_true", help="the adapter in parts (hooks only, "
+                   "memory store, journal with the writer asleep, all), no monitor; --steps "
+                   "at most 2,000 keeps the sleeping writer's events under half a ring")
     args = p.parse_args()
     torch.set_num_threads(1)
     print(machine(), f"torch {torch.__version__}; load average {os.getloadavg()[0]:.1f}")
@@ -138,7 +191,12 @@ def main():
     store, tb = os.path.join(tmp, "g.sqlite"), os.path.join(tmp, "tb")
     one_run(False, 300, args.hidden, store, tb)  # warm-up: imports, allocator
     one_run(True, 300, args.hidden, store, tb)
+    if args.parts:
+        parts(args.pairs, args.steps, args.hidden, store, tb)
+        print(f"load average after: {os.getloadavg()[0]:.1f}")
+        return
     loops = {False: [], True: []}
+    others = {False: [], True: []}
     steps = {False: [], True: []}
     loads = {False: [], True: []}
     pairs = []
@@ -146,8 +204,10 @@ def main():
         order = (False, True) if i % 2 == 0 else (True, False)
         got = {}
         for on in order:
-            total, st, ld = one_run(on, args.steps, args.hidden, store, tb, not args.no_monitor)
+            total, st, ld, cpu = one_run(on, args.steps, args.hidden, store, tb,
+                                         not args.no_monitor)
             loops[on].append(total)
+            others[on].append(cpu)
             steps[on].extend(st)
             loads[on].extend(ld)
             got[on] = total
@@ -165,6 +225,10 @@ def main():
           f"({off / args.steps * 1e3:.3f} ms/step), on {on:.3f} s; P15 ratio {on / off:.4f}")
     print(f"per-pair ratios: min {min(pairs):.4f}, median {statistics.median(pairs):.4f}, "
           f"max {max(pairs):.4f}; fastest runs: {min(loops[True]) / min(loops[False]):.4f}")
+    print(f"other threads' CPU during the loop, per step (medians): off "
+          f"{statistics.median(others[False]) * 1e6:.1f} us, on "
+          f"{statistics.median(others[True]) * 1e6:.1f} us (the writer, the watchdog"
+          f"{'' if args.no_monitor else ', the monitor'})")
     print(f"load average after: {os.getloadavg()[0]:.1f}")
 
 

@@ -14,11 +14,12 @@ fail alone are isolated: those are dropped and counted
 from __future__ import annotations
 
 import logging
-from typing import Any, List, Optional
+from typing import Any, List, Optional, Sequence
 
 from goodput_core.events import EventRecord
 from goodput_core.stores import schemes
 from goodput_core.stores.base import StoreError
+from goodput_core.stores.event_batch import EventBatch
 
 __all__ = ["Appender"]
 
@@ -61,15 +62,19 @@ class Appender:
         self.written += len(batch)
         return None
 
-    def write(self, batch: List[EventRecord],
-              refused: Optional[List[EventRecord]] = None) -> List[EventRecord]:
-        """Writes ``batch``; returns the events left to retry ([] when done).
+    def write(self, batch: Sequence[EventRecord],
+              refused: Optional[List[EventRecord]] = None) -> Sequence[EventRecord]:
+        """Writes ``batch`` (EventRecords, or an EventBatch: handed on as columns
+        to a store that appends columns, else as its EventRecords); returns the
+        events left to retry ([] when done).
 
         A content error splits the failing part in halves, in order, down to
         single events that are dropped and counted (and added to ``refused``
         when given); an error that may pass stops there and returns the
         unwritten rest, in order.
         """
+        if isinstance(batch, EventBatch) and not getattr(self.store, "appends_columns", False):
+            batch = batch.records()
         parts = [batch] if batch else []  # a stack: the next part to write is last
         while parts:
             part = parts.pop()
@@ -82,7 +87,8 @@ class Appender:
                         not getattr(error, "said", False):  # a failed open says it once
                     logger.error("goodput: writing %d events to %s failed (will retry): %s",
                                  len(part), getattr(self.store, "url", "the store"), error)
-                return part + [e for p in reversed(parts) for e in p]
+                return part if not parts else \
+                    list(part) + [e for p in reversed(parts) for e in p]
             if len(part) == 1:
                 self.unstorable += 1
                 if refused is not None:

@@ -21,6 +21,7 @@ from typing import Any, Optional
 
 from goodput_core.events import HEARTBEAT_SECONDS, EventRecord, Kind
 from goodput_core.settings import parse_seconds
+from goodput_core.stores.event_batch import EventBatch
 
 __all__ = ["Heartbeat", "heartbeat_seconds", "DEFAULT_HEARTBEAT_SECONDS", "ENV"]
 
@@ -63,12 +64,20 @@ class Heartbeat:
         self.last: Optional[float] = None
         self.written = 0
 
-    def observe(self, kind: int) -> None:
-        """Follows job starts and ends as the writer drains them."""
-        if kind == _JOB_START:
-            self.active = True
-        elif kind == _JOB_END:
-            self.active = False
+    def observe(self, batch: Any) -> None:
+        """Follows job starts and ends as the writer drains them (``batch``: an
+        EventBatch, or EventRecords): the last of them in the batch decides."""
+        if isinstance(batch, EventBatch):
+            kind = batch.kind
+            found = ((kind == _JOB_START) | (kind == _JOB_END)).nonzero()[0]
+            if len(found):
+                self.active = int(kind[found[-1]]) == _JOB_START
+            return
+        for event in batch:
+            if event[1] == _JOB_START:
+                self.active = True
+            elif event[1] == _JOB_END:
+                self.active = False
 
     def beat(self, writer: Any) -> None:
         """Appends a heartbeat when one is due (called by the writer thread

@@ -16,7 +16,8 @@ The producer side is :meth:`Ring.emitter`: a closure, so that the hot path
 (``record_*`` on the training thread) is a ticket, one ``struct.pack_into``
 into the mapped file and a comparison, with no lock. The consumer side
 (:meth:`Ring.take`, called by the writer thread under the recorder's spill
-lock) reads events in ticket order and hands back the highest ticket it
+lock) reads events in ticket order, windows of slots at once as columns
+(:mod:`goodput_core.record.slot_columns`), and hands back the highest ticket it
 passed; :meth:`Ring.release` tells the journal (and the producers) that
 everything up to a ticket is stored or kept elsewhere.
 """
@@ -308,30 +309,40 @@ class Ring:
         return n
 
     # ------------------------------------------------------------ the writer
-    def take(self, limit: int) -> Tuple[List[tuple], List[Fence]]:
-        """Up to ``limit`` events in recording order, as ``(ticket, kind, t, step,
-        extra, write time, process index)``, and the fences passed. Only the
-        writer calls it (under the recorder's spill lock)."""
+    def take(self, limit: int) -> Tuple[Any, List[Fence]]:
+        """Up to ``limit`` events in recording order, and the fences passed.
+        Only the writer calls it (under the recorder's spill lock).
+
+        With a journal the events come as an :class:`EventBatch` (columns read
+        in bulk, :mod:`goodput_core.record.slot_columns`; the ticket is the
+        sequence number), else as a list of EventRecords."""
         if self.journal is None:
             return self._take_memory(limit)
-        out: List[tuple] = []
+        # lazy: numpy, on the writer thread only (import goodput_core stays light)
+        from goodput_core.record.slot_columns import Pieces
+
+        out = Pieces(self.identity, self.journal.mm, self.slots)
         fences: List[Fence] = []
-        mm, slots, holes, fence_at = self.journal.mm, self.slots, self.holes, self.fences
-        read = jr._READ.unpack_from
+        holes, fence_at = self.holes, self.fences
         if self._late:
             self._take_late(out)
         n = self.drained + 1
         while len(out) < limit:
-            fields = read(mm, (n % slots) << 7)
-            if fields[0] == n:
-                flags = fields[1] >> 8
-                if not flags & (jr.SKIP | jr.CONT):
-                    out.append(self._slot_event(fields))
-            elif n in holes:
+            count = min(limit - len(out), self.issued() - n + 1, self.slots)
+            passed = out.add_window(n, count) if count > 0 else 0
+            if passed:
+                if fence_at:
+                    end = n + passed
+                    for k in sorted(k for k in list(fence_at) if n <= k < end):
+                        fences.append(fence_at.pop(k))
+                n += passed
+                if passed == count:
+                    continue
+            if n in holes:  # a ticket whose event waits in memory, or none
                 holes.discard(n)
                 item = self._from_memory(n)
                 if item is not None:
-                    out.append(item)
+                    out.add_one(item)
             elif not self._pass_gap(n):
                 break
             if fence_at:
@@ -339,10 +350,11 @@ class Ring:
                 if fence is not None:
                     fences.append(fence)
             n += 1
+        batch = out.batch()
         self.drained = n - 1
-        return out, fences
+        return batch, fences
 
-    def _take_memory(self, limit: int) -> Tuple[List[tuple], List[Fence]]:
+    def _take_memory(self, limit: int) -> Tuple[List[EventRecord], List[Fence]]:
         out: List[tuple] = []
         fences: List[Fence] = []
         popleft = self.memory.popleft
@@ -356,40 +368,19 @@ class Ring:
             else:
                 out.append(item)
                 self.drained = item[0]
-        return out, fences
-
-    def _slot_event(self, fields: tuple) -> tuple:
-        n, code, nparts, xlen, t, step, wt, pidx, inline, _ = fields
-        flags = code >> 8
-        extra = None
-        if flags & jr.EXTRA_INLINE:
-            extra = jr.decode_extra(inline[:xlen])
-        elif flags & jr.EXTRA_PARTS:
-            extra = jr.decode_extra(self._parts(n, nparts)[:xlen])
-        return (n, code & 0xFF, t, step if flags & jr.HAS_STEP else None, extra, wt, pidx)
-
-    def _parts(self, head: int, nparts: int) -> bytes:
-        """The continuation slots of ``head`` (written before it, after it in tickets)."""
-        mm, slots = self.journal.mm, self.slots
-        found: Dict[int, bytes] = {}
-        p = head + 1
-        while len(found) < nparts and p - head <= slots:
-            ticket, code, part, length, owner, chunk, _ = jr.PART.unpack_from(mm, (p % slots) << 7)
-            if ticket == p and code >> 8 & jr.CONT and owner == head:
-                found[part] = chunk[:length]
-            p += 1
-        return b"".join(found.get(k, b"") for k in range(nparts))
+        return self.records(out), fences
 
     def events_between(self, a: int, b: int) -> List[EventRecord]:
         """The events of tickets ``a < n <= b`` still in the ring's slots (taken
         already: for the held file; events that waited in memory are not there)."""
-        mm, slots, read = self.journal.mm, self.slots, jr._READ.unpack_from
-        out = []
-        for n in range(max(a, b - slots) + 1, b + 1):
-            fields = read(mm, (n % slots) << 7)
-            if fields[0] == n and not (fields[1] >> 8) & (jr.SKIP | jr.CONT):
-                out.append(self._slot_event(fields))
-        return self.records(out)
+        # lazy: numpy, on the writer thread only (import goodput_core stays light)
+        from goodput_core.record.slot_columns import Pieces
+
+        out = Pieces(self.identity, self.journal.mm, self.slots)
+        first = max(a, b - self.slots) + 1
+        if b >= first:
+            out.add_written(first, b - first + 1)
+        return out.records()
 
     def _from_memory(self, n: int) -> Optional[tuple]:
         """The event of ticket ``n`` waiting in memory (None: none, it was dropped)."""
@@ -417,21 +408,27 @@ class Ring:
         self._gap = None
         return True
 
-    def _take_late(self, out: List[tuple]) -> None:
-        """Events of passed-over tickets written since (or given up on)."""
-        mm, slots, now = self.journal.mm, self.slots, time.monotonic()
+    def stalled(self) -> bool:
+        """True when the last two takes stopped at the same ticket, issued but
+        not written (not a call caught between its ticket and its slot: one
+        that may never write it, passed over after _GAP_GRACE_S and
+        _GAP_TURNS turns of the writer)."""
+        gap = self._gap
+        return gap is not None and gap[2] >= 2 and gap[0] <= self.issued()
+
+    def _take_late(self, out: Any) -> None:
+        """Events of passed-over tickets written since (or given up on), into
+        ``out`` (:class:`~goodput_core.record.slot_columns.Pieces`)."""
+        now = time.monotonic()
         for n, since in list(self._late.items()):
-            fields = jr._READ.unpack_from(mm, (n % slots) << 7)
-            if fields[0] == n:
+            if out.add_window(n, 1):  # written since (an event, or a ticket with none)
                 del self._late[n]
-                if not (fields[1] >> 8) & (jr.SKIP | jr.CONT):
-                    out.append(self._slot_event(fields))
             elif n in self.holes:
                 del self._late[n]
                 self.holes.discard(n)
                 item = self._from_memory(n)
                 if item is not None:
-                    out.append(item)
+                    out.add_one(item)
             elif now - since > _LATE_S:
                 del self._late[n]
                 self.never_written += 1

@@ -50,7 +50,9 @@ from typing import Any, Callable, Dict, NamedTuple, Optional
 
 from goodput_core.events import HANG_EXPECTED_STEP, HANG_LAST_PROGRESS, HANG_STACK, Kind
 from goodput_core.record.stacks import hung_thread, stack_summary
+from goodput_core.record.step_series import StepSeries
 from goodput_core.settings import parse_bool, parse_seconds
+from goodput_core.stores.event_batch import EventBatch
 
 __all__ = ["HangSettings", "HangWatchdog", "watchdog_for", "ENV_ENABLED", "ENV_FACTOR",
            "ENV_MIN_SECONDS"]
@@ -75,14 +77,16 @@ _PHASES = {
     int(Kind.ELASTIC_WAIT_START): ("wait", 1), int(Kind.ELASTIC_WAIT_END): ("wait", -1),
     int(Kind.ELASTIC_REINIT_START): ("reinit", 1), int(Kind.ELASTIC_REINIT_END): ("reinit", -1),
 }
-_STEPS = {int(Kind.STEP_START), int(Kind.STEP_END)}
+_STEP_START, _STEP_END = int(Kind.STEP_START), int(Kind.STEP_END)
+_JOB_START, _JOB_END = int(Kind.JOB_START), int(Kind.JOB_END)
+_STEPS = {_STEP_START, _STEP_END}
 # Progress: a step or a phase starting or ending. A phase's end counts like a
 # step's, so the silence after a long save or evaluation is timed from its end
 # (timed from the last step, every save longer than the threshold would look
 # like a hang the moment it ended).
 _PROGRESS = _STEPS | set(_PHASES)
-_RECENT_STEPS = 200
 _MIN_FOR_IDEAL = 10
+_WATCHED: Any = None  # kind code -> watched (a numpy table, made on the first batch of columns)
 
 
 class HangSettings(NamedTuple):
@@ -172,100 +176,134 @@ class HangWatchdog:
         self._phases: Dict[str, int] = collections.Counter()
         self._progress_t: Optional[float] = None  # event time of the last progress
         self._progress_mono = 0.0
-        self._step: Optional[int] = None
-        self._starts: collections.deque = collections.deque(maxlen=_RECENT_STEPS)
-        self._longest = 0.0
-        # step times from completion (semantics rule 12): the last sync point
-        # (a step end of the step started last) and the recent steps' shares
-        self._sync: Optional[tuple] = None  # (time, step) of the last sync point
-        self._series_start: Optional[tuple] = None  # (time, step) of the series' first start
-        self._completed: collections.deque = collections.deque(maxlen=_RECENT_STEPS)
+        self._steps = StepSeries()
         self._open_hang: Optional[Dict[str, Any]] = None
 
     # ------------------------------------------------------------ writer side
-    def observe(self, batch) -> None:
-        """Takes note of a batch of EventRecords (on the recorder's writer thread)."""
+    def observe(self, batch: Any) -> None:
+        """Takes note of a batch of events (on the recorder's writer thread):
+        an EventBatch (columns), or EventRecords."""
         started = False
         with self._lock:
-            for ev in batch:
-                kind = ev[1]
-                if kind in _STEPS:
-                    self._progress(kind, ev[2], ev[3])
-                elif kind in _PHASES:
-                    name, delta = _PHASES[kind]
-                    self._phases[name] = max(self._phases[name] + delta, 0)
-                    self._progress(kind, ev[2], ev[3])
-                elif kind == Kind.JOB_START:
-                    self._reset()
-                    self._job_open = started = True
-                    self._progress_mono = self._mono()
-                elif kind == Kind.JOB_END:
-                    self._job_open = False
+            if isinstance(batch, EventBatch):
+                started = self._observe_columns(batch)
+            else:
+                for ev in batch:
+                    started = self._observe(ev[1], ev[2], ev[3]) or started
         if started:
             self._ensure_thread()
+
+    def _observe(self, kind: int, t: float, step: Any) -> bool:
+        """One event; True for a job start."""
+        if kind in _STEPS:
+            self._progress(kind, t, step)
+        elif kind in _PHASES:
+            name, delta = _PHASES[kind]
+            self._phases[name] = max(self._phases[name] + delta, 0)
+            self._progress(kind, t, step)
+        elif kind == Kind.JOB_START:
+            self._reset()
+            self._job_open = True
+            self._progress_mono = self._mono()
+            return True
+        elif kind == Kind.JOB_END:
+            self._job_open = False
+        return False
+
+    def _observe_columns(self, batch: Any) -> bool:
+        """An EventBatch: the events the watchdog looks at, found at once; runs
+        of step starts and ends taken as columns, the others one by one."""
+        # lazy: numpy, here only for a journal's batches (import goodput_core stays light)
+        import numpy as np
+
+        global _WATCHED
+        if _WATCHED is None:
+            _WATCHED = np.zeros(256, bool)
+            _WATCHED[sorted(_STEPS | set(_PHASES) | {_JOB_START, _JOB_END})] = True
+        kind = batch.kind
+        at = _WATCHED[kind & 0xFF].nonzero()[0]
+        if not len(at):
+            return False
+        kinds = kind[at]
+        is_step = (kinds == _STEP_START) | (kinds == _STEP_END)
+        started = False
+        done = 0
+        for i in (~is_step).nonzero()[0].tolist() + [len(at)]:
+            if i > done:
+                self._step_run(batch, at[done:i])
+            if i < len(at):
+                j = int(at[i])
+                started = self._observe(int(kind[j]), float(batch.time[j]),
+                                        int(batch.step[j]) if batch.has_step[j] else None
+                                        ) or started
+            done = i + 1
+        return started
+
+    def _step_run(self, batch: Any, at: Any) -> None:
+        """Consecutive step starts and ends of a batch (rows ``at``)."""
+        t = batch.time[at]
+        at = at[t == t]  # a NaN time is no progress
+        if not len(at):
+            return
+        if self._open_hang is not None:  # the first one ends it
+            j = int(at[0])
+            self._progress(int(batch.kind[j]), float(batch.time[j]),
+                           int(batch.step[j]) if batch.has_step[j] else None)
+            at = at[1:]
+            if not len(at):
+                return
+        t = batch.time[at]
+        if batch.has_step[at].all() and self._steps.add_columns(
+                batch.kind[at] == _STEP_START, t, batch.step[at]):
+            top = float(t.max())
+            if self._progress_t is None or top >= self._progress_t:
+                self._progress_t = top
+            self._progress_mono = self._mono()
+            return
+        for j in at.tolist():
+            self._progress(int(batch.kind[j]), float(batch.time[j]),
+                           int(batch.step[j]) if batch.has_step[j] else None)
 
     def _progress(self, kind: int, t: float, step: Any) -> None:
         if not isinstance(t, float) or t != t:
             return
         if kind == Kind.STEP_START:
-            if self._starts and t > self._starts[-1]:
-                self._longest = max(self._longest, t - self._starts[-1])
-            elif self._starts and t < self._starts[-1]:
-                self._starts.clear()  # a restart inside the attempt: a new series
-                self._sync = self._series_start = None
-            if type(step) is int and (self._series_start is None or (
-                    self._step is not None and step <= self._step)):
-                self._series_start, self._sync = (t, step), None  # a new segment
-            self._starts.append(t)
-            self._step = step if type(step) is int else self._step
+            self._steps.start(t, step)
         elif kind == Kind.STEP_END:
-            self._sync_point(t, step)
+            self._steps.end(t, step)
         if self._progress_t is None or t >= self._progress_t:
             self._progress_t = t
         self._progress_mono = self._mono()
         if self._open_hang is not None:
             self._end_hang(t)
 
-    def _sync_point(self, t: float, step: Any) -> None:
-        """A step end of the step started last: the steps since the previous
-        one share the time since it (step times from completion, as the
-        calculator's: under asynchronous dispatch, step starts are dispatches)."""
-        if type(step) is not int or step != self._step or self._series_start is None:
-            return
-        t0, s0 = self._sync if self._sync is not None else (
-            self._series_start[0], self._series_start[1] - 1)
-        if step <= s0 or t < t0:
-            return
-        per_step = (t - t0) / (step - s0)
-        self._completed.extend([per_step] * min(step - s0, _RECENT_STEPS))
-        self._sync = (t, step)
-
     # ------------------------------------------------------------ checks
     def expected_step_seconds(self) -> Optional[float]:
         """The step time a hang is measured against (None: not known yet):
         from completion once step ends were seen at sync points, else from
         the step starts."""
-        if len(self._completed) >= _MIN_FOR_IDEAL:
+        steps = self._steps
+        if len(steps.completed) >= _MIN_FOR_IDEAL:
             # lazy: numpy; the declared arrow up to queries/ (layer rule 1)
             from goodput_core.queries.step_stats import ideal_step_time
 
-            ideal = ideal_step_time(list(self._completed))
+            ideal = ideal_step_time(list(steps.completed))
             if ideal:
                 return float(ideal)
-        if len(self._starts) < 2:
+        if len(steps.starts) < 2:
             return None
-        if len(self._starts) > _MIN_FOR_IDEAL:
+        if len(steps.starts) > _MIN_FOR_IDEAL:
             import numpy as np  # not at import time: `import goodput_core` stays light
 
             # lazy: numpy; the declared arrow up to queries/ (layer rule 1)
             from goodput_core.queries.step_stats import ideal_step_time
 
-            d = np.diff(np.fromiter(self._starts, float))
+            d = np.diff(np.fromiter(steps.starts, float))
             d = d[d > 0]
             ideal = ideal_step_time(d) if len(d) >= _MIN_FOR_IDEAL else None
             if ideal:
                 return float(ideal)
-        return self._longest or None
+        return steps.longest or None
 
     def threshold(self) -> Optional[float]:
         expected = self.expected_step_seconds()
@@ -286,7 +324,7 @@ class HangWatchdog:
                 return None
             if self._queued_progress(rec):
                 return None
-            hang = {"step": self._step, "last_progress_time": self._progress_t,
+            hang = {"step": self._steps.step, "last_progress_time": self._progress_t,
                     "expected_step_seconds": self.expected_step_seconds(),
                     "threshold_seconds": threshold}
             self._open_hang = hang

@@ -36,7 +36,7 @@ import os
 import sys
 import threading
 import time
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, Optional, Sequence
 
 from goodput_core.events import EventRecord
 from goodput_core.record.append import Appender
@@ -52,6 +52,8 @@ __all__ = ["Writer"]
 logger = logging.getLogger("goodput")
 
 
+_CAUGHT_UP = 1024  # fewer events waiting after a batch: they wait for the next wake-up
+_GAP_TURN_S = 0.1  # the writer's turns while the ring waits for a ticket not written
 _FIRST_BACKOFF_S = 0.05
 _MAX_BACKOFF_S = 5.0
 
@@ -97,7 +99,7 @@ class Writer:
         self.host, self.pid, self.attempt = host, pid, attempt
         self.wake = Wakeup()  # not threading.Event: see record/wakeup.py
         self.backoff = threading.Event()  # set by close(): ends the backoff wait
-        self.pending: Optional[List[EventRecord]] = None
+        self.pending: Optional[Sequence[EventRecord]] = None  # an EventBatch or a list
         self.pending_upto = 0  # the last ticket of the pending batch's part of the ring
         self._draining = False
         self.spill_lock = threading.Lock()  # the failed batch and the queue vs the spill file
@@ -171,13 +173,12 @@ class Writer:
 
     def _drain_batch(self, limit: int = 10_000):
         """Takes up to ``limit`` events in recording order (the caller holds the
-        spill lock); returns (records, fences reached)."""
-        items, fences = self.ring.take(limit)
-        heartbeat = self.heartbeat
-        if heartbeat is not None:
-            for item in items:
-                heartbeat.observe(item[1])
-        batch = self.ring.records(items)
+        spill lock); returns (events, fences reached): the events as an
+        :class:`~goodput_core.stores.event_batch.EventBatch` (columns) when the
+        ring has a journal, else as a list of EventRecords."""
+        batch, fences = self.ring.take(limit)
+        if self.heartbeat is not None and batch:
+            self.heartbeat.observe(batch)
         watchdog = self.watchdog
         if watchdog is not None and batch:
             try:
@@ -242,6 +243,8 @@ class Writer:
                     for f in fences:
                         f.ok = self.ring.fence_ok(f) and own == 0
                         f.done.set()
+                    if self._caught_up():
+                        return
                     continue
             # The store cannot take events now: they go to the spill file (not
             # memory). A flush waiting on them learns it at once when the store
@@ -261,6 +264,20 @@ class Writer:
             # on it would return at once and retry in a tight loop.
             self.backoff.wait(wait)
             backoff = min(backoff * 2, _MAX_BACKOFF_S)
+
+    def _caught_up(self) -> bool:
+        """After a batch is stored: True when what was recorded meanwhile waits
+        for the next wake-up (the flush interval, or the ring half full), as
+        if recorded just after this drain. Events that trickle in while a
+        batch is written would else be taken a few at a time, each small batch
+        with its own transaction. Not while a flush waits (a fence in the
+        ring), the writer closes, a batch's worth waits, or the take stopped at
+        a ticket not written yet (the next turn counts towards passing it
+        over); a memory ring (no journal: its fences wait among the events)
+        drains to the end."""
+        ring = self.ring
+        return (ring.journal is not None and not self.closed and not ring.fences
+                and ring.waiting() < _CAUGHT_UP and not ring.stalled())
 
     def _stored_through(self, upto: int) -> None:
         """Every event up to ticket ``upto`` was appended (the caller holds the
@@ -395,7 +412,9 @@ class Writer:
         hb = self.heartbeat
         wait = self.interval if hb is None else min(self.interval, max(hb.interval, 0.05))
         while True:
-            self.wake.wait(wait)
+            # a ticket not written over two takes is passed over after a few
+            # turns (ring._pass_gap): they come sooner than the interval
+            self.wake.wait(min(wait, _GAP_TURN_S) if self.ring.stalled() else wait)
             self.wake.clear()
             if os.getpid() != my_pid:  # a fork copied this thread's owner: not ours
                 return

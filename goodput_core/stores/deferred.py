@@ -30,6 +30,7 @@ from goodput_core.events import EventRecord
 from goodput_core.stores import canonical_store_url
 from goodput_core.stores.sqlite import fork as _sqlite_fork  # noqa: F401
 from goodput_core.stores.base import Cursor, Store, StoreError
+from goodput_core.stores.event_batch import EventBatch
 from goodput_core.stores import open_store
 
 __all__ = ["DeferredStore"]
@@ -123,9 +124,17 @@ class DeferredStore(Store):
         if self._inner is not None:
             self._tried.set()
 
+    @property
+    def appends_columns(self) -> bool:
+        """Whether the opened store takes an EventBatch as columns (False until open)."""
+        return bool(getattr(self._inner, "appends_columns", False))
+
     # ------------------------------------------------------- Store methods
     def append(self, batch: Sequence[EventRecord]) -> None:
-        self.open().append(batch)
+        inner = self.open()
+        if isinstance(batch, EventBatch) and not getattr(inner, "appends_columns", False):
+            batch = batch.records()
+        inner.append(batch)
 
     def read(self, run: str, since: Cursor = None,
              limit: Optional[int] = None) -> Tuple[List[EventRecord], Cursor]:

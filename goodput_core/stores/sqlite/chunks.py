@@ -5,7 +5,7 @@ number of processes). Once a run has :data:`CHUNK_EVENTS` rows there, the
 writer that noticed moves the oldest of them, in one transaction, into one
 ``chunks`` row holding the columns packed as little-endian arrays; a batch of
 at least :data:`PACK_AT_ONCE` events of one run is written as a chunk straight
-away (:func:`insert_packed`, faster than rows)::
+away (:mod:`goodput_core.stores.sqlite.packed`, faster than rows)::
 
     chunks (first_id INTEGER PRIMARY KEY,  -- id of its first event
             last_id, run_id, n,            -- id of its last event, run, count
@@ -43,10 +43,9 @@ import numpy as np
 from goodput_core.events import EventRecord, Kind
 from goodput_core.stores.base import StoreError
 from goodput_core.stores.columns import EventPage, joined_rows_of
-from goodput_core.stores.sqlite import ids
 
 __all__ = ["SCHEMA", "CHUNK_EVENTS", "CORRUPT_REASONS", "Raw", "read_raw", "compact",
-           "insert_packed", "has_chunks"]
+           "insert_chunk", "run_rows", "from_rows", "has_chunks"]
 
 CHUNK_EVENTS = 8192
 PACK_AT_ONCE = 1000  # a batch of one run this large is packed as it is written
@@ -66,9 +65,9 @@ ENGINE_COLUMNS = ("id", "kind", "time", "step", "has_step", "writer", "wt")
 WRITER_COLUMNS = ("kind", "time", "step", "has_step", "writer", "seq", "wt")
 _ROW_BYTES = sum(np.dtype(d).itemsize for _, d in _LAYOUT)
 _KNOWN_KINDS = np.array(sorted(int(k) for k in Kind), np.int64)
-_KNOWN_LUT = np.zeros(256, bool)  # kind codes are one byte in a chunk
-_KNOWN_LUT[_KNOWN_KINDS] = True
-_I32 = 2 ** 31
+KNOWN_LUT = np.zeros(256, bool)  # kind codes are one byte in a chunk: known ones True
+KNOWN_LUT[_KNOWN_KINDS] = True
+I32 = 2 ** 31  # writer ids are int32 in a chunk
 
 
 class Raw:
@@ -178,7 +177,7 @@ def _row_reason(row: tuple) -> Optional[str]:
         return "corrupt_step"
     if extra is not None and type(extra) is not str:
         return "corrupt_extra"
-    if (type(writer) is not int or not -_I32 <= writer < _I32 or type(seq) is not int
+    if (type(writer) is not int or not -I32 <= writer < I32 or type(seq) is not int
             or (wt is not None and type(wt) not in (float, int))):
         return "corrupt_writer"
     return None
@@ -199,7 +198,7 @@ def from_rows(rows: List[tuple]) -> Tuple[Raw, List[Tuple[str, tuple]]]:
                  and {str, type(None)}.issuperset(map(type, extras))
                  and set(map(type, writers)) == {int} and set(map(type, seqs)) == {int}
                  and _TIME_TYPES.issuperset(map(type, wts))
-                 and -_I32 <= min(writers) and max(writers) < _I32)
+                 and -I32 <= min(writers) and max(writers) < I32)
         if not clean:
             good = []
             for row in rows:
@@ -252,7 +251,7 @@ def _unpack(row: tuple, since: int) -> Tuple[Raw, List[Tuple[str, int]]]:
             offset += n * np.dtype(d).itemsize
         extra = {int(i): str(x) for i, x in json.loads(extra_json or "[]")}
         odd = json.loads(odd_json or "[]")
-        bad_kind = ~_KNOWN_LUT[cols["kind"]]
+        bad_kind = ~KNOWN_LUT[cols["kind"]]
     except (ValueError, TypeError, RecursionError):
         corrupt["corrupt_chunk"] += max(int(n) if isinstance(n, int) else 0, 1)
         return Raw({name: np.empty(0, d) for name, d in _LAYOUT}, {}, corrupt), []
@@ -276,19 +275,19 @@ def has_chunks(conn: sqlite3.Connection) -> bool:
                         ).fetchone() is not None
 
 
-def _insert_chunk(conn: sqlite3.Connection, run_id: int, rows: List[tuple],
-                  columns: Optional[Tuple[Raw, list]] = None) -> None:
-    """Packs stored-format rows (``ROW_COLUMNS`` order) into one chunk row
-    (``columns``: their ``from_rows``, when the caller has it)."""
-    raw, odd = columns or from_rows(rows)
+def insert_chunk(conn: sqlite3.Connection, run_id: int, first_id: int, last_id: int,
+                 raw: Raw, odd: List[Tuple[str, tuple]]) -> None:
+    """Writes one chunk row: the events of ids ``first_id .. last_id``, as
+    ``raw`` (their columns) and ``odd`` (the corrupt rows among them, kept
+    verbatim), as :func:`from_rows` gives them."""
     extra = json.dumps([[i, x] for i, x in raw.extra.items()]) if raw.extra else None
     odd_json = json.dumps([[reason, row[0], [_jsonable(v) for v in row]]
                            for reason, row in odd]) if odd else None
     conn.execute("INSERT INTO chunks VALUES (?, ?, ?, ?, ?, ?, ?)",
-                 (rows[0][0], rows[-1][0], run_id, len(raw), _pack(raw), extra, odd_json))
+                 (first_id, last_id, run_id, len(raw), _pack(raw), extra, odd_json))
 
 
-def _run_rows(conn: sqlite3.Connection, run_id: int, below_newest: bool,
+def run_rows(conn: sqlite3.Connection, run_id: int, below_newest: bool,
               limit: int = -1) -> List[tuple]:
     # The newest row of the table stays unless the caller writes a newer one in
     # the same transaction: SQLite gives a new row the largest id + 1, so ids
@@ -306,11 +305,11 @@ def compact(conn: sqlite3.Connection, run_id: int, max_chunks: int,
     while done < max_chunks:
         conn.execute("BEGIN IMMEDIATE")
         try:
-            rows = _run_rows(conn, run_id, True, size)
+            rows = run_rows(conn, run_id, True, size)
             if len(rows) < size:
                 conn.execute("COMMIT")
                 return done
-            _insert_chunk(conn, run_id, rows)
+            insert_chunk(conn, run_id, rows[0][0], rows[-1][0], *from_rows(rows))
             conn.execute("DELETE FROM events WHERE run_id = ? AND id <= ?",
                          (run_id, rows[-1][0]))
             conn.execute("COMMIT")
@@ -319,47 +318,6 @@ def compact(conn: sqlite3.Connection, run_id: int, max_chunks: int,
             raise
         done += 1
     return done
-
-
-def insert_packed(conn: sqlite3.Connection, rows: List[tuple]) -> bool:
-    """Appends a large batch of one run as a chunk, in one transaction.
-
-    ``rows`` are the store's insert tuples (run_id, writer_id, seq, kind, time,
-    step, extra, write_time). The run's rows still in ``events`` go into the
-    same chunk, first (a chunk holds a prefix of its run); the batch takes the
-    next ids, and its last event stays a row: the table's newest, so SQLite
-    keeps handing out larger ids. Returns False, having written nothing, when a
-    value does not fit a chunk (the caller inserts rows as usual).
-    """
-    run_id = rows[0][0]
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        rows = ids.keep_new(conn, rows)  # each (writer, seq) once
-        if len(rows) < 2:
-            conn.rollback()
-            return False  # (almost) all stored before: the few left go in as rows
-        top = conn.execute("SELECT max(id) FROM events").fetchone()[0] or 0
-        top = max(top, conn.execute("SELECT max(last_id) FROM chunks").fetchone()[0] or 0)
-        batch = [(top + 1 + i, r[3], r[4], r[5], r[6], r[1], r[2], r[7])
-                 for i, r in enumerate(rows)]
-        new, odd = from_rows(batch[:-1])
-        if odd:  # odd values: not for a chunk
-            conn.rollback()
-            return False
-        old = _run_rows(conn, run_id, False)  # e.g. the last batch's last event
-        if old:
-            packed, odd = from_rows(old)
-            new = Raw.join([packed, new])
-            conn.execute("DELETE FROM events WHERE run_id = ? AND id <= ?", (run_id, old[-1][0]))
-        _insert_chunk(conn, run_id, old + batch[:-1], (new, odd))
-        last = rows[-1]
-        conn.execute("INSERT INTO events (id, run_id, writer_id, seq, kind, time, step, extra,"
-                     " write_time) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", (top + len(rows),) + last)
-        conn.execute("COMMIT")
-    except BaseException:
-        conn.rollback()
-        raise
-    return True
 
 
 #: The store format this version reads and writes, also kept in the file's

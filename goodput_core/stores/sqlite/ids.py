@@ -28,10 +28,12 @@ of an older goodput reads the file as before):
 from __future__ import annotations
 
 import sqlite3
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Tuple
+
+import numpy as np
 
 __all__ = ["SCHEMA", "RUNS", "PLACEHOLDER_RUN", "needs_upgrade", "upgrade", "keep_new",
-           "id_floor", "keep_ids_growing"]
+           "keep_new_columns", "id_floor", "keep_ids_growing"]
 
 RUNS = ("CREATE TABLE IF NOT EXISTS runs (run_id INTEGER PRIMARY KEY AUTOINCREMENT,"
         " name TEXT NOT NULL UNIQUE)")
@@ -80,21 +82,9 @@ def keep_new(conn: sqlite3.Connection, rows: List[tuple]) -> List[tuple]:
         return rows
     stored: Dict[int, set] = {}
     for writer, numbers in seqs.items():
-        new = sorted(set(numbers))
-        lo, hi = new[0], new[-1]
-        old = _touching(conn, writer, lo, hi)
-        seen = {s for s in new for a, b in old if a <= s <= b} if old else set()
-        if seen:
-            new = [s for s in new if s not in seen]
-            stored[writer] = seen
-        if not new and not old:
-            continue
-        merged = _merge(old + _runs_of(new))
-        if merged != sorted(old):
-            conn.executemany("DELETE FROM delivered WHERE writer_id = ? AND lo = ?",
-                             [(writer, a) for a, _ in old])
-            conn.executemany("INSERT INTO delivered VALUES (?, ?, ?)",
-                             [(writer, a, b) for a, b in merged])
+        seen = _deliver(conn, writer, np.array(sorted(set(numbers)), np.int64))
+        if len(seen):
+            stored[writer] = set(seen.tolist())
     if not stored and all(len(set(v)) == len(v) for v in seqs.values()):
         return rows
     out, taken = [], set()
@@ -109,6 +99,66 @@ def keep_new(conn: sqlite3.Connection, rows: List[tuple]) -> List[tuple]:
     return out
 
 
+def keep_new_columns(conn: sqlite3.Connection, writer: np.ndarray,
+                     seq: np.ndarray) -> Optional[np.ndarray]:
+    """As :func:`keep_new`, for events as columns (each event's writer id and
+    sequence number): a mask of the events to keep, or None to keep them all."""
+    counted = seq > 0
+    if not counted.any():
+        return None
+    keep = None
+    one = writer[0] == writer.min() == writer.max()
+    for w in ([int(writer[0])] if one else sorted(set(writer[counted].tolist()))):
+        mine = counted if one else counted & (writer == w)
+        numbers = seq[mine]
+        distinct, first = _distinct(numbers)
+        seen = _deliver(conn, w, distinct)
+        if len(seen) or len(distinct) < len(numbers):
+            if keep is None:
+                keep = np.ones(len(seq), bool)
+            where = mine.nonzero()[0]
+            again = np.ones(len(numbers), bool)
+            again[first] = False  # the first of each pair is kept ...
+            if len(seen):  # ... unless it was stored before (seen is sorted)
+                at = np.minimum(np.searchsorted(seen, numbers), len(seen) - 1)
+                again |= seen[at] == numbers
+            keep[where[again]] = False
+    return keep
+
+
+def _distinct(numbers: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """The sorted distinct ``numbers``, and where each first occurs (as
+    ``np.unique(..., return_index=True)``, which imports numpy.ma on first use)."""
+    if len(numbers) < 2 or (numbers[1:] > numbers[:-1]).all():  # a writer's batch: in order
+        return numbers, np.arange(len(numbers))
+    order = np.argsort(numbers, kind="stable")  # equal numbers keep their order
+    ordered = numbers[order]
+    first = np.ones(len(ordered), bool)
+    first[1:] = ordered[1:] != ordered[:-1]
+    return ordered[first], order[first]
+
+
+def _deliver(conn: sqlite3.Connection, writer: int, numbers: np.ndarray) -> np.ndarray:
+    """Records the sorted distinct sequence ``numbers`` of ``writer`` as
+    delivered; returns those that were stored before."""
+    old = _touching(conn, writer, int(numbers[0]), int(numbers[-1]))
+    seen = numbers[:0]
+    new = numbers
+    if old:
+        before = np.zeros(len(numbers), bool)
+        for a, b in old:
+            before |= (numbers >= a) & (numbers <= b)
+        if before.any():
+            seen, new = numbers[before], numbers[~before]
+    merged = _merge(old + _runs_of(new))
+    if merged != sorted(old):
+        conn.executemany("DELETE FROM delivered WHERE writer_id = ? AND lo = ?",
+                         [(writer, a) for a, _ in old])
+        conn.executemany("INSERT INTO delivered VALUES (?, ?, ?)",
+                         [(writer, a, b) for a, b in merged])
+    return seen
+
+
 def _touching(conn: sqlite3.Connection, writer: int, lo: int, hi: int) -> List[Tuple[int, int]]:
     """The stored ranges of ``writer`` that overlap or touch [lo, hi]: index
     seeks only (a writer that flushes often has many ranges: its fences take
@@ -120,15 +170,14 @@ def _touching(conn: sqlite3.Connection, writer: int, lo: int, hi: int) -> List[T
     return [r for r in below if r[1] >= lo - 1] + within
 
 
-def _runs_of(numbers: Sequence[int]) -> List[Tuple[int, int]]:
+def _runs_of(numbers: np.ndarray) -> List[Tuple[int, int]]:
     """Sorted distinct numbers as (first, last) ranges of consecutive ones."""
-    out: List[Tuple[int, int]] = []
-    for n in numbers:
-        if out and out[-1][1] == n - 1:
-            out[-1] = (out[-1][0], n)
-        else:
-            out.append((n, n))
-    return out
+    if not len(numbers):
+        return []
+    cut = (np.diff(numbers) != 1).nonzero()[0]
+    firsts = numbers[np.concatenate(([0], cut + 1))].tolist()
+    lasts = numbers[np.concatenate((cut, [len(numbers) - 1]))].tolist()
+    return list(zip(firsts, lasts))
 
 
 def _merge(ranges: List[Tuple[int, int]]) -> List[Tuple[int, int]]:

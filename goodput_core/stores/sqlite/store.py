@@ -108,6 +108,8 @@ class SqliteStore(Store):
 
     #: ``read_columns`` takes ``writers=True`` (each row's writer and sequence number)
     columns_with_writers = True
+    #: ``append`` takes an :class:`~goodput_core.stores.event_batch.EventBatch` as columns
+    appends_columns = True
 
     def __init__(self, path: "str | os.PathLike[str]", *, busy_timeout_s: float = 30.0,
                  mode: int = 0o600, readonly: bool = False,
@@ -160,7 +162,10 @@ class SqliteStore(Store):
         """Appends events in one transaction (all or none), in the given order.
 
         Args:
-          batch: EventRecords (any run, any writer metadata).
+          batch: EventRecords (any run, any writer metadata), or an
+            :class:`~goodput_core.stores.event_batch.EventBatch` (one writer's
+            events as columns: packed without an object per event; the same
+            rows are stored either way).
 
         Raises:
           StoreError: the file cannot be written, or stayed locked too long.

@@ -11,11 +11,12 @@ import contextlib
 import logging
 import sqlite3
 from operator import itemgetter
-from typing import Any, List, Optional, Sequence
+from typing import Any, Callable, Iterable, List, Optional, Sequence
 
 from goodput_core.events import EventRecord
-from goodput_core.stores.sqlite import chunks, ids
+from goodput_core.stores.sqlite import chunks, ids, packed
 from goodput_core.stores.base import StoreError
+from goodput_core.stores.event_batch import EventBatch
 from goodput_core.stores.sqlite.fork import Reopen
 from goodput_core.stores.strict_json import dumps as _dumps
 
@@ -62,29 +63,53 @@ class Writer:
         conns = self._conns
         if conns.readonly:
             raise StoreError(f"{conns.path!r} was opened read-only: cannot append")
+        if isinstance(batch, EventBatch):  # one writer's events as columns
+            if len(batch):
+                self._write(batch, self._columns, lambda b: ([b.run], b.writer_keys()))
+            return
         if not isinstance(batch, (list, tuple)):
             batch = list(batch)  # iterated twice when a run or writer is new
-        if not batch:
-            return
+        if batch:
+            self._write(batch, self._rows, lambda b: (dict.fromkeys(e[0] for e in b),
+                                                      dict.fromkeys(map(_writer_key, b))))
+
+    def _write(self, batch: Any, build: Callable[[Any, Any], Any],
+               keys: Callable[[Any], tuple]) -> None:
+        """One batch in one transaction: ``build(handle, batch)`` gives its rows
+        (or an EventBatch's :class:`~goodput_core.stores.sqlite.packed.BatchColumns`;
+        a KeyError: its runs and writers, ``keys(batch)``, are registered first);
+        packed as a chunk when large and of one run, else inserted as rows (the
+        same rows either way), then full chunks compacted."""
+        conns = self._conns
         h = conns.handle()
         retry = conns.retry
         try:
             try:
-                rows = self._rows(h, batch)
+                built = build(h, batch)
             except KeyError:  # a run or writer this connection has not seen yet
-                retry(self._register, h, batch)
-                rows = self._rows(h, batch)
-            if self._packable(rows) and retry(chunks.insert_packed, h.conn, rows):
-                return
+                retry(self._register, h, *keys(batch))
+                built = build(h, batch)
+            if isinstance(built, packed.BatchColumns):
+                if self._packs(len(built)) and retry(packed.insert_columns, h.conn, built):
+                    return
+                rows = built.rows()
+            else:
+                rows = built
+                if self._packable(rows) and retry(packed.insert_packed, h.conn, rows):
+                    return
             retry(self._insert, h.conn, rows)
         except sqlite3.Error as exc:
             raise conns.error(exc) from exc
         self._maybe_compact(h, rows)
 
+    def _packs(self, n: int) -> bool:
+        """A batch of one run this large is written as a chunk straight away."""
+        return self.chunk_events is not None and n >= max(min(self.chunk_events,
+                                                              chunks.PACK_AT_ONCE), 2)
+
     def _packable(self, rows: List[tuple]) -> bool:
         """A batch written as a chunk straight away: large, and of one run."""
-        return (self.chunk_events is not None
-                and len(rows) >= max(min(self.chunk_events, chunks.PACK_AT_ONCE), 2)
+        return (self._packs(len(rows))
                 and rows[0][0] == rows[-1][0]
                 and len(set(map(itemgetter(0), rows))) == 1)
 
@@ -117,11 +142,20 @@ class Writer:
                  None if e[4] is None else dumps(e[4]), e[10]) for e in batch]
 
     @staticmethod
-    def _register(h: Any, batch: Sequence[EventRecord]) -> None:
-        """Creates the batch's unknown runs and writers and caches their ids."""
-        # dict.fromkeys: unique in first-seen order, so runs() lists runs as they came.
-        runs = [r for r in dict.fromkeys(e[0] for e in batch) if r not in h.run_ids]
-        writers = [w for w in dict.fromkeys(map(_writer_key, batch)) if w not in h.writer_ids]
+    def _columns(h: Any, batch: EventBatch) -> "packed.BatchColumns":
+        """The batch in the store's terms (run id, writer ids, extra text), built
+        outside the write lock."""
+        writer_ids = h.writer_ids
+        writers = {key[0]: writer_ids[key] for key in batch.writer_keys()}
+        return packed.BatchColumns(h.run_ids[batch.run], batch, writers,
+                                   {i: _dumps(x) for i, x in sorted(batch.extra.items())})
+
+    @staticmethod
+    def _register(h: Any, runs: Iterable[str], writers: Iterable[tuple]) -> None:
+        """Creates the unknown ones of a batch's runs and writers (each once, in
+        first-seen order: runs() lists runs as they came) and caches their ids."""
+        runs = [r for r in runs if r not in h.run_ids]
+        writers = [w for w in writers if w not in h.writer_ids]
         conn = h.conn
         with write_transaction(conn):
             conn.executemany("INSERT OR IGNORE INTO runs (name) VALUES (?)",

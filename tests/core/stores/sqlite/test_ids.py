@@ -19,6 +19,7 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -179,3 +180,24 @@ def test_each_writer_and_sequence_pair_is_delivered_once(batches):
         assert all(b[0] > a[1] + 1 for a, b in zip(ranges, ranges[1:]))
         assert {s for lo, hi in ranges for s in range(lo, hi + 1)} == \
             {s for w, s in delivered if w == writer}
+
+
+@settings(max_examples=60, deadline=None)
+@given(batches=st.lists(st.lists(st.tuples(st.integers(1, 3), st.integers(-2, 60)),
+                                 min_size=1, max_size=12), min_size=1, max_size=25))
+def test_keep_new_on_columns_keeps_the_rows_keep_new_keeps(batches):
+    """Any batches of several writers, repeats, gaps and unnumbered events: the
+    columns' mask keeps what keep_new keeps (the oracle), and both record the
+    same delivered ranges."""
+    conns = [sqlite3.connect(":memory:") for _ in range(2)]
+    for conn in conns:
+        for statement in ids.SCHEMA:
+            conn.execute(statement)
+    for pairs in batches:
+        rows = [(1, writer, seq, 3, 1.0, None, None, 1.0) for writer, seq in pairs]
+        kept = ids.keep_new(conns[0], rows)
+        mask = ids.keep_new_columns(conns[1], np.array([w for w, _ in pairs], np.int64),
+                                    np.array([s for _, s in pairs], np.int64))
+        assert (rows if mask is None else [r for r, m in zip(rows, mask) if m]) == kept
+    assert conns[0].execute("SELECT * FROM delivered ORDER BY 1, 2").fetchall() == \
+        conns[1].execute("SELECT * FROM delivered ORDER BY 1, 2").fetchall()
