@@ -14,6 +14,13 @@ same ring slot, the same ``progress_thread``) and hand every other call to
 the generic method unchanged: a time given, a step that is not a plain int,
 a clock that raises, and every call once the recorder's ``_emit`` is no
 longer this ring's producer (the recorder closed).
+
+A PyTorch loop on the CPU also records each load as an input stall: with
+the next step's start (``Recorder._record_stall_then_step``), or alone
+(``Recorder._record_since``: a start given, an end now). With a journal,
+:func:`bind_hot_calls` binds those too: the events in the journal's
+consecutive slots by one ``pack_into`` (in a loop's cold caches one such
+call costs a few microseconds, about as much as all of the events' other work).
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ from goodput_core.events import Kind
 from goodput_core.record import journal as jr
 from goodput_core.record.phases import PhaseMixin
 
-__all__ = ["bind_step_calls"]
+__all__ = ["bind_hot_calls"]
 
 _HAS_STEP = 256  # the slot's code: the kind, and the flag that a step follows
 
@@ -93,12 +100,115 @@ def _named(call: Callable[..., None], generic: Callable[..., None],
     return named
 
 
-def bind_step_calls(rec: Any, emit: Callable[..., None]) -> None:
-    """Installs the one-frame step calls on ``rec`` for the producer ``emit``,
+def _hot_since(rec: Any, emit: Callable[..., None],
+               generic: Callable[..., None]) -> Callable[..., None]:
+    """The one-frame ``_record_since(first, second, start)`` for a journal: both
+    events in consecutive slots by one pack; any other case (a start that is
+    not a finite float, a raising clock, the recorder closed, the two tickets
+    not consecutive (another thread took one between) or the pair across the
+    ring's end or past its room) goes the generic way (the last three
+    through the producer at this clock read, the tickets taken here passed
+    over as the producer does on an error)."""
+    clock, ring = rec._clock, rec._ring
+    mm, slots, half, wake, tickets = ring.journal.mm, ring.slots, ring.half, ring.wake, ring.tickets
+    pack = jr.PLAIN_PAIR.pack_into
+
+    def since(first, second, start):
+        if type(start) is float and start - start == 0.0 and rec._emit is emit:
+            try:
+                t = clock()
+            except Exception:  # the generic path counts and says it
+                return generic(rec, first, second, start)
+            n = next(tickets)
+            m = next(tickets)
+            try:
+                room = m - ring.freed
+                if m == n + 1 and m % slots and room <= slots:  # m % slots: not across the end
+                    pidx = rec.process_index
+                    pack(mm, (n % slots) << 7, n, first, start, 0, t, pidx, n,
+                         m, second, t, 0, t, pidx, m)
+                    if room >= half:
+                        wake()
+                    return None
+            except BaseException:  # an async exception (Ctrl-C) between ticket and slot
+                ring._abandon(n)
+                ring._abandon(m)
+                raise
+            ring._abandon(n)  # the producer writes them under new tickets, at this clock read
+            ring._abandon(m)
+            emit(int(first), start, None, None, t)
+            emit(int(second), t, None, None, t)
+            return None
+        return generic(rec, first, second, start)
+    return since
+
+
+def _hot_stall_then_start(rec: Any, emit: Callable[..., None],
+                          generic: Callable[..., None]) -> Callable[..., None]:
+    """The one-frame ``_record_stall_then_step(start, end, step)`` for a journal:
+    the stall's two events and the step start (now) in three consecutive
+    slots by one pack; the cases :func:`_hot_since` hands on go the generic
+    way likewise (a step that is not a plain 64-bit int too)."""
+    clock, ring = rec._clock, rec._ring
+    mm, slots, half, wake, tickets = ring.journal.mm, ring.slots, ring.half, ring.wake, ring.tickets
+    pack = jr.PLAIN_TRIPLE.pack_into
+    stall_start, stall_end = int(Kind.INPUT_STALL_START), int(Kind.INPUT_STALL_END)
+    step_start, slot_start = int(Kind.STEP_START), int(Kind.STEP_START) | _HAS_STEP
+
+    def stall_then_start(start, end, step):
+        if type(start) is float and type(end) is float and start - start == 0.0 \
+                and end - end == 0.0 and type(step) is int and rec._emit is emit \
+                and -0x8000000000000000 <= step <= 0x7FFFFFFFFFFFFFFF:
+            try:
+                t = clock()
+            except Exception:  # the generic path counts and says it
+                return generic(rec, start, end, step)
+            rec.progress_thread = get_ident()
+            n = next(tickets)
+            m = next(tickets)
+            o = next(tickets)
+            try:
+                room = o - ring.freed
+                if o == n + 2 and (n % slots) + 2 < slots and room <= slots:
+                    pidx = rec.process_index
+                    pack(mm, (n % slots) << 7, n, stall_start, start, 0, t, pidx, n,
+                         m, stall_end, end, 0, t, pidx, m, o, slot_start, t, step, t, pidx, o)
+                    if room >= half:
+                        wake()
+                    return None
+            except BaseException:  # an async exception (Ctrl-C) between ticket and slot
+                for k in (n, m, o):
+                    ring._abandon(k)
+                raise
+            for k in (n, m, o):  # the producer writes them under new tickets, at this clock read
+                ring._abandon(k)
+            emit(stall_start, start, None, None, t)
+            emit(stall_end, end, None, None, t)
+            emit(step_start, t, step, None, t)
+            return None
+        return generic(rec, start, end, step)
+    return stall_then_start
+
+
+def bind_hot_calls(rec: Any, emit: Callable[..., None]) -> None:
+    """Installs the one-frame calls on ``rec`` for the producer ``emit``, each
     unless its class defines its own (a subclass's override keeps its say)."""
     cls = type(rec)
+    recorder_cls = _recorder_class()
+    if rec._ring.journal is not None:
+        for name, hot in (("_record_since", _hot_since),
+                          ("_record_stall_then_step", _hot_stall_then_start)):
+            generic = getattr(cls, name)
+            if generic is getattr(recorder_cls, name):
+                setattr(rec, name, hot(rec, emit, generic))
     for name, kind, parameter in (("record_step_start_time", Kind.STEP_START, "start_time"),
                                   ("record_step_end_time", Kind.STEP_END, "end_time")):
         generic = getattr(cls, name)
         if generic is getattr(PhaseMixin, name):
             setattr(rec, name, _named(_hot(rec, emit, kind, generic), generic, parameter))
+
+
+def _recorder_class() -> Any:
+    from goodput_core.record.recorder import Recorder  # the recorder imports this module
+
+    return Recorder

@@ -79,6 +79,11 @@ HAS_STEP, EXTRA_INLINE, EXTRA_PARTS, CONT, SKIP = 1, 2, 4, 8, 16
 
 #: An event without extra: ticket, code, time, step, write time, process index, ticket.
 PLAIN = struct.Struct("<QH6xdqdq72xQ")
+#: Two plain events in consecutive slots, written by one call (a span's start
+#: and end: record/hot_calls.py).
+PLAIN_PAIR = struct.Struct("<" + PLAIN.format[1:] * 2)
+#: Three: a load's input stall and the next step's start (record/hot_calls.py).
+PLAIN_TRIPLE = struct.Struct("<" + PLAIN.format[1:] * 3)
 #: An event with its extra inline: + extra length and bytes.
 INLINE = struct.Struct("<QH2xIdqdq72sQ")
 #: An event whose extra lies in continuation slots: + parts, total length.

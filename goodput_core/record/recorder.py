@@ -43,7 +43,7 @@ from goodput_core.record import hooks
 # re-exported: callers and tests written before the hooks moved read them here
 from goodput_core.record.hooks import _LIVE, flush_all, flush_before_read  # noqa: F401
 from goodput_core.record.heartbeat import heartbeat_seconds as heartbeat_seconds_of
-from goodput_core.record.hot_calls import bind_step_calls
+from goodput_core.record.hot_calls import bind_hot_calls
 from goodput_core.record.phases import PhaseMixin
 from goodput_core.record.stats import empty_stats, recorder_stats
 from goodput_core.record.storable import (
@@ -194,7 +194,7 @@ class Recorder(PhaseMixin):
         self._ring = writer.ring  # this side produces into it, the writer drains it
         if self._store is not None:
             self._emit = self._ring.emitter(self)  # type: ignore[method-assign]
-            bind_step_calls(self, self._emit)
+            bind_hot_calls(self, self._emit)
             writer.start()
 
     def _process_index_now(self) -> int:
@@ -358,6 +358,15 @@ class Recorder(PhaseMixin):
             return
         self._emit(int(first), start, None, None, t)
         self._emit(int(second), t, None, None, t)
+
+    def _record_stall_then_step(self, start: float, end: float, step: int) -> None:
+        """A load's input stall ``[start, end]`` (times this recorder's clock
+        gave) and the start of ``step`` now: what a PyTorch loop on the CPU
+        records between two steps. As the three typed calls; with a journal,
+        :mod:`goodput_core.record.hot_calls` writes the three in one call."""
+        self._record(Kind.INPUT_STALL_START, start)
+        self._record(Kind.INPUT_STALL_END, end)
+        self.record_step_start_time(step)
 
     def _check_zone_offset(self, kind: Kind, t: float, clock: float) -> None:
         """Warns once per recorder about a time shifted by a time-zone offset

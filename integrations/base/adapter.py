@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from typing import Any, Callable, Dict, Iterator, Optional
+from typing import Any, Callable, Dict, Iterator, Optional, Tuple
 
 from goodput_integrations.base.slot import AdapterSlot
 from goodput_integrations.base.spans import record_stall
@@ -56,6 +56,15 @@ class AdapterBase:
     _LOG = ""
     gate: Any
     _opts: Dict[str, Any]
+    #: ``(start, end)``: ``start(step)`` records a step's start now and
+    #: ``end(step, count, sync_every)`` its end when due (as ``step_returned``),
+    #: set by an adapter once each step's return is its end and this process
+    #: writes (PyTorch on the CPU); the step wrapper then calls them directly.
+    fast_steps: Optional[Tuple[Callable[[int], None], Callable[[int, int, Any], None]]] = None
+    #: ``(clock, loaded)``: a load timed with ``clock``, handed on whole as an
+    #: input stall by ``loaded(t0)`` once the batch is there, set as
+    #: ``fast_steps`` is.
+    fast_load: Optional[Tuple[Callable[[], float], Callable[[float], None]]] = None
 
     @staticmethod
     def _log_once(key: str, msg: str, *args: Any, exc_info: bool = True) -> None:

@@ -33,6 +33,7 @@ import json
 import os
 import signal
 import time
+import sys
 
 from goodput_core import Recorder
 from goodput_core.cli.demo_attempts import PROTOCOL_PREFIX
@@ -103,7 +104,12 @@ class Truth:
 def say(enabled, event, **fields):
     """One protocol line for ``goodput demo --torch`` (see goodput_integrations.demo)."""
     if enabled:
-        print(PROTOCOL_PREFIX + json.dumps({"event": event, **fields}), flush=True)
+        # one write(2) of the whole line: two ranks share torchrun's stdout, and a
+        # print() under PYTHONUNBUFFERED writes the text and its newline apart
+        # (a rank's line could then land inside another's)
+        sys.stdout.flush()
+        os.write(sys.stdout.fileno(), (PROTOCOL_PREFIX + json.dumps(
+            {"event": event, **fields}) + "\n").encode())
 
 
 def latest_checkpoint(ckpt_dir):

@@ -14,8 +14,9 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import sys
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional, Tuple
 
 from goodput_core.events import Kind
 from goodput_integrations.base.adapter import AdapterBase
@@ -31,13 +32,25 @@ from goodput_integrations.torch.metadata import run_metadata
 from goodput_integrations.torch.signals import LingeringHooks
 from goodput_integrations.torch.steps import SyncEvery, check_sync_every, track_steps
 
-__all__ = ["TorchAdapter", "DEFAULT_CUDA_SYNC_EVERY"]
+__all__ = ["TorchAdapter", "DEFAULT_CUDA_SYNC_EVERY", "DEFAULT_CPU_SYNC_EVERY"]
 
 #: ``sync_every="auto"`` on CUDA: one pipeline drain per this many steps.
 DEFAULT_CUDA_SYNC_EVERY = 100
+#: ``sync_every="auto"`` on the CPU: a step end recorded every this many steps
+#: (each return is a sync point; recording each would cost a 1 ms step ~1 %).
+DEFAULT_CPU_SYNC_EVERY = 10
 _DEVICES = ("auto", "cpu", "cuda")
 #: :meth:`TorchAdapter.load_started`'s token for a CPU load the recorder stamps the end of
 _STAMPED = object()
+
+
+class _PendingStall:
+    """A CPU load's stall ``(t0, t1)`` until the next step's start records it."""
+
+    __slots__ = ("stall",)
+
+    def __init__(self) -> None:
+        self.stall: Optional[Tuple[float, float]] = None
 
 
 class TorchAdapter(AdapterBase):
@@ -61,9 +74,9 @@ class TorchAdapter(AdapterBase):
       recorder: a :class:`goodput_core.Recorder`.
       per_host: every rank writes, with its rank as the recorder's process
         index (per-host figures, stragglers: semantics rule 13).
-      sync_every: on CUDA, wait for the GPU every N tracked steps and record
-        the step end there; ``"auto"``: every 100 on CUDA; None: never
-        (see steps.py). On the CPU every step ends at its return.
+      sync_every: record the step end every N tracked steps (on CUDA after
+        waiting for the GPU; on the CPU at the step's return); ``"auto"``:
+        every 100 on CUDA, every 10 on the CPU; None: never (see steps.py).
       device: ``"auto"`` (CUDA when a CUDA context exists at the first
         tracked step), ``"cpu"`` or ``"cuda"``.
       clock: POSIX-seconds clock for the spans we time; default: the recorder's.
@@ -113,6 +126,7 @@ class TorchAdapter(AdapterBase):
         self._hooks = LingeringHooks(self, sigterm=sigterm, excepthook=excepthook,
                                       flush_timeout_s=flush_timeout_s)
         self._stamping: Optional[bool] = None  # see _stamp_loads()
+        self._pending = _PendingStall()  # see _set_fast_paths()
         # self.stalls: a StallWatch on CUDA (created at the first CUDA step)
         self.gate = ProcessGate(recorder, per_host=per_host, on_decided=self._on_decided,
                                 process_index=_probe.process_index)
@@ -150,6 +164,7 @@ class TorchAdapter(AdapterBase):
         self.uninstrument(linger=True)
 
     def _uninstall(self, linger: bool) -> None:
+        self.flush_pending()
         self._compile.uninstall()
         self._dcp.uninstall()
         self._accel.uninstall()
@@ -227,6 +242,9 @@ class TorchAdapter(AdapterBase):
             if self._on_cuda is None:
                 self._decide_device()
             self._lazy_hooks()
+            if self._on_cuda is False and self.gate.decision is not None \
+                    and self.fast_steps is None:
+                self._set_fast_paths()
             # flat, as the JAX adapter's hot paths: this runs in the loop's cold caches
             if self.gate.decision and self._recorder_stamps:
                 self.recorder.record_step_start_time(step)
@@ -235,12 +253,81 @@ class TorchAdapter(AdapterBase):
         except Exception:
             _probe.log_once("torch-step-start", "goodput: recording a step start failed")
 
+    def _set_fast_paths(self) -> None:
+        """On the CPU, once this process writes with the recorder's clock: the
+        step wrapper's and the loader's direct calls (``fast_steps``,
+        ``fast_load``), the hooks' effect in fewer frames and journal writes,
+        run in the cold caches a step leaves (quality P15). A load's stall is
+        written with the next step's start, in one journal write; a load that
+        no step follows (the next load, ``uninstrument()``, a disruption) is
+        written then (:meth:`flush_pending`). Neither the device nor the
+        decision changes after; ``uninstrument()`` stops every wrapper first."""
+        rec = self.recorder
+        if not (self.gate.decision and self._recorder_stamps):
+            return
+        compile_spans, dcp, lazy = self._compile, self._dcp, self._lazy_hooks
+        start_cb, modules, dynamo = compile_spans._start_cb, sys.modules, "torch._dynamo"
+        record_start, stall_then_start = rec.record_step_start_time, None
+        pending = self._pending
+        if self.input_stalls and hasattr(rec, "_record_stall_then_step"):
+            stall_then_start = rec._record_stall_then_step
+        adapter = self
+
+        def start(step: int) -> None:
+            adapter.last_step = step
+            # _lazy_hooks()'s tests, inline: our compile callback is still the
+            # handler's last (a reset clears it), or TorchDynamo is not imported;
+            # DCP is attached or not imported
+            registered = compile_spans._registered_in
+            if (registered[-1] is not start_cb if registered else (
+                    compile_spans._installed and dynamo in modules)) or (
+                    dcp.pending and DCP_LOGGER_MODULE in modules):
+                lazy()
+            stall = pending.stall
+            if stall is None:
+                record_start(step)
+            else:
+                pending.stall = None
+                stall_then_start(stall[0], stall[1], step)
+
+        record_end, adapter_every = rec.record_step_end_time, self._every
+
+        def end(step: int, count: int, sync_every: SyncEvery) -> None:
+            every = adapter_every if sync_every == "auto" else sync_every
+            if every and not count % every:
+                record_end(step)
+
+        self.fast_steps = (start, end)
+        if stall_then_start is None:
+            return
+        clock = self.clock
+
+        def loaded(t0: float) -> None:
+            if pending.stall is not None:  # the last load had no step after it
+                adapter.flush_pending()
+            pending.stall = (t0, clock())
+
+        self.fast_load = (clock, loaded)
+
+    def flush_pending(self) -> None:
+        """Records a load's stall still waiting for its step (never raises)."""
+        stall, self._pending.stall = self._pending.stall, None
+        if stall is not None:
+            try:
+                record_stall(self.recorder, stall[0], stall[1])
+            except Exception:
+                _probe.log_once("torch-data-record", "goodput: recording a data-loading span "
+                                "failed")
+
     def step_returned(self, step: int, count: int, result: Any, sync_every: SyncEvery) -> None:
         """The step function of ``step`` (the ``count``-th tracked call) returned:
         on the CPU its end now; on CUDA an event for the stall watch, and at a
         sync point a wait for the GPU and the end (never raises)."""
         try:
+            every = self._every if sync_every == "auto" else sync_every
             if not self._on_cuda:
+                if not every or count % every:
+                    return
                 if self.gate.decision and self._recorder_stamps:
                     self.recorder.record_step_end_time(step)
                 else:
@@ -248,7 +335,6 @@ class TorchAdapter(AdapterBase):
                 return
             if self.stalls is not None:
                 self.stalls.dispatched(result)
-            every = self._every if sync_every == "auto" else sync_every
             if every and count % every == 0:
                 import torch
 
@@ -276,9 +362,11 @@ class TorchAdapter(AdapterBase):
 
     def _set_device(self, on_cuda: bool) -> None:
         self._on_cuda = on_cuda
+        every = self.sync_every
+        if every == "auto":
+            every = DEFAULT_CUDA_SYNC_EVERY if on_cuda else DEFAULT_CPU_SYNC_EVERY
+        self._every = every
         if on_cuda:
-            every = self.sync_every
-            self._every = DEFAULT_CUDA_SYNC_EVERY if every == "auto" else every
             if self.input_stalls and self.stalls is None:
                 # lazy: the CUDA stall watch (and the JAX adapter's StallWatch): on CUDA only
                 from goodput_integrations.torch.stalls import cuda_stall_watch

@@ -40,6 +40,10 @@ class LingeringHooks(DisruptionHooks):
             _probe.log_once("torch-linger-flush", "goodput: flushing after a crash failed")
 
     def _record(self, cause: str) -> None:
+        try:
+            self._adapter.flush_pending()  # a load's stall waiting for its step
+        except Exception:
+            _probe.log_once("torch-flush-pending", "goodput: recording a load failed")
         if self.lingering:  # the crash is recorded (rec.job()): make it durable
             self._flush()
             return

@@ -159,3 +159,73 @@ def test_the_bound_calls_keep_the_generic_names_and_docs(tmp_path):
     for name in ("record_step_start_time", "record_step_end_time"):
         bound = getattr(rec, name)
         assert bound.__name__ == name and bound.__doc__ == generic(name).__doc__
+
+
+# ------------------------------------------------------- the stall span call
+_STALL = (Kind.INPUT_STALL_START, Kind.INPUT_STALL_END)
+
+
+def test_the_span_call_stores_what_the_generic_one_stores_across_the_ring_end(tmp_path):
+    path = str(tmp_path / "s.sqlite")
+    hot = Recorder("hot", path, clock=Ticks(), queue_size=64, process_index=2)
+    slow = Recorder("slow", path, clock=Ticks(), queue_size=64, process_index=2)
+    assert "_record_since" in vars(hot) and hot._ring.slots % 2 == 0
+    slots = hot._ring.slots
+    for i in range(3 * slots):  # around the ring three times; a single event every 7th
+        # pair shifts the pairs' alignment: some start in the ring's last slot
+        start = 2_000.0 + i
+        hot._record_since(*_STALL, start)
+        Recorder._record_since(slow, *_STALL, start)
+        if i % 7 == 0:
+            hot.record_step_start_time(i)
+            slow.record_step_start_time(i)
+        if i % 11 == 0:
+            assert hot.flush(30) and slow.flush(30)
+    assert hot.flush(30) and slow.flush(30)
+    got, want = stored(path, "hot"), stored(path, "slow")
+    assert len(got) > 6 * slots and got == want
+    first = next(e for e in got if e[0] == Kind.INPUT_STALL_START)
+    end = got[got.index(first) + 1]
+    assert first[1] == 2_000.0 and first[3] == end[1] == end[3] and first[4] == 2
+    assert hot.stats()["dropped"] == 0 and not hot.stats().get("rejected")
+
+
+def test_the_span_call_hands_bad_starts_and_split_tickets_to_the_generic_path(tmp_path):
+    path = str(tmp_path / "s.sqlite")
+    rec = Recorder("odd", path, clock=Ticks(), flush_interval_s=3600)  # holes stay till flush
+    for bad in (5, float("nan"), float("inf"), "3.0"):
+        rec._record_since(*_STALL, bad)
+    ring = rec._ring
+
+    class Skipping:  # another thread takes a ticket between the call's two
+        def __init__(self, it):
+            self.it, self.calls, self.given = it, 0, []
+
+        def __next__(self):
+            self.calls += 1
+            n = next(self.it)
+            if self.calls == 2:
+                ring._abandon(n)  # the other thread's ticket (its event is not ours)
+                n = next(self.it)
+            self.given.append(n)
+            return n
+
+        def __repr__(self):  # the ring reads how many it issued from the count's repr
+            return repr(self.it)
+
+    ring.tickets = Skipping(ring.tickets)
+    from goodput_core.record.hot_calls import bind_hot_calls
+
+    bind_hot_calls(rec, rec._emit)
+    rec._record_since(*_STALL, 1_500.0)
+    assert ring.tickets.calls == 2 and set(ring.tickets.given) <= ring.holes  # passed over
+    assert rec.flush(30)
+    kept = [(kind, t) for kind, t, *_ in stored(path, "odd")]
+    assert (Kind.INPUT_STALL_START, 1_500.0) in kept and kept[-1][0] == Kind.INPUT_STALL_END
+    generic_kept = Recorder("odd-generic", path, clock=Ticks())
+    for bad in (5, float("nan"), float("inf"), "3.0"):
+        Recorder._record_since(generic_kept, *_STALL, bad)
+    assert generic_kept.flush(30)
+    assert rec.stats()["rejected"] == generic_kept.stats()["rejected"]
+    assert [k for k, *_ in stored(path, "odd-generic")] == [k for k, _ in kept[:-2]]
+    assert rec.stats()["dropped"] == 0

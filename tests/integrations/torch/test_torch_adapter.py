@@ -36,7 +36,7 @@ def test_steps_on_the_cpu_end_at_their_return_and_loads_are_stalls(rec):
             torch.utils.data.TensorDataset(torch.arange(6.0)), batch_size=2))
         assert len(loader) == 3 and loader.batch_size == 2  # the loader's own attributes
 
-        @gtorch.train_step(first_step=7)
+        @gtorch.train_step(first_step=7, sync_every=1)  # every end (default: every 10th)
         def step(batch):
             seen.append(batch)
             return batch[0].sum()
@@ -64,11 +64,86 @@ def test_steps_on_the_cpu_end_at_their_return_and_loads_are_stalls(rec):
     assert step.counter.next_step == 10 and len(seen) == 3
 
 
+def _cpu_loop_events(tmp_path, run, fast):
+    """A CPU loop of 40 steps into a durable SQLite store, through the adapter's
+    fast paths or (``fast=False``) its hooks alone: the stored (kind, step)s."""
+    from goodput_core import Recorder, open_store
+
+    store = str(tmp_path / "loop.sqlite")
+    recorder = Recorder(run, store)
+    with recorder.job(), gtorch.instrumented(recorder) as adapter:
+        if not fast:
+            adapter._set_fast_paths = lambda: None
+        loader = gtorch.instrument_loader(torch.utils.data.DataLoader(
+            torch.utils.data.TensorDataset(torch.arange(80.0)), batch_size=2))
+        step = gtorch.train_step(lambda batch: batch[0].sum())
+        for batch in loader:
+            step(batch)
+        paths = (adapter.fast_steps is not None, adapter.fast_load is not None)
+    assert recorder.flush(30)
+    recorder.close()
+    events, _ = open_store(store).read(run)
+    kinds = [(Kind(e.kind).name, e.step) for e in events if e.kind != Kind.METADATA]
+    times = [e.time for e in events if e.kind != Kind.METADATA]
+    return paths, kinds, times
+
+
+def test_the_cpu_fast_paths_store_what_the_hooks_store(tmp_path):
+    # from the second step on, the wrapper and the loader record through the
+    # adapter's direct calls (the recorder's one-frame step and stall calls)
+    fast_paths, fast, fast_times = _cpu_loop_events(tmp_path, "fast", True)
+    hook_paths, hooks, _ = _cpu_loop_events(tmp_path, "hooks", False)
+    assert fast_paths == (True, True) and hook_paths == (False, False)
+    assert fast == hooks
+    assert fast.count(("INPUT_STALL_START", None)) == 41  # iter() and 40 loads
+    # by default a step end every 10th step on the CPU (each return is a sync
+    # point; the spans between two step starts hold the steps either way)
+    assert [k for k in fast if k[0].startswith("STEP")] == [
+        e for k in range(40) for e in [("STEP_START", k)] + [("STEP_END", k)] * (k % 10 == 9)]
+    # each load's stall, then the step it fed
+    assert fast[:6] == [("JOB_START", None)] + [  # iter(), then the first load
+        ("INPUT_STALL_START", None), ("INPUT_STALL_END", None)] * 2 + [("STEP_START", 0)]
+    assert fast[-5:] == [("INPUT_STALL_START", None), ("INPUT_STALL_END", None),
+                         ("STEP_START", 39), ("STEP_END", 39), ("JOB_END", None)]
+    assert fast_times == sorted(fast_times)  # each event where it happened, in order
+
+
+def test_a_load_that_no_step_follows_is_recorded_all_the_same(rec):
+    # on the fast path a load's stall waits for the next step's start (one
+    # journal write for both); a second load, uninstrument() or a disruption
+    # records it without one
+    with gtorch.instrumented(rec.recorder) as adapter:
+        it = iter(gtorch.instrument_loader(list(range(10))))
+        step = gtorch.train_step(lambda b: b)
+        step(next(it))
+        step(next(it))
+        assert adapter.fast_load is not None
+        # so far iter() and the two loads
+        assert len(_pairs(rec, "INPUT_STALL_START", "INPUT_STALL_END")) == 3
+        next(it)
+        next(it)  # the first of these two: recorded now
+        assert len(_pairs(rec, "INPUT_STALL_START", "INPUT_STALL_END")) == 4
+        step(next(it))  # the second and the third with this step's start
+        assert len(_pairs(rec, "INPUT_STALL_START", "INPUT_STALL_END")) == 6
+        next(it)  # leaves instrumented() with no step after it
+    assert len(_pairs(rec, "INPUT_STALL_START", "INPUT_STALL_END")) == 7
+    with gtorch.instrumented(rec.recorder) as adapter:
+        it = iter(gtorch.instrument_loader(list(range(10))))
+        step = gtorch.train_step(lambda b: b)
+        step(next(it))
+        step(next(it))
+        next(it)
+        adapter._hooks._record("sigterm")  # what the SIGTERM handler records
+    stalls = _pairs(rec, "INPUT_STALL_START", "INPUT_STALL_END")
+    disruption = [e.time for e in rec.records() if Kind(e.kind).name == "DISRUPTION"]
+    assert len(stalls) == 7 + 4 and disruption and stalls[-1][1] <= disruption[0]
+
+
 def test_torch_compile_compiles_and_recompiles_are_program_startup(rec):
     torch._dynamo.reset()
     with gtorch.instrumented(rec.recorder) as adapter:
         fn = torch.compile(lambda x: (x * 2).sum(), backend="eager", dynamic=False)
-        step = gtorch.train_step(fn)
+        step = gtorch.train_step(fn, sync_every=1)  # each step's end
         step(torch.ones(3))
         step(torch.ones(3))  # cached: no compile
         torch._dynamo.reset()  # clears every callback: the next step registers ours again
