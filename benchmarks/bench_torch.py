@@ -9,7 +9,8 @@ takes about a millisecond. "On" runs do what the README shows:
 start and end per step, and each load, on the CPU, as its input stall: four
 events a step into the default embedded SQLite store through the writer
 thread),
-and a ``Monitor`` on a thread of the same process (one cycle a second,
+and a ``Monitor`` on a thread of the same process (one cycle a second by
+default here, ``--monitor-interval``; the Monitor's own default is 30 s;
 TensorBoard files). "Off" runs are the same loop, bare.
 
 Runs alternate off/on (interleaved, so drift in the machine's speed hits
@@ -21,6 +22,7 @@ inside the loop (the step call and ``next()``, on against off).
 
     python benchmarks/bench_torch.py [--pairs 10] [--steps 3000] [--hidden 96]
     python benchmarks/bench_torch.py --parts --steps 2000   # where the "on" time goes
+    python benchmarks/bench_torch.py --blocks 500           # the same in 10-step blocks
 """
 
 from __future__ import annotations
@@ -62,7 +64,7 @@ def _others_cpu() -> float:
 
 
 def one_run(on: bool, steps: int, hidden: int, store: str, tb: str, with_monitor: bool = True,
-            recorder=None):
+            recorder=None, monitor_interval: float = 1.0):
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(64, hidden), torch.nn.ReLU(),
                                 torch.nn.Linear(hidden, hidden), torch.nn.ReLU(),
@@ -104,7 +106,7 @@ def one_run(on: bool, steps: int, hidden: int, store: str, tb: str, with_monitor
         monitor = None
         if with_monitor:
             monitor = Monitor(run, store, [TensorBoardExporter(os.path.join(tb, run))],
-                              interval_s=1, recorder=rec, process=False)
+                              interval_s=monitor_interval, recorder=rec, process=False)
             monitor.start()
         train_step = gtorch.train_step(step_fn)
         it = iter(gtorch.instrument_loader(loader))
@@ -173,12 +175,105 @@ def parts(pairs: int, steps: int, hidden: int, store: str, tb: str) -> None:
               f"threads' CPU {statistics.median(others[name]) * 1e6:.1f} us/step")
 
 
+def blocks(cycles: int, hidden: int, store: str, block: int = 10) -> None:
+    """Variants of the recording in one process, interleaved in blocks of
+    ``block`` steps (the VM's speed moves by tens of percent over seconds;
+    blocks a few milliseconds apart see the same speed): the median cost per
+    step of each over the bare loop. No monitor (it cannot be switched per
+    block); the writer runs throughout (its cost lands on every block)."""
+    import itertools
+    import mmap
+    from goodput_core.record import journal as jr
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, hidden), torch.nn.ReLU(),
+                                torch.nn.Linear(hidden, hidden), torch.nn.ReLU(),
+                                torch.nn.Linear(hidden, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+
+    def step_fn(x, y):
+        opt.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    names = ["off", "hooks, every end", "adapter (default)", "floor"]
+    loader = torch.utils.data.DataLoader(Batches(block * cycles * len(names) + 8, 64),
+                                         batch_size=None)
+    clock, buf, pack = time.time, mmap.mmap(-1, 1 << 20), jr.PLAIN_TRIPLE.pack_into
+    tickets = itertools.count()
+
+    class Stamped:  # floor: the load's two clock reads, kept for the step's write
+        def __init__(self, it):
+            self.it, self.stall = it, (0.0, 0.0)
+
+        def __iter__(self):
+            return self
+
+        def __next__(self):
+            t0 = clock()
+            batch = next(self.it)
+            self.stall = (t0, clock())
+            return batch
+
+    stamped = Stamped(iter(loader))
+
+    def floor_step(x, y):  # one clock read and one 3-slot pack, into a private buffer
+        t, n = clock(), next(tickets)
+        t0, t1 = stamped.stall
+        pack(buf, (n % 2048) << 7, n, 28, t0, 0, t, 0, n, n, 29, t1, 0, t, 0, n,
+             n, 259, t, n, t, 0, n)
+        return step_fn(x, y)
+
+    rec = Recorder(f"blocks-{uuid.uuid4().hex[:6]}", store)
+    pc = time.perf_counter
+    with rec.job(), gtorch.instrumented(rec) as adapter:
+        every_end = gtorch.train_step(step_fn, sync_every=1)
+        default = gtorch.train_step(step_fn)
+        timed = iter(gtorch.instrument_loader(loader))
+        for _ in range(3):
+            default(*next(timed))
+        fast = (adapter.fast_steps, adapter.fast_load)
+        bare = iter(loader)
+        variants = {"off": (bare, step_fn, (None, None)),
+                    "hooks, every end": (timed, every_end, (None, None)),
+                    "adapter (default)": (timed, default, fast),
+                    "floor": (stamped, floor_step, (None, None))}
+        times = {name: [] for name in names}
+        for c in range(cycles):
+            for name in names[c % len(names):] + names[:c % len(names)]:
+                it, step, (adapter.fast_steps, adapter.fast_load) = variants[name]
+                t0 = pc()
+                for _ in range(block):
+                    x, y = next(it)
+                    step(x, y)
+                times[name].append(pc() - t0)
+            adapter.flush_pending()
+        adapter.fast_steps, adapter.fast_load = fast
+    rec.close()
+    off = statistics.median(times["off"]) / block
+    print(f"blocks: {cycles} cycles of {block}-step blocks per variant, interleaved; off "
+          f"{off * 1e3:.3f} ms/step (median block)")
+    for name in names[1:]:
+        more = statistics.median([(a - b) / block for a, b in zip(times[name], times["off"])])
+        print(f"  {name:18s} {more * 1e6:+6.1f} us/step over off (median of adjacent blocks), "
+              f"x{1 + more / off:.4f}")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--pairs", type=int, default=10)
     p.add_argument("--steps", type=int, default=3000)
     p.add_argument("--hidden", type=int, default=96)
     p.add_argument("--no-monitor", action="store_true", help="the adapter alone")
+    p.add_argument("--monitor-interval", type=float, default=1.0, metavar="S",
+                   help="the monitor's cycle (default 1 s: 30x the Monitor's own default; "
+                   "each cycle costs the process ~10-25 ms of CPU at this run size)")
+    p.add_argument("--blocks", type=int, default=0, metavar="CYCLES",
+                   help="variants in one process interleaved in 10-step blocks (off, the "
+                   "hooks with every step end, the adapter as it runs by default, the floor "
+                   "of one durable write a step); no monitor")
     p.add_argument("--parts", action="store_true", help="the adapter in parts (hooks only, "
                    "memory store, journal with the writer asleep, all), no monitor; --steps "
                    "at most 2,000 keeps the sleeping writer's events under half a ring")
@@ -191,6 +286,10 @@ def main():
     store, tb = os.path.join(tmp, "g.sqlite"), os.path.join(tmp, "tb")
     one_run(False, 300, args.hidden, store, tb)  # warm-up: imports, allocator
     one_run(True, 300, args.hidden, store, tb)
+    if args.blocks:
+        blocks(args.blocks, args.hidden, store)
+        print(f"load average after: {os.getloadavg()[0]:.1f}")
+        return
     if args.parts:
         parts(args.pairs, args.steps, args.hidden, store, tb)
         print(f"load average after: {os.getloadavg()[0]:.1f}")
@@ -205,7 +304,8 @@ def main():
         got = {}
         for on in order:
             total, st, ld, cpu = one_run(on, args.steps, args.hidden, store, tb,
-                                         not args.no_monitor)
+                                         not args.no_monitor,
+                                         monitor_interval=args.monitor_interval)
             loops[on].append(total)
             others[on].append(cpu)
             steps[on].extend(st)
