@@ -63,8 +63,8 @@ def _others_cpu() -> float:
     return time.process_time() - time.thread_time()
 
 
-def one_run(on: bool, steps: int, hidden: int, store: str, tb: str, with_monitor: bool = True,
-            recorder=None, monitor_interval: float = 1.0):
+def mlp_step(hidden: int):
+    """The step function: a small MLP's forward, backward and SGD step."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(64, hidden), torch.nn.ReLU(),
                                 torch.nn.Linear(hidden, hidden), torch.nn.ReLU(),
@@ -77,6 +77,13 @@ def one_run(on: bool, steps: int, hidden: int, store: str, tb: str, with_monitor
         loss.backward()
         opt.step()
         return loss
+
+    return step_fn
+
+
+def one_run(on: bool, steps: int, hidden: int, store: str, tb: str, with_monitor: bool = True,
+            recorder=None, monitor_interval: float = 1.0):
+    step_fn = mlp_step(hidden)
 
     loader = torch.utils.data.DataLoader(Batches(steps, 64), batch_size=None)
     step_times, load_times = [], []
@@ -185,18 +192,7 @@ def blocks(cycles: int, hidden: int, store: str, block: int = 10) -> None:
     import mmap
     from goodput_core.record import journal as jr
 
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(64, hidden), torch.nn.ReLU(),
-                                torch.nn.Linear(hidden, hidden), torch.nn.ReLU(),
-                                torch.nn.Linear(hidden, 2))
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
-
-    def step_fn(x, y):
-        opt.zero_grad(set_to_none=True)
-        loss = torch.nn.functional.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
-        return loss
+    step_fn = mlp_step(hidden)
 
     names = ["off", "hooks, every end", "adapter (default)", "floor"]
     loader = torch.utils.data.DataLoader(Batches(block * cycles * len(names) + 8, 64),
