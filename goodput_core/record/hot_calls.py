@@ -190,11 +190,12 @@ def _hot_stall_then_start(rec: Any, emit: Callable[..., None],
     return stall_then_start
 
 
-def bind_hot_calls(rec: Any, emit: Callable[..., None]) -> None:
+def bind_hot_calls(rec: Any, emit: Callable[..., None], recorder_cls: Any) -> None:
     """Installs the one-frame calls on ``rec`` for the producer ``emit``, each
-    unless its class defines its own (a subclass's override keeps its say)."""
+    unless its class overrides the generic method (of ``PhaseMixin``, or of
+    ``recorder_cls``, the class that defines the private ones): a subclass's
+    override keeps its say."""
     cls = type(rec)
-    recorder_cls = _recorder_class()
     if rec._ring.journal is not None:
         for name, hot in (("_record_since", _hot_since),
                           ("_record_stall_then_step", _hot_stall_then_start)):
@@ -207,8 +208,3 @@ def bind_hot_calls(rec: Any, emit: Callable[..., None]) -> None:
         if generic is getattr(PhaseMixin, name):
             setattr(rec, name, _named(_hot(rec, emit, kind, generic), generic, parameter))
 
-
-def _recorder_class() -> Any:
-    from goodput_core.record.recorder import Recorder  # the recorder imports this module
-
-    return Recorder

@@ -194,7 +194,7 @@ class Recorder(PhaseMixin):
         self._ring = writer.ring  # this side produces into it, the writer drains it
         if self._store is not None:
             self._emit = self._ring.emitter(self)  # type: ignore[method-assign]
-            bind_hot_calls(self, self._emit)
+            bind_hot_calls(self, self._emit, Recorder)
             writer.start()
 
     def _process_index_now(self) -> int:

@@ -216,7 +216,7 @@ def test_the_span_call_hands_bad_starts_and_split_tickets_to_the_generic_path(tm
     ring.tickets = Skipping(ring.tickets)
     from goodput_core.record.hot_calls import bind_hot_calls
 
-    bind_hot_calls(rec, rec._emit)
+    bind_hot_calls(rec, rec._emit, Recorder)
     rec._record_since(*_STALL, 1_500.0)
     assert ring.tickets.calls == 2 and set(ring.tickets.given) <= ring.holes  # passed over
     assert rec.flush(30)
