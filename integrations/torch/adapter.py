@@ -14,7 +14,6 @@ Example::
 
 from __future__ import annotations
 
-import functools
 import sys
 from typing import Any, Callable, Dict, Optional, Tuple
 
