@@ -229,3 +229,38 @@ def test_the_span_call_hands_bad_starts_and_split_tickets_to_the_generic_path(tm
     assert rec.stats()["rejected"] == generic_kept.stats()["rejected"]
     assert [k for k, *_ in stored(path, "odd-generic")] == [k for k, _ in kept[:-2]]
     assert rec.stats()["dropped"] == 0
+
+
+def test_the_stall_then_step_call_stores_what_the_generic_one_stores_across_the_ring_end(
+        tmp_path):
+    path = str(tmp_path / "s.sqlite")
+    hot = Recorder("hot3", path, clock=Ticks(), queue_size=64, process_index=4)
+    slow = Recorder("slow3", path, clock=Ticks(), queue_size=64, process_index=4)
+    assert "_record_stall_then_step" in vars(hot)
+    slots = hot._ring.slots
+    for i in range(2 * slots):  # three slots a call: every alignment against the ring's end
+        start, end = 3_000.0 + i, 3_000.5 + i
+        hot._record_stall_then_step(start, end, i)
+        Recorder._record_stall_then_step(slow, start, end, i)
+        if i % 5 == 0:
+            hot.record_step_end_time(i)
+            slow.record_step_end_time(i)
+        if i % 9 == 0:
+            assert hot.flush(30) and slow.flush(30)
+    hot._record_stall_then_step(3_999.0, 3_999.5, 2 ** 63)  # not a 64-bit step: generic
+    Recorder._record_stall_then_step(slow, 3_999.0, 3_999.5, 2 ** 63)
+    assert hot.flush(30) and slow.flush(30)
+    got, want = stored(path, "hot3"), stored(path, "slow3")
+    # the same events (the generic path reads the clock once per event, the
+    # one-call path once per call: clock-given times are compared apart)
+    def given(events):
+        stalls = (Kind.INPUT_STALL_START, Kind.INPUT_STALL_END)
+        return [(k, t if k in stalls else None, st, p) for k, t, st, _, p in events]
+
+    assert len(got) > 6 * slots and given(got) == given(want)
+    clock_times = [t for k, t, *_ in got if k in (Kind.STEP_START, Kind.STEP_END)]
+    assert clock_times == sorted(clock_times)
+    starts = [i for i, e in enumerate(got) if e[0] == Kind.STEP_START]
+    assert all(got[i - 2][3] == got[i - 1][3] == got[i][3] == got[i][1] for i in starts)
+    assert hot.stats()["dropped"] == 0 and hot.stats()["rejected"] == slow.stats()["rejected"]
+    assert hot.progress_thread == threading.get_ident()
