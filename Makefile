@@ -9,7 +9,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PIP := $(VENV)/bin/pip
 
-.PHONY: demo test test-torch test-maxtext test-axlearn test-slurm slurm-server system-packages
+.PHONY: demo test test-torch test-maxtext test-axlearn test-slurm slurm-server system-packages build-tools
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -22,7 +22,11 @@ demo: $(VENV)/bin/python
 # The tests run in a random order (pytest-randomly); the seed is printed first.
 # Repeat an order: make test SEED=<the printed seed>. Without the Debian packages
 # (and their tests): make test SYSTEM_PACKAGES=0.
-test: $(VENV)/bin/python system-packages
+# The compiled loop calls (setup.py) must be built and are tested (GOODPUT_REQUIRE_NATIVE=1);
+# without a C compiler: make test GOODPUT_REQUIRE_NATIVE=0 (their tests skip).
+GOODPUT_REQUIRE_NATIVE ?= 1
+export GOODPUT_REQUIRE_NATIVE
+test: $(VENV)/bin/python system-packages build-tools
 	$(PIP) install -q -e '.[all,test]'
 	@seed="$(SEED)"; seed="$${seed:-$$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}"; \
 	echo "test order: --randomly-seed=$$seed (repeat: make test SEED=$$seed)"; \
@@ -34,7 +38,7 @@ test: $(VENV)/bin/python system-packages
 # pip takes the CPU build where the index has one (an unpinned torch from PyPI is
 # the CUDA build, several GB); Lightning and transformers then resolve to it.
 TORCH_VERSION ?= 2.13.0
-test-torch: $(VENV)/bin/python
+test-torch: $(VENV)/bin/python build-tools
 	$(PIP) install -q -e '.[test]' 'torch==$(TORCH_VERSION)'
 	$(PIP) install -q -e '.[test,torch-trainers]' 'torch==$(TORCH_VERSION)'
 	@seed="$(SEED)"; seed="$${seed:-$$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}"; \
@@ -76,6 +80,23 @@ else
 	  echo "note: not installed:$$missing (make test installs them as root); their tests will be skipped"; \
 	fi
 endif
+
+# What builds the compiled loop calls (goodput_core/record/_native.c): a C compiler
+# and the interpreter's headers (Debian's python3 keeps them in python3-dev). As
+# root, installed with apt-get where missing; otherwise said.
+build-tools:
+	@missing=""; \
+	{ command -v cc || command -v gcc; } >/dev/null 2>&1 || missing="$$missing gcc"; \
+	$(PYTHON) -c "import os, sysconfig, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()['include'], 'Python.h')))" \
+	  || missing="$$missing python3-dev"; \
+	[ -z "$$missing" ] && exit 0; \
+	if [ "$$(id -u)" = 0 ]; then \
+	  echo "make: installing Debian packages:$$missing (to build the compiled loop calls)"; \
+	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing || \
+	    echo "note: apt-get failed; the package installs without its compiled part"; \
+	else \
+	  echo "note: not installed:$$missing; the package installs without its compiled part (make test GOODPUT_REQUIRE_NATIVE=0)"; \
+	fi
 
 # Opt-in: a real Slurm (slurmctld, slurmd, slurmdbd on a private MariaDB, all on
 # this machine, as root) records, requeues and accounts a run; the report's

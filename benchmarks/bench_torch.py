@@ -191,6 +191,7 @@ def blocks(cycles: int, hidden: int, store: str, block: int = 10) -> None:
     import itertools
     import mmap
     from goodput_core.record import journal as jr
+    from goodput_core.record.native import adapters_changed
 
     step_fn = mlp_step(hidden)
 
@@ -230,23 +231,25 @@ def blocks(cycles: int, hidden: int, store: str, block: int = 10) -> None:
         timed = iter(gtorch.instrument_loader(loader))
         for _ in range(3):
             default(*next(timed))
-        fast = (adapter.fast_steps, adapter.fast_load)
-        bare = iter(loader)
-        variants = {"off": (bare, step_fn, (None, None)),
-                    "hooks, every end": (timed, every_end, (None, None)),
+        fast = (adapter.fast_steps, adapter.fast_load, adapter.native_loop)
+        bare, none = iter(loader), (None, None, None)
+        variants = {"off": (bare, step_fn, none),
+                    "hooks, every end": (timed, every_end, none),
                     "adapter (default)": (timed, default, fast),
-                    "floor": (stamped, floor_step, (None, None))}
+                    "floor": (stamped, floor_step, none)}
         times = {name: [] for name in names}
         for c in range(cycles):
             for name in names[c % len(names):] + names[:c % len(names)]:
-                it, step, (adapter.fast_steps, adapter.fast_load) = variants[name]
+                it, step, (adapter.fast_steps, adapter.fast_load,
+                           adapter.native_loop) = variants[name]
+                adapters_changed()  # the compiled wrappers look for the loop again
                 t0 = pc()
                 for _ in range(block):
                     x, y = next(it)
                     step(x, y)
                 times[name].append(pc() - t0)
             adapter.flush_pending()
-        adapter.fast_steps, adapter.fast_load = fast
+        adapter.fast_steps, adapter.fast_load, adapter.native_loop = fast
     rec.close()
     off = statistics.median(times["off"]) / block
     print(f"blocks: {cycles} cycles of {block}-step blocks per variant, interleaved; off "

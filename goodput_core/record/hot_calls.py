@@ -33,9 +33,23 @@ from goodput_core.events import Kind
 from goodput_core.record import journal as jr
 from goodput_core.record.phases import PhaseMixin
 
-__all__ = ["bind_hot_calls"]
+__all__ = ["HOT_EMIT", "bind_hot_calls", "spill"]
 
 _HAS_STEP = 256  # the slot's code: the kind, and the flag that a step follows
+#: The recorder's attribute naming the producer its journal calls were bound
+#: for, set once all of them are (record/native.py checks it is still ``_emit``).
+HOT_EMIT = "_hot_emit"
+
+
+def spill(ring: Any, emit: Callable[..., None], tickets: Any, events: Any) -> None:
+    """Events whose slots could not be written where their tickets point (the
+    ring's end between them, or past its room): the tickets passed over as
+    the producer does on an error, each event ``(code, time, step, extra,
+    write time)`` written by the producer under a new one."""
+    for n in tickets:
+        ring._abandon(n)
+    for event in events:
+        emit(*event)
 
 
 def _hot(rec: Any, emit: Callable[..., None], kind: Kind,
@@ -134,10 +148,9 @@ def _hot_since(rec: Any, emit: Callable[..., None],
                 ring._abandon(n)
                 ring._abandon(m)
                 raise
-            ring._abandon(n)  # the producer writes them under new tickets, at this clock read
-            ring._abandon(m)
-            emit(int(first), start, None, None, t)
-            emit(int(second), t, None, None, t)
+            # the producer writes them under new tickets, at this clock read
+            spill(ring, emit, (n, m), ((int(first), start, None, None, t),
+                                       (int(second), t, None, None, t)))
             return None
         return generic(rec, first, second, start)
     return since
@@ -180,11 +193,10 @@ def _hot_stall_then_start(rec: Any, emit: Callable[..., None],
                 for k in (n, m, o):
                     ring._abandon(k)
                 raise
-            for k in (n, m, o):  # the producer writes them under new tickets, at this clock read
-                ring._abandon(k)
-            emit(stall_start, start, None, None, t)
-            emit(stall_end, end, None, None, t)
-            emit(step_start, t, step, None, t)
+            # the producer writes them under new tickets, at this clock read
+            spill(ring, emit, (n, m, o), ((stall_start, start, None, None, t),
+                                          (stall_end, end, None, None, t),
+                                          (step_start, t, step, None, t)))
             return None
         return generic(rec, start, end, step)
     return stall_then_start
@@ -196,15 +208,20 @@ def bind_hot_calls(rec: Any, emit: Callable[..., None], recorder_cls: Any) -> No
     ``recorder_cls``, the class that defines the private ones): a subclass's
     override keeps its say."""
     cls = type(rec)
+    bound = 0
     if rec._ring.journal is not None:
         for name, hot in (("_record_since", _hot_since),
                           ("_record_stall_then_step", _hot_stall_then_start)):
             generic = getattr(cls, name)
             if generic is getattr(recorder_cls, name):
                 setattr(rec, name, hot(rec, emit, generic))
+                bound += 1
     for name, kind, parameter in (("record_step_start_time", Kind.STEP_START, "start_time"),
                                   ("record_step_end_time", Kind.STEP_END, "end_time")):
         generic = getattr(cls, name)
         if generic is getattr(PhaseMixin, name):
             setattr(rec, name, _named(_hot(rec, emit, kind, generic), generic, parameter))
+            bound += 1
+    if bound == 4:  # a journal, no override: the compiled loop calls may stand for them
+        setattr(rec, HOT_EMIT, emit)
 

@@ -17,6 +17,7 @@ import threading
 import time
 from typing import Any, Callable, Dict, Iterator, Optional, Tuple
 
+from goodput_core.record.native import adapters_changed
 from goodput_integrations.base.slot import AdapterSlot
 from goodput_integrations.base.spans import record_stall
 
@@ -65,6 +66,9 @@ class AdapterBase:
     #: input stall by ``loaded(t0)`` once the batch is there, set as
     #: ``fast_steps`` is.
     fast_load: Optional[Tuple[Callable[[], float], Callable[[float], None]]] = None
+    #: The compiled form of both (``goodput_core.record.native``'s ``Loop``),
+    #: where it is built: the compiled wrappers record through it.
+    native_loop: Optional[Any] = None
 
     @staticmethod
     def _log_once(key: str, msg: str, *args: Any, exc_info: bool = True) -> None:
@@ -104,6 +108,7 @@ class AdapterBase:
                 self._teardown()
                 raise
             self.slot.current = self
+        adapters_changed()
         self._instrumented()
         return self
 
@@ -128,6 +133,7 @@ class AdapterBase:
             self.stalls.stop()
         if self.slot.current is self:
             self.slot.current = None
+        adapters_changed()
 
     def _install(self) -> None:
         raise NotImplementedError

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterator, Optional, TypeVar
 
+from goodput_core.record.native import module as native_module
 from goodput_integrations.base.slot import AdapterSlot
 
 __all__ = ["TimedIterator", "timed_call"]
@@ -75,3 +76,13 @@ class TimedIterator(Iterator[T]):
         if name in TimedIterator.__slots__:
             raise AttributeError(name)  # during unpickling, before __init__
         return getattr(self._it, name)
+
+    def compiled(self) -> Iterator[T]:
+        """The same iterator, each ``next()`` timed without a Python frame where
+        the compiled loop calls are built (goodput_core.record.native's
+        ``Loads``: through the adapter's ``native_loop``, else through this
+        one); else this one. Attributes are forwarded as here."""
+        native = native_module()
+        if native is None:
+            return self
+        return native.Loads(it=self._it, slow=self, adapter=self._adapter, slot=self.slot)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable, Optional
 
+from goodput_core.record.native import module as native_module
 from goodput_integrations.base.slot import AdapterSlot
 
 __all__ = ["StepCounter", "counted_steps"]
@@ -35,11 +36,15 @@ class StepCounter:
 
 
 def counted_steps(func: Callable, *, first_step: int, sync_every: Any,
-                  adapter: Optional[Any], slot: AdapterSlot) -> Callable:
+                  adapter: Optional[Any], slot: AdapterSlot, compiled: bool = False) -> Callable:
     """``func`` wrapped so that each call is the next step of ``adapter``
     (default: the slot's current one); the wrapper exposes ``.counter`` (a
-    :class:`StepCounter`) and ``__wrapped__``."""
-    counter = StepCounter(first_step)
+    :class:`StepCounter`) and ``__wrapped__``. ``compiled``: where the
+    compiled loop calls are built (goodput_core.record.native), the wrapper
+    is their ``Steps``: it records through the adapter's ``native_loop``
+    without a Python frame, and calls the Python wrapper otherwise."""
+    native = native_module() if compiled else None
+    counter = StepCounter(first_step) if native is None else native.Counter(first_step)
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -68,4 +73,10 @@ def counted_steps(func: Callable, *, first_step: int, sync_every: Any,
         return result
 
     wrapper.counter = counter  # type: ignore[attr-defined]
-    return wrapper
+    if native is None:
+        return wrapper
+    steps = native.Steps(slow=wrapper, func=func, counter=counter, adapter=adapter, slot=slot,
+                         sync_every=sync_every)
+    functools.update_wrapper(steps, func)
+    steps.counter = counter
+    return steps

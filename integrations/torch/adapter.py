@@ -14,10 +14,12 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import sys
 from typing import Any, Callable, Dict, Optional, Tuple
 
 from goodput_core.events import Kind
+from goodput_core.record.native import adapters_changed, native_loop
 from goodput_integrations.base.adapter import AdapterBase
 from goodput_integrations.base.spans import record_load, record_stall
 from goodput_integrations.jax.gate import ProcessGate
@@ -50,6 +52,11 @@ class _PendingStall:
 
     def __init__(self) -> None:
         self.stall: Optional[Tuple[float, float]] = None
+
+    def take(self) -> Optional[Tuple[float, float]]:
+        """The stall kept, or None; forgets it (as the compiled ``Loop.take``)."""
+        stall, self.stall = self.stall, None
+        return stall
 
 
 class TorchAdapter(AdapterBase):
@@ -116,7 +123,7 @@ class TorchAdapter(AdapterBase):
         self.input_stalls = bool(input_stalls)
         self._opts = dict(accelerator_init=accelerator_init, compile_spans=compile_spans,
                           checkpoints=checkpoints, metadata=metadata)
-        self.last_step: Optional[int] = None
+        self._last_step: Optional[int] = None  # see last_step
         self._on_cuda: Optional[bool] = None if device == "auto" else device == "cuda"
         self._every: Optional[int] = None
         self._accel = AcceleratorInitTimer(self)
@@ -171,6 +178,19 @@ class TorchAdapter(AdapterBase):
             self._hooks.linger()
         else:
             self._hooks.uninstall()
+
+    @property
+    def last_step(self) -> Optional[int]:
+        """The step last started (None before the first): a checkpoint's step
+        where the call does not say it."""
+        loop = self.native_loop
+        return self._last_step if loop is None else loop.last_step
+
+    @last_step.setter
+    def last_step(self, step: Optional[int]) -> None:
+        self._last_step = step
+        if self.native_loop is not None:
+            self.native_loop.last_step = step
 
     @property
     def on_cuda(self) -> Optional[bool]:
@@ -273,7 +293,7 @@ class TorchAdapter(AdapterBase):
         adapter = self
 
         def start(step: int) -> None:
-            adapter.last_step = step
+            adapter._last_step = step
             # _lazy_hooks()'s tests, inline: our compile callback is still the
             # handler's last (a reset clears it), or TorchDynamo is not imported;
             # DCP is attached or not imported
@@ -300,6 +320,16 @@ class TorchAdapter(AdapterBase):
         if stall_then_start is None:
             return
         clock = self.clock
+        loop = native_loop(rec, every=adapter_every or 0, lazy=lazy,
+                           compile_spans=compile_spans, start_cb=start_cb,
+                           record_stall=functools.partial(record_stall, rec),
+                           on_error=self._native_failed)
+        if loop is not None:  # the same, compiled: the wrappers call no Python frame
+            loop.last_step = self._last_step
+            self._pending = self.native_loop = loop
+            self.fast_steps, self.fast_load = (loop.start, loop.end), (clock, loop.loaded)
+            adapters_changed()
+            return
 
         def loaded(t0: float) -> None:
             if pending.stall is not None:  # the last load had no step after it
@@ -308,9 +338,14 @@ class TorchAdapter(AdapterBase):
 
         self.fast_load = (clock, loaded)
 
+    @staticmethod
+    def _native_failed(what: str, message: str, exc: BaseException) -> None:
+        """The compiled loop calls' failed recording, logged once."""
+        _probe.log_once("torch-" + what, message, exc_info=exc)
+
     def flush_pending(self) -> None:
         """Records a load's stall still waiting for its step (never raises)."""
-        stall, self._pending.stall = self._pending.stall, None
+        stall = self._pending.take()
         if stall is not None:
             try:
                 record_stall(self.recorder, stall[0], stall[1])

@@ -20,7 +20,7 @@ and a failed ``next()`` records nothing.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Iterator, Optional
 
 from goodput_integrations.base.data import TimedIterator, timed_call
 from goodput_integrations.torch._active import ACTIVE
@@ -46,12 +46,12 @@ class InstrumentedLoader:
         self.wrapped = loader
         self._adapter = adapter
 
-    def __iter__(self) -> LoaderIterator:
+    def __iter__(self) -> Iterator[Any]:
         adapter = ACTIVE.get(self._adapter)
         if adapter is None:
-            return LoaderIterator(iter(self.wrapped), self._adapter)
+            return LoaderIterator(iter(self.wrapped), self._adapter).compiled()
         it = timed_call(adapter, iter, self.wrapped)  # worker start-up: the loop waits for it
-        return LoaderIterator(it, self._adapter)
+        return LoaderIterator(it, self._adapter).compiled()
 
     def __len__(self) -> int:
         return len(self.wrapped)  # type: ignore[arg-type]

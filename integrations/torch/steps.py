@@ -71,6 +71,6 @@ def track_steps(fn: Optional[Callable] = None, *, first_step: int = 0,
 
     def decorate(func: Callable) -> Callable:
         return counted_steps(func, first_step=first_step, sync_every=sync_every,
-                             adapter=adapter, slot=ACTIVE)
+                             adapter=adapter, slot=ACTIVE, compiled=True)
 
     return decorate if fn is None else decorate(fn)

@@ -64,11 +64,15 @@ def test_steps_on_the_cpu_end_at_their_return_and_loads_are_stalls(rec):
     assert step.counter.next_step == 10 and len(seen) == 3
 
 
-def _cpu_loop_events(tmp_path, run, fast):
+def _cpu_loop_events(tmp_path, run, fast, native=True, monkeypatch=None):
     """A CPU loop of 40 steps into a durable SQLite store, through the adapter's
-    fast paths or (``fast=False``) its hooks alone: the stored (kind, step)s."""
+    fast paths (compiled, or ``native=False`` the Python ones) or (``fast=False``)
+    its hooks alone: the stored (kind, step)s."""
     from goodput_core import Recorder, open_store
+    from goodput_core.record.native import NATIVE_ENV
 
+    if monkeypatch is not None:  # read as the wrappers and the adapter's loop are made
+        monkeypatch.setenv(NATIVE_ENV, "1" if native else "0")
     store = str(tmp_path / "loop.sqlite")
     recorder = Recorder(run, store)
     with recorder.job(), gtorch.instrumented(recorder) as adapter:
@@ -79,7 +83,8 @@ def _cpu_loop_events(tmp_path, run, fast):
         step = gtorch.train_step(lambda batch: batch[0].sum())
         for batch in loader:
             step(batch)
-        paths = (adapter.fast_steps is not None, adapter.fast_load is not None)
+        paths = (adapter.fast_steps is not None, adapter.fast_load is not None,
+                 adapter.native_loop is not None)
     assert recorder.flush(30)
     recorder.close()
     events, _ = open_store(store).read(run)
@@ -88,12 +93,20 @@ def _cpu_loop_events(tmp_path, run, fast):
     return paths, kinds, times
 
 
-def test_the_cpu_fast_paths_store_what_the_hooks_store(tmp_path):
+@pytest.mark.parametrize("native", [True, False], ids=["compiled", "python"])
+def test_the_cpu_fast_paths_store_what_the_hooks_store(tmp_path, native, monkeypatch):
     # from the second step on, the wrapper and the loader record through the
-    # adapter's direct calls (the recorder's one-frame step and stall calls)
-    fast_paths, fast, fast_times = _cpu_loop_events(tmp_path, "fast", True)
-    hook_paths, hooks, _ = _cpu_loop_events(tmp_path, "hooks", False)
-    assert fast_paths == (True, True) and hook_paths == (False, False)
+    # adapter's direct calls: the compiled loop calls where built (the test
+    # fails where GOODPUT_REQUIRE_NATIVE=1 and they are not), else the
+    # recorder's one-frame step and stall calls
+    from goodput_core.record.native import module
+
+    if native and module() is None:
+        assert os.environ.get("GOODPUT_REQUIRE_NATIVE") != "1", "not built"
+        pytest.skip("the compiled loop calls are not built here")
+    fast_paths, fast, fast_times = _cpu_loop_events(tmp_path, "fast", True, native, monkeypatch)
+    hook_paths, hooks, _ = _cpu_loop_events(tmp_path, "hooks", False, native, monkeypatch)
+    assert fast_paths == (True, True, native) and hook_paths == (False, False, False)
     assert fast == hooks
     assert fast.count(("INPUT_STALL_START", None)) == 41  # iter() and 40 loads
     # by default a step end every 10th step on the CPU (each return is a sync
