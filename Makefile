@@ -22,10 +22,10 @@ demo: $(VENV)/bin/python
 # The tests run in a random order (pytest-randomly); the seed is printed first.
 # Repeat an order: make test SEED=<the printed seed>. Without the Debian packages
 # (and their tests): make test SYSTEM_PACKAGES=0.
-# The compiled loop calls (setup.py) must be built and are tested (GOODPUT_REQUIRE_NATIVE=1);
-# without a C compiler: make test GOODPUT_REQUIRE_NATIVE=0 (their tests skip).
-GOODPUT_REQUIRE_NATIVE ?= 1
-export GOODPUT_REQUIRE_NATIVE
+# The compiled loop calls (setup.py) must be built and are tested (REQUIRE_NATIVE=1);
+# without a C compiler: make test REQUIRE_NATIVE=0 (their tests skip).
+REQUIRE_NATIVE ?= 1
+export REQUIRE_NATIVE
 test: $(VENV)/bin/python system-packages build-tools
 	$(PIP) install -q -e '.[all,test]'
 	@seed="$(SEED)"; seed="$${seed:-$$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}"; \
@@ -61,6 +61,16 @@ test-axlearn:
 # SYSTEM_PACKAGES=0 installs none and skips those tests, saying why
 # (tests/support/system_packages.py reads the same variable). .ci/run sets it to 1.
 SYSTEM_PACKAGES ?= 1
+# The end of a recipe that found the Debian packages in $$missing: as root it installs
+# them, saying so with $(1); apt-get failing says $(2); not root, names them and says $(3).
+install_missing = [ -z "$$missing" ] && exit 0; \
+	if [ "$$(id -u)" = 0 ]; then \
+	  echo "make: installing Debian packages:$$missing ($(1))"; \
+	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing || \
+	    echo "note: apt-get failed; $(2)"; \
+	else \
+	  echo "note: not installed:$$missing $(3)"; \
+	fi
 system-packages:
 ifeq ($(SYSTEM_PACKAGES),0)
 	@echo "SYSTEM_PACKAGES=0: no Debian package installed; the tests needing postgresql, pgbouncer, chromium or prometheus are skipped"
@@ -71,32 +81,18 @@ else
 	command -v chromium >/dev/null || missing="$$missing chromium"; \
 	command -v chromedriver >/dev/null || missing="$$missing chromium-driver"; \
 	{ command -v prometheus && command -v promtool; } >/dev/null || missing="$$missing prometheus"; \
-	[ -z "$$missing" ] && exit 0; \
-	if [ "$$(id -u)" = 0 ]; then \
-	  echo "make test: installing Debian packages:$$missing (about 150 packages with their dependencies; make test SYSTEM_PACKAGES=0 skips them and their tests)"; \
-	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing || \
-	    echo "note: apt-get failed; the tests needing$$missing will be skipped"; \
-	else \
-	  echo "note: not installed:$$missing (make test installs them as root); their tests will be skipped"; \
-	fi
+	$(call install_missing,about 150 packages with their dependencies; make test SYSTEM_PACKAGES=0 skips them and their tests,the tests needing$$missing will be skipped,(make test installs them as root); their tests will be skipped)
 endif
 
 # What builds the compiled loop calls (goodput_core/record/_native.c): a C compiler
 # and the interpreter's headers (Debian's python3 keeps them in python3-dev). As
-# root, installed with apt-get where missing; otherwise said.
+# root, installed with apt-get where missing (not with SYSTEM_PACKAGES=0); otherwise said.
 build-tools:
 	@missing=""; \
 	{ command -v cc || command -v gcc; } >/dev/null 2>&1 || missing="$$missing gcc"; \
 	$(PYTHON) -c "import os, sysconfig, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()['include'], 'Python.h')))" \
 	  || missing="$$missing python3-dev"; \
-	[ -z "$$missing" ] && exit 0; \
-	if [ "$$(id -u)" = 0 ]; then \
-	  echo "make: installing Debian packages:$$missing (to build the compiled loop calls)"; \
-	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing || \
-	    echo "note: apt-get failed; the package installs without its compiled part"; \
-	else \
-	  echo "note: not installed:$$missing; the package installs without its compiled part (make test GOODPUT_REQUIRE_NATIVE=0)"; \
-	fi
+	$(if $(filter 0,$(SYSTEM_PACKAGES)),[ -z "$$missing" ] || echo "note: not installed:$$missing (SYSTEM_PACKAGES=0); without them the package installs without its compiled part: make test REQUIRE_NATIVE=0",$(call install_missing,to build the compiled loop calls,the package installs without its compiled part,(make test installs them as root); without them the package installs without its compiled part: make test REQUIRE_NATIVE=0))
 
 # Opt-in: a real Slurm (slurmctld, slurmd, slurmdbd on a private MariaDB, all on
 # this machine, as root) records, requeues and accounts a run; the report's

@@ -3,7 +3,7 @@ store what the Python one-frame calls store, hand them every other case, and
 wrap a step function and an iterator as the Python wrappers do.
 
 Where the extension is not built these tests skip, unless
-``GOODPUT_REQUIRE_NATIVE=1`` (make test and make test-torch set it: CI
+``REQUIRE_NATIVE=1`` (make test and make test-torch set it: CI
 builds it and must test it).
 """
 
@@ -20,14 +20,14 @@ import pytest
 from goodput_core import Recorder
 from goodput_core.events import Kind
 from goodput_core.record import native
-from goodput_core.stores.sqlite import SqliteStore
+from tests.core.record.test_hot_calls import Ticks, stored
 
-REQUIRED = os.environ.get("GOODPUT_REQUIRE_NATIVE") == "1"
+REQUIRED = os.environ.get("REQUIRE_NATIVE") == "1"
 
 
 def test_the_extension_is_built_where_it_is_required():
     if not REQUIRED:
-        pytest.skip("GOODPUT_REQUIRE_NATIVE is not 1")
+        pytest.skip("REQUIRE_NATIVE is not 1")
     assert native.module() is not None, "goodput_core.record._native was not built"
 
 
@@ -35,22 +35,6 @@ if native.module() is None:
     pytest.skip("the compiled loop calls are not built here", allow_module_level=True)
 
 _native = native.module()
-
-
-class Ticks:
-    """A clock that advances one second per read."""
-
-    def __init__(self, t=1_000.0):
-        self.t = t
-
-    def __call__(self):
-        self.t += 1.0
-        return self.t
-
-
-def stored(path, run):
-    events, _ = SqliteStore(path).read(run)
-    return [(e.kind, e.time, e.step, e.write_time, e.process_index) for e in events]
 
 
 def compile_callback():

@@ -97,12 +97,12 @@ def _cpu_loop_events(tmp_path, run, fast, native=True, monkeypatch=None):
 def test_the_cpu_fast_paths_store_what_the_hooks_store(tmp_path, native, monkeypatch):
     # from the second step on, the wrapper and the loader record through the
     # adapter's direct calls: the compiled loop calls where built (the test
-    # fails where GOODPUT_REQUIRE_NATIVE=1 and they are not), else the
+    # fails where REQUIRE_NATIVE=1 and they are not), else the
     # recorder's one-frame step and stall calls
     from goodput_core.record.native import module
 
     if native and module() is None:
-        assert os.environ.get("GOODPUT_REQUIRE_NATIVE") != "1", "not built"
+        assert os.environ.get("REQUIRE_NATIVE") != "1", "not built"
         pytest.skip("the compiled loop calls are not built here")
     fast_paths, fast, fast_times = _cpu_loop_events(tmp_path, "fast", True, native, monkeypatch)
     hook_paths, hooks, _ = _cpu_loop_events(tmp_path, "hooks", False, native, monkeypatch)
