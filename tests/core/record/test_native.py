@@ -2,15 +2,13 @@
 store what the Python one-frame calls store, hand them every other case, and
 wrap a step function and an iterator as the Python wrappers do.
 
-Where the extension is not built these tests skip, unless
-``REQUIRE_NATIVE=1`` (make test and make test-torch set it: CI
-builds it and must test it).
+Where the extension is not built these tests skip (test_native_built.py
+fails then where ``REQUIRE_NATIVE=1``, as make test and make test-torch set it).
 """
 
 from __future__ import annotations
 
 import functools
-import os
 import sys
 import threading
 import types
@@ -21,15 +19,6 @@ from goodput_core import Recorder
 from goodput_core.events import Kind
 from goodput_core.record import native
 from tests.core.record.test_hot_calls import Ticks, stored
-
-REQUIRED = os.environ.get("REQUIRE_NATIVE") == "1"
-
-
-def test_the_extension_is_built_where_it_is_required():
-    if not REQUIRED:
-        pytest.skip("REQUIRE_NATIVE is not 1")
-    assert native.module() is not None, "goodput_core.record._native was not built"
-
 
 if native.module() is None:
     pytest.skip("the compiled loop calls are not built here", allow_module_level=True)
