@@ -228,3 +228,43 @@ def test_scalar_events_are_the_bytes_protobuf_writes(tag, display):
                 ref = Event(summary=Summary(value=[value_pb]), step=step, wall_time=wall)
                 assert scalar_event(fields, value, step, wall) == ref.SerializeToString(), \
                     (value, step, wall)
+
+
+@pytest.mark.parametrize("tag,display", [("step_deviation", ""), ("metrics/loss", "loss"),
+                                         ("", "")])
+def test_a_series_of_records_is_protobuf_s_bytes_framed_as_tensorboardx_frames_them(
+        tag, display):
+    # a cycle's step deviations are encoded at once (scalar_records): each
+    # record must be the framed bytes of protobuf's own Event, CRCs by
+    # tensorboardX's own (pure-Python) CRC-32C
+    import struct
+
+    from tensorboardX.proto.event_pb2 import Event
+    from tensorboardX.proto.summary_pb2 import Summary, SummaryMetadata
+    from tensorboardX.record_writer import masked_crc32c
+
+    from goodput_core.exporters.tensorboard import (
+        _native_crc32c, scalar_records, scalar_value_fields)
+
+    crc = _native_crc32c()
+    if crc is None:
+        pytest.skip("no C CRC-32C here: the series is written point by point")
+    values = (0.0, -0.0, 1.5, -2.25e-3, 1e-45, 3.4e38, 1e39, -1e300, math.inf, -math.inf,
+              math.nan)
+    steps = (0, 1, 127, 128, 16_383, 16_384, 2_097_151, 2_097_152, 2 ** 31, 2 ** 62, -1,
+             -(2 ** 40))
+    points = [(step, value) for value in values for step in steps]
+    for wall in (0.0, 1_700_000_000.123456, -0.0):
+        want = []
+        for step, value in points:
+            value_pb = Summary.Value(tag=tag, simple_value=value)
+            if display:
+                value_pb.metadata.CopyFrom(SummaryMetadata(display_name=display))
+            data = Event(summary=Summary(value=[value_pb]), step=step,
+                         wall_time=wall).SerializeToString()
+            header = struct.pack("<Q", len(data))
+            want.append(header + struct.pack("<I", masked_crc32c(header)) + data
+                        + struct.pack("<I", masked_crc32c(data)))
+        assert scalar_records(scalar_value_fields(tag, display), points, wall, crc) == \
+            b"".join(want)
+    assert scalar_records(scalar_value_fields(tag, display), [], 1.0, crc) == b""
