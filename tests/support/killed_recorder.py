@@ -22,7 +22,7 @@ import subprocess
 import sys
 from typing import Dict, List, Tuple
 
-__all__ = ["run_and_kill", "stored_keys", "LONG_METRIC"]
+__all__ = ["run_and_kill", "stored_keys", "LONG_METRIC", "NATIVE_ENV"]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LONG_METRIC = "a metric name long enough to need continuation slots " * 3
@@ -78,17 +78,47 @@ def stored_keys(events) -> List[Tuple[str, int]]:
     return out
 
 
+#: ``1`` in the child's environment: each step's start is recorded by the compiled
+#: loop calls (goodput_core/record/native.py), with a load's stall before it
+NATIVE_ENV = "KILLED_RECORDER_NATIVE"
+
+
+def _step_start(rec):
+    """The call that records step K's start: the recorder's, or a compiled ``Loop``'s
+    (a load's stall kept, then written with the start: one write of three slots)."""
+    if os.environ.get(NATIVE_ENV) != "1":
+        return rec.record_step_start_time
+    import types
+
+    from goodput_core.record.native import native_loop
+
+    def nothing():
+        pass
+
+    loop = native_loop(rec, every=0, lazy=nothing,
+                       compile_spans=types.SimpleNamespace(_registered_in=None),
+                       start_cb=nothing, record_stall=None, on_error=None)
+    assert loop is not None, "the compiled loop calls are not built"
+    clock = rec._clock
+
+    def start(k):
+        loop.loaded(clock())
+        loop.start(k)
+    return start
+
+
 def _main(store: str, run: str, interval: float, seed: int) -> None:
     from goodput_core import Recorder
 
     rec = Recorder(run, store, flush_interval_s=interval)
     if seed % 2:  # half of them start with the store open (and what was left adopted)
         rec.flush(60)
+    step_start = _step_start(rec)
     write = os.write
     write(1, b"ready\n")
     k = 0
     while True:
-        rec.record_step_start_time(k)
+        step_start(k)
         write(1, b"s %d\n" % k)
         if k % 37 == seed % 37:
             rec.record_custom_badput_event_start_time(None, f"eval-{k}")

@@ -9,6 +9,7 @@ fails then where ``REQUIRE_NATIVE=1``, as make test and make test-torch set it).
 from __future__ import annotations
 
 import functools
+import os
 import sys
 import threading
 import types
@@ -350,3 +351,40 @@ def test_the_loader_wrapper_times_each_batch_and_forwards_attributes(tmp_path):
     with pytest.raises(StopIteration):
         next(loads)
     assert loop.take() is None  # the end of the data is no load
+
+
+def test_a_sigkill_loses_no_step_start_the_loop_returned(tmp_path):
+    # quality P14 / R17 for the compiled writes: children record each step's
+    # start (with a load's stall) through a Loop and say it after the call
+    # returned; each is killed with SIGKILL mid-loop (in a write, a drain, a
+    # commit); a reader then delivers their journals: every start said is
+    # stored once, its stall before it
+    import signal
+    import subprocess
+
+    from goodput_core.stores import open_store
+    from tests.support.killed_recorder import NATIVE_ENV, ROOT, run_and_kill, stored_keys
+
+    url = "sqlite:///" + str(tmp_path / "killed.sqlite").lstrip("/")
+    spill = str(tmp_path / "spill")
+    env = dict(os.environ, GOODPUT_SPILL_DIR=spill, GOODPUT_HEARTBEAT_SECONDS="0",
+               **{NATIVE_ENV: "1"})
+    plans = [("k0", 40, 0.005), ("k1", 900, 0.5), ("k2", 300, 0.05), ("k3", 1500, 0.2)]
+    said = {}
+    for seed, (run, lines, interval) in enumerate(plans):
+        said[run], status = run_and_kill(url, run, lines, interval, env, seed=seed)
+        assert status == -signal.SIGKILL
+    reader = subprocess.run([sys.executable, "-m", "goodput_core.cli", "runs", "--store", url],
+                            env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert reader.returncode == 0, reader.stderr
+    store = open_store(url)
+    for run, lines, _ in plans:
+        events, _ = store.read(run)
+        starts = [key for key in stored_keys(events) if key[0] == "s"]
+        printed = [key for key in said[run] if key[0] == "s"]
+        assert len(printed) >= lines // 2  # the child recorded (some lines are c/m)
+        assert starts[:len(printed)] == printed and len(starts) <= len(printed) + 1, run
+        kinds = [Kind(e.kind).name for e in events]
+        at = [i for i, k in enumerate(kinds) if k == "STEP_START"]
+        assert all(kinds[i - 2:i] == ["INPUT_STALL_START", "INPUT_STALL_END"] for i in at), run
+
