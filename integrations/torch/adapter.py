@@ -282,7 +282,7 @@ class TorchAdapter(AdapterBase):
         written then (:meth:`flush_pending`). Neither the device nor the
         decision changes after; ``uninstrument()`` stops every wrapper first."""
         rec = self.recorder
-        if not (self.gate.decision and self._recorder_stamps):
+        if not (self.gate.decision and self._recorder_stamps) or self._set_native_path():
             return
         compile_spans, dcp, lazy = self._compile, self._dcp, self._lazy_hooks
         start_cb, modules, dynamo = compile_spans._start_cb, sys.modules, "torch._dynamo"
@@ -320,16 +320,6 @@ class TorchAdapter(AdapterBase):
         if stall_then_start is None:
             return
         clock = self.clock
-        loop = native_loop(rec, every=adapter_every or 0, lazy=lazy,
-                           compile_spans=compile_spans, start_cb=start_cb,
-                           record_stall=functools.partial(record_stall, rec),
-                           on_error=self._native_failed)
-        if loop is not None:  # the same, compiled: the wrappers call no Python frame
-            loop.last_step = self._last_step
-            self._pending = self.native_loop = loop
-            self.fast_steps, self.fast_load = (loop.start, loop.end), (clock, loop.loaded)
-            adapters_changed()
-            return
 
         def loaded(t0: float) -> None:
             if pending.stall is not None:  # the last load had no step after it
@@ -337,6 +327,25 @@ class TorchAdapter(AdapterBase):
             pending.stall = (t0, clock())
 
         self.fast_load = (clock, loaded)
+
+    def _set_native_path(self) -> bool:
+        """The fast paths compiled (goodput_core.record.native), where built and
+        the recorder's journal calls apply, with input stalls on: the wrappers
+        then record through ``native_loop`` with no Python frame. Whether set."""
+        if not (self.input_stalls and hasattr(self.recorder, "_record_stall_then_step")):
+            return False
+        compile_spans = self._compile
+        loop = native_loop(self.recorder, every=self._every or 0, lazy=self._lazy_hooks,
+                           compile_spans=compile_spans, start_cb=compile_spans._start_cb,
+                           record_stall=functools.partial(record_stall, self.recorder),
+                           on_error=self._native_failed)
+        if loop is None:
+            return False
+        loop.last_step = self._last_step
+        self._pending = self.native_loop = loop
+        self.fast_steps, self.fast_load = (loop.start, loop.end), (self.clock, loop.loaded)
+        adapters_changed()
+        return True
 
     @staticmethod
     def _native_failed(what: str, message: str, exc: BaseException) -> None:
